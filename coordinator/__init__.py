@@ -1,0 +1,1 @@
+"""The huddle group coordinator service."""

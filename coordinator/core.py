@@ -1,0 +1,233 @@
+"""The coordinator core: sans-IO. Requests and time in, frames to send out.
+
+It never reads a clock, never touches a socket, never sleeps. The transport calls
+``handle`` for each request, ``connection_closed`` when a connection goes away, and
+``advance`` when ``next_deadline()`` has passed; each returns the frames to send, as
+``(conn_id, frame)`` pairs, in order. ``now`` is a monotonic time in milliseconds.
+
+The core is transport-agnostic: the huddle framing server drives it today, and a Kafka
+wire-protocol front end can drive the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from coordinator.config import GroupConfig
+from coordinator.effects import Effects, Outgoing, Peer
+from coordinator.group import Group
+from coordinator.membership import Membership, uuid_member_id
+from coordinator.offsets import Offsets
+from coordinator.state import STATES_BY_NAME, GroupState
+from coordinator.timers import TimerQueue
+from coordinator.topics import TopicRegistry
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    AlterTopicsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ErrorResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListTopicsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    Request,
+    SyncGroupRequest,
+    TopicMetadata,
+    TopicMetadataChanged,
+)
+
+__all__ = ["Coordinator", "Outgoing", "Peer"]
+
+log = structlog.get_logger("huddle.core")
+
+E = ErrorCode
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        *,
+        new_member_id: Callable[[str], str] = uuid_member_id,
+    ) -> None:
+        self.config = config or GroupConfig()
+        self.timers = TimerQueue()
+        self.membership = Membership(self.config, self.timers, new_member_id)
+        self.topics = TopicRegistry(self.config.max_partitions)
+        self.offsets = Offsets(self.membership, self.topics, self.config.offset_metadata_max_bytes)
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        return self.membership.groups
+
+    # --- entry points ----------------------------------------------------------------
+
+    def handle(
+        self, peer: Peer, correlation_id: int, request: Request, now: float
+    ) -> list[Outgoing]:
+        fx = Effects(now)
+        m = self.membership
+        match request:
+            case HeartbeatRequest():
+                m.heartbeat(fx, peer, correlation_id, request)
+            case JoinGroupRequest():
+                m.join(fx, peer, correlation_id, request)
+            case SyncGroupRequest():
+                m.sync(fx, peer, correlation_id, request)
+            case LeaveGroupRequest():
+                m.leave(fx, peer, correlation_id, request)
+            case OffsetCommitRequest():
+                self.offsets.commit(fx, peer, correlation_id, request)
+            case OffsetFetchRequest():
+                self.offsets.fetch(fx, peer, correlation_id, request)
+            case CreateTopicsRequest():
+                response, changed = self.topics.create(request)
+                fx.reply((peer.conn_id, correlation_id), response)
+                self._announce(fx, changed)
+            case AlterTopicsRequest():
+                altered, changed = self.topics.alter(request)
+                fx.reply((peer.conn_id, correlation_id), altered)
+                for topic in changed:
+                    self.offsets.forget_topic(topic.name, topic.partitions)
+                self._announce(fx, changed)
+            case DeleteTopicsRequest():
+                deleted, changed = self.topics.delete(request)
+                fx.reply((peer.conn_id, correlation_id), deleted)
+                for topic in changed:
+                    self.offsets.forget_topic(topic.name)
+                self._announce(fx, changed)
+            case ListTopicsRequest():
+                fx.reply((peer.conn_id, correlation_id), self.topics.list(request))
+            case DescribeGroupsRequest():
+                fx.reply((peer.conn_id, correlation_id), self._describe(request))
+            case ListGroupsRequest():
+                fx.reply((peer.conn_id, correlation_id), self._list_groups(request))
+            case _:  # pragma: no cover - the decoder admits only the types above
+                fx.reply(
+                    (peer.conn_id, correlation_id),
+                    ErrorResponse(
+                        error_code=E.INVALID_REQUEST,
+                        error_message=f"unsupported request {type(request).__name__}",
+                    ),
+                )
+        return fx.out
+
+    def connection_closed(self, conn_id: int, now: float) -> list[Outgoing]:
+        fx = Effects(now)
+        self.membership.connection_closed(fx, conn_id)
+        return fx.out
+
+    def advance(self, now: float) -> list[Outgoing]:
+        """Act on every deadline at or before ``now``."""
+        fx = Effects(now)
+        while True:
+            due = self.timers.pop_due(now)
+            if not due:
+                break
+            for key in due:
+                self.membership.expire(fx, key)
+        return fx.out
+
+    def next_deadline(self) -> float | None:
+        return self.timers.next_deadline()
+
+    def shutdown(self) -> list[Outgoing]:
+        """Answer every held request: the coordinator is going away, find it again."""
+        fx = Effects(0.0)
+        for group in self.groups.values():
+            for member in group.members.values():
+                if member.join_waiter is not None:
+                    fx.reply(member.join_waiter, _unavailable("join_group"))
+                    group.set_join_waiter(member, None)
+                if member.sync_waiter is not None:
+                    fx.reply(member.sync_waiter, _unavailable("sync_group"))
+                    member.sync_waiter = None
+        return fx.out
+
+    # --- topics and inspection -------------------------------------------------------
+
+    def _announce(self, fx: Effects, changed: list[TopicMetadata]) -> None:
+        if not changed:
+            return
+        notice = TopicMetadataChanged(topics=changed)
+        for conn_id in sorted(self.membership.by_conn):
+            fx.notify(conn_id, notice)
+
+    def _describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        described = []
+        for group_id in request.groups:
+            group = self.groups.get(group_id)
+            if group is None:
+                described.append(
+                    DescribedGroup(
+                        group_id=group_id,
+                        error_code=E.GROUP_ID_NOT_FOUND,
+                        error_message=f"no group {group_id!r}",
+                        state=GroupState.DEAD.value,
+                    )
+                )
+                continue
+            stable = group.state is GroupState.STABLE
+            name = group.protocol_name
+            members = [
+                DescribedMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.host,
+                    metadata=m.metadata_for(name) if name in m.protocol_names else b"",
+                    assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            ]
+            described.append(
+                DescribedGroup(
+                    group_id=group_id,
+                    state=group.state.value,
+                    generation_id=group.generation,
+                    protocol_type=group.protocol_type or "",
+                    protocol_name=name or "",
+                    leader=group.leader or "",
+                    members=members,
+                )
+            )
+        return DescribeGroupsResponse(groups=described)
+
+    def _list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        wanted: set[GroupState] | None = None
+        if request.states is not None:
+            unknown = [s for s in request.states if s.lower() not in STATES_BY_NAME]
+            if unknown:
+                return ListGroupsResponse(
+                    error_code=E.INVALID_REQUEST,
+                    error_message=f"unknown group states {unknown}; known: "
+                    + ", ".join(s.value for s in GroupState),
+                )
+            wanted = {STATES_BY_NAME[s.lower()] for s in request.states}
+        return ListGroupsResponse(
+            groups=[
+                ListedGroup(
+                    group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
+                )
+                for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+                if wanted is None or g.state in wanted
+            ]
+        )
+
+
+def _unavailable(what: str) -> ErrorResponse:
+    return ErrorResponse(
+        error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=f"coordinator shutting down ({what})"
+    )

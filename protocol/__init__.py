@@ -1,0 +1,1 @@
+"""The huddle wire protocol: messages, error codes, framing. No I/O."""
