@@ -169,6 +169,7 @@ class Group:
 
     def replace_static(self, old: Member, new_member_id: str) -> Member:
         """A static member restarted: the same instance under a new member id."""
+        was_leader = self.leader == old.member_id
         self.remove(old.member_id)
         fresh = Member(
             self.group_id,
@@ -184,7 +185,6 @@ class Group:
         )
         fresh.assignment = old.assignment
         fresh.is_new = False
-        was_leader = self.leader is None or self.leader == old.member_id
         self.add(fresh)
         if was_leader:
             self.leader = new_member_id

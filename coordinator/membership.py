@@ -131,6 +131,9 @@ class Membership:
     def _join_new(
         self, fx: Effects, group: Group, conn: Peer, waiter: Waiter, req: JoinGroupRequest
     ) -> None:
+        if not group.supports(req.protocol_type, req.protocols):
+            fx.reply(waiter, _inconsistent(""))
+            return
         member_id = self._new_member_id(conn.client_id)
         instance = req.group_instance_id
         if instance is None:
@@ -166,14 +169,7 @@ class Membership:
             fx.reply(waiter, _join_error(member[0], member[1], member_id))
             return
         if not group.supports(req.protocol_type, req.protocols, member):
-            fx.reply(
-                waiter,
-                _join_error(
-                    E.INCONSISTENT_GROUP_PROTOCOL,
-                    "protocol type or protocols do not match the group's",
-                    member_id,
-                ),
-            )
+            fx.reply(waiter, _inconsistent(member_id))
             return
         self._bind(member, conn)
         self._touch(fx, member)
@@ -218,14 +214,7 @@ class Membership:
         req: JoinGroupRequest,
     ) -> None:
         if not group.supports(req.protocol_type, req.protocols):
-            fx.reply(
-                waiter,
-                _join_error(
-                    E.INCONSISTENT_GROUP_PROTOCOL,
-                    "protocol type or protocols do not match the group's",
-                    member_id,
-                ),
-            )
+            fx.reply(waiter, _inconsistent(member_id))
             return
         member = Member(
             group.group_id,
@@ -269,14 +258,7 @@ class Membership:
         """KIP-345: a static member came back with no member id. Fence the old id and,
         in Stable, keep the generation when the chosen protocol would not change."""
         if not group.supports(req.protocol_type, req.protocols, old):
-            fx.reply(
-                waiter,
-                _join_error(
-                    E.INCONSISTENT_GROUP_PROTOCOL,
-                    "protocol type or protocols do not match the group's",
-                    "",
-                ),
-            )
+            fx.reply(waiter, _inconsistent(""))
             return
         fenced = f"instance {old.instance_id!r} rejoined as {member_id}"
         if old.join_waiter is not None:
@@ -769,6 +751,14 @@ def _rebalance_timeout(req: JoinGroupRequest) -> int:
 
 def _join_error(code: ErrorCode, message: str, member_id: str) -> JoinGroupResponse:
     return JoinGroupResponse(error_code=code, error_message=message, member_id=member_id)
+
+
+def _inconsistent(member_id: str) -> JoinGroupResponse:
+    return _join_error(
+        E.INCONSISTENT_GROUP_PROTOCOL,
+        "protocol type or protocols do not match the group's",
+        member_id,
+    )
 
 
 def _sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:

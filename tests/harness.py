@@ -1,0 +1,258 @@
+"""Drive the sans-IO coordinator core with an explicit clock, as a set of fake connections.
+
+Every request gets a fresh correlation id; replies and notices land in per-connection
+inboxes that tests read. Time moves only when a test says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from coordinator.config import GroupConfig
+from coordinator.core import Coordinator, Peer
+from coordinator.group import Group
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+    Notice,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    Protocol,
+    Reply,
+    Request,
+    Response,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+FAST = GroupConfig(initial_rebalance_delay_ms=0)
+SESSION_MS = 10_000
+REBALANCE_MS = 30_000
+
+
+def protocols(*names: str, metadata: bytes = b"") -> list[Protocol]:
+    return [Protocol(name=n, metadata=metadata) for n in names or ("range",)]
+
+
+class Driver:
+    def __init__(self, config: GroupConfig = FAST, **overrides: Any) -> None:
+        self.config = replace(config, **overrides) if overrides else config
+        ids = itertools.count(1)
+        self.core = Coordinator(self.config, new_member_id=lambda c: f"{c or 'm'}-{next(ids)}")
+        self.now = 0.0
+        self._cids = itertools.count(1)
+        self.replies: dict[int, Response] = {}
+        self.notices: dict[int, list[Notice]] = {}
+        self.closed: set[int] = set()
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def _collect(self, out: list[tuple[int, Any]]) -> None:
+        for conn_id, frame in out:
+            if conn_id in self.closed:
+                continue
+            if isinstance(frame, Reply):
+                assert frame.correlation_id not in self.replies, "answered twice"
+                self.replies[frame.correlation_id] = frame.response
+            else:
+                self.notices.setdefault(conn_id, []).append(frame)
+
+    def send(self, conn: int, request: Request) -> int:
+        cid = next(self._cids)
+        peer = Peer(conn, client_id=f"c{conn}", host="127.0.0.1")
+        self._collect(self.core.handle(peer, cid, request, self.now))
+        return cid
+
+    def advance(self, ms: float) -> None:
+        """Move the clock, firing every deadline on the way in order."""
+        target = self.now + ms
+        while True:
+            deadline = self.core.next_deadline()
+            if deadline is None or deadline > target:
+                break
+            self.now = max(self.now, deadline)
+            self._collect(self.core.advance(self.now))
+        self.now = target
+        self._collect(self.core.advance(self.now))
+
+    def close(self, conn: int) -> None:
+        self.closed.add(conn)
+        self._collect(self.core.connection_closed(conn, self.now))
+
+    def answered(self, cid: int) -> bool:
+        return cid in self.replies
+
+    def response(self, cid: int) -> Response:
+        assert cid in self.replies, f"request {cid} has not been answered"
+        return self.replies[cid]
+
+    def take_notices(self, conn: int) -> list[Notice]:
+        return self.notices.pop(conn, [])
+
+    def group(self, group_id: str = "g") -> Group:
+        return self.core.groups[group_id]
+
+    # --- requests --------------------------------------------------------------------
+
+    def join(
+        self,
+        conn: int,
+        member_id: str = "",
+        *,
+        group: str = "g",
+        instance: str | None = None,
+        names: tuple[str, ...] = ("range",),
+        metadata: bytes = b"",
+        protocol_type: str = "consumer",
+        session_ms: int = SESSION_MS,
+        rebalance_ms: int = REBALANCE_MS,
+    ) -> int:
+        return self.send(
+            conn,
+            JoinGroupRequest(
+                group_id=group,
+                member_id=member_id,
+                group_instance_id=instance,
+                protocol_type=protocol_type,
+                protocols=protocols(*names, metadata=metadata),
+                session_timeout_ms=session_ms,
+                rebalance_timeout_ms=rebalance_ms,
+            ),
+        )
+
+    def join_new(self, conn: int, **kwargs: Any) -> tuple[str, int]:
+        """A dynamic member's two-step join (KIP-394): returns (member id, held join cid)."""
+        first = self.join_response(self.join(conn, **kwargs))
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED, first
+        return first.member_id, self.join(conn, first.member_id, **kwargs)
+
+    def join_response(self, cid: int) -> JoinGroupResponse:
+        response = self.response(cid)
+        assert isinstance(response, JoinGroupResponse), response
+        return response
+
+    def sync(
+        self,
+        conn: int,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes] | None = None,
+        *,
+        group: str = "g",
+        instance: str | None = None,
+    ) -> int:
+        return self.send(
+            conn,
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=instance,
+                assignments=[
+                    SyncGroupAssignment(member_id=m, assignment=a)
+                    for m, a in (assignments or {}).items()
+                ],
+            ),
+        )
+
+    def sync_response(self, cid: int) -> SyncGroupResponse:
+        response = self.response(cid)
+        assert isinstance(response, SyncGroupResponse), response
+        return response
+
+    def heartbeat(
+        self,
+        conn: int,
+        member_id: str,
+        generation: int,
+        *,
+        group: str = "g",
+        instance: str | None = None,
+    ) -> ErrorCode:
+        cid = self.send(
+            conn,
+            HeartbeatRequest(
+                group_id=group,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=instance,
+            ),
+        )
+        response = self.response(cid)
+        assert isinstance(response, HeartbeatResponse)
+        return response.error_code
+
+    def leave(
+        self, conn: int, *members: MemberIdentity | str, group: str = "g"
+    ) -> LeaveGroupResponse:
+        idents = [MemberIdentity(member_id=m) if isinstance(m, str) else m for m in members]
+        response = self.response(self.send(conn, LeaveGroupRequest(group_id=group, members=idents)))
+        assert isinstance(response, LeaveGroupResponse)
+        return response
+
+    def commit(
+        self,
+        conn: int,
+        offsets: dict[tuple[str, int], int],
+        *,
+        member_id: str = "",
+        generation: int = -1,
+        group: str = "g",
+        instance: str | None = None,
+    ) -> OffsetCommitResponse:
+        topics: dict[str, list[OffsetCommitPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            topics.setdefault(topic, []).append(
+                OffsetCommitPartition(partition=partition, offset=offset)
+            )
+        request = OffsetCommitRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance,
+            topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
+        response = self.response(self.send(conn, request))
+        assert isinstance(response, OffsetCommitResponse)
+        return response
+
+    # --- whole steps -----------------------------------------------------------------
+
+    def form(self, *conns: int, **kwargs: Any) -> list[str]:
+        """Join one dynamic member per connection into one generation and sync them all.
+        Returns the member ids in connection order; the group ends Stable."""
+        ids: dict[int, str] = {}
+        held: dict[int, int] = {}
+        for conn in conns:
+            ids[conn], held[conn] = self.join_new(conn, **kwargs)
+            for other in conns:
+                if other in held and other != conn and self.answered(held[other]):
+                    held[other] = self.join(other, ids[other], **kwargs)
+        self.sync_all(ids, [held[c] for c in conns])
+        return [ids[c] for c in conns]
+
+    def sync_all(self, members: dict[int, str], join_cids: list[int]) -> int:
+        """Every member syncs the generation its join answer named; the leader assigns each
+        member its own id as bytes. Returns the generation."""
+        responses = [self.join_response(cid) for cid in join_cids]
+        generation = responses[0].generation_id
+        assert all(r.error_code == ErrorCode.NONE for r in responses), responses
+        assert {r.generation_id for r in responses} == {generation}
+        leader = responses[0].leader
+        for conn, member_id in members.items():
+            assignments = None
+            if member_id == leader:
+                assignments = {m: m.encode() for m in members.values()}
+            self.sync(conn, member_id, generation, assignments)
+        return generation

@@ -1,0 +1,133 @@
+"""Offset commits fenced by generation, and fetches (REFERENCE.md section 4)."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    CreateTopicsRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
+    TopicSpec,
+)
+from tests.harness import SESSION_MS, Driver
+
+E = ErrorCode
+
+
+def driver_with_topic() -> Driver:
+    d = Driver()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=4)]))
+    return d
+
+
+def fetched(d: Driver, group: str = "g", **topics: list[int]) -> dict[tuple[str, int], int]:
+    request = OffsetFetchRequest(
+        group_id=group,
+        topics=[OffsetFetchTopic(name=n, partitions=ps) for n, ps in topics.items()] or None,
+    )
+    response = d.response(d.send(9, request))
+    assert isinstance(response, OffsetFetchResponse)
+    return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
+
+
+def test_member_commits_in_its_generation_and_offsets_are_fetched() -> None:
+    d = driver_with_topic()
+    (a,) = d.form(1)
+    response = d.commit(1, {("t", 0): 42, ("t", 1): 7}, member_id=a, generation=1)
+    assert response.error_code == E.NONE
+    assert all(p.error_code == E.NONE for t in response.topics for p in t.partitions)
+    assert fetched(d, t=[0, 1, 2]) == {("t", 0): 42, ("t", 1): 7, ("t", 2): -1}
+    assert fetched(d) == {("t", 0): 42, ("t", 1): 7}
+
+
+def test_commit_from_a_stale_generation_is_rejected() -> None:
+    d = driver_with_topic()
+    a, _b = d.form(1, 2)
+    response = d.commit(1, {("t", 0): 1}, member_id=a, generation=1)
+    assert response.error_code == E.ILLEGAL_GENERATION
+    assert fetched(d, t=[0]) == {("t", 0): -1}
+
+
+def test_commit_from_unknown_member_is_rejected() -> None:
+    d = driver_with_topic()
+    d.form(1)
+    response = d.commit(2, {("t", 0): 1}, member_id="nobody", generation=1)
+    assert response.error_code == E.UNKNOWN_MEMBER_ID
+
+
+def test_commit_during_completing_rebalance_is_refused() -> None:
+    d = driver_with_topic()
+    a, b = d.form(1, 2)
+    d.join(1, a)
+    d.join(2, b)
+    assert d.group().state.value == "CompletingRebalance"
+    response = d.commit(1, {("t", 0): 5}, member_id=a, generation=3)
+    assert response.error_code == E.REBALANCE_IN_PROGRESS
+
+
+def test_commit_during_preparing_rebalance_is_allowed() -> None:
+    d = driver_with_topic()
+    a, b = d.form(1, 2)
+    d.leave(2, b)
+    assert d.group().state.value == "PreparingRebalance"
+    response = d.commit(1, {("t", 0): 5}, member_id=a, generation=2)
+    assert response.error_code == E.NONE
+    assert fetched(d, t=[0]) == {("t", 0): 5}
+
+
+def test_commit_with_generation_minus_one_only_while_empty() -> None:
+    d = driver_with_topic()
+    assert d.commit(1, {("t", 0): 3}).error_code == E.NONE  # creates an empty group
+    assert d.group().state.value == "Empty"
+    assert fetched(d, t=[0]) == {("t", 0): 3}
+    d.form(2)
+    assert d.commit(1, {("t", 0): 4}).error_code == E.UNKNOWN_MEMBER_ID
+    assert fetched(d, t=[0]) == {("t", 0): 3}
+
+
+def test_commit_to_unknown_group_with_a_generation_is_illegal() -> None:
+    d = driver_with_topic()
+    response = d.commit(1, {("t", 0): 3}, member_id="m", generation=4)
+    assert response.error_code == E.ILLEGAL_GENERATION
+    assert "g" not in d.core.groups
+
+
+def test_commits_keep_the_session_alive() -> None:
+    d = driver_with_topic()
+    (a,) = d.form(1)
+    for offset in range(5):
+        d.advance(SESSION_MS - 1)
+        assert d.commit(1, {("t", 0): offset}, member_id=a, generation=1).error_code == E.NONE
+    assert a in d.group().members
+
+
+def test_partition_level_errors() -> None:
+    d = driver_with_topic()
+    (a,) = d.form(1)
+    response = d.commit(
+        1, {("t", 0): 1, ("t", 9): 1, ("nope", 0): 1, ("t", 2): -5}, member_id=a, generation=1
+    )
+    codes = {(t.name, p.partition): p.error_code for t in response.topics for p in t.partitions}
+    assert codes == {
+        ("t", 0): E.NONE,
+        ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION,
+        ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t", 2): E.INVALID_REQUEST,
+    }
+    assert fetched(d, t=[0, 2]) == {("t", 0): 1, ("t", 2): -1}
+
+
+def test_a_group_with_offsets_outlives_its_members() -> None:
+    d = driver_with_topic()
+    (a,) = d.form(1)
+    d.commit(1, {("t", 0): 9}, member_id=a, generation=1)
+    d.leave(1, a)
+    assert d.group().state.value == "Empty"
+    assert fetched(d, t=[0]) == {("t", 0): 9}
+
+
+def test_fetch_for_an_unknown_group_returns_no_offsets() -> None:
+    d = driver_with_topic()
+    assert fetched(d, group="ghost", t=[0]) == {("t", 0): -1}
+    assert "ghost" not in d.core.groups
