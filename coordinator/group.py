@@ -97,7 +97,7 @@ class Group:
         self.protocol_name: str | None = None
         self.leader: str | None = None
         self.members: dict[str, Member] = {}
-        self.pending: set[str] = set()  # member ids handed out with MEMBER_ID_REQUIRED
+        self.pending: dict[str, int] = {}  # member id handed out (KIP-394) -> its conn id
         self.static: dict[str, str] = {}  # group instance id -> member id
         self.pending_sync: set[str] = set()
         self.support: Counter[str] = Counter()  # protocol name -> members supporting it

@@ -98,7 +98,7 @@ class Joining(Rebalancing):
         instance = req.group_instance_id
         if instance is None:
             # KIP-394: hand out an id and have the member come back with it.
-            group.pending.add(member_id)
+            group.pending[member_id] = conn.conn_id
             self._bind_key(conn.conn_id, (group.group_id, member_id))
             self.timers.set(("pending", group.group_id, member_id), fx.now + req.session_timeout_ms)
             log.info("member_id_required", group_id=group.group_id, member_id=member_id)
@@ -118,10 +118,7 @@ class Joining(Rebalancing):
     ) -> None:
         member_id = req.member_id
         if member_id in group.pending and req.group_instance_id is None:
-            group.pending.discard(member_id)
-            self.timers.cancel(("pending", group.group_id, member_id))
-            self.timers.cancel(("grace", group.group_id, member_id))
-            self._unbind_key(conn.conn_id, (group.group_id, member_id))
+            self._forget_pending(group, member_id)
             self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
             return
         member = self.identify(group, member_id, req.group_instance_id)

@@ -220,9 +220,7 @@ class Rebalancing(Sessions):
             self._try_complete_join(fx, group)
 
     def _drop_pending(self, fx: Effects, group: Group, member_id: str, reason: str) -> None:
-        group.pending.discard(member_id)
-        self.timers.cancel(("pending", group.group_id, member_id))
-        self.timers.cancel(("grace", group.group_id, member_id))
+        self._forget_pending(group, member_id)
         log.info(
             "pending_member_removed", group_id=group.group_id, member_id=member_id, reason=reason
         )

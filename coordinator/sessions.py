@@ -109,6 +109,12 @@ class Sessions:
         self.timers.cancel(member.grace_key)
         self._unbind_key(member.conn_id, (member.session_key[1], member.member_id))
 
+    def _forget_pending(self, group: Group, member_id: str) -> None:
+        conn_id = group.pending.pop(member_id)
+        self.timers.cancel(("pending", group.group_id, member_id))
+        self.timers.cancel(("grace", group.group_id, member_id))
+        self._unbind_key(conn_id, (group.group_id, member_id))
+
     def collect(self, group: Group) -> None:
         """Forget a group with nothing left in it: no members, pending ids or offsets."""
         if (

@@ -167,3 +167,14 @@ def test_shutdown_answers_every_held_request() -> None:
     response = d.response(held)
     assert isinstance(response, ErrorResponse)
     assert response.error_code == E.COORDINATOR_NOT_AVAILABLE
+
+
+def test_pending_id_used_from_a_new_connection_survives_the_old_one_closing() -> None:
+    d = Driver(disconnect_grace_ms=500)
+    pending = d.join_response(d.join(1)).member_id
+    held = d.join(2, pending)  # came back through another connection
+    assert d.join_response(held).generation_id == 1
+    d.close(1)
+    d.advance(1_000)
+    assert pending in d.group().members
+    assert d.core.membership.by_conn == {2: {("g", pending)}}
