@@ -1,0 +1,215 @@
+"""The container image: builds, runs `huddle serve` as a non-root PID 1, serves a group, is
+healthy, and stops cleanly on SIGTERM.
+
+Needs rootful podman (with runc) and, the first time on a machine, debootstrap to make the
+local Debian base image: see shared/CONTAINERS.md. Without podman the tests skip, unless
+HUDDLE_REQUIRE_CONTAINER=1 (as in CI), when they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NoReturn
+
+import pytest
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    Protocol,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from tests.containers import (
+    BlockingClient,
+    ContainerSetupError,
+    Podman,
+    build_image,
+    container_running,
+    ensure_base_image,
+    find_podman,
+    free_port,
+    logs,
+    wait_for_port,
+)
+
+pytestmark = pytest.mark.container
+
+IMAGE = "localhost/huddle:test"
+HOST = "127.0.0.1"
+STOP_TIMEOUT_S = 10
+# A server that handles SIGTERM itself stops in well under the grace period; one that ignores
+# it (Python as PID 1 without a handler) is killed only when the 10 s run out.
+MAX_STOP_S = 5.0
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if os.environ.get("HUDDLE_REQUIRE_CONTAINER") == "1":
+        pytest.fail(f"HUDDLE_REQUIRE_CONTAINER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Podman:
+    try:
+        return find_podman(tmp_path_factory.mktemp("podman"))
+    except ContainerSetupError as exc:
+        _unavailable(str(exc))
+
+
+@pytest.fixture(scope="module")
+def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
+    workdir = tmp_path_factory.mktemp("image")
+    start = time.monotonic()
+    try:
+        made = ensure_base_image(podman, workdir)
+    except ContainerSetupError as exc:
+        _unavailable(str(exc))
+    if made:
+        print(f"base image made in {time.monotonic() - start:.1f} s")
+    start = time.monotonic()
+    build_image(podman, workdir, IMAGE)
+    print(f"{IMAGE} built in {time.monotonic() - start:.1f} s")
+    return IMAGE
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    port: int
+
+
+@pytest.fixture
+def container(podman: Podman, image: str) -> Iterator[Container]:
+    name = f"huddle-test-{uuid.uuid4().hex[:12]}"
+    port = free_port(HOST)
+    try:
+        podman.run(
+            "run",
+            "--detach",
+            "--name",
+            name,
+            "--network",
+            "host",
+            # The image's HEALTHCHECK probes ${HUDDLE_PORT:-9292}.
+            "--env",
+            f"HUDDLE_PORT={port}",
+            image,
+            "huddle",
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--initial-rebalance-delay-ms",
+            "0",
+            timeout=120,
+        )
+        yield Container(name=name, port=port)
+    finally:
+        podman.run("rm", "--force", "--time", "0", name, timeout=60, check=False)
+
+
+def test_image_config(podman: Podman, image: str) -> None:
+    fmt = (
+        "{{json .Config.User}} {{json .Config.Cmd}} {{json .Config.Entrypoint}} "
+        "{{json .Config.StopSignal}} {{json .HealthCheck.Test}}"
+    )
+    out = podman.run("image", "inspect", "--format", fmt, image, timeout=30).stdout
+    user, cmd, entrypoint, stop_signal, health = out.split(" ", 4)
+    assert user == '"10001:10001"'
+    assert cmd == '["huddle","serve"]'
+    assert entrypoint in ("null", "[]")
+    assert stop_signal == '"SIGTERM"'
+    assert "huddle ping" in health
+
+
+def test_container_serves_a_group_and_stops_on_sigterm(
+    podman: Podman, container: Container
+) -> None:
+    name, port = container.name, container.port
+    waited = wait_for_port(podman, name, HOST, port, timeout=60)
+    print(f"listening after {waited:.2f} s")
+
+    # A member joins through the container, KIP-394 style, and syncs its own assignment.
+    group = "container-test"
+    protocols = [Protocol(name="range", metadata=b"subscription")]
+    with BlockingClient(HOST, port) as client:
+        hello = client.handshake("container-test")
+        assert hello.error_code == ErrorCode.NONE, hello
+
+        first = client.call(
+            JoinGroupRequest(
+                group_id=group,
+                member_id="",
+                protocol_type="consumer",
+                protocols=protocols,
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+            )
+        )
+        assert isinstance(first, JoinGroupResponse), first
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED, first
+        member_id = first.member_id
+        assert member_id
+
+        joined = client.call(
+            JoinGroupRequest(
+                group_id=group,
+                member_id=member_id,
+                protocol_type="consumer",
+                protocols=protocols,
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+            )
+        )
+        assert isinstance(joined, JoinGroupResponse), joined
+        assert joined.error_code == ErrorCode.NONE, joined
+        assert joined.generation_id == 1
+        assert joined.member_id == member_id
+        assert joined.leader == member_id
+        assert joined.protocol_name == "range"
+        assert [m.member_id for m in joined.members] == [member_id]
+
+        assignment = b"topic-a:0,1,2"
+        synced = client.call(
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=joined.generation_id,
+                member_id=member_id,
+                protocol_type="consumer",
+                protocol_name="range",
+                assignments=[SyncGroupAssignment(member_id=member_id, assignment=assignment)],
+            )
+        )
+        assert isinstance(synced, SyncGroupResponse), synced
+        assert synced.error_code == ErrorCode.NONE, synced
+        assert synced.assignment == assignment
+
+    uid = podman.run("exec", name, "id", "-u", timeout=30).stdout.strip()
+    assert uid != "0", "the server runs as root in the container"
+
+    health = podman.run("healthcheck", "run", name, timeout=30, check=False)
+    assert health.returncode == 0, (
+        f"healthcheck failed ({health.returncode}): {health.stdout}{health.stderr}\n"
+        + logs(podman, name)
+    )
+
+    start = time.monotonic()
+    podman.run("stop", "--time", str(STOP_TIMEOUT_S), name, timeout=STOP_TIMEOUT_S + 30)
+    took = time.monotonic() - start
+    print(f"stopped in {took:.2f} s")
+    assert not container_running(podman, name)
+    assert took < MAX_STOP_S, (
+        f"podman stop took {took:.1f} s: SIGTERM was not handled by PID 1\n" + logs(podman, name)
+    )
+    code = podman.run("inspect", "--format", "{{.State.ExitCode}}", name, timeout=30)
+    assert code.stdout.strip() == "0", (
+        f"the server exited {code.stdout.strip()} on SIGTERM, not 0\n" + logs(podman, name)
+    )
