@@ -1,0 +1,119 @@
+"""Log set-up for the coordinator process: structlog, JSON lines or a console renderer.
+
+Library code never configures logging; it takes a logger with
+``structlog.get_logger("huddle.<module>")`` and logs one stable snake_case event name per
+thing that happens. The ``huddle serve`` entry point calls ``configure_logging`` once.
+
+Records from the standard library's ``logging`` (asyncio's own complaints, for instance)
+are rendered the same way, so stderr carries one format only.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Literal, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+LogFormat = Literal["auto", "json", "console"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
+LOG_LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """A WriteLogger that remembers the name it was asked for (``huddle.server``...)."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+class _NamedWriteLoggerFactory:
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+
+    def __call__(self, *args: Any) -> _NamedWriteLogger:
+        name = args[0] if args and isinstance(args[0], str) else "huddle"
+        return _NamedWriteLogger(self._file, name)
+
+
+def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    name = getattr(logger, "name", None)
+    if name is not None and "logger" not in event_dict:
+        event_dict["logger"] = name
+    return event_dict
+
+
+def parse_level(level: str) -> int:
+    """The numeric level for a name such as ``info``; ValueError for an unknown name."""
+    try:
+        return LOG_LEVELS[level.strip().lower()]
+    except KeyError:
+        choices = ", ".join(LOG_LEVELS)
+        raise ValueError(f"unknown log level {level!r} (choose from {choices})") from None
+
+
+def configure_logging(
+    fmt: LogFormat = "auto", level: str = "info", *, stream: TextIO | None = None
+) -> None:
+    """Send structlog events (and stdlib logging records) to ``stream`` (default stderr).
+
+    ``auto`` renders for humans on a TTY and writes JSON lines otherwise. Timestamps are ISO
+    8601 in UTC; values bound with ``structlog.contextvars`` are merged into every event.
+    """
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {fmt!r} (choose from {', '.join(LOG_FORMATS)})")
+    levelno = parse_level(level)
+    out = stream if stream is not None else sys.stderr
+    console = fmt == "console" or (fmt == "auto" and out.isatty())
+
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Processor
+    if console:
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        tail: list[Processor] = [structlog.dev.set_exc_info, renderer]
+    else:
+        renderer = structlog.processors.JSONRenderer(default=repr)
+        tail = [structlog.processors.dict_tracebacks, renderer]
+
+    structlog.configure(
+        processors=[
+            *shared,
+            _add_logger_name,
+            structlog.processors.StackInfoRenderer(),
+            *tail,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(levelno),
+        logger_factory=_NamedWriteLoggerFactory(out),
+        cache_logger_on_first_use=False,
+    )
+
+    # The standard library's records (asyncio, third parties) through the same renderer.
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *tail,
+        ],
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "_huddle", False):
+            root.removeHandler(old)
+    handler._huddle = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(max(levelno, logging.INFO))

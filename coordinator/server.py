@@ -1,0 +1,621 @@
+"""The coordinator's transport: asyncio protocols around one sans-IO ``Coordinator``.
+
+Frames in -> core -> frames out. Each connection owns a ``FrameReader`` and a
+``ServerCodec``; the core answers with ``(conn_id, frame)`` pairs, routed here by conn id
+(frames for a connection that is gone are dropped). One ``loop.call_at`` timer follows
+``core.next_deadline()``.
+
+Bad input closes only the connection that sent it, after a ``ProtocolError`` frame saying
+why; a request that decodes as msgpack but not as a known request is answered with an
+``ErrorResponse`` and the connection stays open. A failure inside the core is logged with
+its traceback and answered with ``UNKNOWN_SERVER_ERROR``: the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Callable
+from typing import Final, cast
+
+import msgspec
+import structlog
+
+from coordinator.config import ServerConfig
+from coordinator.core import Coordinator, Outgoing, Peer
+from protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
+from protocol.framing import FrameReader, ServerCodec
+from protocol.messages import (
+    SUPPORTED_VERSIONS,
+    Call,
+    ErrorResponse,
+    Handshake,
+    HandshakeResult,
+    ProtocolError,
+    Reply,
+    ServerFrame,
+)
+
+log = structlog.get_logger("huddle.server")
+
+_TIMER_SLACK_S: Final = 0.001  # arm timers a hair late so they never fire before the deadline
+_SWEEP_MIN_S: Final = 0.02
+_SWEEP_MAX_S: Final = 1.0
+_ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
+_DEFAULT_HIGH_WATER: Final = 64 * 1024
+
+
+class ListenError(Exception):
+    """The server could not bind its listening socket."""
+
+
+def _sweep_interval(config: ServerConfig) -> float:
+    shortest = min(config.handshake_timeout_ms, config.stalled_frame_timeout_ms) / 1000
+    return min(max(shortest / 4, _SWEEP_MIN_S), _SWEEP_MAX_S)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: bytes -> frames -> the server; frames -> bytes."""
+
+    __slots__ = (
+        "client_id",
+        "close_reason",
+        "closing",
+        "codec",
+        "conn_id",
+        "frame_started",
+        "handshaken",
+        "host",
+        "linger",
+        "log",
+        "opened_at",
+        "peer",
+        "pending",
+        "reader",
+        "server",
+        "transport",
+        "write_paused",
+    )
+
+    def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
+        self.server = server
+        self.conn_id = conn_id
+        self.reader = FrameReader(server.config.max_frame_bytes)
+        self.codec = ServerCodec()
+        self.transport: asyncio.Transport | None = None
+        self.client_id = ""
+        self.host = ""
+        self.peer = Peer(conn_id)
+        self.handshaken = False
+        self.closing = False
+        self.close_reason = "closed by peer"
+        self.write_paused = False
+        self.opened_at = 0.0
+        self.frame_started: float | None = None  # loop time the buffered partial frame began
+        self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
+        self.pending: list[bytes] = []  # encoded frames not yet written
+        self.log = log.bind(conn_id=conn_id)
+
+    # --- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport is a Transport in behaviour, not by inheritance.
+        self.transport = transport = cast(asyncio.Transport, transport)
+        peername = transport.get_extra_info("peername")
+        if isinstance(peername, tuple) and peername:
+            self.host = str(peername[0])
+            self.log = self.log.bind(peer=f"{peername[0]}:{peername[1]}")
+        self.peer = Peer(self.conn_id, "", self.host)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        limit = self.server.config.max_write_buffer_bytes
+        if limit < 2 * _DEFAULT_HIGH_WATER:
+            transport.set_write_buffer_limits(high=max(limit // 2, 1))
+        self.server._connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        server = self.server
+        try:
+            bodies = self.reader.feed(data)
+        except (MessageTooLargeError, CorruptMessageError) as exc:
+            self.fail(exc.code, exc.message, event="bad_frame")
+            return
+        if bodies:
+            server._frames_received(self, bodies)
+        if self.closing:
+            return
+        if self.reader.mid_frame:
+            if bodies or self.frame_started is None:
+                self.frame_started = server.loop.time()
+                server._watch.add(self)
+        elif self.frame_started is not None:
+            self.frame_started = None
+            if self.handshaken:
+                server._watch.discard(self)
+
+    def eof_received(self) -> bool:
+        if self.reader.mid_frame and not self.closing:
+            self.log.warning("bad_frame", reason="connection ended in the middle of a frame")
+            self.close_reason = "closed by peer mid-frame"
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and not self.closing:
+            self.close_reason = f"connection lost: {exc}"
+        self.closing = True
+        self.pending = []
+        if self.linger is not None:
+            self.linger.cancel()
+            self.linger = None
+        self.server._connection_lost(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    # --- sending and closing ----------------------------------------------------------
+
+    def send(self, frame: ServerFrame) -> None:
+        """Queue a frame; the server flushes every connection's queue once per event."""
+        if self.closing or self.transport is None:
+            return
+        if not self.pending:
+            self.server._dirty.append(self)
+        self.pending.append(self.codec.encode(frame))
+
+    def flush(self) -> None:
+        """One write (one syscall) for every frame queued since the last flush."""
+        pending, transport = self.pending, self.transport
+        if not pending or transport is None:
+            return
+        self.pending = []
+        transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        if self.write_paused:
+            size = transport.get_write_buffer_size()
+            limit = self.server.config.max_write_buffer_bytes
+            if size > limit:
+                self.log.warning("write_buffer_overflow", buffered_bytes=size, limit=limit)
+                self.abort(f"write buffer over {limit} bytes: the client is not reading")
+
+    def fail(self, code: ErrorCode, message: str, *, event: str, **details: object) -> None:
+        """Log a warning, tell the client why in a ProtocolError, then close."""
+        if self.closing:
+            return
+        self.log.warning(event, error_code=code.name, error_message=message, **details)
+        self.send(ProtocolError(error_code=code, error_message=message))
+        self.close(f"{code.name}: {message}")
+
+    def close(self, reason: str) -> None:
+        """Close after flushing what is buffered; abort if that takes too long."""
+        if self.closing or self.transport is None:
+            return
+        self.flush()
+        self.closing = True
+        self.close_reason = reason
+        self.server._watch.discard(self)
+        transport = self.transport
+        transport.close()
+        linger = self.server.config.shutdown_timeout_ms / 1000
+        self.linger = self.server.loop.call_later(linger, transport.abort)
+
+    def abort(self, reason: str) -> None:
+        if self.transport is None:
+            return
+        if not self.closing:
+            self.closing = True
+            self.close_reason = reason
+        self.pending = []
+        self.server._watch.discard(self)
+        self.transport.abort()
+
+
+class CoordinatorServer:
+    """Listens on ``config.host:config.port`` and feeds one ``Coordinator`` core.
+
+    ``await start()`` binds (port 0 picks a free port: read ``port`` afterwards);
+    ``await close()`` shuts down gracefully: stop accepting, let the core answer every
+    request it holds, flush, close. Also usable as ``async with CoordinatorServer(...)``.
+    """
+
+    def __init__(self, config: ServerConfig, *, core: Coordinator | None = None) -> None:
+        self.config = config
+        self.core = core if core is not None else Coordinator(config.group)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._conns: dict[int, _Connection] = {}
+        self._watch: set[_Connection] = set()  # not yet handshaken, or mid-frame
+        self._dirty: list[_Connection] = []  # connections with frames queued to write
+        self._next_conn_id = 1
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._stopping = False
+        self._closed: asyncio.Event | None = None
+        self._all_gone: asyncio.Event | None = None
+        self.port = config.port
+        self.host = config.host
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the server is not started")
+        return self._loop
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._conns)
+
+    async def start(self) -> None:
+        if self._loop is not None:
+            raise RuntimeError("the server is already started")
+        self._loop = asyncio.get_running_loop()
+        self._closed = asyncio.Event()
+        self._all_gone = asyncio.Event()
+        cfg = self.config
+        try:
+            self._server = await self._loop.create_server(
+                self._new_connection, host=cfg.host, port=cfg.port, backlog=1024
+            )
+        except OSError as exc:
+            if isinstance(exc, socket.gaierror) or not exc.errno:
+                reason = str(exc.strerror or exc).lower()
+            else:
+                reason = os.strerror(exc.errno).lower()
+            raise ListenError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
+        sockets = self._server.sockets
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
+        log.info("server_listening", host=cfg.host, port=self.port)
+
+    async def close(self) -> None:
+        """Graceful shutdown; idempotent. Returns once every connection is closed."""
+        if self._loop is None or self._closed is None or self._all_gone is None:
+            return
+        if self._stopping:
+            await self._closed.wait()
+            return
+        self._stopping = True
+        log.info("server_stopping", connections=len(self._conns))
+        if self._server is not None:
+            self._server.close()
+        for handle in (self._timer, self._sweeper):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._sweeper = None
+        try:
+            out = self.core.shutdown()
+        except Exception:
+            log.exception("core_failed", operation="shutdown")
+            out = []
+        self._dispatch(out)
+        for conn in list(self._conns.values()):
+            if not conn.closing:
+                conn.send(
+                    ProtocolError(
+                        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                        error_message="the coordinator is shutting down",
+                    )
+                )
+                conn.close("server shutdown")
+        self._flush()
+        if self._conns:
+            self._all_gone.clear()
+            timeout = self.config.shutdown_timeout_ms / 1000
+            try:
+                await asyncio.wait_for(self._all_gone.wait(), timeout)
+            except TimeoutError:
+                log.warning("shutdown_flush_timeout", connections=len(self._conns))
+                for conn in list(self._conns.values()):
+                    conn.abort("server shutdown: flush timed out")
+                await asyncio.wait_for(self._all_gone.wait(), 1.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("server_stopped")
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        if self._closed is None:
+            raise RuntimeError("the server is not started")
+        await self._closed.wait()
+
+    async def __aenter__(self) -> CoordinatorServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- connections ------------------------------------------------------------------
+
+    def _new_connection(self) -> _Connection:
+        conn_id = self._next_conn_id
+        self._next_conn_id += 1
+        return _Connection(self, conn_id)
+
+    def _connection_made(self, conn: _Connection) -> None:
+        limit = self.config.max_connections
+        if self._stopping:
+            conn.fail(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "the coordinator is shutting down",
+                event="connection_refused",
+            )
+            return
+        if len(self._conns) >= limit:
+            conn.fail(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"connection limit of {limit} reached",
+                event="connection_refused",
+            )
+            return
+        self._conns[conn.conn_id] = conn
+        conn.opened_at = self.loop.time()
+        self._watch.add(conn)
+        conn.log.info("connection_opened", connections=len(self._conns))
+
+    def _connection_lost(self, conn: _Connection) -> None:
+        self._watch.discard(conn)
+        if self._conns.pop(conn.conn_id, None) is None:
+            return  # refused at the door: never registered, the core never saw it
+        conn.log.info("connection_closed", reason=conn.close_reason)
+        if not self._stopping:
+            try:
+                out = self.core.connection_closed(conn.conn_id, self._now())
+            except Exception:
+                log.exception("core_failed", operation="connection_closed", conn_id=conn.conn_id)
+                out = []
+            self._dispatch(out)
+            self._reschedule()
+            self._flush()
+        if not self._conns and self._all_gone is not None:
+            self._all_gone.set()
+
+    def _frames_received(self, conn: _Connection, bodies: list[bytes]) -> None:
+        tokens = structlog.contextvars.bind_contextvars(
+            conn_id=conn.conn_id, client_id=conn.client_id
+        )
+        calls = 0
+        now = self._now()  # one read, one instant: every frame in it arrived together
+        try:
+            decode = conn.codec.decode
+            for body in bodies:
+                if conn.closing:
+                    return
+                try:
+                    frame = decode(body)
+                except msgspec.ValidationError as exc:
+                    self._invalid_frame(conn, body, exc)
+                    continue
+                except msgspec.DecodeError as exc:
+                    conn.fail(
+                        ErrorCode.CORRUPT_MESSAGE,
+                        f"frame body is not msgpack: {exc}",
+                        event="bad_frame",
+                    )
+                    return
+                if type(frame) is Call:
+                    if conn.handshaken:
+                        self._call(conn, frame, now)
+                        calls += 1
+                    else:
+                        conn.fail(
+                            ErrorCode.INVALID_REQUEST,
+                            "expected a handshake first",
+                            event="handshake_failed",
+                        )
+                        return
+                elif type(frame) is Handshake:
+                    self._handshake(conn, frame)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
+            if calls:
+                self._reschedule()
+            self._flush()
+
+    def _invalid_frame(self, conn: _Connection, body: bytes, exc: msgspec.ValidationError) -> None:
+        correlation_id = conn.codec.correlation_id(body) if conn.handshaken else None
+        if correlation_id is None:
+            event = "bad_frame" if conn.handshaken else "handshake_failed"
+            conn.fail(ErrorCode.INVALID_REQUEST, f"invalid frame: {exc}", event=event)
+            return
+        conn.log.warning(
+            "bad_request",
+            correlation_id=correlation_id,
+            error_message=str(exc),
+            client_id=conn.client_id,
+        )
+        conn.send(
+            Reply(
+                correlation_id=correlation_id,
+                response=ErrorResponse(
+                    error_code=ErrorCode.INVALID_REQUEST, error_message=f"invalid request: {exc}"
+                ),
+            )
+        )
+
+    def _handshake(self, conn: _Connection, hello: Handshake) -> None:
+        if conn.handshaken:
+            conn.fail(ErrorCode.INVALID_REQUEST, "handshake already done", event="bad_frame")
+            return
+        if hello.version not in SUPPORTED_VERSIONS:
+            speaks = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+            message = (
+                f"protocol version {hello.version} is not supported; this server speaks {speaks}"
+            )
+            conn.log.warning(
+                "handshake_failed",
+                error_code=ErrorCode.UNSUPPORTED_VERSION.name,
+                error_message=message,
+                client_id=hello.client_id,
+            )
+            conn.send(
+                HandshakeResult(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=message)
+            )
+            conn.close(f"unsupported protocol version {hello.version}")
+            return
+        conn.handshaken = True
+        conn.client_id = hello.client_id
+        conn.peer = Peer(conn.conn_id, hello.client_id, conn.host)
+        conn.log = conn.log.bind(client_id=hello.client_id)
+        if conn.frame_started is None:
+            self._watch.discard(conn)
+        conn.send(HandshakeResult(version=hello.version))
+        conn.log.debug("handshake_done", version=hello.version)
+
+    # --- the core ---------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self.loop.time() * 1000
+
+    def _call(self, conn: _Connection, call: Call, now: float) -> None:
+        """One request through the core; the caller reschedules the timer afterwards."""
+        if self._stopping:
+            return
+        try:
+            out = self.core.handle(conn.peer, call.correlation_id, call.request, now)
+        except Exception:
+            kind = type(call.request).__struct_config__.tag
+            conn.log.exception("core_failed", operation="handle", request=kind)
+            out = [
+                (
+                    conn.conn_id,
+                    Reply(
+                        correlation_id=call.correlation_id,
+                        response=ErrorResponse(
+                            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                            error_message=f"the coordinator failed handling a {kind} request",
+                        ),
+                    ),
+                )
+            ]
+        self._dispatch(out)
+
+    def _flush(self) -> None:
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for conn in dirty:
+                conn.flush()
+
+    def _dispatch(self, out: list[Outgoing]) -> None:
+        conns = self._conns
+        for conn_id, frame in out:
+            conn = conns.get(conn_id)
+            if conn is not None:
+                conn.send(frame)
+
+    def _reschedule(self, not_before: float | None = None) -> None:
+        if self._stopping:
+            return
+        try:
+            deadline = self.core.next_deadline()
+        except Exception:
+            log.exception("core_failed", operation="next_deadline")
+            deadline = None
+        if deadline is not None and not_before is not None:
+            deadline = max(deadline, not_before)
+        if deadline == self._deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._deadline = deadline
+        if deadline is None:
+            self._timer = None
+        else:
+            self._timer = self.loop.call_at(deadline / 1000 + _TIMER_SLACK_S, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._deadline = None
+        if self._stopping:
+            return
+        now = self._now()
+        try:
+            out = self.core.advance(now)
+        except Exception:
+            log.exception("core_failed", operation="advance")
+            self._reschedule(not_before=now + _ADVANCE_RETRY_S * 1000)
+            return
+        self._dispatch(out)
+        self._reschedule()
+        self._flush()
+
+    def _sweep(self) -> None:
+        """Close connections that never said hello, or began a frame and never finished it."""
+        cfg = self.config
+        now = self.loop.time()
+        handshake_s = cfg.handshake_timeout_ms / 1000
+        stalled_s = cfg.stalled_frame_timeout_ms / 1000
+        for conn in list(self._watch):
+            if conn.closing:
+                self._watch.discard(conn)
+            elif not conn.handshaken and now - conn.opened_at > handshake_s:
+                conn.fail(
+                    ErrorCode.INVALID_REQUEST,
+                    f"no handshake within {cfg.handshake_timeout_ms} ms",
+                    event="handshake_failed",
+                )
+            elif conn.frame_started is not None and now - conn.frame_started > stalled_s:
+                conn.fail(
+                    ErrorCode.INVALID_REQUEST,
+                    f"frame not completed within {cfg.stalled_frame_timeout_ms} ms",
+                    event="bad_frame",
+                )
+        self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    ready: Callable[[int], None] | None = None,
+    stop: asyncio.Event | None = None,
+    core: Coordinator | None = None,
+) -> None:
+    """Run a server until SIGTERM or SIGINT (or until ``stop`` is set), then shut down.
+
+    ``ready`` is called with the bound port once the server listens. Raises ListenError
+    when the address cannot be bound.
+    """
+    loop = asyncio.get_running_loop()
+    stop = stop if stop is not None else asyncio.Event()
+    server = CoordinatorServer(config, core=core)
+    await server.start()
+    installed: list[signal.Signals] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, _on_signal, stop, signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread, or a platform without signal handlers
+        installed.append(signum)
+    try:
+        if ready is not None:
+            ready(server.port)
+        await stop.wait()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        await server.close()
+
+
+def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:
+    log.info("signal_received", signal=signum.name)
+    stop.set()
+
+
+__all__ = ["CoordinatorServer", "ListenError", "serve"]

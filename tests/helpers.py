@@ -1,0 +1,186 @@
+"""Reusable pieces for tests that talk to a real server: a raw client, a server, waiting.
+
+``RawClient`` speaks bytes over asyncio streams so tests can send what a well-behaved
+client never would. ``running_server`` runs a ``CoordinatorServer`` on 127.0.0.1, port 0,
+with a fast group configuration, on the test's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+from structlog.typing import EventDict
+
+from coordinator.config import GroupConfig, ServerConfig
+from coordinator.server import CoordinatorServer
+from protocol.framing import ClientCodec, FrameReader, frame_header
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    Call,
+    Handshake,
+    HandshakeResult,
+    JoinGroupRequest,
+    Message,
+    Protocol,
+    Reply,
+    Request,
+    Response,
+    ServerFrame,
+)
+
+FAST_GROUP = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
+DEADLINE_S = 10.0  # generous upper bound for anything a test waits on
+
+
+def fast_server_config(**overrides: Any) -> ServerConfig:
+    """127.0.0.1, port 0, the fast group rules, then ``overrides``."""
+    base = ServerConfig(host="127.0.0.1", port=0, group=FAST_GROUP, shutdown_timeout_ms=2_000)
+    return replace(base, **overrides)
+
+
+@asynccontextmanager
+async def running_server(config: ServerConfig | None = None) -> AsyncIterator[CoordinatorServer]:
+    server = CoordinatorServer(config if config is not None else fast_server_config())
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def wait_until(
+    predicate: Callable[[], bool], *, wait_s: float = DEADLINE_S, what: str = "condition"
+) -> None:
+    """Poll ``predicate`` on the event loop until it holds; AssertionError at the deadline."""
+    deadline = time.monotonic() + wait_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {wait_s} s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def within(awaitable: Awaitable[Any], wait_s: float = DEADLINE_S) -> Any:
+    return await asyncio.wait_for(awaitable, wait_s)
+
+
+def frame(body: bytes) -> bytes:
+    """A whole frame (header + body) around raw body bytes."""
+    return frame_header(len(body)) + body
+
+
+def packed(value: object) -> bytes:
+    """Any value as a msgpack frame: lets tests send messages of the wrong shape."""
+    return frame(msgspec.msgpack.encode(value))
+
+
+def error_events(logs: list[EventDict]) -> list[EventDict]:
+    """Captured structlog events at error level or above, or carrying a traceback."""
+    return [
+        e
+        for e in logs
+        if e.get("log_level") in ("error", "critical", "exception") or e.get("exc_info")
+    ]
+
+
+class RawClient:
+    """A byte-level client: send anything, read decoded server frames, observe closing."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._frames = FrameReader()
+        self._codec = ClientCodec()
+        self._queue: list[ServerFrame] = []
+        self._correlation_ids = iter(range(1, 1 << 62))
+
+    @classmethod
+    async def open(cls, port: int, host: str = "127.0.0.1") -> RawClient:
+        reader, writer = await within(asyncio.open_connection(host, port))
+        return cls(reader, writer)
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.writer.write(data)
+        await within(self.writer.drain())
+
+    async def send(self, message: Message) -> None:
+        await self.send_bytes(self._codec.encode(message))
+
+    async def handshake(self, version: int = PROTOCOL_VERSION, client_id: str = "raw") -> None:
+        await self.send(Handshake(version=version, client_id=client_id))
+        result = await self.read_frame()
+        assert isinstance(result, HandshakeResult), result
+        assert result.error_code == 0, result
+
+    async def call(self, request: Request) -> Response:
+        correlation_id = next(self._correlation_ids)
+        await self.send(Call(correlation_id=correlation_id, request=request))
+        reply = await self.read_frame()
+        assert isinstance(reply, Reply), reply
+        assert reply.correlation_id == correlation_id
+        return reply.response
+
+    async def read_frame(self, wait_s: float = DEADLINE_S) -> ServerFrame | None:
+        """The next frame, or None once the server has closed the connection."""
+        deadline = time.monotonic() + wait_s
+        while not self._queue:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no frame from the server within {wait_s} s")
+            try:
+                data = await asyncio.wait_for(self.reader.read(65_536), remaining)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            for body in self._frames.feed(data):
+                self._queue.append(self._codec.decode(body))
+        return self._queue.pop(0)
+
+    async def frames_until_closed(self, wait_s: float = DEADLINE_S) -> list[ServerFrame]:
+        """Every frame the server sends until it closes the connection (within ``wait_s``)."""
+        frames: list[ServerFrame] = []
+        deadline = time.monotonic() + wait_s
+        while True:
+            frame_ = await self.read_frame(max(deadline - time.monotonic(), 0.001))
+            if frame_ is None:
+                return frames
+            frames.append(frame_)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with suppress(ConnectionError, OSError):
+            await within(self.writer.wait_closed())
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, wait_s: float = DEADLINE_S, what: str = "condition"
+) -> None:
+    """Like ``wait_until`` for a condition that needs to ask the server."""
+    deadline = time.monotonic() + wait_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {wait_s} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def join_request(
+    member_id: str = "",
+    *,
+    group_id: str = "g",
+    session_timeout_ms: int = 10_000,
+    rebalance_timeout_ms: int = 10_000,
+) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=group_id,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=[Protocol(name="range", metadata=b"m")],
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+    )

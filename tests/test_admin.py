@@ -1,0 +1,66 @@
+"""client.admin against the real server."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.admin import Admin
+from client.connection import connect
+from protocol.errors import (
+    GroupIdNotFoundError,
+    HuddleError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from protocol.messages import JoinGroupResponse
+from tests.helpers import join_request
+
+
+async def test_topic_lifecycle(bootstrap: str) -> None:
+    async with Admin(bootstrap) as admin:
+        assert await admin.list_topics() == {}
+        await admin.create_topic("orders", 3)
+        await admin.create_topic("audit", 1)
+        assert await admin.list_topics() == {"audit": 1, "orders": 3}
+        await admin.alter_topic("orders", 6)
+        assert (await admin.list_topics())["orders"] == 6
+        await admin.delete_topic("audit")
+        assert await admin.list_topics() == {"orders": 6}
+
+
+async def test_topic_errors_raise_registered_exceptions(bootstrap: str) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("orders", 3)
+        with pytest.raises(TopicAlreadyExistsError):
+            await admin.create_topic("orders", 3)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            await admin.delete_topic("nope")
+        with pytest.raises(HuddleError):
+            await admin.create_topic("bad", 0)
+        # The connection is still fine after errors.
+        assert await admin.list_topics() == {"orders": 3}
+
+
+async def test_groups(bootstrap: str) -> None:
+    async with connect(bootstrap, client_id="member-1") as member, Admin(bootstrap) as admin:
+        assert await admin.list_groups() == []
+        first = await member.request(join_request(), timeout=5)
+        assert isinstance(first, JoinGroupResponse)
+        joined = await member.request(join_request(first.member_id), timeout=5)
+        assert isinstance(joined, JoinGroupResponse)
+        groups = await admin.list_groups()
+        assert [g.group_id for g in groups] == ["g"]
+        assert groups[0].protocol_type == "consumer"
+        described = await admin.describe_group("g")
+        assert described.generation_id == joined.generation_id
+        assert [m.member_id for m in described.members] == [joined.member_id]
+        assert described.members[0].client_id == "member-1"
+        assert described.members[0].client_host == "127.0.0.1"
+        with pytest.raises(GroupIdNotFoundError):
+            await admin.describe_group("nope")
+
+
+async def test_admin_outside_its_context() -> None:
+    admin = Admin("127.0.0.1:9")
+    with pytest.raises(RuntimeError, match="async with"):
+        await admin.list_topics()

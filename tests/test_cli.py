@@ -1,0 +1,329 @@
+"""The ``huddle`` command: settings from flags and environment, errors, and a real run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import (
+    DEFAULT_BOOTSTRAP,
+    SERVE_FLAGS,
+    UsageError,
+    bootstrap_of,
+    main,
+    parse_args,
+    serve_settings,
+)
+from coordinator.config import GroupConfig, ServerConfig
+
+HUDDLE = Path(sys.executable).with_name("huddle")
+CLI_TIMEOUT_S = 30.0
+
+
+def settings_for(argv: Sequence[str], env: dict[str, str] | None = None) -> ServerConfig:
+    return serve_settings(parse_args(["serve", *argv]), env or {}).config
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# --- settings: pure -----------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    settings = serve_settings(parse_args(["serve"]), {})
+    assert settings.config == ServerConfig()
+    assert settings.log_format == "auto"
+    assert settings.log_level == "info"
+
+
+def test_flags() -> None:
+    config = settings_for(
+        [
+            "--host=0.0.0.0",
+            "--port=9393",
+            "--min-session-timeout-ms=100",
+            "--max-session-timeout-ms=200",
+            "--initial-rebalance-delay-ms=0",
+            "--max-group-size=5",
+            "--max-frame-bytes=4096",
+            "--disconnect-grace-ms=-1",
+            "--no-notices",
+            "--max-connections=7",
+        ]
+    )
+    assert config.host == "0.0.0.0"
+    assert config.port == 9393
+    assert config.max_frame_bytes == 4096
+    assert config.max_connections == 7
+    assert config.group == GroupConfig(
+        min_session_timeout_ms=100,
+        max_session_timeout_ms=200,
+        initial_rebalance_delay_ms=0,
+        max_group_size=5,
+        disconnect_grace_ms=-1,
+        rebalance_notices=False,
+    )
+
+
+def test_environment() -> None:
+    env = {
+        "HUDDLE_PORT": "9494",
+        "HUDDLE_HOST": "::",
+        "HUDDLE_NOTICES": "false",
+        "HUDDLE_MAX_GROUP_SIZE": " 3 ",
+        "HUDDLE_LOG_FORMAT": "json",
+        "HUDDLE_LOG_LEVEL": "debug",
+    }
+    settings = serve_settings(parse_args(["serve"]), env)
+    assert settings.config.port == 9494
+    assert settings.config.host == "::"
+    assert settings.config.group.rebalance_notices is False
+    assert settings.config.group.max_group_size == 3
+    assert (settings.log_format, settings.log_level) == ("json", "debug")
+
+
+def test_flags_win_over_environment() -> None:
+    env = {"HUDDLE_PORT": "9494", "HUDDLE_NOTICES": "false"}
+    config = settings_for(["--port", "9595", "--notices"], env)
+    assert config.port == 9595
+    assert config.group.rebalance_notices is True
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"HUDDLE_PORT": "abc"}, "HUDDLE_PORT='abc' is not an integer"),
+        (
+            {"HUDDLE_NOTICES": "maybe"},
+            "HUDDLE_NOTICES='maybe' is not a boolean (use true or false)",
+        ),
+        ({"HUDDLE_LOG_FORMAT": "xml"}, "HUDDLE_LOG_FORMAT='xml' is not one of auto, json, console"),
+    ],
+)
+def test_bad_environment_values(env: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        serve_settings(parse_args(["serve"]), env)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--port", "70000"],
+        ["--min-session-timeout-ms", "500", "--max-session-timeout-ms", "100"],
+        ["--max-connections", "0"],
+    ],
+)
+def test_invalid_configuration(argv: list[str]) -> None:
+    with pytest.raises(UsageError, match=r"^invalid configuration: "):
+        settings_for(argv)
+
+
+def test_every_setting_has_a_flag() -> None:
+    group = {f.name for f in fields(GroupConfig)}
+    server = {f.name for f in fields(ServerConfig)} - {"group"}
+    assert {s.field for s in SERVE_FLAGS if s.target == "group"} == group
+    assert {s.field for s in SERVE_FLAGS if s.target == "server"} == server
+    assert all(s.env == "HUDDLE_" + s.dest.upper() for s in SERVE_FLAGS)
+
+
+def test_bootstrap() -> None:
+    args = parse_args(["topics", "list"])
+    assert bootstrap_of(args, {}) == DEFAULT_BOOTSTRAP
+    assert bootstrap_of(args, {"HUDDLE_BOOTSTRAP": "10.0.0.1:1"}) == "10.0.0.1:1"
+    flagged = parse_args(["topics", "list", "--bootstrap", "[::1]:9"])
+    assert bootstrap_of(flagged, {"HUDDLE_BOOTSTRAP": "10.0.0.1:1"}) == "[::1]:9"
+    with pytest.raises(UsageError, match="not HOST:PORT"):
+        bootstrap_of(parse_args(["ping", "--bootstrap", "nowhere"]), {})
+
+
+# --- errors: one line, an exit code ---------------------------------------------------------
+
+
+def test_bad_environment_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve"], {"HUDDLE_PORT": "abc"}) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "huddle: HUDDLE_PORT='abc' is not an integer\n"
+    assert captured.out == ""
+
+
+def test_invalid_configuration_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--max-frame-bytes", "0"], {}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("huddle: invalid configuration: ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", [["ping"], ["topics", "list"], ["groups", "describe", "g"]])
+def test_unreachable_bootstrap_exits_1(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    assert main([*command, "--bootstrap", f"127.0.0.1:{port}"], {}) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"huddle: cannot connect to 127.0.0.1:{port}: connection refused\n"
+    assert captured.out == ""
+
+
+# --- admin commands in-process (each runs its own event loop, so in a thread) ---------------
+
+
+async def test_admin_commands(bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    async def huddle(*argv: str) -> tuple[int, str, str]:
+        code = await asyncio.to_thread(main, [*argv, "--bootstrap", bootstrap], {})
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    assert await huddle("ping") == (0, f"ok huddle protocol v1 at {bootstrap}\n", "")
+    assert await huddle("topics", "create", "orders", "--partitions", "3") == (
+        0,
+        'created topic "orders" with 3 partitions\n',
+        "",
+    )
+    assert await huddle("topics", "create", "audit-log", "--partitions", "12") == (
+        0,
+        'created topic "audit-log" with 12 partitions\n',
+        "",
+    )
+    code, out, _ = await huddle("topics", "list")
+    assert code == 0
+    assert out == "TOPIC      PARTITIONS\naudit-log  12\norders     3\n"
+    code, out, _ = await huddle("topics", "list", "--json")
+    assert json.loads(out) == [
+        {"name": "audit-log", "partitions": 12},
+        {"name": "orders", "partitions": 3},
+    ]
+    code, out, err = await huddle("topics", "create", "orders", "--partitions", "3")
+    assert code == 1
+    assert out == ""
+    assert err.startswith("huddle: ")
+    assert err.endswith("(TOPIC_ALREADY_EXISTS)\n")
+    assert err.count("\n") == 1
+    assert await huddle("topics", "alter", "orders", "--partitions", "4") == (
+        0,
+        'topic "orders" now has 4 partitions\n',
+        "",
+    )
+    assert await huddle("topics", "delete", "audit-log") == (0, 'deleted topic "audit-log"\n', "")
+    assert (await huddle("groups", "list")) == (0, "no groups\n", "")
+    assert json.loads((await huddle("groups", "list", "--json"))[1]) == []
+    code, _, err = await huddle("groups", "describe", "nope")
+    assert code == 1
+    assert err.endswith("(GROUP_ID_NOT_FOUND)\n")
+
+
+# --- huddle serve as a process --------------------------------------------------------------
+
+
+def huddle_argv(*argv: str) -> list[str]:
+    if HUDDLE.exists():
+        return [str(HUDDLE), *argv]
+    return [sys.executable, "-m", "coordinator.cli", *argv]
+
+
+def run_huddle(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        huddle_argv(*argv),
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def wait_accepting(port: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "huddle serve exited early"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"huddle serve did not accept on port {port} in {CLI_TIMEOUT_S} s")
+
+
+@pytest.fixture
+def serve_process() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = free_port()
+    process = subprocess.Popen(
+        huddle_argv("serve", "--port", str(port), "--log-format", "json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HUDDLE_INITIAL_REBALANCE_DELAY_MS": "0"},
+    )
+    try:
+        wait_accepting(port, process)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=CLI_TIMEOUT_S)
+
+
+def test_serve_end_to_end(serve_process: tuple[subprocess.Popen[str], int]) -> None:
+    process, port = serve_process
+    bootstrap = f"127.0.0.1:{port}"
+    ping = run_huddle("ping", "--bootstrap", bootstrap)
+    assert (ping.returncode, ping.stdout) == (0, f"ok huddle protocol v1 at {bootstrap}\n")
+    created = run_huddle(
+        "topics", "create", "orders", "--partitions", "3", "--bootstrap", bootstrap
+    )
+    assert created.returncode == 0, created.stderr
+    listed = run_huddle("topics", "list", "--json", env={"HUDDLE_BOOTSTRAP": bootstrap})
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [{"name": "orders", "partitions": 3}]
+
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    assert process.returncode == 0, stderr
+    events = [json.loads(line) for line in stderr.splitlines()]
+    names = [e["event"] for e in events]
+    assert "server_listening" in names
+    assert names[-1] == "server_stopped"
+    assert names.index("server_stopping") < names.index("server_stopped")
+    listening = events[names.index("server_listening")]
+    assert (listening["host"], listening["port"]) == ("127.0.0.1", port)
+    assert all(e["level"] in ("debug", "info") for e in events), stderr
+
+
+def test_serve_stops_on_sigint_too(serve_process: tuple[subprocess.Popen[str], int]) -> None:
+    process, _ = serve_process
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    assert process.returncode == 0, stderr
+    assert '"server_stopped"' in stderr.splitlines()[-1]
+
+
+def test_serve_on_a_port_in_use_exits_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_huddle("serve", "--port", str(port), "--log-format", "json")
+    assert result.returncode == 1
+    expected = f"huddle: cannot listen on 127.0.0.1:{port}: address already in use"
+    assert expected in result.stderr.splitlines()
+
+
+def test_serve_with_a_bad_environment_value_exits_2() -> None:
+    result = run_huddle("serve", env={"HUDDLE_PORT": "nine"})
+    assert result.returncode == 2
+    assert result.stderr == "huddle: HUDDLE_PORT='nine' is not an integer\n"

@@ -1,0 +1,108 @@
+"""coordinator.logging: JSON lines or console output, levels, context, stdlib records."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from coordinator.logging import configure_logging, parse_level
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_with_level_time_logger_and_context() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = structlog.get_logger("huddle.test")
+    with structlog.contextvars.bound_contextvars(conn_id=7, client_id="c"):
+        log.info("connection_opened", peer="127.0.0.1:5")
+    log.debug("too_quiet")
+    (event,) = lines(out)
+    assert event["event"] == "connection_opened"
+    assert event["level"] == "info"
+    assert event["logger"] == "huddle.test"
+    assert event["conn_id"] == 7
+    assert event["client_id"] == "c"
+    assert event["peer"] == "127.0.0.1:5"
+    assert isinstance(event["timestamp"], str)
+    assert event["timestamp"].endswith("Z")
+
+
+def test_auto_is_json_when_not_a_tty() -> None:
+    out = io.StringIO()
+    configure_logging("auto", stream=out)
+    structlog.get_logger("huddle.test").warning("bad_frame", reason="x")
+    assert lines(out)[0]["event"] == "bad_frame"
+
+
+def test_level_filtering() -> None:
+    out = io.StringIO()
+    configure_logging("json", "warning", stream=out)
+    log = structlog.get_logger("huddle.test")
+    log.info("hidden")
+    log.warning("shown")
+    assert [e["event"] for e in lines(out)] == ["shown"]
+
+
+def test_exceptions_are_structured() -> None:
+    out = io.StringIO()
+    configure_logging("json", stream=out)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        structlog.get_logger("huddle.test").exception("core_failed")
+    (event,) = lines(out)
+    assert event["level"] == "error"
+    assert "boom" in json.dumps(event["exception"])
+
+
+def test_stdlib_records_use_the_same_format() -> None:
+    out = io.StringIO()
+    configure_logging("json", stream=out)
+    logging.getLogger("asyncio").error("Task exception was never retrieved")
+    (event,) = lines(out)
+    assert event["event"] == "Task exception was never retrieved"
+    assert event["logger"] == "asyncio"
+    assert event["level"] == "error"
+
+
+def test_configuring_twice_does_not_duplicate_stdlib_output() -> None:
+    out = io.StringIO()
+    configure_logging("json", stream=out)
+    configure_logging("json", stream=out)
+    logging.getLogger("x").warning("once")
+    assert len(lines(out)) == 1
+
+
+def test_console_format() -> None:
+    out = io.StringIO()
+    configure_logging("console", stream=out)
+    structlog.get_logger("huddle.test").info("server_listening", port=9292)
+    text = out.getvalue()
+    assert "server_listening" in text
+    assert "port=9292" in text
+
+
+def test_bad_level_and_format() -> None:
+    with pytest.raises(ValueError, match="unknown log level"):
+        parse_level("loud")
+    with pytest.raises(ValueError, match="unknown log format"):
+        configure_logging("xml", stream=io.StringIO())  # type: ignore[arg-type]
+    assert parse_level("WARNING") == logging.WARNING

@@ -1,0 +1,406 @@
+"""The server against clients that misbehave: each gets a clear error, everyone else is served.
+
+Every test keeps a well-behaved client connected through the whole episode and checks it is
+still answered afterwards, and that nothing was logged at error level (no traceback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import msgspec
+import pytest
+from structlog.typing import EventDict
+
+from client.connection import Connection, connect
+from coordinator.server import CoordinatorServer
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    Call,
+    CreateTopicsRequest,
+    ErrorResponse,
+    Handshake,
+    HandshakeResult,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    ProtocolError,
+    Reply,
+    ServerFrame,
+    TopicSpec,
+)
+from tests.helpers import (
+    RawClient,
+    error_events,
+    fast_server_config,
+    frame,
+    packed,
+    running_server,
+    wait_until,
+    within,
+)
+
+
+@asynccontextmanager
+async def well_behaved(server: CoordinatorServer) -> AsyncIterator[Connection]:
+    """A client connected before the misbehaviour and checked after it."""
+    async with connect(f"127.0.0.1:{server.port}", client_id="good", timeout=10) as conn:
+        await assert_answered(conn)
+        yield conn
+        await assert_answered(conn)
+    # A newcomer is served too.
+    async with connect(f"127.0.0.1:{server.port}", client_id="newcomer", timeout=10) as fresh:
+        await assert_answered(fresh)
+
+
+async def assert_answered(conn: Connection) -> None:
+    response = await conn.request(ListTopicsRequest(), timeout=10)
+    assert isinstance(response, ListTopicsResponse), response
+    assert response.error_code == ErrorCode.NONE
+
+
+def assert_clean(logs: list[EventDict], caplog: pytest.LogCaptureFixture) -> None:
+    assert error_events(logs) == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def single_protocol_error(frames: Sequence[ServerFrame], code: ErrorCode) -> ProtocolError:
+    assert len(frames) == 1, frames
+    error = frames[0]
+    assert isinstance(error, ProtocolError), error
+    assert error.error_code == code, error
+    assert error.error_message
+    return error
+
+
+async def test_http_request_is_refused_as_too_large(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.send_bytes(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        frames = await raw.frames_until_closed()
+        single_protocol_error(frames, ErrorCode.MESSAGE_TOO_LARGE)
+        await raw.close()
+    assert any(e["event"] == "bad_frame" for e in logs)
+    assert_clean(logs, caplog)
+
+
+async def test_body_that_is_not_msgpack(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send_bytes(frame(b"\xc1\xc1\xc1 not msgpack"))
+        frames = await raw.frames_until_closed()
+        single_protocol_error(frames, ErrorCode.CORRUPT_MESSAGE)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_oversized_frame(logs: list[EventDict], caplog: pytest.LogCaptureFixture) -> None:
+    config = fast_server_config(max_frame_bytes=1_024)
+    async with running_server(config) as server, well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        body = msgspec.msgpack.encode(
+            Call(correlation_id=1, request=ListTopicsRequest(topics=["x" * 2_000]))
+        )
+        await raw.send_bytes(frame(body))
+        frames = await raw.frames_until_closed()
+        error = single_protocol_error(frames, ErrorCode.MESSAGE_TOO_LARGE)
+        assert "1024" in error.error_message
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_zero_length_frame(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send_bytes(b"\x00\x00\x00\x00")
+        frames = await raw.frames_until_closed()
+        single_protocol_error(frames, ErrorCode.CORRUPT_MESSAGE)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_truncated_frame_then_close(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await wait_until(lambda: server.connection_count == 2, what="two connections")
+        await raw.send_bytes(b"\x00\x00\x01\x00" + b"\x81" * 10)  # 256 announced, 10 sent
+        await raw.close()
+        await wait_until(lambda: server.connection_count == 1, what="the raw client to be gone")
+    closed = [e for e in logs if e["event"] == "connection_closed" and "mid-frame" in e["reason"]]
+    assert closed
+    assert_clean(logs, caplog)
+
+
+async def test_unknown_request_type_is_answered_and_connection_stays_open(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send_bytes(
+            packed({"type": "call", "correlation_id": 7, "request": {"type": "x"}})
+        )
+        reply = await raw.read_frame()
+        assert isinstance(reply, Reply)
+        assert reply.correlation_id == 7
+        assert isinstance(reply.response, ErrorResponse)
+        assert reply.response.error_code == ErrorCode.INVALID_REQUEST
+        # The same connection keeps working.
+        response = await raw.call(ListTopicsRequest())
+        assert isinstance(response, ListTopicsResponse)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_unknown_frame_type_with_a_correlation_id_is_answered(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send_bytes(packed({"type": "telepathy", "correlation_id": 3}))
+        reply = await raw.read_frame()
+        assert isinstance(reply, Reply)
+        assert reply.correlation_id == 3
+        assert isinstance(reply.response, ErrorResponse)
+        assert isinstance(await raw.call(ListTopicsRequest()), ListTopicsResponse)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_wrong_field_types_are_answered(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        bad = {
+            "type": "call",
+            "correlation_id": 11,
+            "request": {"type": "create_topics", "topics": [{"name": "t", "partitions": "three"}]},
+        }
+        await raw.send_bytes(packed(bad))
+        reply = await raw.read_frame()
+        assert isinstance(reply, Reply)
+        assert reply.correlation_id == 11
+        assert isinstance(reply.response, ErrorResponse)
+        assert reply.response.error_code == ErrorCode.INVALID_REQUEST
+        assert "partitions" in reply.response.error_message
+        assert isinstance(await raw.call(ListTopicsRequest()), ListTopicsResponse)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_msgpack_of_the_wrong_shape_without_correlation_id_closes(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send_bytes(packed([1, 2, 3]))
+        frames = await raw.frames_until_closed()
+        single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_request_before_handshake(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.send(Call(correlation_id=1, request=ListTopicsRequest()))
+        frames = await raw.frames_until_closed()
+        error = single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
+        assert error.error_message == "expected a handshake first"
+        await raw.close()
+    assert any(e["event"] == "handshake_failed" for e in logs)
+    assert_clean(logs, caplog)
+
+
+async def test_unsupported_version(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.send(Handshake(version=7, client_id="future"))
+        frames = await raw.frames_until_closed()
+        assert len(frames) == 1
+        result = frames[0]
+        assert isinstance(result, HandshakeResult)
+        assert result.error_code == ErrorCode.UNSUPPORTED_VERSION
+        assert result.error_message == "protocol version 7 is not supported; this server speaks 1"
+        assert result.supported_versions == [1]
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_second_handshake(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send(Handshake(version=1))
+        frames = await raw.frames_until_closed()
+        single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_client_stalled_mid_frame_is_closed(
+    logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = fast_server_config(stalled_frame_timeout_ms=200)
+    async with running_server(config) as server, well_behaved(server) as good:
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await raw.send_bytes(b"\x00\x00\x00\x40" + b"\x80" * 5)  # 64 announced, 5 sent
+        frames = await raw.frames_until_closed(wait_s=5)
+        error = single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
+        assert "200 ms" in error.error_message
+        # The good client, idle between frames all along, was left alone.
+        await assert_answered(good)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_busy_pipelining_client_is_not_taken_for_stalled(
+    logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = fast_server_config(stalled_frame_timeout_ms=200)
+    async with running_server(config) as server, well_behaved(server):
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        call = frame(msgspec.msgpack.encode(Call(correlation_id=1, request=ListTopicsRequest())))
+        head, tail = call[:3], call[3:]
+        answered = 0
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 3 * config.stalled_frame_timeout_ms / 1000
+        # Every write ends inside a frame, so the server's buffer is never empty for three
+        # stall timeouts; it is making progress all along and must not be closed.
+        await raw.send_bytes(head)
+        while loop.time() < until:
+            await raw.send_bytes(tail + head)
+            assert isinstance(await raw.read_frame(), Reply)
+            answered += 1
+            await wait_until(lambda: raw_is_mid_frame(server), what="a frame begun")
+        await raw.send_bytes(tail)
+        assert isinstance(await raw.read_frame(), Reply)
+        assert answered > 1
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+def raw_is_mid_frame(server: CoordinatorServer) -> bool:
+    return any(c.frame_started is not None for c in server._watch)
+
+
+async def test_client_that_never_says_hello_is_closed(
+    logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = fast_server_config(handshake_timeout_ms=200)
+    async with running_server(config) as server, well_behaved(server):
+        raw = await RawClient.open(server.port)
+        frames = await raw.frames_until_closed(wait_s=5)
+        single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
+        await raw.close()
+    assert_clean(logs, caplog)
+
+
+async def test_flood_of_connections(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    async def one(i: int) -> None:
+        raw = await RawClient.open(server.port)
+        await raw.handshake(client_id=f"flood-{i}")
+        assert isinstance(await raw.call(ListTopicsRequest()), ListTopicsResponse)
+        if i % 2:
+            await raw.send_bytes(b"\xff\xff\xff\xff")  # half of them misbehave on the way out
+            await raw.frames_until_closed()
+        await raw.close()
+
+    async with well_behaved(server):
+        await within(asyncio.gather(*(one(i) for i in range(300))), wait_s=60)
+        await wait_until(lambda: server.connection_count == 1, what="the flood to drain")
+    assert_clean(logs, caplog)
+
+
+async def test_connection_limit(logs: list[EventDict], caplog: pytest.LogCaptureFixture) -> None:
+    config = fast_server_config(max_connections=5)
+    async with running_server(config) as server, well_behaved(server):
+        others = [await RawClient.open(server.port) for _ in range(4)]
+        for raw in others:
+            await raw.handshake()
+        refused = await RawClient.open(server.port)
+        frames = await refused.frames_until_closed()
+        error = single_protocol_error(frames, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        assert error.error_message == "connection limit of 5 reached"
+        await refused.close()
+        # A slot freed is a slot given.
+        await others.pop().close()
+        await wait_until(lambda: server.connection_count == 4, what="a free slot")
+        again = await RawClient.open(server.port)
+        await again.handshake()
+        others.append(again)
+        for raw in others:
+            await raw.close()
+        await wait_until(lambda: server.connection_count == 1, what="others to be gone")
+    assert_clean(logs, caplog)
+
+
+async def test_client_that_does_not_read_is_dropped(
+    logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = fast_server_config(max_write_buffer_bytes=16_384)
+    async with running_server(config) as server, well_behaved(server):
+        async with connect(f"127.0.0.1:{server.port}") as setup:
+            topics = [TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(200)]
+            await setup.request(CreateTopicsRequest(topics=topics), timeout=10)
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        await wait_until(lambda: server.connection_count == 2, what="the reader to connect")
+        call = frame(msgspec.msgpack.encode(Call(correlation_id=1, request=ListTopicsRequest())))
+        raw.writer.write(call * 2_000)  # about 10 MB of answers that are never read
+        await wait_until(lambda: server.connection_count == 1, what="the non-reader to be dropped")
+        raw.writer.close()
+    assert any(e["event"] == "write_buffer_overflow" for e in logs)
+    assert_clean(logs, caplog)
+
+
+async def test_bad_input_from_many_clients_at_once(
+    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    payloads = [
+        b"\x00\x00\x00\x00",
+        b"\x7f\xff\xff\xff",
+        frame(b"\xc1"),
+        packed({"type": "handshake", "version": "one"}),
+        packed("hello"),
+    ]
+
+    async def bad(payload: bytes) -> None:
+        raw = await RawClient.open(server.port)
+        await raw.send_bytes(payload)
+        frames = await raw.frames_until_closed()
+        assert len(frames) == 1
+        assert isinstance(frames[0], ProtocolError)
+        await raw.close()
+
+    async with well_behaved(server):
+        await within(asyncio.gather(*(bad(p) for p in payloads * 20)), wait_s=60)
+    assert_clean(logs, caplog)
