@@ -132,12 +132,8 @@ class Coordinator:
     def advance(self, now: float) -> list[Outgoing]:
         """Act on every deadline at or before ``now``."""
         fx = Effects(now)
-        while True:
-            due = self.timers.pop_due(now)
-            if not due:
-                break
-            for key in due:
-                self.membership.expire(fx, key)
+        while (key := self.timers.pop_next(now)) is not None:
+            self.membership.expire(fx, key)
         return fx.out
 
     def next_deadline(self) -> float | None:

@@ -53,9 +53,12 @@ class TimerQueue:
             return when
         return None
 
-    def pop_due(self, now: float) -> list[Hashable]:
-        """Remove and return the keys whose deadline is at or before ``now``, earliest first."""
-        fired: list[Hashable] = []
+    def pop_next(self, now: float) -> Hashable | None:
+        """Remove and return the key with the earliest deadline at or before ``now``.
+
+        One at a time on purpose: acting on a key may move another key's deadline, and a key
+        moved past ``now`` must then not fire.
+        """
         heap = self._heap
         while heap and heap[0][0] <= now:
             when, _, key = heapq.heappop(heap)
@@ -64,11 +67,18 @@ class TimerQueue:
             del self._armed[key]
             due = self._due.get(key)
             if due is None:
-                continue
-            if due <= now:
-                del self._due[key]
-                fired.append(key)
-            else:
+                continue  # cancelled
+            if due > when:  # moved later since it was armed: re-arm at the real deadline
                 self._armed[key] = due
                 heapq.heappush(heap, (due, next(self._seq), key))
+                continue
+            del self._due[key]
+            return key
+        return None
+
+    def pop_due(self, now: float) -> list[Hashable]:
+        """Remove and return every key due at or before ``now``, earliest deadline first."""
+        fired: list[Hashable] = []
+        while (key := self.pop_next(now)) is not None:
+            fired.append(key)
         return fired
