@@ -32,6 +32,10 @@ E = ErrorCode
 _LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
+def _failed(name: str, code: ErrorCode, message: str) -> TopicResult:
+    return TopicResult(name=name, error_code=code, error_message=message)
+
+
 def name_problem(name: str) -> str | None:
     if name in (".", ".."):
         return f"topic name {name!r} is not allowed"
@@ -61,25 +65,19 @@ class TopicRegistry:
             problem = name_problem(spec.name)
             count_problem = self._count_problem(spec.partitions)
             if problem is not None:
-                result = TopicResult(
-                    name=spec.name, error_code=E.INVALID_TOPIC_EXCEPTION, error_message=problem
-                )
+                result = _failed(spec.name, E.INVALID_TOPIC_EXCEPTION, problem)
             elif spec.name in seen:
-                result = TopicResult(
-                    name=spec.name,
-                    error_code=E.INVALID_REQUEST,
-                    error_message=f"topic {spec.name!r} is named twice in one request",
+                result = _failed(
+                    spec.name,
+                    E.INVALID_REQUEST,
+                    f"topic {spec.name!r} is named twice in one request",
                 )
             elif spec.name in self.partitions:
-                result = TopicResult(
-                    name=spec.name,
-                    error_code=E.TOPIC_ALREADY_EXISTS,
-                    error_message=f"topic {spec.name!r} already exists",
+                result = _failed(
+                    spec.name, E.TOPIC_ALREADY_EXISTS, f"topic {spec.name!r} already exists"
                 )
             elif count_problem is not None:
-                result = TopicResult(
-                    name=spec.name, error_code=E.INVALID_PARTITIONS, error_message=count_problem
-                )
+                result = _failed(spec.name, E.INVALID_PARTITIONS, count_problem)
             else:
                 self.partitions[spec.name] = spec.partitions
                 changed.append(TopicMetadata(name=spec.name, partitions=spec.partitions))
@@ -96,15 +94,9 @@ class TopicRegistry:
             count_problem = self._count_problem(spec.partitions)
             old = self.partitions.get(spec.name)
             if old is None:
-                result = TopicResult(
-                    name=spec.name,
-                    error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
-                    error_message=f"no topic {spec.name!r}",
-                )
+                result = _failed(spec.name, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {spec.name!r}")
             elif count_problem is not None:
-                result = TopicResult(
-                    name=spec.name, error_code=E.INVALID_PARTITIONS, error_message=count_problem
-                )
+                result = _failed(spec.name, E.INVALID_PARTITIONS, count_problem)
             else:
                 if old != spec.partitions:
                     self.partitions[spec.name] = spec.partitions
@@ -124,13 +116,7 @@ class TopicRegistry:
         changed: list[TopicMetadata] = []
         for name in req.topics:
             if self.partitions.pop(name, None) is None:
-                results.append(
-                    TopicResult(
-                        name=name,
-                        error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
-                        error_message=f"no topic {name!r}",
-                    )
-                )
+                results.append(_failed(name, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"))
                 continue
             changed.append(TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION))
             log.info("topic_deleted", topic=name)
