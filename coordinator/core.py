@@ -77,11 +77,11 @@ class Coordinator:
     def handle(
         self, peer: Peer, correlation_id: int, request: Request, now: float
     ) -> list[Outgoing]:
-        fx = Effects(now)
         m = self.membership
+        if type(request) is HeartbeatRequest:  # the hot path: no Effects, no match
+            return [m.heartbeat(peer, correlation_id, request, now)]
+        fx = Effects(now)
         match request:
-            case HeartbeatRequest():
-                m.heartbeat(fx, peer, correlation_id, request)
             case JoinGroupRequest():
                 m.join(fx, peer, correlation_id, request)
             case SyncGroupRequest():

@@ -96,7 +96,7 @@ class _Connection(asyncio.Protocol):
         self.opened_at = 0.0
         self.frame_started: float | None = None  # loop time the buffered partial frame began
         self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
-        self.pending: list[bytes] = []  # encoded frames not yet written
+        self.pending = bytearray()  # encoded frames not yet written
         self.log = log.bind(conn_id=conn_id)
 
     # --- asyncio.Protocol -------------------------------------------------------------
@@ -150,7 +150,7 @@ class _Connection(asyncio.Protocol):
         if exc is not None and not self.closing:
             self.close_reason = f"connection lost: {exc}"
         self.closing = True
-        self.pending = []
+        self.pending = bytearray()
         if self.linger is not None:
             self.linger.cancel()
             self.linger = None
@@ -174,15 +174,15 @@ class _Connection(asyncio.Protocol):
             return
         if not self.pending:
             self.server._dirty.append(self)
-        self.pending.append(self.codec.encode(frame))
+        self.codec.encode_into(frame, self.pending)
 
     def flush(self) -> None:
         """One write (one syscall) for every frame queued since the last flush."""
         pending, transport = self.pending, self.transport
         if not pending or transport is None:
             return
-        self.pending = []
-        transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        self.pending = bytearray()
+        transport.write(pending)
         if self.write_paused:
             size = transport.get_write_buffer_size()
             limit = self.server.config.max_write_buffer_bytes
@@ -217,7 +217,7 @@ class _Connection(asyncio.Protocol):
         if not self.closing:
             self.closing = True
             self.close_reason = reason
-        self.pending = []
+        self.pending = bytearray()
         self.server._watch.discard(self)
         self.transport.abort()
 
@@ -504,7 +504,10 @@ class CoordinatorServer:
                     ),
                 )
             ]
-        self._dispatch(out)
+        if len(out) == 1 and out[0][0] == conn.conn_id:
+            conn.send(out[0][1])  # the common case: one answer to the caller
+        else:
+            self._dispatch(out)
 
     def _flush(self) -> None:
         dirty = self._dirty

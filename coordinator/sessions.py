@@ -153,10 +153,7 @@ class Sessions:
 
     def _touch(self, fx: Effects, member: Member) -> None:
         """Activity from a member pushes its session deadline out (never in)."""
-        deadline = fx.now + member.session_timeout_ms
-        current = self.timers.deadline(member.session_key)
-        if current is None or deadline > current:
-            self.timers.set(member.session_key, deadline)
+        self.timers.extend(member.session_key, fx.now + member.session_timeout_ms)
 
     def touch(self, fx: Effects, member: Member, conn: Peer) -> None:
         self._bind(member, conn)

@@ -37,6 +37,16 @@ class TimerQueue:
             self._armed[key] = deadline
             heapq.heappush(self._heap, (deadline, next(self._seq), key))
 
+    def extend(self, key: Hashable, deadline: float) -> None:
+        """Move a deadline out to ``deadline``; never earlier. The cheap path of ``set``."""
+        due = self._due.get(key)
+        if due is None or deadline > due:
+            self._due[key] = deadline
+            armed = self._armed.get(key)
+            if armed is None or deadline < armed:
+                self._armed[key] = deadline
+                heapq.heappush(self._heap, (deadline, next(self._seq), key))
+
     def cancel(self, key: Hashable) -> None:
         self._due.pop(key, None)
 

@@ -7,12 +7,16 @@ once per connection and reused for every frame.
 
 from __future__ import annotations
 
+import struct
+
 import msgspec
 
 from protocol.errors import CorruptMessageError, MessageTooLargeError
 from protocol.messages import CallId, ClientFrame, Message, ServerFrame
 
 HEADER_SIZE = 4
+_HEADER = struct.Struct(">I")
+_NO_HEADER = bytes(HEADER_SIZE)
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 
@@ -75,6 +79,13 @@ class _Codec:
         """One whole frame (header and body) for a message."""
         body = self._encoder.encode(message)
         return frame_header(len(body)) + body
+
+    def encode_into(self, message: Message, buffer: bytearray) -> None:
+        """Append one whole frame for a message to ``buffer`` (no intermediate copies)."""
+        start = len(buffer)
+        buffer += _NO_HEADER
+        self._encoder.encode_into(message, buffer, -1)
+        _HEADER.pack_into(buffer, start, len(buffer) - start - HEADER_SIZE)
 
 
 class ServerCodec(_Codec):

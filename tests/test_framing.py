@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from protocol.errors import CorruptMessageError, MessageTooLargeError
 from protocol.framing import HEADER_SIZE, ClientCodec, FrameReader, ServerCodec, frame_header
-from protocol.messages import Call, Handshake, ListTopicsRequest, ListTopicsResponse, Reply
+from protocol.messages import (
+    Call,
+    Handshake,
+    HandshakeResult,
+    HeartbeatResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    RebalanceStarted,
+    Reply,
+)
 
 
 def framed(body: bytes) -> bytes:
@@ -114,3 +123,18 @@ def test_codecs_meet_in_the_middle() -> None:
     reply = Reply(correlation_id=5, response=ListTopicsResponse())
     (body,) = reader.feed(server.encode(reply))
     assert client.decode(body) == reply
+
+
+def test_encode_into_appends_whole_frames_a_reader_splits_again() -> None:
+    codec = ServerCodec()
+    buffer = bytearray()
+    frames = [
+        HandshakeResult(),
+        Reply(correlation_id=7, response=HeartbeatResponse()),
+        RebalanceStarted(group_id="g", generation_id=3, reason="r"),
+    ]
+    for message in frames:
+        codec.encode_into(message, buffer)
+    assert bytes(buffer) == b"".join(codec.encode(m) for m in frames)
+    client = ClientCodec()
+    assert [client.decode(body) for body in FrameReader().feed(buffer)] == frames

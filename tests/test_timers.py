@@ -221,3 +221,22 @@ def test_timer_queue_matches_a_dict_of_deadlines(ops: list[tuple[str, Hashable, 
             assert upcoming <= min(model.values())  # never later than the real next one
         else:
             assert upcoming is None
+
+
+def test_extend_moves_a_deadline_out_never_in() -> None:
+    q = TimerQueue()
+    q.extend("k", 10)
+    q.extend("k", 5)  # earlier: ignored
+    assert q.deadline("k") == 10
+    q.extend("k", 20)
+    assert q.pop_due(15) == []
+    assert q.pop_due(20) == ["k"]
+
+
+def test_extend_after_cancel_fires_at_the_new_deadline_even_if_earlier() -> None:
+    q = TimerQueue()
+    q.set("k", 100)
+    q.cancel("k")
+    q.extend("k", 10)  # the old heap entry (100) must not be what wakes it
+    assert q.next_deadline() == 10
+    assert q.pop_due(10) == ["k"]
