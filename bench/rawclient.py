@@ -327,7 +327,7 @@ class RawConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    async def call(self, request: Request, timeout: float = 60.0) -> Response:  # noqa: ASYNC109
+    async def call(self, request: Request, timeout: float = 60.0) -> Response:
         correlation_id = next(self._ids)
         waiter: asyncio.Future[Response] = self.loop.create_future()
         self._waiters[correlation_id] = waiter
@@ -339,7 +339,7 @@ class RawConnection(asyncio.Protocol):
         finally:
             self._waiters.pop(correlation_id, None)
 
-    async def handshake(self, client_id: str, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def handshake(self, client_id: str, timeout: float = 10.0) -> None:
         self.write(self.codec.encode(Handshake(version=PROTOCOL_VERSION, client_id=client_id)))
         result = await asyncio.wait_for(self._hello, timeout)
         if result.error_code != E.NONE:

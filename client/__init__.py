@@ -1,1 +1,22 @@
-"""The huddle member library."""
+"""The huddle member library: members that keep their resources across rejoins.
+
+from client import Member, Admin, TopicPartition, RebalanceListener
+"""
+
+from client.admin import Admin
+from client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
+from client.listener import RebalanceListener
+from client.member import CommitFailedError, Member, MemberFailedError
+from protocol.embedded import TopicPartition
+
+__all__ = [
+    "ASSIGNORS",
+    "Admin",
+    "Assignor",
+    "CommitFailedError",
+    "Member",
+    "MemberFailedError",
+    "RebalanceListener",
+    "RebalanceProtocol",
+    "TopicPartition",
+]

@@ -109,6 +109,7 @@ class Connection:
         self.bootstrap = bootstrap
         self.client_id = client_id
         self.server_version = 0
+        self.disconnect_grace_ms = -1  # as the coordinator announced it
         self._stream = stream
         self._reader = FrameReader(max_frame_bytes)
         self._early: list[bytes] = []  # frame bodies read with the handshake result
@@ -141,7 +142,7 @@ class Connection:
         self,
         request: Request,
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - a per-request deadline is the API
+        timeout: float | None = None,
     ) -> Response:
         """Send one request and wait for its response (which may be an ``ErrorResponse``).
 
@@ -169,7 +170,7 @@ class Connection:
         request: Request,
         expect: type[R],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - a per-request deadline is the API
+        timeout: float | None = None,
     ) -> R:
         """``request``, then raise for an ErrorResponse or a top-level error code; typed."""
         response = await self.request(request, timeout=timeout)
@@ -229,6 +230,7 @@ class Connection:
             raise ConnectionClosedError(f"expected a handshake result, got {type(frame).__name__}")
         raise_for(frame.error_code, frame.error_message)
         self.server_version = frame.version
+        self.disconnect_grace_ms = frame.disconnect_grace_ms
 
     async def _read_loop(self) -> None:
         self._close_code = None
@@ -315,7 +317,7 @@ async def connect(
     bootstrap: str,
     *,
     client_id: str = "huddle-client",
-    timeout: float = 10.0,  # noqa: ASYNC109 - bounds connect + handshake only
+    timeout: float = 10.0,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     notice_buffer: int = DEFAULT_NOTICE_BUFFER,
     notices: bool = True,

@@ -475,7 +475,12 @@ class CoordinatorServer:
         conn.log = conn.log.bind(client_id=hello.client_id)
         if conn.frame_started is None:
             self._watch.discard(conn)
-        conn.send(HandshakeResult(version=hello.version))
+        conn.send(
+            HandshakeResult(
+                version=hello.version,
+                disconnect_grace_ms=self.config.group.disconnect_grace_ms,
+            )
+        )
         conn.log.debug("handshake_done", version=hello.version)
 
     # --- the core ---------------------------------------------------------------------

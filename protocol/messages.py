@@ -40,6 +40,9 @@ class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True
     version: int = PROTOCOL_VERSION
     supported_versions: list[int] = field(default_factory=lambda: list(SUPPORTED_VERSIONS))
     server: str = "huddle"
+    # How long a dynamic member may be disconnected before it is removed (-1: never), so a
+    # member knows when its partitions must count as lost after losing its connection.
+    disconnect_grace_ms: int = -1
 
 
 # --- group membership -----------------------------------------------------------------

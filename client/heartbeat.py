@@ -1,0 +1,53 @@
+"""When to heartbeat, and when a member must assume it has been dropped: one small object
+that is given the time (seconds, monotonic) rather than reading a clock."""
+
+from __future__ import annotations
+
+
+class HeartbeatTimer:
+    """Zombie safety rests on ``last_ok_sent``: the coordinator renews a session when it
+    *receives* a request, which is after the member sent it. A member that has had no
+    request answered in order for a whole session timeout, counted from when it sent the
+    last one, has therefore been expired (or is about to be) and must treat its partitions
+    as lost before the coordinator can hand them to anyone else."""
+
+    __slots__ = ("interval_s", "last_ok_sent", "last_sent", "session_s")
+
+    def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+        if heartbeat_interval_ms <= 0 or heartbeat_interval_ms >= session_timeout_ms:
+            raise ValueError(
+                f"heartbeat interval ({heartbeat_interval_ms} ms) must be positive and below "
+                f"the session timeout ({session_timeout_ms} ms)"
+            )
+        self.session_s = session_timeout_ms / 1000
+        self.interval_s = heartbeat_interval_ms / 1000
+        self.last_sent = float("-inf")
+        self.last_ok_sent: float | None = None  # None: no session to protect
+
+    def sent(self, now: float) -> None:
+        self.last_sent = now
+
+    def answered(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` was answered in a way that proves membership."""
+        if self.last_ok_sent is None or sent_at > self.last_ok_sent:
+            self.last_ok_sent = sent_at
+
+    def reset(self) -> None:
+        """No membership to protect (not joined, or it was lost)."""
+        self.last_ok_sent = None
+
+    def shorten(self, deadline: float) -> None:
+        """The session may end sooner than the timeout says (e.g. a closed connection)."""
+        if self.last_ok_sent is not None and deadline < self.last_ok_sent + self.session_s:
+            self.last_ok_sent = deadline - self.session_s
+
+    def next_heartbeat(self) -> float:
+        return self.last_sent + self.interval_s
+
+    def session_deadline(self) -> float | None:
+        """When the coordinator may have expired this member, if it holds a session."""
+        return None if self.last_ok_sent is None else self.last_ok_sent + self.session_s
+
+    def expired(self, now: float) -> bool:
+        deadline = self.session_deadline()
+        return deadline is not None and now >= deadline

@@ -1,0 +1,112 @@
+"""The embedded protocol: what members tell the leader and what the leader tells them.
+
+The coordinator carries these as opaque bytes (JoinGroup protocol metadata, SyncGroup
+assignments). Both are msgpack maps with a ``version``: a newer member may add fields, an
+older one ignores fields it does not know and gets defaults for fields it does not send,
+so mixed versions interoperate.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import msgspec
+
+SUBSCRIPTION_VERSION = 1
+ASSIGNMENT_VERSION = 1
+
+
+class TopicPartition(NamedTuple):
+    """One resource: partition ``partition`` of topic ``topic``."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class TopicPartitions(msgspec.Struct, frozen=True, kw_only=True):
+    """Partitions of one topic, as they travel."""
+
+    topic: str
+    partitions: list[int]
+
+
+class Subscription(msgspec.Struct, frozen=True, kw_only=True):
+    """Member -> leader, inside JoinGroup metadata."""
+
+    version: int = SUBSCRIPTION_VERSION
+    topics: list[str]
+    owned_partitions: list[TopicPartitions] = msgspec.field(default_factory=list)
+    generation: int = -1  # the generation in which the member owned them; -1: none
+    user_data: bytes = b""
+
+    @property
+    def owned(self) -> frozenset[TopicPartition]:
+        return flatten(self.owned_partitions)
+
+
+class Assignment(msgspec.Struct, frozen=True, kw_only=True):
+    """Leader -> member, inside SyncGroup. ``assigned`` is everything the member owns after
+    this round; ``revoked`` what the round took away from it (for cooperative protocols);
+    a positive ``scheduled_rebalance_delay_ms`` asks the member to rejoin after that delay."""
+
+    version: int = ASSIGNMENT_VERSION
+    assigned: list[TopicPartitions] = msgspec.field(default_factory=list)
+    revoked: list[TopicPartitions] = msgspec.field(default_factory=list)
+    scheduled_rebalance_delay_ms: int = 0
+    user_data: bytes = b""
+
+    @property
+    def partitions(self) -> frozenset[TopicPartition]:
+        return flatten(self.assigned)
+
+    @property
+    def revoked_partitions(self) -> frozenset[TopicPartition]:
+        return flatten(self.revoked)
+
+
+class EmbeddedSchemaError(ValueError):
+    """Bytes that are not a Subscription or Assignment this member can read."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_subscription = msgspec.msgpack.Decoder(Subscription)
+_assignment = msgspec.msgpack.Decoder(Assignment)
+
+
+def encode(value: Subscription | Assignment) -> bytes:
+    return _encoder.encode(value)
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    try:
+        return _subscription.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise EmbeddedSchemaError(f"not a subscription: {exc}") from exc
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    """Empty bytes are an empty assignment (what the coordinator gives members the
+    leader left out)."""
+    if not data:
+        return Assignment()
+    try:
+        return _assignment.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise EmbeddedSchemaError(f"not an assignment: {exc}") from exc
+
+
+def grouped(partitions: Iterable[TopicPartition]) -> list[TopicPartitions]:
+    """Partitions as they travel: per topic, sorted."""
+    by_topic: defaultdict[str, list[int]] = defaultdict(list)
+    for tp in partitions:
+        by_topic[tp.topic].append(tp.partition)
+    return [TopicPartitions(topic=t, partitions=sorted(ps)) for t, ps in sorted(by_topic.items())]
+
+
+def flatten(topics: Iterable[TopicPartitions]) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(t.topic, p) for t in topics for p in t.partitions)

@@ -1,0 +1,243 @@
+"""The member's sans-IO core: protocol choice, what it sends, and what each answer means."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from client.assignors.base import (
+    Assignor,
+    GroupAssignment,
+    MemberAssignment,
+    MemberSubscription,
+    RebalanceProtocol,
+)
+from client.heartbeat import HeartbeatTimer
+from client.machine import MemberConfig, MemberCore, MemberState, Next, choose_protocol
+from protocol.embedded import Assignment, TopicPartition, decode_subscription, encode, grouped
+from protocol.errors import ErrorCode
+from protocol.messages import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+
+E = ErrorCode
+TP = TopicPartition
+EAGER, COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
+
+
+class Eager(Assignor):
+    name = "eager-only"
+    supported_protocols = (EAGER,)
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, MemberSubscription],
+    ) -> GroupAssignment:
+        return {m: MemberAssignment() for m in subscriptions}
+
+
+class Both(Eager):
+    name = "both"
+    supported_protocols = (EAGER, COOPERATIVE)
+
+
+def core(*assignors: Assignor, instance: str | None = None) -> MemberCore:
+    return MemberCore(
+        MemberConfig(group_id="g", topics=["t"], instance_id=instance), list(assignors)
+    )
+
+
+def joined(c: MemberCore, generation: int = 1, leader: str = "m-1") -> None:
+    c.member_id = "m-1"
+    step = c.on_join(
+        JoinGroupResponse(
+            generation_id=generation,
+            protocol_type="consumer",
+            protocol_name=c.assignors[0].name,
+            leader=leader,
+            member_id="m-1",
+            members=[JoinGroupMember(member_id="m-1")],
+        )
+    )
+    assert step.next is Next.SYNC
+
+
+def synced(c: MemberCore, *partitions: int) -> Next:
+    assignment = encode(Assignment(assigned=grouped(TP("t", p) for p in partitions)))
+    return c.on_sync(SyncGroupResponse(assignment=assignment)).next
+
+
+def test_protocol_is_the_highest_all_assignors_support() -> None:
+    assert choose_protocol([Both()]) is COOPERATIVE
+    assert choose_protocol([Eager(), Both()]) is EAGER  # first rolling bounce: still eager
+    assert choose_protocol([Both(), Eager()]) is EAGER
+
+    class CoopOnly(Eager):
+        name = "coop-only"
+        supported_protocols = (COOPERATIVE,)
+
+    with pytest.raises(ValueError, match="share no rebalance protocol"):
+        choose_protocol([Eager(), CoopOnly()])
+
+
+def test_join_lists_every_assignor_in_preference_order() -> None:
+    c = core(Both(), Eager())
+    request = c.join_request()
+    assert [p.name for p in request.protocols] == ["both", "eager-only"]
+    assert decode_subscription(request.protocols[0].metadata).topics == ["t"]
+    assert request.protocol_type == "consumer"
+    assert request.member_id == ""
+
+
+def test_kip394_member_id_required_then_join_again() -> None:
+    c = core(Both())
+    step = c.on_join(JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-7"))
+    assert step.next is Next.JOIN
+    assert c.join_request().member_id == "m-7"
+
+
+def test_cooperative_member_reports_owned_and_revokes_only_what_moves() -> None:
+    c = core(Both())
+    joined(c)
+    assert synced(c, 0, 1) is Next.STAY
+    assert c.owned == {TP("t", 0), TP("t", 1)}
+    assert c.before_join().revoked == frozenset()  # cooperative: keeps everything
+    sub = decode_subscription(c.join_request().protocols[0].metadata)
+    assert sub.owned == {TP("t", 0), TP("t", 1)}
+    assert sub.generation == 1
+    joined(c, generation=2)
+    assignment = encode(Assignment(assigned=grouped([TP("t", 1), TP("t", 2)])))
+    step = c.on_sync(SyncGroupResponse(assignment=assignment))
+    assert step.revoked == {TP("t", 0)}
+    assert step.assigned == {TP("t", 2)}  # only what is new
+    assert step.next is Next.JOIN  # it gave something up: rejoin so it can move
+    assert c.owned == {TP("t", 1), TP("t", 2)}
+
+
+def test_cooperative_member_with_nothing_revoked_stays_and_is_told_of_empty_assignment() -> None:
+    c = core(Both())
+    joined(c)
+    synced(c, 0)
+    joined(c, generation=2)
+    step = c.on_sync(
+        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 0)]))))
+    )
+    assert step.revoked == frozenset()
+    assert step.assigned == frozenset()  # on_partitions_assigned is always called
+    assert step.next is Next.STAY
+
+
+def test_eager_member_revokes_everything_before_joining() -> None:
+    c = core(Eager())
+    joined(c)
+    synced(c, 0, 1)
+    step = c.before_join()
+    assert step.revoked == {TP("t", 0), TP("t", 1)}
+    assert c.owned == frozenset()
+    # the eager-only assignor still hears what was owned, for stickiness
+    sub = decode_subscription(c.join_request().protocols[0].metadata)
+    assert sub.owned == {TP("t", 0), TP("t", 1)}
+    joined(c, generation=2)
+    step = c.on_sync(
+        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 1)]))))
+    )
+    assert step.revoked == frozenset()
+    assert step.assigned == {TP("t", 1)}  # the whole new assignment
+
+
+def test_eager_member_of_a_cooperative_capable_assignor_reports_nothing_owned() -> None:
+    c = core(Eager(), Both())  # first bounce of an upgrade: EAGER
+    joined(c)
+    synced(c, 0)
+    c.before_join()
+    subs = {p.name: decode_subscription(p.metadata) for p in c.join_request().protocols}
+    assert subs["both"].owned == frozenset()  # it revoked: others may take them at once
+    assert subs["eager-only"].owned == {TP("t", 0)}
+
+
+@pytest.mark.parametrize(
+    ("code", "keeps_member_id"),
+    [(E.UNKNOWN_MEMBER_ID, False), (E.ILLEGAL_GENERATION, True)],
+)
+def test_falling_out_loses_everything_and_rejoins(code: ErrorCode, keeps_member_id: bool) -> None:
+    c = core(Both())
+    joined(c)
+    synced(c, 0, 1)
+    step = c.on_heartbeat(code, 1)
+    assert step.lost == {TP("t", 0), TP("t", 1)}
+    assert step.next is Next.JOIN
+    assert c.owned == frozenset()
+    assert c.generation == -1
+    assert (c.member_id == "m-1") is keeps_member_id
+
+
+def test_fatal_errors_stop_the_member() -> None:
+    c = core(Both(), instance="i-1")
+    joined(c)
+    synced(c, 0)
+    step = c.on_heartbeat(E.FENCED_INSTANCE_ID, 1)
+    assert step.next is Next.FAIL
+    assert step.lost == {TP("t", 0)}
+    assert c.state is MemberState.FAILED
+
+
+def test_coordinator_errors_mean_find_it_again_keeping_ownership() -> None:
+    c = core(Both())
+    joined(c)
+    synced(c, 0)
+    step = c.on_heartbeat(E.NOT_COORDINATOR, 1)
+    assert step.next is Next.RECONNECT
+    assert c.owned == {TP("t", 0)}
+    assert c.member_id == "m-1"
+
+
+def test_stale_heartbeat_answers_and_notices_change_nothing() -> None:
+    c = core(Both())
+    joined(c, generation=5)
+    synced(c, 0)
+    assert c.on_heartbeat(E.ILLEGAL_GENERATION, 4).next is Next.STAY
+    assert c.on_rebalance_notice(4).next is Next.STAY
+    assert c.owned == {TP("t", 0)}
+    assert c.on_rebalance_notice(5).next is Next.JOIN
+    assert c.state is MemberState.UNJOINED
+
+
+def test_rebalance_in_progress_from_a_heartbeat_means_rejoin() -> None:
+    c = core(Both())
+    joined(c)
+    synced(c, 0)
+    assert c.on_heartbeat(E.REBALANCE_IN_PROGRESS, 1).next is Next.JOIN
+    assert c.owned == {TP("t", 0)}
+
+
+def test_only_dynamic_members_leave() -> None:
+    dynamic, static = core(Both()), core(Both(), instance="i-1")
+    joined(dynamic)
+    joined(static)
+    request = dynamic.leave_request()
+    assert request is not None
+    assert request.members[0].member_id == "m-1"
+    assert static.leave_request() is None
+
+
+def test_scheduled_rebalance_delay_is_passed_on() -> None:
+    c = core(Both())
+    joined(c)
+    assignment = encode(Assignment(scheduled_rebalance_delay_ms=2_500))
+    assert c.on_sync(SyncGroupResponse(assignment=assignment)).rejoin_after_ms == 2_500
+
+
+def test_heartbeat_timer_session_counts_from_the_send_of_the_last_answered_request() -> None:
+    timer = HeartbeatTimer(session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+    assert not timer.expired(1e9)  # no session yet
+    timer.sent(100.0)
+    timer.answered(100.0)
+    assert timer.next_heartbeat() == 101.0
+    assert not timer.expired(109.9)
+    assert timer.expired(110.0)
+    timer.answered(99.0)  # an older answer does not move it back
+    assert timer.session_deadline() == 110.0
+    timer.shorten(100.5)  # e.g. the connection closed: gone sooner
+    assert timer.session_deadline() == 100.5
+    with pytest.raises(ValueError, match="below the session timeout"):
+        HeartbeatTimer(session_timeout_ms=1_000, heartbeat_interval_ms=1_000)
