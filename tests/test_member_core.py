@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import pytest
 
@@ -26,7 +27,7 @@ EAGER, COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
 
 class Eager(Assignor):
     name = "eager-only"
-    supported_protocols = (EAGER,)
+    supported_protocols: ClassVar[tuple[RebalanceProtocol, ...]] = (EAGER,)
 
     def assign(
         self,
@@ -109,7 +110,7 @@ def test_cooperative_member_reports_owned_and_revokes_only_what_moves() -> None:
     assignment = encode(Assignment(assigned=grouped([TP("t", 1), TP("t", 2)])))
     step = c.on_sync(SyncGroupResponse(assignment=assignment))
     assert step.revoked == {TP("t", 0)}
-    assert step.assigned == {TP("t", 2)}  # only what is new
+    assert step.assigned == frozenset({TP("t", 2)})  # only what is new
     assert step.next is Next.JOIN  # it gave something up: rejoin so it can move
     assert c.owned == {TP("t", 1), TP("t", 2)}
 
@@ -142,7 +143,7 @@ def test_eager_member_revokes_everything_before_joining() -> None:
         SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 1)]))))
     )
     assert step.revoked == frozenset()
-    assert step.assigned == {TP("t", 1)}  # the whole new assignment
+    assert step.assigned == frozenset({TP("t", 1)})  # the whole new assignment
 
 
 def test_eager_member_of_a_cooperative_capable_assignor_reports_nothing_owned() -> None:
