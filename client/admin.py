@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 
 from client.connection import Connection, connect
+from client.describe import GroupView, view
 from protocol.errors import ErrorCode, GroupIdNotFoundError, raise_for
 from protocol.messages import (
     AlterTopicsRequest,
@@ -116,6 +117,10 @@ class Admin:
             ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout
         )
         return sorted(response.groups, key=lambda g: g.group_id)
+
+    async def describe(self, group_id: str) -> GroupView:
+        """The group with its members' subscriptions and assignments decoded."""
+        return view(await self.describe_group(group_id))
 
     async def describe_group(self, group_id: str) -> DescribedGroup:
         response = await self.connection.call(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import msgspec
 
 from client.admin import Admin
-from protocol.messages import DescribedGroup
+from client.describe import GroupView, compact
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -28,13 +28,13 @@ def to_json(value: object) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _describe(group: DescribedGroup) -> str:
-    protocol = "/".join(p for p in (group.protocol_type, group.protocol_name) if p) or "-"
+def _describe(group: GroupView) -> str:
+    protocol = "/".join(p for p in (group.protocol_type, group.protocol) if p) or "-"
     head = format_table(
         ("group", group.group_id),
         [
             ("state", group.state or "-"),
-            ("generation", group.generation_id),
+            ("generation", group.generation),
             ("protocol", protocol),
             ("leader", group.leader or "-"),
             ("members", len(group.members)),
@@ -43,14 +43,16 @@ def _describe(group: DescribedGroup) -> str:
     if not group.members:
         return head
     members = format_table(
-        ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT-BYTES"),
+        ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "TOPICS", "OWNED", "ASSIGNED"),
         [
             (
                 m.member_id,
                 m.group_instance_id or "-",
                 m.client_id or "-",
                 m.client_host or "-",
-                len(m.assignment),
+                ",".join(m.topics) or "-",
+                compact(m.owned),
+                compact(m.assigned),
             )
             for m in group.members
         ],
@@ -99,6 +101,6 @@ async def run_admin_command(args: argparse.Namespace, bootstrap: str, wait_s: fl
                     [(g.group_id, g.protocol_type or "-", g.state or "-") for g in groups],
                 )
             case ("groups", "describe"):
-                group = await admin.describe_group(args.group)
+                group = await admin.describe(args.group)
                 return to_json(group) if as_json else _describe(group)
     raise ValueError(f"unknown command {args.command} {args.action}")
