@@ -1,0 +1,367 @@
+"""Members against the real coordinator on loopback: the scenarios users script."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from client import (
+    Admin,
+    CommitFailedError,
+    Member,
+    MemberFailedError,
+    RebalanceListener,
+    TopicPartition,
+)
+from coordinator.server import CoordinatorServer
+from protocol.errors import HuddleError
+from tests.helpers import FAST_GROUP, fast_server_config, running_server, wait_until
+from tests.proxy import freezable_proxy
+
+TP = TopicPartition
+COOP = ["cooperative-sticky"]
+SESSION_MS = 2_000
+
+
+class Recorder(RebalanceListener):
+    """Every callback, in order, with when it happened."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, frozenset[TopicPartition], float]] = []
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        self.calls.append(("revoked", revoked, time.monotonic()))
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        self.calls.append(("assigned", assigned, time.monotonic()))
+
+    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
+        self.calls.append(("lost", lost, time.monotonic()))
+
+    def names(self) -> list[tuple[str, list[int]]]:
+        return [(name, sorted(tp.partition for tp in ps)) for name, ps, _ in self.calls]
+
+    def clear(self) -> None:
+        self.calls.clear()
+
+
+def partitions(n: int, topic: str = "t") -> frozenset[TopicPartition]:
+    return frozenset(TP(topic, p) for p in range(n))
+
+
+def member(bootstrap: str, **kwargs: Any) -> Member:
+    settings: dict[str, Any] = {
+        "group_id": "g",
+        "topics": ["t"],
+        "assignors": COOP,
+        "session_timeout_ms": SESSION_MS,
+        "heartbeat_interval_ms": 200,
+        "rebalance_timeout_ms": 5_000,
+    }
+    settings.update(kwargs)
+    return Member(bootstrap, **settings)
+
+
+def settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> bool:
+    """Stable in one generation; every partition owned by exactly one member."""
+    if not all(m.state.value == "stable" for m in members):
+        return False
+    if len({m.generation for m in members}) != 1:
+        return False
+    owned = [tp for m in members for tp in m.assignment]
+    return len(owned) == len(set(owned)) and set(owned) == expected
+
+
+async def wait_settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> None:
+    await wait_until(lambda: settled(members, expected), what="the group to settle")
+
+
+@asynccontextmanager
+async def topic(bootstrap: str, count: int, name: str = "t") -> AsyncIterator[None]:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(name, count)
+    yield
+
+
+async def test_members_join_and_share_the_partitions(bootstrap: str) -> None:
+    async with topic(bootstrap, 6), AsyncExitStack() as stack:
+        members = [await stack.enter_async_context(member(bootstrap)) for _ in range(3)]
+        await wait_settled(members, partitions(6))
+        assert sorted(len(m.assignment) for m in members) == [2, 2, 2]
+        assert sum(m.is_leader for m in members) == 1
+        assert {m.protocol for m in members} == {"cooperative-sticky"}
+        assert {m.rebalance_protocol for m in members} == {"cooperative"}
+        async with Admin(bootstrap) as admin:
+            view = await admin.describe("g")
+        assert view.state == "Stable"
+        assert {tp for mv in view.members for tp in mv.assigned} == partitions(6)
+
+
+async def test_cooperative_callback_order_is_kip429s(bootstrap: str) -> None:
+    a_calls, b_calls = Recorder(), Recorder()
+    async with topic(bootstrap, 4), member(bootstrap, listener=a_calls) as a:
+        await wait_settled([a], partitions(4))
+        assert a_calls.names() == [("assigned", [0, 1, 2, 3])]
+        async with member(bootstrap, listener=b_calls) as b:
+            await wait_settled([a, b], partitions(4))
+            moved = sorted(tp.partition for tp in b.assignment)
+            kept = sorted(tp.partition for tp in a.assignment)
+            assert len(moved) == len(kept) == 2
+            # a: revoked exactly what moves, then assigned nothing new (in this round and in
+            # the follow-up round: on_partitions_assigned is called every time); it kept
+            # processing the rest all along (never revoked).
+            assert a_calls.names() == [
+                ("assigned", [0, 1, 2, 3]),
+                ("revoked", moved),
+                ("assigned", []),
+                ("assigned", []),
+            ]
+            # b: first round its share is withheld (a still owned it), then it arrives.
+            assert b_calls.names() == [("assigned", []), ("assigned", moved)]
+            # the hand-over happened only after a gave them up
+            revoked_at = a_calls.calls[1][2]
+            arrived_at = b_calls.calls[1][2]
+            assert revoked_at <= arrived_at
+
+
+async def test_eager_callback_order(bootstrap: str) -> None:
+    a_calls, b_calls = Recorder(), Recorder()
+    async with (
+        topic(bootstrap, 4),
+        member(bootstrap, listener=a_calls, assignors=["range"]) as a,
+    ):
+        await wait_settled([a], partitions(4))
+        async with member(bootstrap, listener=b_calls, assignors=["range"]) as b:
+            await wait_settled([a, b], partitions(4))
+            assert a_calls.names()[:2] == [("assigned", [0, 1, 2, 3]), ("revoked", [0, 1, 2, 3])]
+            assert a_calls.names()[2][0] == "assigned"
+            assert len(a_calls.names()[2][1]) == 2
+            assert b_calls.names() == [("assigned", sorted(tp.partition for tp in b.assignment))]
+            assert a.rebalance_protocol == "eager"
+
+
+async def test_clean_leave_hands_partitions_over(bootstrap: str) -> None:
+    leaver_calls = Recorder()
+    async with topic(bootstrap, 4), member(bootstrap) as stayer:
+        async with member(bootstrap, listener=leaver_calls) as leaver:
+            await wait_settled([stayer, leaver], partitions(4))
+            gone = leaver.assignment
+        assert leaver_calls.calls[-1][:2] == ("revoked", gone)  # given up on close
+        assert all(name != "lost" for name, _, _ in leaver_calls.calls)
+        await wait_settled([stayer], partitions(4))
+
+
+async def test_a_cancelled_member_is_replaced_within_the_disconnect_grace(
+    bootstrap: str,
+) -> None:
+    async with topic(bootstrap, 4), member(bootstrap) as stayer:
+        async with anyio.create_task_group() as tg:
+            ready = anyio.Event()
+
+            async def doomed() -> None:
+                async with member(bootstrap, session_timeout_ms=30_000) as m:
+                    await wait_settled([stayer, m], partitions(4))
+                    ready.set()
+                    await anyio.sleep_forever()
+
+            tg.start_soon(doomed)
+            await ready.wait()
+            started = time.monotonic()
+            tg.cancel_scope.cancel()  # killed: no LeaveGroup, the socket just closes
+        await wait_settled([stayer], partitions(4))
+        assert time.monotonic() - started < 5  # the grace, not the 30 s session
+
+
+async def test_without_the_grace_a_cancelled_member_leaves_by_session_timeout() -> None:
+    config = fast_server_config(group=replace(FAST_GROUP, disconnect_grace_ms=-1))
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with topic(bootstrap, 4), member(bootstrap) as stayer:
+            async with anyio.create_task_group() as tg:
+                ready = anyio.Event()
+
+                async def doomed() -> None:
+                    async with member(bootstrap) as m:
+                        await wait_settled([stayer, m], partitions(4))
+                        ready.set()
+                        await anyio.sleep_forever()
+
+                tg.start_soon(doomed)
+                await ready.wait()
+                started = time.monotonic()
+                tg.cancel_scope.cancel()
+            await wait_settled([stayer], partitions(4))
+            assert time.monotonic() - started >= SESSION_MS / 1000 * 0.9
+
+
+async def test_static_bounce_keeps_generation_and_assignment(bootstrap: str) -> None:
+    other_calls = Recorder()
+    async with topic(bootstrap, 4), member(bootstrap, listener=other_calls) as other:
+        async with member(bootstrap, instance_id="static-1", session_timeout_ms=10_000) as s:
+            await wait_settled([other, s], partitions(4))
+            generation, kept = s.generation, s.assignment
+        other_calls.clear()
+        async with member(bootstrap, instance_id="static-1", session_timeout_ms=10_000) as back:
+            await wait_settled([other, back], partitions(4))
+            assert back.generation == generation
+            assert back.assignment == kept
+            assert other_calls.calls == []  # nobody else noticed
+
+
+async def test_the_leader_leaving_hands_leadership_on(bootstrap: str) -> None:
+    async with topic(bootstrap, 6), AsyncExitStack() as stack:
+        members = [await stack.enter_async_context(member(bootstrap)) for _ in range(2)]
+        leader_cm = member(bootstrap)
+        async with leader_cm as third:
+            await wait_settled([*members, third], partitions(6))
+            leaders = [m for m in (*members, third) if m.is_leader]
+            assert len(leaders) == 1
+        # whoever led, once the third member leaves, the other two settle with one leader
+        await wait_settled(members, partitions(6))
+        assert sum(m.is_leader for m in members) == 1
+
+
+async def test_a_partition_count_change_reaches_the_members(bootstrap: str) -> None:
+    async with topic(bootstrap, 2), AsyncExitStack() as stack:
+        members = [await stack.enter_async_context(member(bootstrap)) for _ in range(2)]
+        await wait_settled(members, partitions(2))
+        async with Admin(bootstrap) as admin:
+            await admin.alter_topic("t", 6)
+        await wait_settled(members, partitions(6))
+
+
+class Running:
+    """A member in a task of its own, as it would be in a process of its own: members
+    started in one order can stop in any other (a rolling bounce)."""
+
+    def __init__(self, bootstrap: str, **kwargs: Any) -> None:
+        self._member = member(bootstrap, **kwargs)
+        self._stop = anyio.Event()
+        self._started = anyio.Event()
+        self._done = anyio.Event()
+
+    async def _run(self) -> None:
+        try:
+            async with self._member:
+                self._started.set()
+                await self._stop.wait()
+        finally:
+            self._done.set()
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> Member:
+        tg.start_soon(self._run)
+        await self._started.wait()
+        return self._member
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._done.wait()
+
+
+async def test_eager_to_cooperative_upgrade_by_two_rolling_bounces(bootstrap: str) -> None:
+    everything = partitions(6)
+    plan = [["range"], ["range", "cooperative-sticky"], ["cooperative-sticky"]]
+    async with topic(bootstrap, 6), anyio.create_task_group() as tg:
+        running = [Running(bootstrap, assignors=plan[0]) for _ in range(3)]
+        members = [await r.start(tg) for r in running]
+        await wait_settled(members, everything)
+        for bounce, assignors in enumerate(plan[1:], start=1):
+            for i in range(len(running)):
+                await running[i].stop()
+                running[i] = Running(bootstrap, assignors=assignors)
+                members[i] = await running[i].start(tg)
+                await wait_settled(members, everything)
+            if bounce == 1:
+                # everyone still lists range first and range is eager-only: still eager
+                assert {m.protocol for m in members} == {"range"}
+                assert {m.rebalance_protocol for m in members} == {"eager"}
+        assert {m.protocol for m in members} == {"cooperative-sticky"}
+        assert {m.rebalance_protocol for m in members} == {"cooperative"}
+        for r in running:
+            await r.stop()
+
+
+async def test_a_zombie_loses_its_partitions_before_anyone_else_gets_them(
+    server: CoordinatorServer,
+) -> None:
+    direct = f"127.0.0.1:{server.port}"
+    zombie_calls, other_calls = Recorder(), Recorder()
+    async with topic(direct, 4), freezable_proxy(server.port) as proxy:
+        async with (
+            member(direct, listener=other_calls) as other,
+            member(f"127.0.0.1:{proxy.port}", listener=zombie_calls) as zombie,
+        ):
+            await wait_settled([other, zombie], partitions(4))
+            held = zombie.assignment
+            generation = zombie.generation
+            frozen_at = time.monotonic()
+            proxy.freeze()  # heartbeats stall; the connection stays open
+            await wait_until(lambda: any(c[0] == "lost" for c in zombie_calls.calls), wait_s=10)
+            await wait_settled([other], partitions(4))
+            lost_at = next(t for name, _, t in zombie_calls.calls if name == "lost")
+            handed_at = next(
+                t
+                for name, ps, t in other_calls.calls
+                if name == "assigned" and ps & held and t > frozen_at
+            )
+            assert lost_at <= handed_at  # zombie safety
+            assert zombie.assignment == frozenset()
+            proxy.thaw()
+            with pytest.raises((CommitFailedError, HuddleError)):
+                await zombie.commit({next(iter(held)): 99})
+            assert generation < other.generation
+        committed = await _committed(direct, held)
+        assert 99 not in committed.values()
+
+
+async def _committed(
+    bootstrap: str, tps: frozenset[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    async with member(bootstrap, group_id="observer") as observer:
+        await observer.wait_stable(10)
+        return await observer.committed(tps)
+
+
+async def test_commits_are_fenced_and_fetched(bootstrap: str) -> None:
+    async with topic(bootstrap, 2), member(bootstrap) as m:
+        await wait_settled([m], partitions(2))
+        await m.commit({TP("t", 0): 10, TP("t", 1): 20})
+        assert await m.committed([TP("t", 0), TP("t", 1)]) == {TP("t", 0): 10, TP("t", 1): 20}
+
+
+async def test_revoked_partitions_are_committed_before_the_rejoin(bootstrap: str) -> None:
+    order: list[str] = []
+
+    class CommitOnRevoke(RebalanceListener):
+        def __init__(self) -> None:
+            self.member: Member | None = None
+
+        async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+            assert self.member is not None
+            await self.member.commit({tp: 7 for tp in revoked})
+            order.append("committed")
+
+    listener = CommitOnRevoke()
+    async with topic(bootstrap, 4), member(bootstrap, listener=listener) as a:
+        listener.member = a
+        await wait_settled([a], partitions(4))
+        async with member(bootstrap) as b:
+            await wait_settled([a, b], partitions(4))
+            assert order == ["committed"]
+            got = await b.committed(sorted(b.assignment))
+            assert set(got.values()) == {7}
+
+
+async def test_a_fatal_error_stops_the_member(bootstrap: str) -> None:
+    async with topic(bootstrap, 2), member(bootstrap, assignors=["range"]) as first:
+        await wait_settled([first], partitions(2))
+        with pytest.raises(MemberFailedError, match="INCONSISTENT_GROUP_PROTOCOL"):
+            async with member(bootstrap, assignors=["roundrobin"]) as odd:
+                await odd.wait_stable(10)
