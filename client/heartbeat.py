@@ -25,6 +25,7 @@ class HeartbeatTimer:
         self.last_ok_sent: float | None = None  # None: no session to protect
 
     def sent(self, now: float) -> None:
+        """A heartbeat went out at ``now`` (``-inf``: the next one is due at once)."""
         self.last_sent = now
 
     def answered(self, sent_at: float) -> None:

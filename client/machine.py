@@ -298,9 +298,10 @@ class MemberCore:
         return Step(lost=lost, next=Next.JOIN, error=reason, message=message)
 
     def on_disconnected(self) -> None:
-        """The connection went away mid-request: rejoin (keeping member id and ownership)
-        once it is back."""
-        if self.state is not MemberState.FAILED:
+        """The connection went away. A stable member is still in the group as far as it
+        knows: it reconnects and heartbeats with the same member id and generation (the
+        answer tells whether it is still in). A join or sync cut off midway starts over."""
+        if self.state in (MemberState.JOINING, MemberState.SYNCING):
             self.state = MemberState.UNJOINED
 
     # --- errors ----------------------------------------------------------------------

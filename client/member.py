@@ -188,6 +188,11 @@ class Member:
         return self._core.state
 
     @property
+    def connected(self) -> bool:
+        """Whether the member has a live connection to the coordinator right now."""
+        return self._conn is not None
+
+    @property
     def protocol(self) -> str | None:
         """The embedded protocol (assignor) the group chose."""
         return self._core.protocol_name
@@ -316,6 +321,7 @@ class Member:
                 ):
                     self._conn = conn
                     self._grace_ms = conn.disconnect_grace_ms
+                    self._timer.sent(float("-inf"))  # heartbeat at once: still a member?
                     backoff = self._backoff_s
                     self._log.info("member_connected", member_id=self._core.member_id)
                     tg.start_soon(self._read_notices, conn)

@@ -17,6 +17,7 @@ class FreezableProxy:
         self._tg = tg
         self._flowing = anyio.Event()
         self._flowing.set()
+        self._open: set[SocketStream] = set()
 
     def freeze(self) -> None:
         if self._flowing.is_set():
@@ -24,6 +25,11 @@ class FreezableProxy:
 
     def thaw(self) -> None:
         self._flowing.set()
+
+    async def sever(self) -> None:
+        """Close every connection through the proxy (new ones are still accepted)."""
+        for stream in list(self._open):
+            await stream.aclose()
 
     async def _pump(self, source: SocketStream, sink: SocketStream) -> None:
         try:
@@ -38,9 +44,13 @@ class FreezableProxy:
 
     async def _handle(self, client: SocketStream) -> None:
         upstream = await anyio.connect_tcp("127.0.0.1", self.upstream_port)
-        async with client, upstream, anyio.create_task_group() as tg:
-            tg.start_soon(self._pump, client, upstream)
-            tg.start_soon(self._pump, upstream, client)
+        self._open.add(client)
+        try:
+            async with client, upstream, anyio.create_task_group() as tg:
+                tg.start_soon(self._pump, client, upstream)
+                tg.start_soon(self._pump, upstream, client)
+        finally:
+            self._open.discard(client)
 
 
 @asynccontextmanager

@@ -329,6 +329,31 @@ async def _committed(
         return await observer.committed(tps)
 
 
+async def test_a_dropped_connection_is_rejoined_with_the_same_member_id(
+    server: CoordinatorServer,
+) -> None:
+    direct = f"127.0.0.1:{server.port}"
+    follower_calls = Recorder()
+    async with topic(direct, 4), freezable_proxy(server.port) as proxy, member(direct) as leader:
+        await wait_settled([leader], partitions(4))
+        async with member(f"127.0.0.1:{proxy.port}", listener=follower_calls) as follower:
+            await wait_settled([leader, follower], partitions(4))
+            member_id, generation, owned = (
+                follower.member_id,
+                follower.generation,
+                follower.assignment,
+            )
+            follower_calls.clear()
+            await proxy.sever()  # the coordinator's socket is gone; the member reconnects
+            await wait_until(lambda: not follower.connected, wait_s=5)
+            await wait_until(lambda: follower.connected, wait_s=5)
+            await wait_settled([leader, follower], partitions(4))
+            assert follower.member_id == member_id
+            assert follower.generation == generation  # back within the grace: no rebalance
+            assert follower.assignment == owned
+            assert all(name != "lost" for name, _, _ in follower_calls.calls)
+
+
 async def test_commits_are_fenced_and_fetched(bootstrap: str) -> None:
     async with topic(bootstrap, 2), member(bootstrap) as m:
         await wait_settled([m], partitions(2))
