@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.heartbeat
 	$(BIN)/python -m bench.rebalance
 	$(BIN)/python -m bench.memory
+	$(BIN)/python -m bench.members
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -1,0 +1,170 @@
+"""End to end with real ``Member`` objects: a group of N members, one more joins (and then
+leaves); the time until every member is stable in one generation with every partition owned
+exactly once. Run: ``python -m bench.members``.
+
+All members run in this one process (each in a task of its own); the coordinator is a
+``huddle serve`` child process on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+
+import anyio
+import anyio.abc
+
+from bench.common import quiet_logs
+from bench.rawclient import huddle_serve, raise_fd_limit, server_process
+from client import Admin, Member, RebalanceListener, TopicPartition
+
+
+class Revocations(RebalanceListener):
+    """Counts the partitions members stop processing (revoked or lost)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        self.count += len(revoked)
+
+    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
+        self.count += len(lost)
+
+
+class Running:
+    """A member in a task of its own, stoppable in any order."""
+
+    def __init__(self, member: Member) -> None:
+        self.member = member
+        self._stop = anyio.Event()
+        self._started = anyio.Event()
+        self._done = anyio.Event()
+
+    async def _run(self) -> None:
+        try:
+            async with self.member:
+                self._started.set()
+                await self._stop.wait()
+        finally:
+            self._done.set()
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        tg.start_soon(self._run)
+        await self._started.wait()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._done.wait()
+
+
+def settled(members: Sequence[Member], everything: frozenset[TopicPartition]) -> bool:
+    if any(m.state.value != "stable" for m in members):
+        return False
+    if len({m.generation for m in members}) != 1:
+        return False
+    owned = [tp for m in members for tp in m.assignment]
+    return len(owned) == len(everything) and set(owned) == everything
+
+
+async def wait_settled(
+    members: Sequence[Member], everything: frozenset[TopicPartition], limit_s: float = 60.0
+) -> float:
+    """Seconds until settled (polled every millisecond)."""
+    started = time.perf_counter()
+    with anyio.fail_after(limit_s):
+        while not settled(members, everything):  # noqa: ASYNC110 - 1 ms polling resolution
+            await anyio.sleep(0.001)
+    return time.perf_counter() - started
+
+
+async def measure(
+    bootstrap: str, assignor: str, size: int, partitions: int, reps: int
+) -> tuple[list[float], list[float], list[int], list[int]]:
+    group = f"bench-{assignor}-{size}"
+    stopped = Revocations()
+    everything = frozenset(TopicPartition("orders", p) for p in range(partitions))
+
+    def new_member() -> Member:
+        return Member(
+            bootstrap,
+            group_id=group,
+            topics=["orders"],
+            assignors=[assignor],
+            session_timeout_ms=30_000,
+            heartbeat_interval_ms=3_000,
+            rebalance_timeout_ms=30_000,
+            listener=stopped,
+        )
+
+    joins: list[float] = []
+    leaves: list[float] = []
+    generations: list[int] = []
+    revoked: list[int] = []
+    async with anyio.create_task_group() as tg:
+        running = [Running(new_member()) for _ in range(size)]
+        for r in running:
+            await r.start(tg)
+        members = [r.member for r in running]
+        await wait_settled(members, everything)
+        for _ in range(reps):
+            before = members[0].generation
+            stopped.count = 0
+            newcomer = Running(new_member())
+            started = time.perf_counter()
+            await newcomer.start(tg)
+            await wait_settled([*members, newcomer.member], everything)
+            joins.append(time.perf_counter() - started)
+            generations.append(members[0].generation - before)
+            revoked.append(stopped.count)
+            started = time.perf_counter()
+            await newcomer.stop()
+            await wait_settled(members, everything)
+            leaves.append(time.perf_counter() - started)
+        for r in running:
+            await r.stop()
+    return joins, leaves, generations, revoked
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    raise_fd_limit(4 * args.members + 256)
+    with server_process("huddle", huddle_serve("--initial-rebalance-delay-ms", "0")) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("orders", args.partitions)
+        print(
+            f"real Member objects: {args.members} members, one joins then leaves, "
+            f"{args.partitions} partitions, {args.reps} runs, heartbeat 3000 ms, notices on"
+        )
+        for assignor in args.assignors:
+            joins, leaves, generations, revoked = await measure(
+                bootstrap, assignor, args.members, args.partitions, args.reps
+            )
+            ms = [j * 1000 for j in joins]
+            ls = [x * 1000 for x in leaves]
+            print(
+                f"  {assignor:>18}: join p50 {statistics.median(ms):7.1f} ms  max {max(ms):7.1f}"
+                f" | leave p50 {statistics.median(ls):7.1f} ms  max {max(ls):7.1f}"
+                f" | generations per join {sorted(set(generations))}"
+                f" | partitions stopped per join {statistics.median(revoked):.0f}"
+            )
+            print(f"  {'':>18}  join runs (ms): {', '.join(f'{x:.1f}' for x in ms)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=1_000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--assignors", nargs="+", default=["cooperative-sticky", "range"], metavar="NAME"
+    )
+    args = parser.parse_args()
+    quiet_logs()
+    anyio.run(main_async, args)
+
+
+if __name__ == "__main__":
+    main()
