@@ -158,6 +158,7 @@ class Member:
         self._join_in_flight = False
         self._join_scope: anyio.CancelScope | None = None
         self._closed = False
+        self._close_requested = anyio.Event()
         self._grace_ms: int | None = None
         self._rejoin_at: float | None = None  # a scheduled rebalance (Design II)
         self._metadata: dict[str, int] = {}  # the partition counts the leader assigned with
@@ -292,6 +293,7 @@ class Member:
     ) -> bool | None:
         assert self._tg is not None
         self._closing = True
+        self._close_requested.set()
         if self._join_scope is not None:
             self._join_scope.cancel()  # a held JoinGroup would keep us waiting
         self._post(_Rejoin("closing"))
@@ -338,7 +340,8 @@ class Member:
                 self._core.on_disconnected()
                 self._notify()
             if not self._closing and self._failure is None:
-                await anyio.sleep(backoff)
+                with anyio.move_on_after(backoff):
+                    await self._close_requested.wait()
                 backoff = min(backoff * 2, self._max_backoff_s)
         if self._closing and self._failure is None and self._core.owned:
             # Closing while disconnected: what it owned can no longer be handed over cleanly.
@@ -560,6 +563,8 @@ class Member:
                 ]
                 if changed:
                     self._post(_Rejoin(f"partition counts changed: {sorted(changed)}"))
+        # The stream ends with the connection: notice that now, not at the next heartbeat.
+        raise ConnectionClosedError(conn.close_reason or "the connection closed")
 
     async def _watchdog(self) -> None:
         """Zombie safety: partitions are lost once the session may have expired."""

@@ -390,3 +390,11 @@ async def test_a_fatal_error_stops_the_member(bootstrap: str) -> None:
         with pytest.raises(MemberFailedError, match="INCONSISTENT_GROUP_PROTOCOL"):
             async with member(bootstrap, assignors=["roundrobin"]) as odd:
                 await odd.wait_stable(10)
+
+
+async def test_a_member_that_cannot_reach_the_coordinator_closes_promptly() -> None:
+    with anyio.fail_after(3):  # not the 5 s maximum backoff, nor a session timeout
+        async with member("127.0.0.1:1", max_retry_backoff_ms=5_000) as lonely:
+            with pytest.raises(TimeoutError):
+                await lonely.wait_stable(timeout=0.5)
+            assert not lonely.connected
