@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.rebalance
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.members
+	$(BIN)/python -m bench.assignors
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
