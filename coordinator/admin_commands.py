@@ -28,7 +28,7 @@ def to_json(value: object) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _describe(group: GroupView) -> str:
+def render_group(group: GroupView) -> str:
     protocol = "/".join(p for p in (group.protocol_type, group.protocol) if p) or "-"
     head = format_table(
         ("group", group.group_id),
@@ -102,5 +102,5 @@ async def run_admin_command(args: argparse.Namespace, bootstrap: str, wait_s: fl
                 )
             case ("groups", "describe"):
                 group = await admin.describe(args.group)
-                return to_json(group) if as_json else _describe(group)
+                return to_json(group) if as_json else render_group(group)
     raise ValueError(f"unknown command {args.command} {args.action}")

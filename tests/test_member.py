@@ -20,6 +20,8 @@ from client import (
     RebalanceListener,
     TopicPartition,
 )
+from client.describe import compact
+from coordinator.admin_commands import render_group
 from coordinator.server import CoordinatorServer
 from protocol.errors import HuddleError
 from tests.helpers import FAST_GROUP, fast_server_config, running_server, wait_until
@@ -101,7 +103,15 @@ async def test_members_join_and_share_the_partitions(bootstrap: str) -> None:
         async with Admin(bootstrap) as admin:
             view = await admin.describe("g")
         assert view.state == "Stable"
+        assert view.protocol == "cooperative-sticky"
         assert {tp for mv in view.members for tp in mv.assigned} == partitions(6)
+        assert {mv.member_id: frozenset(mv.assigned) for mv in view.members} == {
+            m.member_id: m.assignment for m in members
+        }
+        shown = render_group(view)  # what `huddle groups describe g` prints
+        assert "cooperative-sticky" in shown
+        for m in members:
+            assert compact(m.assignment) in shown
 
 
 async def test_cooperative_callback_order_is_kip429s(bootstrap: str) -> None:
