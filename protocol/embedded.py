@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import msgspec
 
-SUBSCRIPTION_VERSION = 1
-ASSIGNMENT_VERSION = 1
+SUBSCRIPTION_VERSION = 2
+ASSIGNMENT_VERSION = 2
 
 
 class TopicPartition(NamedTuple):
@@ -35,6 +35,14 @@ class TopicPartitions(msgspec.Struct, frozen=True, kw_only=True):
     partitions: list[int]
 
 
+class TaskLag(msgspec.Struct, frozen=True, array_like=True):
+    """How far a member's local state for a task (a partition) is behind (v2)."""
+
+    topic: str
+    partition: int
+    lag: int
+
+
 class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     """Member -> leader, inside JoinGroup metadata."""
 
@@ -43,10 +51,16 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     owned_partitions: list[TopicPartitions] = msgspec.field(default_factory=list)
     generation: int = -1  # the generation in which the member owned them; -1: none
     user_data: bytes = b""
+    # v2: the lag of the member's local state per task; a task not listed has none here.
+    task_lags: list[TaskLag] = msgspec.field(default_factory=list)
 
     @property
     def owned(self) -> frozenset[TopicPartition]:
         return flatten(self.owned_partitions)
+
+    @property
+    def lags(self) -> dict[TopicPartition, int]:
+        return {TopicPartition(t.topic, t.partition): t.lag for t in self.task_lags}
 
 
 class Assignment(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,10 +73,21 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
     revoked: list[TopicPartitions] = msgspec.field(default_factory=list)
     scheduled_rebalance_delay_ms: int = 0
     user_data: bytes = b""
+    # v2 (KIP-441): replicas of tasks' state to keep up to date, not to process.
+    standby: list[TopicPartitions] = msgspec.field(default_factory=list)
+    warmup: list[TopicPartitions] = msgspec.field(default_factory=list)
 
     @property
     def partitions(self) -> frozenset[TopicPartition]:
         return flatten(self.assigned)
+
+    @property
+    def standby_partitions(self) -> frozenset[TopicPartition]:
+        return flatten(self.standby)
+
+    @property
+    def warmup_partitions(self) -> frozenset[TopicPartition]:
+        return flatten(self.warmup)
 
     @property
     def revoked_partitions(self) -> frozenset[TopicPartition]:

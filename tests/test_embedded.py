@@ -9,6 +9,7 @@ from protocol.embedded import (
     Assignment,
     EmbeddedSchemaError,
     Subscription,
+    TaskLag,
     TopicPartition,
     decode_assignment,
     decode_subscription,
@@ -37,12 +38,12 @@ def test_subscription_and_assignment_round_trip() -> None:
     assert again.scheduled_rebalance_delay_ms == 5
 
 
-class SubscriptionV2(msgspec.Struct, kw_only=True):
-    """What a later member might send: version 2 with a field version 1 does not know."""
+class SubscriptionV3(msgspec.Struct, kw_only=True):
+    """What a later member might send: a version with a field this one does not know."""
 
-    version: int = 2
+    version: int = 3
     topics: list[str]
-    task_lags: dict[str, int] = {}
+    rack: str = ""
 
 
 class SubscriptionV0(msgspec.Struct, kw_only=True):
@@ -52,9 +53,9 @@ class SubscriptionV0(msgspec.Struct, kw_only=True):
 
 
 def test_a_newer_subscription_is_read_by_an_older_member() -> None:
-    newer = msgspec.msgpack.encode(SubscriptionV2(topics=["t"], task_lags={"t-0": 5}))
+    newer = msgspec.msgpack.encode(SubscriptionV3(topics=["t"], rack="eu-1"))
     read = decode_subscription(newer)
-    assert read.version == 2
+    assert read.version == 3
     assert read.topics == ["t"]
     assert read.owned == frozenset()
 
@@ -63,6 +64,16 @@ def test_an_older_subscription_gets_defaults() -> None:
     read = decode_subscription(msgspec.msgpack.encode(SubscriptionV0(topics=["t"])))
     assert read.generation == -1
     assert read.user_data == b""
+    assert read.lags == {}  # a version 1 member reports no task lags
+
+
+def test_task_lags_and_standby_travel() -> None:
+    sub = Subscription(topics=["t"], task_lags=[TaskLag("t", 0, 12), TaskLag("t", 3, 0)])
+    assert decode_subscription(encode(sub)).lags == {TP("t", 0): 12, TP("t", 3): 0}
+    assignment = Assignment(standby=grouped([TP("t", 1)]), warmup=grouped([TP("t", 2)]))
+    back = decode_assignment(encode(assignment))
+    assert back.standby_partitions == {TP("t", 1)}
+    assert back.warmup_partitions == {TP("t", 2)}
 
 
 def test_garbage_is_a_clear_error_and_empty_bytes_an_empty_assignment() -> None:

@@ -9,8 +9,9 @@ in, user data).
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar
@@ -33,6 +34,8 @@ class MemberSubscription:
     generation: int = -1  # the generation in which ``owned`` was owned; -1: none
     group_instance_id: str | None = None
     user_data: bytes = b""
+    # KIP-441: lag of the member's local state per task (absent: no local state)
+    lags: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +44,29 @@ class MemberAssignment:
     revoked: frozenset[TopicPartition] = frozenset()
     scheduled_rebalance_delay_ms: int = 0
     user_data: bytes = b""
+    standby: frozenset[TopicPartition] = frozenset()  # KIP-441: keep state warm, don't process
+    warmup: frozenset[TopicPartition] = frozenset()  # KIP-441: catch up, then take over
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000
 
 
 GroupAssignment = dict[str, MemberAssignment]
 
 
 class Assignor(ABC):
-    """Subclasses set ``name`` and ``supported_protocols`` and implement ``assign``."""
+    """Subclasses set ``name`` and ``supported_protocols`` and implement ``assign``.
+
+    Most assignors are pure functions of their arguments. Those that must remember across
+    rounds (a running scheduled-rebalance delay, the previous assignment, when a probing
+    rebalance is due) keep that in the instance, which lives as long as its member, and
+    read time only through ``self.now_ms`` so tests can drive them with a fake clock.
+    """
 
     name: ClassVar[str]
     supported_protocols: ClassVar[tuple[RebalanceProtocol, ...]] = (RebalanceProtocol.EAGER,)
+    now_ms: Callable[[], float] = staticmethod(monotonic_ms)
 
     def subscription_user_data(
         self, topics: frozenset[str], owned: frozenset[TopicPartition]
