@@ -48,6 +48,7 @@ def decode_members(
             generation=sub.generation,
             group_instance_id=instance_id,
             user_data=sub.user_data,
+            lags=sub.lags,
         )
     return subscriptions
 
@@ -98,6 +99,8 @@ def assign(
                 revoked=grouped(revoked),
                 scheduled_rebalance_delay_ms=a.scheduled_rebalance_delay_ms,
                 user_data=a.user_data,
+                standby=grouped(a.standby),
+                warmup=grouped(a.warmup),
             )
         )
     return encoded

@@ -225,6 +225,8 @@ class MemberCore:
                 revoked=assignment.revoked_partitions,
                 scheduled_rebalance_delay_ms=assignment.scheduled_rebalance_delay_ms,
                 user_data=assignment.user_data,
+                standby=assignment.standby_partitions,
+                warmup=assignment.warmup_partitions,
             ),
             self.generation,
         )
