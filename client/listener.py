@@ -26,3 +26,11 @@ class RebalanceListener:
     async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
         """Stop processing ``lost`` at once: they may already belong to someone else, and
         commits for them will be refused."""
+
+    async def on_replicas_assigned(
+        self, standby: frozenset[TopicPartition], warmup: frozenset[TopicPartition]
+    ) -> None:
+        """Lag-aware assignors (KIP-441): keep the local state of ``standby`` and ``warmup``
+        tasks up to date without processing them; a warm-up that has caught up becomes an
+        active task in a later (probing) rebalance. Called after ``on_partitions_assigned``
+        whenever either set changes."""

@@ -8,13 +8,14 @@ touches a socket; ``client.member.Member`` is the thin async runtime around it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from client.assignors.base import Assignor, MemberAssignment, RebalanceProtocol
 from protocol.embedded import (
     Subscription,
+    TaskLag,
     TopicPartition,
     decode_assignment,
     encode,
@@ -84,6 +85,8 @@ class Step:
     error: ErrorCode = E.NONE
     message: str = ""
     rejoin_after_ms: int = 0  # a scheduled rebalance (Design II): rejoin after this delay
+    # KIP-441: the new (standby, warm-up) sets, when they changed
+    replicas: tuple[frozenset[TopicPartition], frozenset[TopicPartition]] | None = None
 
 
 @dataclass
@@ -122,6 +125,8 @@ class MemberCore:
     owned: frozenset[TopicPartition] = frozenset()
     owned_generation: int = NO_GENERATION
     previous: frozenset[TopicPartition] = frozenset()  # owned before an eager revocation
+    standby: frozenset[TopicPartition] = frozenset()  # KIP-441 replicas to keep warm
+    warmup: frozenset[TopicPartition] = frozenset()
     join_members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
     skip_assignment: bool = False
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
@@ -158,8 +163,12 @@ class MemberCore:
         self.previous, self.owned = self.owned, frozenset()
         return Step(revoked=revoked, next=Next.JOIN)
 
-    def join_request(self) -> JoinGroupRequest:
+    def join_request(self, lags: Mapping[TopicPartition, int] | None = None) -> JoinGroupRequest:
+        """``lags``: the lag of the member's local state per task (KIP-441), if it keeps any."""
         topics = sorted(set(self.config.topics))
+        task_lags = [
+            TaskLag(tp.topic, tp.partition, lag) for tp, lag in sorted((lags or {}).items())
+        ]
         protocols = []
         for a in self.assignors:
             cooperative_capable = RebalanceProtocol.COOPERATIVE in a.supported_protocols
@@ -171,6 +180,7 @@ class MemberCore:
                 owned_partitions=grouped(owned),
                 generation=self.owned_generation if owned else NO_GENERATION,
                 user_data=a.subscription_user_data(frozenset(topics), owned),
+                task_lags=task_lags,
             )
             protocols.append(Protocol(name=a.name, metadata=encode(subscription)))
         self.state = MemberState.JOINING
@@ -233,6 +243,9 @@ class MemberCore:
         self.owned = assigned
         self.previous = frozenset()
         self.owned_generation = self.generation
+        replicas = (assignment.standby_partitions, assignment.warmup_partitions)
+        changed = replicas != (self.standby, self.warmup)
+        self.standby, self.warmup = replicas
         self.state = MemberState.STABLE
         # A cooperative member that gave something up rejoins so it can go to its new owner.
         follow_up = Next.JOIN if (revoked and self.cooperative) else Next.STAY
@@ -243,6 +256,7 @@ class MemberCore:
             assigned=added if self.cooperative else assigned,
             next=follow_up,
             rejoin_after_ms=assignment.scheduled_rebalance_delay_ms,
+            replicas=replicas if changed else None,
         )
 
     # --- heartbeats, commits, leaving ------------------------------------------------
@@ -293,6 +307,7 @@ class MemberCore:
     def lose_all(self, reason: ErrorCode = E.NONE, message: str = "") -> Step:
         """The member has (or may have) fallen out of the group: everything it owns is lost."""
         lost, self.owned = self.owned, frozenset()
+        self.standby = self.warmup = frozenset()
         self.previous = frozenset()
         self.owned_generation = NO_GENERATION
         self.generation = NO_GENERATION

@@ -10,7 +10,7 @@ returns with nothing left running.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TypeVar
@@ -125,6 +125,7 @@ class Member:
         client_id: str = "huddle-member",
         retry_backoff_ms: int = 100,
         max_retry_backoff_ms: int = 5_000,
+        lags: Callable[[], Mapping[TopicPartition, int]] | None = None,
     ) -> None:
         if not group_id:
             raise ValueError("group_id must not be empty")
@@ -146,6 +147,7 @@ class Member:
         )
         self._timer = HeartbeatTimer(session_timeout_ms, heartbeat_interval_ms)
         self._listener = listener or RebalanceListener()
+        self._lags = lags
         self._backoff_s = retry_backoff_ms / 1000
         self._max_backoff_s = max_retry_backoff_ms / 1000
         send, receive = anyio.create_memory_object_stream[_Event](1_000)
@@ -171,6 +173,16 @@ class Member:
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member owns right now."""
         return self._core.owned
+
+    @property
+    def standby(self) -> frozenset[TopicPartition]:
+        """Tasks whose state this member keeps warm as a standby (KIP-441)."""
+        return self._core.standby
+
+    @property
+    def warmup(self) -> frozenset[TopicPartition]:
+        """Tasks this member is catching up on before it may take them over (KIP-441)."""
+        return self._core.warmup
 
     @property
     def member_id(self) -> str:
@@ -406,7 +418,7 @@ class Member:
         self._rejoin_at = None
         await self._apply(core.before_join())
         while core.state is MemberState.UNJOINED and not self._closing:
-            request = core.join_request()
+            request = core.join_request(self._lags() if self._lags is not None else None)
             self._join_in_flight = True
             timeout = (core.config.rebalance_timeout_ms + core.config.session_timeout_ms) / 1000
             response: JoinGroupResponse | None = None
@@ -500,7 +512,18 @@ class Member:
                 await self._call_listener(name, partitions)
         if step.assigned is not None:
             await self._call_listener("on_partitions_assigned", step.assigned)
-        del listener
+        if step.replicas is not None:
+            standby, warmup = step.replicas
+            self._log.info(
+                "listener_called",
+                callback="on_replicas_assigned",
+                standby=len(standby),
+                warmup=len(warmup),
+            )
+            try:
+                await listener.on_replicas_assigned(standby, warmup)
+            except Exception:
+                self._log.exception("listener_failed", callback="on_replicas_assigned")
 
     async def _call_listener(self, name: str, partitions: frozenset[TopicPartition]) -> None:
         self._log.info(

@@ -242,3 +242,27 @@ def test_heartbeat_timer_session_counts_from_the_send_of_the_last_answered_reque
     assert timer.session_deadline() == 100.5
     with pytest.raises(ValueError, match="below the session timeout"):
         HeartbeatTimer(session_timeout_ms=1_000, heartbeat_interval_ms=1_000)
+
+
+def test_task_lags_are_reported_in_every_subscription() -> None:
+    c = core(Both(), Eager())
+    request = c.join_request({TP("t", 0): 120, TP("t", 3): 0})
+    for protocol in request.protocols:
+        assert decode_subscription(protocol.metadata).lags == {TP("t", 0): 120, TP("t", 3): 0}
+
+
+def test_standby_and_warmup_changes_are_reported_once() -> None:
+    c = core(Both())
+    joined(c)
+    assignment = encode(
+        Assignment(
+            assigned=grouped([TP("t", 0)]),
+            standby=grouped([TP("t", 1)]),
+            warmup=grouped([TP("t", 2)]),
+        )
+    )
+    step = c.on_sync(SyncGroupResponse(assignment=assignment))
+    assert step.replicas == (frozenset({TP("t", 1)}), frozenset({TP("t", 2)}))
+    assert (c.standby, c.warmup) == (frozenset({TP("t", 1)}), frozenset({TP("t", 2)}))
+    joined(c, generation=2)
+    assert c.on_sync(SyncGroupResponse(assignment=assignment)).replicas is None  # unchanged
