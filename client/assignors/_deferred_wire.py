@@ -1,0 +1,37 @@
+"""The assignment user data of ``cooperative-deferred``: what a follower must know to lead.
+
+``scheduled_rebalance_delay_ms`` may also be a pacing or back-off wait, so the leader tells
+every member separately how long lost partitions are still held for, and the partition
+count of every topic it assigned. A member that becomes leader later keeps the running
+delay, and can tell partitions that existed but are now owned by nobody (lost: their
+owner left, perhaps the old leader itself) from new ones.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+_TAG = b"deferred/2:"
+
+
+class LeaderState(msgspec.Struct, frozen=True, array_like=True):
+    lost_delay_ms: int
+    partitions: dict[str, int]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(LeaderState)
+
+
+def encode_state(remaining_ms: int, partitions: dict[str, int]) -> bytes:
+    return _TAG + _encoder.encode(LeaderState(remaining_ms, partitions))
+
+
+def decode_state(user_data: bytes) -> LeaderState | None:
+    """The leader's state, or None when the bytes are not ours."""
+    if not user_data.startswith(_TAG):
+        return None
+    try:
+        return _decoder.decode(user_data[len(_TAG) :])
+    except msgspec.MsgspecError:
+        return None

@@ -1,0 +1,227 @@
+"""``cooperative-deferred`` on the seed's worked examples (Designs I and II), lost
+partitions held while a delay runs, static members returning, and leader changes.
+
+T1..T4 are partitions 0..3 of one topic "T": the seed's members subscribe to "T"
+("A(T,assigned:T1)"), so they are four partitions of that topic, not four topics (that
+also matters for a new leader, which holds unowned partitions of topics others own).
+"""
+
+from __future__ import annotations
+
+from client.assignors import ASSIGNORS, RebalanceProtocol
+from client.assignors.deferred import DeferredAssignor
+from tests.deferred_sim import Group, T, delays, newly_assigned, revoked, ts
+
+MAX_DELAY = 300_000
+
+
+def seed_group(**settings: int) -> Group:
+    """A(T1), B(T2), C(T3), D(T4), after one round led by A."""
+    group = Group({"T": 4}, dict(settings))
+    for number, member_id in enumerate("ABCD", start=1):
+        group.join(member_id, [T(number)])
+    group.rebalance()
+    return group
+
+
+def test_created_by_name_with_defaults() -> None:
+    assignor = ASSIGNORS.create("cooperative-deferred")
+    assert isinstance(assignor, DeferredAssignor)
+    assert assignor.supported_protocols == (RebalanceProtocol.COOPERATIVE,)
+    assert assignor.max_delay_ms == MAX_DELAY
+
+
+# --- the seed's worked examples -------------------------------------------------------
+
+
+def test_member_joins_revoke_first_then_hand_over() -> None:
+    """Designs I and II, "Member joins": A(T1,T4), B(T2), C(T3); D joins."""
+    group = Group({"T": 4})
+    group.join("A", ts(1, 4))
+    group.join("B", ts(2))
+    group.join("C", ts(3))
+    group.join("D")
+    first = group.rebalance()
+    assert revoked(first) == {"A": ts(4)}
+    assert {m: a.partitions for m, a in first.items()} == {
+        "A": ts(1),
+        "B": ts(2),
+        "C": ts(3),
+        "D": ts(),  # T4 is withheld until A has given it up
+    }
+    assert delays(first) == {0}
+    before = group.owned()
+    follow_up = group.rebalance()
+    assert newly_assigned(follow_up, before) == {"D": ts(4)}
+    assert revoked(follow_up) == {}
+    assert delays(follow_up) == {0}
+
+
+def test_design_one_member_leaves_reassigns_at_once() -> None:
+    """Design I, "Member leaves" (no deferral: a maximum delay of 0): A gets T1, T4."""
+    group = seed_group(scheduled_rebalance_max_delay_ms=0)
+    group.leave("D")
+    result = group.rebalance()
+    assert {m: a.partitions for m, a in result.items()} == {"A": ts(1, 4), "B": ts(2), "C": ts(3)}
+    assert revoked(result) == {}
+    assert delays(result) == {0}
+
+
+def test_design_two_member_leaves_waits_then_reassigns() -> None:
+    """Design II, "Member leaves": nothing assigned, nothing revoked, t1 to everyone;
+    after t1 T4 goes to one of them (A)."""
+    group = seed_group()
+    group.leave("D")
+    before = group.owned()
+    waiting = group.rebalance()
+    assert newly_assigned(waiting, before) == {}
+    assert revoked(waiting) == {}
+    assert delays(waiting) == {MAX_DELAY}
+    group.advance(MAX_DELAY)
+    after = group.rebalance()
+    assert newly_assigned(after, before) == {"A": ts(4)}
+    assert revoked(after) == {}
+    assert delays(after) == {0}
+
+
+def test_design_two_member_bounces_gets_its_partition_back() -> None:
+    """Design II, "Member bounces": D leaves; D' joins before t1, owning nothing."""
+    group = seed_group()
+    group.leave("D")
+    group.rebalance()
+    group.advance(MAX_DELAY / 2)
+    group.join("D'")
+    before = group.owned()
+    back = group.rebalance()
+    assert newly_assigned(back, before) == {"D'": ts(4)}
+    assert {m: back[m].partitions for m in "ABC"} == {"A": ts(1), "B": ts(2), "C": ts(3)}
+    assert revoked(back) == {}
+    assert delays(back) == {0}
+
+
+# --- the delay ------------------------------------------------------------------------
+
+
+def test_a_round_before_expiry_keeps_the_deadline() -> None:
+    group = seed_group()
+    group.leave("D")
+    group.rebalance()
+    group.advance(100_000)
+    again = group.rebalance()  # say C rejoined to change its subscription metadata
+    assert delays(again) == {MAX_DELAY - 100_000}
+    assert all(T(4) not in a.partitions for a in again.values())
+    group.advance(MAX_DELAY - 100_000)
+    assert T(4) in group.rebalance()["A"].partitions
+
+
+def test_expiry_spreads_lost_partitions_least_loaded_first() -> None:
+    group = Group({"T": 6})
+    group.join("A", ts(1, 2))
+    group.join("B", ts(3))
+    group.join("C", ts(4, 5))
+    group.join("D", ts(6))
+    group.rebalance()
+    group.leave("C", "D")
+    held = group.rebalance()
+    assert {m: a.partitions for m, a in held.items()} == {"A": ts(1, 2), "B": ts(3)}
+    group.advance(MAX_DELAY)
+    spread = group.rebalance()
+    assert {m: len(a.partitions) for m, a in spread.items()} == {"A": 3, "B": 3}
+    assert revoked(spread) == {}
+    assert delays(spread) == {0}
+
+
+def test_new_partitions_are_assigned_while_lost_ones_wait() -> None:
+    group = seed_group()
+    group.leave("D")
+    group.rebalance()
+    group.partitions["T"] = 6  # T5, T6 appear
+    grown = group.rebalance()
+    assigned = frozenset().union(*(a.partitions for a in grown.values()))
+    assert assigned == ts(1, 2, 3, 5, 6)
+    assert revoked(grown) == {}
+    assert delays(grown) == {MAX_DELAY}
+
+
+def test_static_member_gets_its_own_partitions_back_by_instance_id() -> None:
+    group = Group({"T": 4})
+    group.join("A", ts(1))
+    group.join("B", ts(2))
+    group.join("C", ts(3), instance="c")
+    group.join("D", ts(4), instance="d")
+    group.rebalance()
+    group.leave("C", "D")
+    group.rebalance()
+    group.advance(60_000)
+    group.join("D-restarted", instance="d")  # a new member id, the same instance id
+    back = group.rebalance()
+    assert back["D-restarted"].partitions == ts(4)  # not T3: that was c's
+    assert all(T(3) not in a.partitions for a in back.values())
+    assert delays(back) == {MAX_DELAY - 60_000}
+
+
+# --- leader changes -------------------------------------------------------------------
+
+
+def test_new_leader_from_the_group_keeps_the_running_delay() -> None:
+    group = seed_group()
+    group.leave("D")
+    group.rebalance(leader="A")
+    group.advance(100_000)
+    group.leave("A")  # the leader goes too; B learned the delay from its assignment
+    held = group.rebalance(leader="B")
+    assert {m: a.partitions for m, a in held.items()} == {"B": ts(2), "C": ts(3)}
+    assert delays(held) == {MAX_DELAY - 100_000}
+    group.advance(MAX_DELAY - 100_000)
+    spread = group.rebalance(leader="B")
+    assert {m: a.partitions for m, a in spread.items()} in (
+        {"B": ts(1, 2), "C": ts(3, 4)},
+        {"B": ts(2, 4), "C": ts(1, 3)},
+    )
+    assert delays(spread) == {0}
+
+
+def test_new_leader_learned_delay_from_the_scheduled_rebalance_field() -> None:
+    """An assignment without our user data: the delay field is the running delay."""
+    from client.assignors.base import MemberAssignment
+
+    group = Group({"T": 4})
+    group.join("B", ts(2))
+    group.join("C", ts(3))
+    group.members["B"].assignor.on_assignment(
+        MemberAssignment(partitions=ts(2), scheduled_rebalance_delay_ms=5_000), 7
+    )
+    held = group.rebalance(leader="B")
+    assert delays(held) == {5_000}
+    assert {m: a.partitions for m, a in held.items()} == {"B": ts(2), "C": ts(3)}
+
+
+def test_leader_new_to_the_group_assigns_at_once() -> None:
+    group = seed_group()
+    group.leave("D")
+    group.rebalance(leader="A")
+    group.leave("A")
+    group.join("E")  # its instance never saw an assignment
+    fresh = group.rebalance(leader="E")
+    assigned = frozenset().union(*(a.partitions for a in fresh.values()))
+    assert assigned == ts(1, 2, 3, 4)
+    assert revoked(fresh) == {}
+    assert delays(fresh) == {0}
+
+
+def test_a_leader_that_leaves_is_a_lost_member_even_for_a_leader_with_a_stale_record() -> None:
+    """A led once, then B led while D left and the delay expired: when B (the leader) leaves
+    and A leads again, A must not trust its old record (D's T4 has moved on), and B's
+    partitions are lost like any member's (the seed: "Leader exits ... treated as loss of
+    member"): held, with the delay running."""
+    group = seed_group()  # led by A: A's record has D(T4)
+    group.leave("D")
+    group.rebalance(leader="B")
+    group.advance(MAX_DELAY)
+    spread = group.rebalance(leader="B")  # T4 spread by B
+    b_had = spread["B"].partitions
+    group.leave("B")
+    result = group.rebalance(leader="A")
+    assigned = frozenset().union(*(a.partitions for a in result.values()))
+    assert assigned == ts(1, 2, 3, 4) - b_had
+    assert delays(result) == {MAX_DELAY}
