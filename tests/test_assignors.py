@@ -79,7 +79,8 @@ def test_every_assignor_is_created_by_name(
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="cooperative-sticky, range, roundrobin, sticky"):
+    known = "cooperative-deferred, cooperative-sticky, high-availability, range, roundrobin, sticky"
+    with pytest.raises(ValueError, match=known):
         ASSIGNORS.create("nope")
 
 

@@ -1,5 +1,6 @@
 """Partition assignors. Importing this package registers every built-in one in
-``ASSIGNORS``: ``range``, ``roundrobin``, ``sticky`` and ``cooperative-sticky``."""
+``ASSIGNORS``: ``range``, ``roundrobin``, ``sticky``, ``cooperative-sticky``,
+``cooperative-deferred`` (Designs II and III) and ``high-availability`` (KIP-441)."""
 
 from client.assignors.base import (
     ASSIGNORS,
@@ -10,6 +11,8 @@ from client.assignors.base import (
     MemberSubscription,
     RebalanceProtocol,
 )
+from client.assignors.deferred import DeferredAssignor
+from client.assignors.high_availability import HighAvailabilityAssignor
 from client.assignors.range import RangeAssignor
 from client.assignors.roundrobin import RoundRobinAssignor
 from client.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
@@ -19,7 +22,9 @@ __all__ = [
     "Assignor",
     "AssignorRegistry",
     "CooperativeStickyAssignor",
+    "DeferredAssignor",
     "GroupAssignment",
+    "HighAvailabilityAssignor",
     "MemberAssignment",
     "MemberSubscription",
     "RangeAssignor",

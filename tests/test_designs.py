@@ -1,0 +1,241 @@
+"""The seed's three situations against the real coordinator, for Designs I, II and III:
+a process death where the process comes back within the delay, a rolling bounce, and scale
+up / scale down. Each test asserts which partitions moved and how many rebalances it took."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+import client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
+from client import Admin, Assignor, Member, RebalanceListener, TopicPartition
+from client.assignors.deferred import DeferredAssignor
+from client.assignors.sticky import CooperativeStickyAssignor
+from tests.helpers import wait_until
+
+TP = TopicPartition
+PARTITIONS = frozenset(TP("t", p) for p in range(8))
+DELAY_MS = 3_000
+
+
+class Moves(RebalanceListener):
+    """Which partitions this member stopped (revoked or lost) and started."""
+
+    def __init__(self) -> None:
+        self.stopped: set[TopicPartition] = set()
+        self.started: set[TopicPartition] = set()
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        self.stopped |= revoked
+
+    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
+        self.stopped |= lost
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        self.started |= assigned
+
+
+class Proc:
+    """A member in a task of its own, like a process: started, killed or stopped any time."""
+
+    def __init__(self, bootstrap: str, assignor: Callable[[], Assignor], **kwargs: Any) -> None:
+        self.moves = Moves()
+        self.member = Member(
+            bootstrap,
+            group_id="g",
+            topics=["t"],
+            assignors=[assignor()],
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=200,
+            rebalance_timeout_ms=5_000,
+            listener=self.moves,
+            **kwargs,
+        )
+        self._scope = anyio.CancelScope()
+        self._stop = anyio.Event()
+        self._done = anyio.Event()
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> Proc:
+        started = anyio.Event()
+
+        async def run() -> None:
+            try:
+                with self._scope:
+                    async with self.member:
+                        started.set()
+                        await self._stop.wait()
+            finally:
+                self._done.set()
+
+        tg.start_soon(run)
+        await started.wait()
+        return self
+
+    async def kill(self) -> None:
+        """kill -9: no LeaveGroup, the socket just closes."""
+        self._scope.cancel()
+        await self._done.wait()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._done.wait()
+
+
+def settled(procs: list[Proc], expected: frozenset[TopicPartition] = PARTITIONS) -> bool:
+    members = [p.member for p in procs]
+    if not all(m.state.value == "stable" for m in members):
+        return False
+    if len({m.generation for m in members}) != 1:
+        return False
+    owned = [tp for m in members for tp in m.assignment]
+    return len(owned) == len(set(owned)) and set(owned) == expected
+
+
+async def wait_settled(procs: list[Proc], wait_s: float = 15) -> int:
+    await wait_until(lambda: settled(procs), wait_s=wait_s, what="the group to settle")
+    return procs[0].member.generation
+
+
+def design_ii() -> Assignor:
+    return DeferredAssignor(scheduled_rebalance_max_delay_ms=DELAY_MS)
+
+
+async def _create_topic(bootstrap: str) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("t", len(PARTITIONS))
+
+
+async def process_death(bootstrap: str, assignor: Callable[[], Assignor]) -> dict[str, Any]:
+    """4 members; one is killed and a replacement process starts 1 s later."""
+    await _create_topic(bootstrap)
+    async with anyio.create_task_group() as tg:
+        procs = [await Proc(bootstrap, assignor).start(tg) for _ in range(4)]
+        before = await wait_settled(procs)
+        survivors, victim = procs[:3], procs[3]
+        kept = {id(p): p.member.assignment for p in survivors}
+        victims_partitions = victim.member.assignment
+        for p in survivors:
+            p.moves.stopped.clear()
+            p.moves.started.clear()
+        await victim.kill()
+        await anyio.sleep(1.0)  # the orchestrator restarts the process a second later
+        back = await Proc(bootstrap, assignor).start(tg)
+        after = await wait_settled([*survivors, back])
+        result = {
+            "survivors_moved": set().union(*(p.moves.stopped | p.moves.started for p in survivors)),
+            "survivors_unchanged": all(p.member.assignment == kept[id(p)] for p in survivors),
+            "back_got_its_own": back.member.assignment == victims_partitions,
+            "rebalances": after - before,
+        }
+        for p in [*survivors, back]:
+            await p.stop()
+    return result
+
+
+async def test_design_ii_process_death_moves_nothing_else(bootstrap: str) -> None:
+    started = time.monotonic()
+    r = await process_death(bootstrap, design_ii)
+    assert r["survivors_moved"] == set()  # nothing else stopped or started
+    assert r["survivors_unchanged"]
+    assert r["back_got_its_own"]  # the returning process gets its own partitions back
+    assert time.monotonic() - started < DELAY_MS / 1000 + 10  # back before the delay ran out
+
+
+async def test_design_i_process_death_moves_the_lost_partitions_twice(bootstrap: str) -> None:
+    r = await process_death(bootstrap, CooperativeStickyAssignor)
+    assert r["survivors_moved"]  # the survivors took the victim's partitions, then gave some up
+    assert r["rebalances"] >= 3  # leave, then join (revoke round + follow-up)
+
+
+async def rolling_bounce(bootstrap: str, assignor: Callable[[], Assignor]) -> dict[str, Any]:
+    await _create_topic(bootstrap)
+    async with anyio.create_task_group() as tg:
+        procs = [await Proc(bootstrap, assignor).start(tg) for _ in range(4)]
+        first = await wait_settled(procs)
+        moved = 0
+        for i in range(len(procs)):
+            others = [p for j, p in enumerate(procs) if j != i]
+            for p in others:
+                p.moves.stopped.clear()
+            await procs[i].stop()
+            procs[i] = await Proc(bootstrap, assignor).start(tg)
+            await wait_settled(procs)
+            moved += sum(len(p.moves.stopped) for p in others)
+        last = procs[0].member.generation
+        for p in procs:
+            await p.stop()
+    return {"others_stopped": moved, "rebalances": last - first}
+
+
+async def test_rolling_bounce_design_ii_moves_nothing_but_the_bounced(bootstrap: str) -> None:
+    deferred = await rolling_bounce(bootstrap, design_ii)
+    assert deferred["others_stopped"] == 0  # bounced members get their own partitions back
+
+
+async def test_rolling_bounce_design_i_moves_partitions_of_others(bootstrap: str) -> None:
+    sticky = await rolling_bounce(bootstrap, CooperativeStickyAssignor)
+    assert sticky["others_stopped"] > 0  # each bounce spreads, then takes back
+
+
+async def scale(bootstrap: str, assignor: Callable[[], Assignor]) -> dict[str, Any]:
+    """Scale up from 2 to 4 members, then down to 2 (clean leaves)."""
+    await _create_topic(bootstrap)
+    async with anyio.create_task_group() as tg:
+        procs = [await Proc(bootstrap, assignor).start(tg) for _ in range(2)]
+        g0 = await wait_settled(procs)
+        for p in procs:
+            p.moves.stopped.clear()
+        procs += [await Proc(bootstrap, assignor).start(tg) for _ in range(2)]
+
+        def balanced() -> bool:
+            return settled(procs) and sorted(len(p.member.assignment) for p in procs) == [2] * 4
+
+        # paced designs are stable (all owned) between batches: wait for the balance itself
+        await wait_until(balanced, wait_s=20, what="the scaled-up group to balance")
+        g1 = procs[0].member.generation
+        up_stopped = sum(len(p.moves.stopped) for p in procs[:2])
+        balanced_up = balanced()
+        for p in procs[2:]:
+            await p.stop()
+        procs = procs[:2]
+        g2 = await wait_settled(procs, wait_s=DELAY_MS / 1000 + 15)
+        balanced_down = sorted(len(p.member.assignment) for p in procs) == [4, 4]
+        for p in procs:
+            await p.stop()
+    return {
+        "up_rebalances": g1 - g0,
+        "up_stopped": up_stopped,
+        "balanced_up": balanced_up,
+        "down_rebalances": g2 - g1,
+        "balanced_down": balanced_down,
+    }
+
+
+async def test_scale_up_and_down_design_i(bootstrap: str) -> None:
+    r = await scale(bootstrap, CooperativeStickyAssignor)
+    assert r["balanced_up"]
+    assert r["balanced_down"]
+    assert r["up_stopped"] == 4  # only what moves to the new members stops
+
+
+async def test_scale_up_and_down_design_ii(bootstrap: str) -> None:
+    r = await scale(bootstrap, design_ii)
+    assert r["balanced_up"]
+    assert r["up_stopped"] == 4
+    assert r["balanced_down"]  # after the delay the leavers' partitions are spread
+
+
+async def test_scale_up_design_iii_moves_at_most_k_per_round(bootstrap: str) -> None:
+    def paced() -> Assignor:
+        return DeferredAssignor(
+            scheduled_rebalance_max_delay_ms=DELAY_MS, max_moves_per_round=1, move_pause_ms=100
+        )
+
+    r = await scale(bootstrap, paced)
+    assert r["balanced_up"]
+    assert r["up_stopped"] == 4
+    assert r["up_rebalances"] >= 4  # one partition at a time: more, smaller rounds
