@@ -42,8 +42,14 @@ class Moves(RebalanceListener):
 class Proc:
     """A member in a task of its own, like a process: started, killed or stopped any time."""
 
-    def __init__(self, bootstrap: str, assignor: Callable[[], Assignor], **kwargs: Any) -> None:
-        self.moves = Moves()
+    def __init__(
+        self,
+        bootstrap: str,
+        assignor: Callable[[], Assignor],
+        moves: Moves | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.moves = moves or Moves()
         self.member = Member(
             bootstrap,
             group_id="g",
@@ -239,3 +245,54 @@ async def test_scale_up_design_iii_moves_at_most_k_per_round(bootstrap: str) -> 
     assert r["balanced_up"]
     assert r["up_stopped"] == 4
     assert r["up_rebalances"] >= 4  # one partition at a time: more, smaller rounds
+
+
+async def test_kip441_stateful_work_moves_only_once_warm(bootstrap: str) -> None:
+    """A new member with stale local state gets warm-ups, not actives; once it reports them
+    caught up, a probing rebalance moves the actives; the group ends balanced."""
+    from client.assignors.high_availability import HighAvailabilityAssignor
+
+    def ha() -> Assignor:
+        return HighAvailabilityAssignor(
+            acceptable_recovery_lag=100, max_warmup_replicas=2, probing_rebalance_interval_ms=300
+        )
+
+    await _create_topic(bootstrap)
+    everything = PARTITIONS
+    warmups_seen: list[frozenset[TopicPartition]] = []
+
+    class Replicas(Moves):
+        async def on_replicas_assigned(
+            self, standby: frozenset[TopicPartition], warmup: frozenset[TopicPartition]
+        ) -> None:
+            warmups_seen.append(warmup)
+
+    async with anyio.create_task_group() as tg:
+        old = await Proc(bootstrap, ha, lags=lambda: dict.fromkeys(everything, 0)).start(tg)
+        await wait_settled([old])
+        restored: set[TopicPartition] = set()  # local state it has caught up on, kept on disk
+
+        def new_lags() -> dict[TopicPartition, int]:
+            # stale state everywhere, except what it has restored: its warm-ups (restoring
+            # happens between rebalances) and what it runs; restored state stays on disk
+            restored.update(new.member.warmup, new.member.assignment)
+            lags = dict.fromkeys(everything, 50_000)
+            lags.update(dict.fromkeys(restored, 0))
+            return lags
+
+        new = Proc(bootstrap, ha, moves=Replicas(), lags=new_lags)
+        await new.start(tg)
+        await wait_until(lambda: bool(new.member.warmup), wait_s=10, what="warm-ups")
+        assert new.member.assignment == frozenset()  # no active before it is warm
+        assert len(new.member.warmup) <= 2
+        await wait_until(
+            lambda: (
+                settled([old, new])
+                and sorted(len(p.member.assignment) for p in (old, new)) == [4, 4]
+            ),
+            wait_s=20,
+            what="the probing rebalances to move the actives",
+        )
+        assert warmups_seen  # the application was told about its warm-ups
+        await new.stop()
+        await old.stop()
