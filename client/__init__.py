@@ -5,8 +5,9 @@ from client import Member, Admin, TopicPartition, RebalanceListener
 
 from client.admin import Admin
 from client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
+from client.events import CommitFailedError, MemberFailedError
 from client.listener import RebalanceListener
-from client.member import CommitFailedError, Member, MemberFailedError
+from client.member import Member
 from protocol.embedded import TopicPartition
 
 __all__ = [

@@ -11,7 +11,6 @@ returns with nothing left running.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -22,6 +21,17 @@ from anyio.abc import TaskGroup
 import client.assignors  # noqa: F401 - registers the built-in assignors
 from client.assignors.base import ASSIGNORS, Assignor
 from client.connection import Connection, ConnectionClosedError, connect
+from client.events import (
+    CommitFailedError,
+    Event,
+    FellOut,
+    HeartbeatAnswer,
+    MemberFailedError,
+    RebalanceNotice,
+    Reconnect,
+    Rejoin,
+    SessionExpired,
+)
 from client.heartbeat import HeartbeatTimer
 from client.leader import assign, decode_members, subscribed_topics
 from client.listener import RebalanceListener
@@ -53,58 +63,6 @@ from protocol.messages import (
 log = structlog.get_logger("huddle.member")
 E = ErrorCode
 R = TypeVar("R", bound=Response)
-
-
-class MemberFailedError(RuntimeError):
-    """The member hit a fatal error (e.g. FENCED_INSTANCE_ID) and stopped."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}" if message else code.name)
-        self.code = code
-
-
-class CommitFailedError(RuntimeError):
-    """A commit was refused because the member is no longer in the generation it used."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"commit refused: {code.name}: {message}")
-        self.code = code
-
-
-class _Reconnect(Exception):
-    """Drop this connection and find the coordinator again."""
-
-
-# Events for the main loop, from the other tasks.
-@dataclass(frozen=True, slots=True)
-class _Rejoin:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class _HeartbeatAnswer:
-    code: ErrorCode
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Notice:
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class _FellOut:
-    code: ErrorCode
-    message: str
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class _SessionExpired:
-    pass
-
-
-_Event = _Rejoin | _HeartbeatAnswer | _Notice | _FellOut | _SessionExpired
 
 
 class Member:
@@ -150,7 +108,7 @@ class Member:
         self._lags = lags
         self._backoff_s = retry_backoff_ms / 1000
         self._max_backoff_s = max_retry_backoff_ms / 1000
-        send, receive = anyio.create_memory_object_stream[_Event](1_000)
+        send, receive = anyio.create_memory_object_stream[Event](1_000)
         self._events_in, self._events = send, receive
         self._changed = anyio.Event()
         self._conn: Connection | None = None
@@ -257,7 +215,7 @@ class Member:
         response = await self._request(conn, request, OffsetCommitResponse)
         if response.error_code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
             message = response.error_message or ""
-            self._post(_FellOut(response.error_code, message, generation))
+            self._post(FellOut(response.error_code, message, generation))
             raise CommitFailedError(response.error_code, message)
         if response.error_code != E.NONE:
             raise error_class(response.error_code)(response.error_message)
@@ -308,7 +266,7 @@ class Member:
         self._close_requested.set()
         if self._join_scope is not None:
             self._join_scope.cancel()  # a held JoinGroup would keep us waiting
-        self._post(_Rejoin("closing"))
+        self._post(Rejoin("closing"))
         self._notify()
         try:
             with anyio.move_on_after(self._core.config.session_timeout_ms / 1000) as scope:
@@ -342,7 +300,7 @@ class Member:
                     tg.start_soon(self._heartbeats, conn)
                     await self._serve(conn)
                     tg.cancel_scope.cancel()
-            except* (ConnectionClosedError, OSError, TimeoutError, _Reconnect) as group:
+            except* (ConnectionClosedError, OSError, TimeoutError, Reconnect) as group:
                 reasons = "; ".join(str(e) or type(e).__name__ for e in group.exceptions)
                 self._log.info("member_disconnected", reason=reasons)
                 self._on_connection_lost()
@@ -377,26 +335,26 @@ class Member:
             if step is not None:
                 await self._apply(step)
 
-    async def _next_event(self) -> _Event:
+    async def _next_event(self) -> Event:
         if self._rejoin_at is None:
             return await self._events.receive()
         with anyio.move_on_at(self._rejoin_at):
             return await self._events.receive()
         self._rejoin_at = None
-        return _Rejoin("scheduled rebalance")
+        return Rejoin("scheduled rebalance")
 
-    def _on_event(self, event: _Event) -> Step | None:
+    def _on_event(self, event: Event) -> Step | None:
         core = self._core
         match event:
-            case _HeartbeatAnswer(code, generation):
+            case HeartbeatAnswer(code, generation):
                 return core.on_heartbeat(code, generation)
-            case _Notice(generation):
+            case RebalanceNotice(generation):
                 return core.on_rebalance_notice(generation)
-            case _FellOut(code, message, generation):
+            case FellOut(code, message, generation):
                 if generation == core.generation:
                     return core.on_commit_error(code, message)
                 return None
-            case _SessionExpired():
+            case SessionExpired():
                 if core.owned or core.state is MemberState.STABLE:
                     self._log.warning(
                         "session_expired_locally",
@@ -405,7 +363,7 @@ class Member:
                     )
                     return core.lose_all(E.NONE, "no answer from the coordinator in a session")
                 return None
-            case _Rejoin(reason):
+            case Rejoin(reason):
                 if self._closing or core.state is not MemberState.STABLE:
                     return None
                 self._log.info("rejoin_requested", reason=reason, member_id=core.member_id)
@@ -491,9 +449,9 @@ class Member:
                 self._failure = MemberFailedError(step.error, step.message)
                 self._log.error("member_failed", error_code=step.error.name, error=step.message)
                 self._notify()
-                raise _Reconnect(str(self._failure))
+                raise Reconnect(str(self._failure))
             case Next.RECONNECT:
-                raise _Reconnect(f"{step.error.name}: {step.message}")
+                raise Reconnect(f"{step.error.name}: {step.message}")
             case Next.RETRY:
                 self._log.info("member_retrying", error_code=step.error.name, error=step.message)
                 await anyio.sleep(self._backoff_s)
@@ -570,13 +528,13 @@ class Member:
             if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
                 timer.answered(now)
             if code != E.NONE:
-                self._post(_HeartbeatAnswer(code, generation))
+                self._post(HeartbeatAnswer(code, generation))
 
     async def _read_notices(self, conn: Connection) -> None:
         group_id = self._core.config.group_id
         async for notice in conn.notices:
             if isinstance(notice, RebalanceStarted) and notice.group_id == group_id:
-                self._post(_Notice(notice.generation_id))
+                self._post(RebalanceNotice(notice.generation_id))
             elif isinstance(notice, TopicMetadataChanged) and self._core.is_leader:
                 changed = [
                     t.name
@@ -585,7 +543,7 @@ class Member:
                     and t.partitions != self._metadata.get(t.name, 0)
                 ]
                 if changed:
-                    self._post(_Rejoin(f"partition counts changed: {sorted(changed)}"))
+                    self._post(Rejoin(f"partition counts changed: {sorted(changed)}"))
         # The stream ends with the connection: notice that now, not at the next heartbeat.
         raise ConnectionClosedError(conn.close_reason or "the connection closed")
 
@@ -603,7 +561,7 @@ class Member:
                     await self._changed.wait()
                 continue
             self._timer.reset()
-            self._post(_SessionExpired())
+            self._post(SessionExpired())
 
     def _on_connection_lost(self) -> None:
         """A dynamic member whose connection is gone is removed by the coordinator after
@@ -615,7 +573,7 @@ class Member:
 
     # --- plumbing --------------------------------------------------------------------
 
-    def _post(self, event: _Event) -> None:
+    def _post(self, event: Event) -> None:
         try:
             self._events_in.send_nowait(event)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -649,7 +607,7 @@ class Member:
             )
             return failed
         if not isinstance(response, expect):
-            raise _Reconnect(f"expected {expect.__name__}, got {type(response).__name__}")
+            raise Reconnect(f"expected {expect.__name__}, got {type(response).__name__}")
         return response
 
     async def _partition_counts(self, conn: Connection, topics: set[str]) -> dict[str, int]:
