@@ -19,6 +19,7 @@ import anyio.abc
 from bench.common import quiet_logs
 from bench.rawclient import huddle_serve, raise_fd_limit, server_process
 from client import Admin, Member, RebalanceListener, TopicPartition
+from client.running import MemberTask
 
 
 class Revocations(RebalanceListener):
@@ -32,32 +33,6 @@ class Revocations(RebalanceListener):
 
     async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
         self.count += len(lost)
-
-
-class Running:
-    """A member in a task of its own, stoppable in any order."""
-
-    def __init__(self, member: Member) -> None:
-        self.member = member
-        self._stop = anyio.Event()
-        self._started = anyio.Event()
-        self._done = anyio.Event()
-
-    async def _run(self) -> None:
-        try:
-            async with self.member:
-                self._started.set()
-                await self._stop.wait()
-        finally:
-            self._done.set()
-
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        tg.start_soon(self._run)
-        await self._started.wait()
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._done.wait()
 
 
 def settled(members: Sequence[Member], everything: frozenset[TopicPartition]) -> bool:
@@ -104,17 +79,14 @@ async def measure(
     generations: list[int] = []
     revoked: list[int] = []
     async with anyio.create_task_group() as tg:
-        running = [Running(new_member()) for _ in range(size)]
-        for r in running:
-            await r.start(tg)
+        running = [await MemberTask(new_member()).start(tg) for _ in range(size)]
         members = [r.member for r in running]
         await wait_settled(members, everything)
         for _ in range(reps):
             before = members[0].generation
             stopped.count = 0
-            newcomer = Running(new_member())
             started = time.perf_counter()
-            await newcomer.start(tg)
+            newcomer = await MemberTask(new_member()).start(tg)
             await wait_settled([*members, newcomer.member], everything)
             joins.append(time.perf_counter() - started)
             generations.append(members[0].generation - before)

@@ -8,6 +8,7 @@ from client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
 from client.events import CommitFailedError, MemberFailedError
 from client.listener import RebalanceListener
 from client.member import Member
+from client.running import MemberTask
 from protocol.embedded import TopicPartition
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "CommitFailedError",
     "Member",
     "MemberFailedError",
+    "MemberTask",
     "RebalanceListener",
     "RebalanceProtocol",
     "TopicPartition",

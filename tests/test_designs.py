@@ -15,6 +15,7 @@ import client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
 from client import Admin, Assignor, Member, RebalanceListener, TopicPartition
 from client.assignors.deferred import DeferredAssignor
 from client.assignors.sticky import CooperativeStickyAssignor
+from client.running import MemberTask
 from tests.helpers import wait_until
 
 TP = TopicPartition
@@ -61,34 +62,18 @@ class Proc:
             listener=self.moves,
             **kwargs,
         )
-        self._scope = anyio.CancelScope()
-        self._stop = anyio.Event()
-        self._done = anyio.Event()
+        self._task = MemberTask(self.member)
 
     async def start(self, tg: anyio.abc.TaskGroup) -> Proc:
-        started = anyio.Event()
-
-        async def run() -> None:
-            try:
-                with self._scope:
-                    async with self.member:
-                        started.set()
-                        await self._stop.wait()
-            finally:
-                self._done.set()
-
-        tg.start_soon(run)
-        await started.wait()
+        await self._task.start(tg)
         return self
 
     async def kill(self) -> None:
         """kill -9: no LeaveGroup, the socket just closes."""
-        self._scope.cancel()
-        await self._done.wait()
+        await self._task.kill()
 
     async def stop(self) -> None:
-        self._stop.set()
-        await self._done.wait()
+        await self._task.stop()
 
 
 def settled(procs: list[Proc], expected: frozenset[TopicPartition] = PARTITIONS) -> bool:

@@ -21,6 +21,7 @@ from client import (
     TopicPartition,
 )
 from client.describe import compact
+from client.running import MemberTask
 from coordinator.admin_commands import render_group
 from coordinator.server import CoordinatorServer
 from protocol.errors import HuddleError
@@ -247,46 +248,20 @@ async def test_a_partition_count_change_reaches_the_members(bootstrap: str) -> N
         await wait_settled(members, partitions(6))
 
 
-class Running:
-    """A member in a task of its own, as it would be in a process of its own: members
-    started in one order can stop in any other (a rolling bounce)."""
-
-    def __init__(self, bootstrap: str, **kwargs: Any) -> None:
-        self._member = member(bootstrap, **kwargs)
-        self._stop = anyio.Event()
-        self._started = anyio.Event()
-        self._done = anyio.Event()
-
-    async def _run(self) -> None:
-        try:
-            async with self._member:
-                self._started.set()
-                await self._stop.wait()
-        finally:
-            self._done.set()
-
-    async def start(self, tg: anyio.abc.TaskGroup) -> Member:
-        tg.start_soon(self._run)
-        await self._started.wait()
-        return self._member
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._done.wait()
-
-
 async def test_eager_to_cooperative_upgrade_by_two_rolling_bounces(bootstrap: str) -> None:
     everything = partitions(6)
     plan = [["range"], ["range", "cooperative-sticky"], ["cooperative-sticky"]]
     async with topic(bootstrap, 6), anyio.create_task_group() as tg:
-        running = [Running(bootstrap, assignors=plan[0]) for _ in range(3)]
-        members = [await r.start(tg) for r in running]
+        running = [
+            await MemberTask(member(bootstrap, assignors=plan[0])).start(tg) for _ in range(3)
+        ]
+        members = [r.member for r in running]
         await wait_settled(members, everything)
         for bounce, assignors in enumerate(plan[1:], start=1):
             for i in range(len(running)):
                 await running[i].stop()
-                running[i] = Running(bootstrap, assignors=assignors)
-                members[i] = await running[i].start(tg)
+                running[i] = await MemberTask(member(bootstrap, assignors=assignors)).start(tg)
+                members[i] = running[i].member
                 await wait_settled(members, everything)
             if bounce == 1:
                 # everyone still lists range first and range is eager-only: still eager
