@@ -1,0 +1,1 @@
+"""Process-level fault injection against real members, and the event logs it writes."""

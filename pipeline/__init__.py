@@ -1,0 +1,1 @@
+"""PySpark jobs that turn chaos event logs into availability and safety figures."""
