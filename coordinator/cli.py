@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 
 import anyio
 
+from chaos.cli import add_chaos_parser, run_chaos
 from client.connection import ConnectionClosedError, connect, parse_bootstrap
 from coordinator.admin_commands import run_admin_command
 from coordinator.config import GroupConfig, ServerConfig
@@ -214,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     describe = group_commands.add_parser("describe", help="describe a group and its members")
     describe.add_argument("group", help="group id")
     _add_client_flags(describe)
+
+    add_chaos_parser(commands)
     return parser
 
 
@@ -354,6 +357,8 @@ def run_client_command(args: argparse.Namespace, bootstrap: str) -> int:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = parse_args(argv)
     env = os.environ if environ is None else environ
+    if args.command == "chaos":
+        return run_chaos(args)
     try:
         if args.command == "serve":
             settings = serve_settings(args, env)

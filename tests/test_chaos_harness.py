@@ -1,0 +1,122 @@
+"""Whole chaos runs: the harness starts, faults, records and cleans up real processes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from chaos import events as ev
+from chaos.eventfiles import problems, read_events
+from chaos.harness import RunSettings, run
+from chaos.procs import pid_alive
+from chaos.scenarios import Shape, built_in
+
+DEADLINE_S = 20.0
+
+
+def wait_for(predicate: Callable[[], bool], what: str, wait_s: float = DEADLINE_S) -> None:
+    """Poll ``predicate`` until it holds; AssertionError at the deadline."""
+    deadline = time.monotonic() + wait_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {wait_s} s waiting for {what}")
+        time.sleep(0.02)  # a poll interval, not a wait for an outcome
+
+
+def test_process_death_run_records_every_process_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    settings = RunSettings(
+        run_dir=tmp_path, members=3, partitions=6, duration=5.0, protocol="cooperative-sticky"
+    )
+    lines: list[str] = []
+    result = run(settings, built_in("process-death", Shape(5.0, 3)), lines.append)
+
+    assert result.outcome == "completed"
+    assert not [pid for pid in result.pids if pid_alive(pid)], "every child is gone"
+    events = tmp_path / "events"
+    names = {p.name for p in events.iterdir()}
+    assert names == {
+        f"{n}.jsonl" for n in ("chaos", "coordinator", "member-1", "member-2", "member-3")
+    }
+    coordinator = read_events(events / "coordinator.jsonl")
+    assert any(r["event"] == "generation_started" for r in coordinator)
+
+    chaos = read_events(events / "chaos.jsonl")
+    assert problems(chaos, "chaos") == []
+    assert chaos[0]["event"] == ev.RUN_STARTED
+    assert chaos[-1]["event"] == ev.RUN_FINISHED
+    faults = [r for r in chaos if r["event"] == ev.FAULT]
+    assert [(f["action"], f["target"]) for f in faults] == [
+        ("kill", "member-2"),
+        ("start", "member-2"),
+    ]
+    assert result.faults == 2
+    kill_ts, start_ts = faults[0]["ts"], faults[1]["ts"]
+
+    victim = read_events(events / "member-2.jsonl")
+    assert problems(victim, "member-2") == []
+    restart = [i for i, r in enumerate(victim) if r["event"] == ev.PROCESS_STARTED][1]
+    assert all(r["ts"] <= kill_ts for r in victim[:restart]), "nothing after the SIGKILL"
+    assert victim[restart - 1]["event"] != ev.PROCESS_STOPPED
+    assert victim[restart]["ts"] >= start_ts
+    for name in ("member-1", "member-3"):
+        records = read_events(events / f"{name}.jsonl")
+        assert problems(records, name) == []
+        assert records[-1]["event"] == ev.PROCESS_STOPPED
+        assert any(r["event"] == ev.PROCESSED for r in records)
+    assert any("fault: kill member-2" in line for line in lines)
+    assert any("members 2/3 live" in line for line in lines), "progress shows the death"
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant PID of ``pid`` (Linux /proc)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                kids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for kid in map(int, kids):
+                if kid not in found:
+                    found.add(kid)
+                    todo.append(kid)
+    return found
+
+
+def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "chaos.cli", "chaos", "run", "process-death"]
+    argv += ["--duration", "60", "--members", "3", "--run-dir", str(tmp_path)]
+    harness = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    children: set[int] = set()
+    try:
+        events = tmp_path / "events"
+
+        def all_members_processing() -> bool:
+            return all(
+                any(r["event"] == ev.PROCESSED for r in read_events(events / f"member-{i}.jsonl"))
+                for i in (1, 2, 3)
+            )
+
+        wait_for(all_members_processing, "three members processing")
+        children = _children(harness.pid)
+        assert len(children) >= 4, "a coordinator and three members"
+        harness.send_signal(signal.SIGINT)
+        assert harness.wait(timeout=20) == 130
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait(5)
+        assert harness.stdout is not None
+        harness.stdout.close()
+    wait_for(lambda: not any(pid_alive(p) for p in children), "children gone", wait_s=5)
+    chaos = read_events(tmp_path / "events" / "chaos.jsonl")
+    assert chaos[-1]["event"] == ev.RUN_FINISHED
+    assert chaos[-1]["outcome"] == "interrupted"

@@ -1,0 +1,107 @@
+"""Scenarios as data, the workload's arithmetic, and the fault proxy's faults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from chaos.events import FAULT_ACTIONS
+from chaos.proxy import fault_proxy
+from chaos.scenarios import BUILT_IN, ScenarioError, Shape, built_in, load
+from chaos.workload import Workload
+from coordinator.server import CoordinatorServer
+from protocol.embedded import TopicPartition
+from tests.helpers import wait_until
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_every_built_in_scenario_fits_inside_its_run(name: str) -> None:
+    scenario = built_in(name, Shape(duration=10, members=3, seed=1))
+    assert scenario.name == name
+    assert scenario.description
+    assert all(0 <= step.at < 10 for step in scenario.steps)
+    assert scenario.ordered() == sorted(scenario.steps, key=lambda s: s.at)
+
+
+def test_random_kills_depend_on_the_seed_only() -> None:
+    a = built_in("random-kills", Shape(20, 4, seed=7))
+    assert a == built_in("random-kills", Shape(20, 4, seed=7))
+    assert a != built_in("random-kills", Shape(20, 4, seed=8))
+    assert {s.action for s in a.steps} == {"kill", "start"}
+
+
+def test_scenario_from_a_json_file(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    steps = [{"at": 2, "action": "kill", "target": "member-1"}, {"at": 1, "action": "net_stall"}]
+    path.write_text(json.dumps({"static": True, "steps": steps}))
+    scenario = load(path)
+    assert scenario.name == "mine"
+    assert scenario.static
+    assert [s.action for s in scenario.ordered()] == ["net_stall", "kill"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["nope", '{"steps": [{"at": 1, "action": "explode"}]}', '[{"action": "kill"}]', "{}"],
+)
+def test_a_bad_scenario_file_is_one_clear_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ScenarioError):
+        load(path)
+
+
+def test_unknown_scenario_names_the_known_ones() -> None:
+    with pytest.raises(ScenarioError, match="process-death"):
+        built_in("nope", Shape(10, 3))
+
+
+def test_fault_actions_of_steps_are_event_actions() -> None:
+    member_faults = {"kill", "sigterm", "sigstop", "sigcont", "start"}
+    assert member_faults <= FAULT_ACTIONS
+
+
+def test_workload_processes_at_its_rate_from_the_resume_offset() -> None:
+    w = Workload(rate=100)
+    w.assign(TP, 40, now=0.0)
+    batches = w.tick(0.5) + w.tick(1.0)
+    assert [(b.offset, b.count) for b in batches] == [(40, 50), (90, 50)]
+    assert w.release(frozenset({TP})) == {TP: 140}
+    assert w.tick(2.0) == []
+
+
+def test_stateful_workload_restores_its_lag_before_processing() -> None:
+    w = Workload(rate=100, stateful=True, restore_rate=100)
+    w.local[TP] = 100
+    assert w.assign(TP, 300, now=0.0) == 2.0  # 200 records behind at 100/s
+    assert w.tick(1.0) == []
+    assert w.lags() == {TP: 200}
+    assert w.newly_restored(2.0) == [TP]
+    assert w.lags() == {TP: 0}
+    assert [(b.offset, b.count) for b in w.tick(2.5)] == [(300, 50)]
+
+
+async def test_proxy_partition_refuses_and_heal_lets_members_back(
+    server: CoordinatorServer,
+) -> None:
+    async with fault_proxy("127.0.0.1", server.port) as proxy:
+        stream = await anyio.connect_tcp("127.0.0.1", proxy.port)
+        await wait_until(lambda: proxy.connections > 0, what="the proxied connection")
+        await proxy.partition()
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await stream.receive()  # the open connection was dropped
+        await stream.aclose()
+        refused = await anyio.connect_tcp("127.0.0.1", proxy.port)
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await refused.receive()  # accepted, then closed at once
+        await refused.aclose()
+        proxy.heal()
+        assert not proxy.partitioned
+        healed = await anyio.connect_tcp("127.0.0.1", proxy.port)
+        await wait_until(lambda: proxy.connections > 0, what="a connection after healing")
+        await healed.aclose()

@@ -1,0 +1,132 @@
+"""A chaos worker process against a real coordinator: it processes, commits, resumes."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from chaos import events as ev
+from chaos.eventfiles import problems, read_events
+from client.admin import Admin
+from coordinator.server import CoordinatorServer
+from tests.helpers import wait_until
+
+WAIT_S = 15.0
+
+
+def start_worker(bootstrap: str, run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "chaos.worker",
+        bootstrap,
+        "member-1",
+        "--run-dir",
+        str(run_dir),
+        "--rate",
+        "200",
+        "--commit-interval-ms",
+        "200",
+        "--session-timeout-ms",
+        "2000",
+        "--max-seconds",
+        "60",
+        *extra,
+    ]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def stop_worker(proc: subprocess.Popen[bytes]) -> int:
+    try:
+        proc.send_signal(signal.SIGTERM)
+        await wait_until(lambda: proc.poll() is not None, wait_s=WAIT_S, what="worker exit")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    return int(proc.returncode)
+
+
+def of(records: list[dict[str, object]], event: str) -> list[dict[str, object]]:
+    return [r for r in records if r["event"] == event]
+
+
+async def test_worker_processes_commits_and_resumes_without_gap(
+    server: CoordinatorServer, tmp_path: Path
+) -> None:
+    bootstrap = f"127.0.0.1:{server.port}"
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("chaos", 2)
+    path = tmp_path / "events" / "member-1.jsonl"
+
+    def accepted_commits() -> list[dict[str, object]]:
+        return [r for r in of(read_events(path), ev.COMMITTED) if r["accepted"]]
+
+    first = start_worker(bootstrap, tmp_path)
+    try:
+        await wait_until(
+            lambda: any(int(str(c["offset"])) > 20 for c in accepted_commits()),
+            wait_s=WAIT_S,
+            what="a commit past offset 20",
+        )
+    finally:
+        assert await stop_worker(first) == 0
+    run1 = read_events(path)
+    assert run1[0]["event"] == ev.PROCESS_STARTED
+    assert run1[-1]["event"] == ev.PROCESS_STOPPED
+    assert run1[-1]["reason"] == "sigterm"
+    assert of(run1, ev.REVOKED), "a clean shutdown revokes (and commits) what it owned"
+    last_commit = {(c["topic"], c["partition"]): c["offset"] for c in accepted_commits()}
+    assert set(last_commit) == {("chaos", 0), ("chaos", 1)}
+    for p in (0, 1):  # records processed in order from 0, no gap, up to the final commit
+        batches = [r for r in of(run1, ev.PROCESSED) if r["partition"] == p]
+        offsets = [(int(str(b["offset"])), int(str(b["count"]))) for b in batches]
+        assert offsets[0][0] == 0
+        for (o1, c1), (o2, _) in itertools.pairwise(offsets):
+            assert o2 == o1 + c1
+        assert offsets[-1][0] + offsets[-1][1] == last_commit[("chaos", p)]
+
+    second = start_worker(bootstrap, tmp_path)
+    try:
+        await wait_until(
+            lambda: (
+                len(of(read_events(path), ev.PROCESS_STARTED)) == 2
+                and {r["partition"] for r in of(read_events(path)[len(run1) :], ev.PROCESSED)}
+                == {0, 1}
+            ),
+            wait_s=WAIT_S,
+            what="the restarted worker processing both partitions",
+        )
+    finally:
+        assert await stop_worker(second) == 0
+    run2 = read_events(path)[len(run1) :]
+    for p in (0, 1):
+        first_batch = next(r for r in of(run2, ev.PROCESSED) if r["partition"] == p)
+        assert first_batch["offset"] == last_commit[("chaos", p)], "resumes at the commit"
+    assert problems(read_events(path), "member-1") == []
+    joined = of(run2, ev.JOINED)
+    assert joined
+    assert joined[0]["leader"] is True
+
+
+async def test_stateful_worker_restores_before_processing(
+    server: CoordinatorServer, tmp_path: Path
+) -> None:
+    bootstrap = f"127.0.0.1:{server.port}"
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("chaos", 1)
+    path = tmp_path / "events" / "member-1.jsonl"
+    proc = start_worker(bootstrap, tmp_path, "--stateful", "--restore-rate", "100")
+    try:
+        await wait_until(
+            lambda: bool(of(read_events(path), ev.PROCESSED)), wait_s=WAIT_S, what="processing"
+        )
+    finally:
+        await stop_worker(proc)
+    records = read_events(path)
+    kinds = [r["event"] for r in records if r["event"] in (ev.RESTORED, ev.PROCESSED)]
+    assert kinds[0] == ev.RESTORED
+    assert (tmp_path / "state" / "member-1.json").exists()
