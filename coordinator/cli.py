@@ -27,6 +27,7 @@ from client.connection import ConnectionClosedError, connect, parse_bootstrap
 from coordinator.admin_commands import run_admin_command
 from coordinator.config import GroupConfig, ServerConfig
 from coordinator.logging import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
+from pipeline.cli import add_report_parser
 from protocol.errors import HuddleError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
@@ -217,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_flags(describe)
 
     add_chaos_parser(commands)
+    add_report_parser(commands)
     return parser
 
 
@@ -359,6 +361,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     if args.command == "chaos":
         return run_chaos(args)
+    if args.command == "report":
+        from pipeline.cli import run_report  # PySpark loads only for this command
+
+        return run_report(args)
     try:
         if args.command == "serve":
             settings = serve_settings(args, env)

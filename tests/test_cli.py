@@ -327,3 +327,10 @@ def test_serve_with_a_bad_environment_value_exits_2() -> None:
     result = run_huddle("serve", env={"HUDDLE_PORT": "nine"})
     assert result.returncode == 2
     assert result.stderr == "huddle: HUDDLE_PORT='nine' is not an integer\n"
+
+
+def test_the_cli_does_not_load_pyspark() -> None:
+    """`huddle serve` runs in the container image, which has no PySpark: only `huddle
+    report` may load it."""
+    code = "import sys, coordinator.cli; sys.exit('pyspark' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -1,0 +1,325 @@
+"""The report pipeline on hand-made event logs whose answers are known exactly.
+
+Times are ``T0`` plus multiples of 1/16 s so every difference is exact in binary floating
+point. The base run: two partitions ``t-0`` and ``t-1``; member-1 owns both from 0.25 s,
+processes them every 1/16 s (10 records a tick) from 1.0 s, commits ``t-0`` and hands
+``t-0`` over (revoked at 5.125 s, last tick 5.0 s); member-2 is assigned ``t-0`` at 6.375 s
+and processes it from 6.5 s to 10.0 s, then is SIGKILLed (no ``process_stopped``).
+member-1 processes ``t-1`` until 10.0 s and stops cleanly at 10.5 s. Hence ``t-0`` is
+unavailable for exactly 1.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline.analysis import RunAnalysis, analyse
+from pipeline.cli import add_report_parser, run_report
+from pipeline.compare import write_comparison
+from pipeline.report import write_report
+from pipeline.spark import build_session
+from pipeline.summary import summarise
+
+T0 = 1_700_000_000.0
+TICK = 0.0625
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_session("local[2]", shuffle_partitions=2, app_name="huddle-tests")
+    session.conf.set("spark.sql.adaptive.enabled", "false")  # tiny data: planning dominates
+    session.conf.set("spark.sql.codegen.wholeStage", "false")
+    yield session
+    session.stop()
+
+
+class Log:
+    """Writes one run directory's ``events/<proc>.jsonl`` files."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.lines: dict[str, list[str]] = {}
+
+    def event(self, proc: str, at: float, event: str, **fields: Any) -> None:
+        record = {"ts": T0 + at, "proc": proc, "event": event, **fields}
+        self.lines.setdefault(proc, []).append(json.dumps(record))
+
+    def coordinator(self, at: float, event: str, **fields: Any) -> None:
+        stamp = datetime.fromtimestamp(T0 + at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        record = {"event": event, "level": "info", "timestamp": stamp, **fields}
+        self.lines.setdefault("coordinator", []).append(json.dumps(record))
+
+    def ticks(
+        self, proc: str, member: str, topic: str, part: int, start: float, end: float, offset: int
+    ) -> int:
+        """Processed events every TICK from start to end inclusive; returns the next offset."""
+        k = 0
+        while start + k * TICK <= end:
+            self.event(
+                proc,
+                start + k * TICK,
+                "processed",
+                member_id=member,
+                generation=1,
+                topic=topic,
+                partition=part,
+                offset=offset,
+                count=10,
+            )
+            offset += 10
+            k += 1
+        return offset
+
+    def commit(
+        self, proc: str, member: str, at: float, part: int, offset: int, accepted: bool = True
+    ) -> None:
+        self.event(
+            proc,
+            at,
+            "committed",
+            member_id=member,
+            generation=1,
+            topic="t",
+            partition=part,
+            offset=offset,
+            accepted=accepted,
+            error=None if accepted else "ILLEGAL_GENERATION",
+        )
+
+    def write(self) -> Path:
+        events = self.run_dir / "events"
+        events.mkdir(parents=True, exist_ok=True)
+        for proc, lines in self.lines.items():
+            (events / f"{proc}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return self.run_dir
+
+
+def base_log(run_dir: Path, *, m2_offset: int = 650, protocol: str = "cooperative") -> Log:
+    log = Log(run_dir)
+    log.event("chaos", 0.0, "run_started", scenario="handover", protocol=protocol, members=2)
+    # The coordinator: three generations.
+    log.coordinator(0.0625, "rebalance_started", group_id="g", generation=0, reason="join")
+    log.coordinator(0.125, "generation_started", group_id="g", generation=1, members=1)
+    log.coordinator(0.1875, "assignment_stored", group_id="g", generation=1, members=1)
+    log.coordinator(4.5, "rebalance_started", group_id="g", generation=1, reason="join")
+    log.coordinator(4.625, "rebalance_started", group_id="g", generation=1, reason="again")
+    log.coordinator(5.0, "generation_started", group_id="g", generation=2, members=2)
+    log.coordinator(5.25, "assignment_stored", group_id="g", generation=2, members=2)
+    log.coordinator(5.5, "rebalance_started", group_id="g", generation=2, reason="revoked")
+    log.coordinator(6.0, "generation_started", group_id="g", generation=3, members=2)
+    log.coordinator(6.25, "assignment_stored", group_id="g", generation=3, members=2)
+    # member-1
+    m1 = "member-1"
+    log.event(m1, 0.0, "process_started", pid=1, role="member", protocol=protocol)
+    log.event(m1, 0.125, "joined", member_id="a", generation=1, leader=True)
+    log.event(m1, 0.25, "assigned", member_id="a", generation=1, partitions=[["t", 0], ["t", 1]])
+    end0 = log.ticks(m1, "a", "t", 0, 1.0, 5.0, 0)
+    assert end0 == 650
+    log.commit(m1, "a", 3.0, 0, 330)
+    log.commit(m1, "a", 5.0625, 0, 650)
+    log.event(m1, 5.125, "revoked", member_id="a", generation=2, partitions=[["t", 0]])
+    log.ticks(m1, "a", "t", 1, 1.0, 10.0, 0)
+    log.event(m1, 10.5, "process_stopped", reason="sigterm")
+    # member-2, killed after its last tick
+    m2 = "member-2"
+    log.event(m2, 4.0, "process_started", pid=2, role="member", protocol=protocol)
+    log.event(m2, 5.0, "joined", member_id="b", generation=2, leader=False)
+    log.event(m2, 6.375, "assigned", member_id="b", generation=3, partitions=[["t", 0]])
+    log.ticks(m2, "b", "t", 0, 6.5, 10.0, m2_offset)
+    log.event("chaos", 10.25, "fault", action="kill", target=m2)
+    log.event("chaos", 11.0, "run_finished", outcome="ok")
+    return log
+
+
+def run(spark: SparkSession, log: Log) -> tuple[RunAnalysis, dict[str, Any]]:
+    analysis = analyse(spark, log.write(), gap_ms=100.0)
+    return analysis, summarise(analysis)
+
+
+NO_VIOLATIONS = {
+    "overlap": 0,
+    "unowned": 0,
+    "commit_backwards": 0,
+    "lost": 0,
+    "duplicate_below_commit": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def clean(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[RunAnalysis, dict[str, Any]]:
+    return run(spark, base_log(tmp_path_factory.mktemp("runs") / "clean"))
+
+
+def test_clean_run_has_no_violations(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+    analysis, summary = clean
+    assert analysis.violations == []
+    assert summary["violations"] == NO_VIOLATIONS
+    assert summary["records_processed"] == 650 + 1450 + 570
+    assert summary["duplicates"] == 0
+    assert summary["lost"] == 0
+
+
+def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+    analysis, summary = clean
+    assert summary["window"]["start"] == T0 + 1.0
+    assert summary["window"]["end"] == T0 + 10.0
+    assert summary["total_unavailable_partition_seconds"] == 1.5
+    assert summary["per_partition"] == {
+        "t-0": {"unavailable_seconds": 1.5, "max_outage_seconds": 1.5, "outages": 1},
+        "t-1": {"unavailable_seconds": 0.0, "max_outage_seconds": 0.0, "outages": 0},
+    }
+    assert [(o["topic"], o["partition"], o["start"], o["end"]) for o in analysis.outages] == [
+        ("t", 0, T0 + 5.0, T0 + 6.5)
+    ]
+
+
+def test_ownership_intervals_are_exact(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+    analysis, _ = clean
+    got = [
+        (o["proc"], o["member_id"], o["partition"], o["start"] - T0, o["end"] - T0, o["end_reason"])
+        for o in analysis.ownership
+    ]
+    assert got == [
+        ("member-1", "a", 0, 0.25, 5.125, "revoked"),
+        ("member-2", "b", 0, 6.375, 10.0, "last_event"),
+        ("member-1", "a", 1, 0.25, 10.5, "process_stopped"),
+    ]
+
+
+def test_rebalances_per_generation(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+    analysis, summary = clean
+    assert summary["rebalance_count"] == 3
+    assert summary["rebalance_durations_seconds"] == [0.125, 0.75, 0.75]
+    assert [(r["generation"], r["triggers"], r["reason"]) for r in analysis.rebalances] == [
+        (1, 1, "join"),
+        (2, 2, "join"),
+        (3, 1, "revoked"),
+    ]
+    assert summary["protocol"] == "cooperative"
+    assert summary["scenario"] == "handover"
+
+
+def test_overlap_detected(spark: SparkSession, tmp_path: Path) -> None:
+    log = base_log(tmp_path / "overlap")
+    log.event("member-3", 6.875, "assigned", member_id="c", generation=3, partitions=[["t", 1]])
+    log.ticks("member-3", "c", "t", 1, 7.0, 7.25, 0)
+    analysis, summary = run(spark, log)
+    assert summary["violations"] == {**NO_VIOLATIONS, "overlap": 1}
+    (v,) = analysis.violations
+    evidence = json.loads(v["evidence"])
+    assert (v["partition"], v["proc"], v["ts"]) == (1, "member-1,member-3", T0 + 7.0)
+    assert evidence["b"]["events"] == 5
+    assert (evidence["overlap_start"], evidence["overlap_end"]) == (T0 + 7.0, T0 + 7.25)
+    assert summary["duplicates"] == 50
+
+
+def test_unowned_processing_detected(spark: SparkSession, tmp_path: Path) -> None:
+    log = base_log(tmp_path / "unowned")
+    log.ticks("member-2", "b", "t", 0, 6.3125, 6.3125, 650)  # before its assignment at 6.375
+    analysis, summary = run(spark, log)
+    assert summary["violations"] == {**NO_VIOLATIONS, "unowned": 1}
+    (v,) = analysis.violations
+    assert (v["proc"], v["partition"], v["ts"], v["records"]) == ("member-2", 0, T0 + 6.3125, 10)
+    assert summary["duplicates"] == 10  # re-processing from the committed offset: allowed
+    assert summary["per_partition"]["t-0"] == {
+        "unavailable_seconds": 1.5,
+        "max_outage_seconds": 1.3125,
+        "outages": 2,
+    }
+
+
+def test_commit_going_backwards_detected(spark: SparkSession, tmp_path: Path) -> None:
+    log = base_log(tmp_path / "backwards")
+    log.commit("member-2", "b", 7.0, 0, 600)
+    log.commit("member-2", "b", 7.5, 0, 10, accepted=False)  # rejected: not a commit
+    analysis, summary = run(spark, log)
+    assert summary["violations"] == {**NO_VIOLATIONS, "commit_backwards": 1}
+    (v,) = analysis.violations
+    evidence = json.loads(v["evidence"])
+    assert (evidence["previous"]["offset"], evidence["commit"]["offset"]) == (650, 600)
+    assert v["records"] == 50
+
+
+def test_lost_records_detected(spark: SparkSession, tmp_path: Path) -> None:
+    analysis, summary = run(spark, base_log(tmp_path / "lost", m2_offset=700))
+    assert summary["violations"] == {**NO_VIOLATIONS, "lost": 1}
+    assert summary["lost"] == 50
+    (v,) = analysis.violations
+    evidence = json.loads(v["evidence"])
+    assert (evidence["first_lost"], evidence["last_lost"]) == (650, 699)
+
+
+def test_duplicates_below_the_commit_detected(spark: SparkSession, tmp_path: Path) -> None:
+    analysis, summary = run(spark, base_log(tmp_path / "dups", m2_offset=600))
+    assert summary["violations"] == {**NO_VIOLATIONS, "duplicate_below_commit": 5}
+    assert [v["records"] for v in analysis.violations] == [10] * 5
+    assert summary["duplicates"] == 50
+    assert summary["duplicates_below_commit"] == 50
+
+
+def test_report_files_written(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+    analysis, summary = clean
+    written = write_report(analysis)
+    out = analysis.run_dir / "report"
+    assert written == summary
+    assert json.loads((out / "summary.json").read_text()) == summary
+    for name in ("ownership", "outages", "unavailability", "rebalances", "violations"):
+        assert list((out / f"{name}.parquet").glob("part-*.parquet")), name
+    for png in ("ownership.png", "unavailability.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "report.md").read_text()
+    assert "| total unavailable partition-seconds | 1.500 |" in text
+    assert "![ownership timeline](ownership.png)" in text
+
+
+def test_parquet_tables_read_back(
+    spark: SparkSession, clean: tuple[RunAnalysis, dict[str, Any]]
+) -> None:
+    analysis, _ = clean
+    write_report(analysis)
+    table = spark.read.parquet(str(analysis.run_dir / "report" / "unavailability.parquet"))
+    got = sorted((r["partition"], r["unavailable_seconds"]) for r in table.collect())
+    assert got == [(0, 1.5), (1, 0.0)]
+
+
+def test_comparison_across_runs(
+    spark: SparkSession, tmp_path: Path, clean: tuple[RunAnalysis, dict[str, Any]]
+) -> None:
+    _, cooperative = clean
+    _, eager = run(spark, base_log(tmp_path / "eager", m2_offset=700, protocol="eager"))
+    table = write_comparison([cooperative, eager], tmp_path / "comparison")
+    lines = table.splitlines()
+    assert lines[0].startswith("| run | protocol | scenario | total_unavailable_partition_seconds")
+    assert (
+        lines[2]
+        == "| clean | cooperative | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 0 | 0 |"
+    )
+    assert (
+        lines[3] == "| eager | eager | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 50 | 1 |"
+    )
+    rows = json.loads((tmp_path / "comparison" / "comparison.json").read_text())
+    assert [r["protocol"] for r in rows] == ["cooperative", "eager"]
+    assert (tmp_path / "comparison" / "unavailability_by_protocol.png").exists()
+
+
+def test_cli_parser() -> None:
+    parser = argparse.ArgumentParser()
+    add_report_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report", "a", "b", "--gap-ms", "50", "--master", "spark://h:7077"])
+    assert (args.run_dirs, args.gap_ms, args.master) == (
+        [Path("a"), Path("b")],
+        50.0,
+        "spark://h:7077",
+    )
+    assert args.handler is run_report
+    assert run_report(parser.parse_args(["report", "/nonexistent-run"])) == 2
