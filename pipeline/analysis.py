@@ -63,7 +63,8 @@ def _keep(df: DataFrame) -> DataFrame:
 def analyse(spark: SparkSession, run_dir: Path, gap_ms: float) -> RunAnalysis:
     events = load_run(spark, run_dir)
     protocol, scenario = run_metadata(events)
-    annotated = _keep(coverage.annotate(events.processed, gap_ms / 1000.0))
+    stops = coverage.stops(ownership.partition_changes(events.control))
+    annotated = _keep(coverage.annotate(events.processed, gap_ms / 1000.0, stops))
     islands = _keep(coverage.islands(annotated))
     runs = _keep(coverage.offset_runs(annotated))
     owned = _keep(ownership.ownership_intervals(events.control, events.processed))

@@ -18,28 +18,55 @@ from pyspark.sql import functions as F
 from pipeline.defaults import DEFAULT_GAP_MS  # noqa: F401 - re-exported
 
 
-def annotate(processed: DataFrame, gap_s: float) -> DataFrame:
-    """Processed events with ``cov_end``, ``end_offset``, ``island`` and ``offset_run``."""
+def annotate(processed: DataFrame, gap_s: float, stops: DataFrame | None = None) -> DataFrame:
+    """Processed events with ``cov_end``, ``end_offset``, ``island`` and ``offset_run``.
+
+    ``stops`` (``proc, topic, partition, ts, seq``: a member's own ``revoked``/``lost``
+    events) end an island even when the member's next tick comes within ``gap_s``: an eager
+    member that revokes a partition and gets it back 10 ms later did stop processing it,
+    and that stop is what eager rebalancing costs.
+    """
     w = Window.partitionBy("proc", "topic", "partition").orderBy("ts", "seq")
-    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    rows = processed.withColumn("_stop", F.lit(False))
+    if stops is not None:
+        rows = rows.unionByName(
+            stops.select("proc", "topic", "partition", "ts", "seq").withColumn(
+                "_stop", F.lit(True)
+            ),
+            allowMissingColumns=True,
+        )
     next_ts = F.lead("ts").over(w)
-    chained = next_ts.isNotNull() & (next_ts - F.col("ts") <= F.lit(gap_s))
-    step = processed.select(
+    next_stop = F.coalesce(F.lead("_stop").over(w), F.lit(False))
+    within = next_ts.isNotNull() & (next_ts - F.col("ts") <= F.lit(gap_s))
+    ticks = rows.select(
         "*",
-        F.when(chained, next_ts).otherwise(F.col("ts")).alias("cov_end"),
+        (within & ~next_stop).alias("_chained"),
+        # processing went on until the next tick, or until the member stopped it
+        F.when(within, next_ts).otherwise(F.col("ts")).alias("cov_end"),
+    ).where(~F.col("_stop"))
+    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    step = ticks.select(
+        "*",
         (F.col("offset") + F.col("count")).alias("end_offset"),
         F.coalesce(
-            F.lag(chained).over(w),  # did the previous event chain into this one?
+            F.lag("_chained").over(w),  # did the previous tick chain into this one?
             F.lit(False),
         ).alias("continues_island"),
         (F.col("offset") == F.lag(F.col("offset") + F.col("count")).over(w)).alias("continues_run"),
     )
     return step.select(
-        "*",
+        *[c for c in step.columns if c not in ("_stop", "_chained")],
         F.sum(F.when(F.col("continues_island"), 0).otherwise(1)).over(upto).alias("island"),
         F.sum(F.when(F.coalesce(F.col("continues_run"), F.lit(False)), 0).otherwise(1))
         .over(upto)
         .alias("offset_run"),
+    )
+
+
+def stops(changes: DataFrame) -> DataFrame:
+    """The ``revoked``/``lost`` rows of ``ownership.partition_changes``."""
+    return changes.where(F.col("event").isin("revoked", "lost")).select(
+        "proc", "topic", "partition", "ts", "seq"
     )
 
 

@@ -183,6 +183,26 @@ def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, dict[st
     ]
 
 
+def test_an_eager_stop_and_restart_by_the_same_member_is_an_outage(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Eager rebalancing revokes everything, even what comes straight back: the member's
+    next tick follows within the gap, but it did stop, from the revocation to that tick."""
+    log = Log(tmp_path / "eager")
+    log.event("chaos", 0.0, "run_started", scenario="bounce", protocol="range", members=1)
+    log.event("m", 0.0, "process_started", pid=1, role="member", protocol="range")
+    log.event("m", 0.5, "assigned", member_id="a", generation=1, partitions=[["t", 0]])
+    offset = log.ticks("m", "a", "t", 0, 1.0, 2.0, 0)
+    log.event("m", 2.03125, "revoked", member_id="a", generation=1, partitions=[["t", 0]])
+    log.event("m", 2.0625, "assigned", member_id="a", generation=2, partitions=[["t", 0]])
+    log.ticks("m", "a", "t", 0, 2.125, 3.0, offset)  # 93.75 ms after the stop: within the gap
+    log.event("m", 3.5, "process_stopped", reason="sigterm")
+    analysis, summary = run(spark, log)
+    assert [(o["start"], o["end"]) for o in analysis.outages] == [(T0 + 2.03125, T0 + 2.125)]
+    assert summary["total_unavailable_partition_seconds"] == 0.09375
+    assert summary["violations"] == NO_VIOLATIONS
+
+
 def test_ownership_intervals_are_exact(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
     analysis, _ = clean
     got = [
