@@ -4,9 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run serve test lint bench clean
 
+# The demo: rolling bounces under eager, cooperative and deferred protocols, and the report.
 run: $(STAMP)
+	$(BIN)/huddle demo
+
+serve: $(STAMP)
 	$(BIN)/huddle serve
 
 test: $(STAMP)
@@ -25,6 +29,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.members
 	$(BIN)/python -m bench.assignors
+	$(BIN)/python -m bench.chaos
+	$(BIN)/python -m bench.pipeline
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

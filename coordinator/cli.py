@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 import anyio
 
 from chaos.cli import add_chaos_parser, run_chaos
+from chaos.demo import add_demo_parser, run_demo
 from client.connection import ConnectionClosedError, connect, parse_bootstrap
 from coordinator.admin_commands import run_admin_command
 from coordinator.config import GroupConfig, ServerConfig
@@ -219,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_chaos_parser(commands)
     add_report_parser(commands)
+    add_demo_parser(commands)
     return parser
 
 
@@ -361,6 +363,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     if args.command == "chaos":
         return run_chaos(args)
+    if args.command == "demo":
+        return run_demo(args)
     if args.command == "report":
         from pipeline.cli import run_report  # PySpark loads only for this command
 
