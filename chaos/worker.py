@@ -218,7 +218,8 @@ class Worker(RebalanceListener):
                         topic=tp.topic,
                         partition=tp.partition,
                     )
-            for batch in self.workload.tick(now):
+            # what the member owns *now*: empty for a zombie that just woke up
+            for batch in self.workload.tick(now, self._m().assignment):
                 self.events.write(
                     ev.PROCESSED,
                     **ids,

@@ -72,11 +72,12 @@ class Workload:
                 done.append(tp)
         return done
 
-    def tick(self, now: float) -> list[Batch]:
-        """Process the records due by ``now`` on every ready task."""
+    def tick(self, now: float, owned: frozenset[TopicPartition] | None = None) -> list[Batch]:
+        """Process the records due by ``now`` on every ready task the member still owns
+        (``owned``: the member's view right now; None: all of them)."""
         batches = []
         for tp, task in self.tasks.items():
-            if now < task.ready_at:
+            if now < task.ready_at or (owned is not None and tp not in owned):
                 continue
             if task.started is None:
                 task.started = task.ready_at

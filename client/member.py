@@ -129,7 +129,18 @@ class Member:
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions this member owns right now."""
+        """The partitions this member owns right now.
+
+        Empty as soon as the member's session may have expired, even before
+        ``on_partitions_lost`` has run: a process that was frozen (SIGSTOP, a long GC
+        pause) and wakes up must not process anything before it finds out it was dropped.
+        """
+        try:
+            now = anyio.current_time()
+        except RuntimeError:  # not in the event loop: no clock to judge by
+            return self._core.owned
+        if self._timer.expired(now):
+            return frozenset()
         return self._core.owned
 
     @property

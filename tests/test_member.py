@@ -383,3 +383,14 @@ async def test_a_member_that_cannot_reach_the_coordinator_closes_promptly() -> N
             with pytest.raises(TimeoutError):
                 await lonely.wait_stable(timeout=0.5)
             assert not lonely.connected
+
+
+async def test_assignment_is_empty_once_the_session_may_have_expired() -> None:
+    """A frozen process that wakes up sees nothing to process, even before its watchdog
+    has called on_partitions_lost: zombie safety at the moment the application looks."""
+    m = member("127.0.0.1:1")
+    m._core.owned = partitions(2)
+    m._timer.answered(anyio.current_time() - SESSION_MS / 1000 - 0.001)
+    assert m.assignment == frozenset()
+    m._timer.answered(anyio.current_time())
+    assert m.assignment == partitions(2)

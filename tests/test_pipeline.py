@@ -369,3 +369,17 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
         assert summary["lost"] == 0
         unavailable[protocol] = summary["total_unavailable_partition_seconds"]
     assert unavailable["cooperative-sticky"] < unavailable["range"], unavailable
+
+
+def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
+    """A member frozen (SIGSTOP) past its session timeout and then woken up (SIGCONT) must
+    not process a partition that was given to someone else meanwhile."""
+    from chaos.harness import RunSettings
+    from chaos.harness import run as run_chaos
+    from chaos.scenarios import BUILT_IN, Shape
+
+    settings = RunSettings(run_dir=tmp_path / "zombie", members=3, partitions=6, duration=12.0)
+    result = run_chaos(settings, BUILT_IN["zombie"](Shape(duration=12.0, members=3)))
+    assert result.outcome == "completed"
+    summary = summarise(analyse(spark, settings.run_dir, gap_ms=100.0))
+    assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
