@@ -36,6 +36,7 @@ from client.heartbeat import HeartbeatTimer
 from client.leader import assign, decode_members, subscribed_topics
 from client.listener import RebalanceListener
 from client.machine import MemberConfig, MemberCore, MemberState, Next, Step
+from client.partition_counts import PartitionCounts
 from protocol.embedded import TopicPartition
 from protocol.errors import ErrorCode, error_class
 from protocol.messages import (
@@ -122,6 +123,7 @@ class Member:
         self._grace_ms: int | None = None
         self._rejoin_at: float | None = None  # a scheduled rebalance (Design II)
         self._metadata: dict[str, int] = {}  # the partition counts the leader assigned with
+        self._counts = PartitionCounts()  # kept between rebalances, updated by notices
         self._group_topics: set[str] = set()
         self._log = log.bind(group_id=group_id, client_id=client_id)
 
@@ -546,7 +548,12 @@ class Member:
         async for notice in conn.notices:
             if isinstance(notice, RebalanceStarted) and notice.group_id == group_id:
                 self._post(RebalanceNotice(notice.generation_id))
-            elif isinstance(notice, TopicMetadataChanged) and self._core.is_leader:
+            elif isinstance(notice, TopicMetadataChanged):
+                self._counts.changed(
+                    {t.name: t.partitions if t.error_code == E.NONE else 0 for t in notice.topics}
+                )
+                if not self._core.is_leader:
+                    continue
                 changed = [
                     t.name
                     for t in notice.topics
@@ -624,7 +631,13 @@ class Member:
     async def _partition_counts(self, conn: Connection, topics: set[str]) -> dict[str, int]:
         if not topics:
             return {}
+        scope, now = (conn, self._core.member_id), anyio.current_time()
+        kept = self._counts.get(topics, now, scope)
+        if kept is not None:
+            return kept
         response = await self._request(
             conn, ListTopicsRequest(topics=sorted(topics)), ListTopicsResponse
         )
-        return {t.name: t.partitions for t in response.topics if t.error_code == E.NONE}
+        counts = {t.name: t.partitions for t in response.topics if t.error_code == E.NONE}
+        self._counts.store(topics, counts, now, scope)
+        return counts
