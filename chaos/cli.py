@@ -30,8 +30,9 @@ def add_chaos_parser(subparsers: Any) -> argparse.ArgumentParser:
     r = actions.add_parser(
         "run",
         help="run a scenario",
-        description="Start a coordinator (or use --bootstrap), a fault proxy and member "
-        "processes, apply the scenario's faults, write JSON-lines events to the run dir.",
+        description="Start a coordinator (or use --bootstrap) and member processes (through "
+        "a fault proxy when the scenario injects network faults), wait for the group to "
+        "settle, apply the scenario's faults, write JSON-lines events to the run dir.",
     )
     r.add_argument("scenario", nargs="?", help=f"built-in: {', '.join(BUILT_IN)}")
     r.add_argument("--file", type=Path, help="a JSON scenario file instead")
@@ -52,6 +53,12 @@ def add_chaos_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--session-timeout-ms", type=int, default=3_000)
     r.add_argument("--heartbeat-interval-ms", type=int, default=500)
     r.add_argument("--commit-interval-ms", type=int, default=1_000)
+    r.add_argument(
+        "--proxy",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="members connect through the fault proxy (default: only for network faults)",
+    )
     return chaos
 
 
@@ -107,9 +114,13 @@ def run_chaos(args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         commit_interval_ms=args.commit_interval_ms,
+        proxy=args.proxy,
     )
     try:
         result = run(settings, scenario, _print)
+    except ScenarioError as exc:
+        print(f"huddle: {exc}", file=sys.stderr)
+        return 2
     finally:
         log_file.close()
     _print(f"{result.outcome}: {result.faults} faults, events in {run_dir / 'events'}")

@@ -12,6 +12,7 @@ KNOWN = {
     ev.RUN_STARTED,
     ev.RUN_FINISHED,
     ev.FAULT,
+    ev.STEADY,
     ev.PROCESS_STARTED,
     ev.PROCESS_STOPPED,
     ev.JOINED,
@@ -34,6 +35,7 @@ FIELDS = {
     ev.FAULT: {"action", "target", "detail"},
     ev.RUN_STARTED: {"scenario", "protocol", "members", "partitions", "settings"},
     ev.RUN_FINISHED: {"outcome"},
+    ev.STEADY: {"generation", "members", "settled"},
 }
 
 

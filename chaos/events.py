@@ -31,11 +31,17 @@ from protocol.embedded import TopicPartition
 RUN_STARTED: Final = "run_started"  # scenario, protocol, members, partitions, settings
 RUN_FINISHED: Final = "run_finished"  # outcome
 FAULT: Final = "fault"  # action, target (a proc name), detail
+# generation, members: the group settled after start-up (every member joined the latest
+# generation, every partition processed, no rebalance for a while); the scenario's clock,
+# and the pipeline's availability window, start here. ``settled`` false: it did not settle
+# within the wait and the scenario started anyway.
+STEADY: Final = "steady"
 PROCESS_STARTED: Final = "process_started"  # pid, role, group_id, protocol, instance_id
 PROCESS_STOPPED: Final = "process_stopped"  # reason
 JOINED: Final = "joined"  # member_id, generation, leader
 ASSIGNED: Final = "assigned"  # member_id, generation, partitions (newly assigned)
-REVOKED: Final = "revoked"  # member_id, generation, partitions
+REVOKED: Final = "revoked"  # member_id, generation, partitions (processing stopped;
+# the commit of their positions follows)
 LOST: Final = "lost"  # member_id, generation, partitions
 RESTORED: Final = "restored"  # member_id, topic, partition (stateful mode: ready to process)
 PROCESSED: Final = "processed"  # member_id, generation, topic, partition, offset, count

@@ -1,11 +1,13 @@
 """The chaos harness: a coordinator, a fault proxy and N member processes, driven by a scenario.
 
 ``run(settings, scenario)`` starts ``huddle serve`` (unless ``settings.bootstrap`` names a
-running coordinator), a ``FaultProxy`` in front of it, creates the topic, starts the
-members (``python -m chaos.worker``) and applies the scenario's steps at their times,
-printing a progress line every second. Every run is bounded (``duration`` plus a fixed
-allowance) and, however it ends — finished, interrupted by SIGINT/SIGTERM, failed — every
-process it started is stopped by PID: SIGTERM, then SIGKILL after a grace.
+running coordinator), a ``FaultProxy`` in front of it when the scenario injects network
+faults (or ``settings.proxy`` asks for one), creates the topic, waits for the group to
+settle (the ``steady`` event), starts the members (``python -m chaos.worker``) and
+applies the scenario's steps at their times, printing a progress line every second. Every
+run is bounded (``duration`` plus a fixed allowance) and, however it ends — finished,
+interrupted by SIGINT/SIGTERM, failed — every process it started is stopped by PID:
+SIGTERM, then SIGKILL after a grace.
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ from chaos.procs import HOST, free_port, signal_pid, spawn, stop_all
 from chaos.progress import EventTail
 from chaos.protocols import ProtocolOptions
 from chaos.proxy import FaultProxy, fault_proxy
-from chaos.scenarios import Scenario, Step
+from chaos.scenarios import Scenario, ScenarioError, Step
 from client.admin import Admin
 from protocol.errors import TopicAlreadyExistsError
 
 log = structlog.get_logger("huddle.chaos.harness")
-SETUP_ALLOWANCE_S: Final = 30.0  # on top of the duration: starting, stopping
+SETUP_ALLOWANCE_S: Final = 45.0  # on top of the duration: starting, settling, stopping
 STOP_GRACE_S: Final = 5.0
 POLL_S: Final = 0.05
+STEADY_WAIT_S: Final = 15.0  # at most this long for the group to settle after start-up
+STEADY_QUIET_S: Final = 1.0  # settled: no member joined a generation for this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,9 @@ class RunSettings:
     rebalance_timeout_ms: int = 10_000
     commit_interval_ms: int = 1_000
     disconnect_grace_ms: int = 1_000
+    # members connect through the fault proxy: None means only when the scenario injects
+    # network faults (the extra hop is not what other scenarios measure)
+    proxy: bool | None = None
 
 
 @dataclass(slots=True)
@@ -102,13 +109,19 @@ class Harness:
         self.outcome = "failed"
         self.events: EventLog | None = None
         self.tail = EventTail(events_dir(settings.run_dir))
+        self.use_proxy = scenario.network_faults if settings.proxy is None else settings.proxy
+        if scenario.network_faults and not self.use_proxy:
+            raise ScenarioError(
+                f"scenario {scenario.name!r} injects network faults: it needs the proxy"
+            )
+        self.bootstrap = ""  # where members connect: the proxy or the coordinator
 
     # --- entry point -----------------------------------------------------------------
 
     def run(self) -> RunResult:
         """Run the scenario to its end; every child is stopped whatever happens."""
         try:
-            anyio.run(self._main)
+            anyio.run(self._main, backend_options={"use_uvloop": True})
         except KeyboardInterrupt:
             self.outcome = "interrupted"
         finally:
@@ -121,6 +134,7 @@ class Harness:
         self.events = EventLog(events_dir(self.run_dir) / "chaos.jsonl", "chaos")
         settings = {k: v for k, v in asdict(self.s).items() if k != "run_dir"}
         settings["run_dir"] = str(self.run_dir)
+        settings["proxy"] = self.use_proxy
         self.events.write(
             ev.RUN_STARTED,
             scenario=self.scenario.name,
@@ -163,15 +177,20 @@ class Harness:
         else:
             host, _, port = self.s.bootstrap.rpartition(":")
             upstream = (host, int(port))
-        async with fault_proxy(*upstream) as proxy:
-            self.proxy = proxy
+        async with contextlib.AsyncExitStack() as stack:
+            self.bootstrap = f"{upstream[0]}:{upstream[1]}"
+            if self.use_proxy:
+                self.proxy = await stack.enter_async_context(fault_proxy(*upstream))
+                self.bootstrap = f"{HOST}:{self.proxy.port}"
             await self._create_topic(f"{upstream[0]}:{upstream[1]}")
             for _ in range(self.s.members):
                 await self._start_member(self._new_name(), fault=False)
+            via = "the fault proxy" if self.use_proxy else "the coordinator directly"
             self.progress(
                 f"started {self.s.members} members, scenario {self.scenario.name}, "
-                f"protocol {self.s.protocol}, run dir {self.run_dir}"
+                f"protocol {self.s.protocol}, connected to {via}, run dir {self.run_dir}"
             )
+            await self._wait_steady()
             await self._apply_steps(time.monotonic())
             await self._stop_members()
         if self.coordinator is not None:
@@ -186,15 +205,36 @@ class Harness:
             while steps and t0 + steps[0].at <= now:
                 await self._apply(steps.pop(0))
             if now >= next_progress:
-                self._report(now - t0)
+                await self._report(now - t0)
                 next_progress += 1.0
             if now >= end:
                 return
             wake = min([end, next_progress] + ([t0 + steps[0].at] if steps else []))
             await anyio.sleep(max(wake - time.monotonic(), 0))  # pacing the scenario
 
-    def _report(self, elapsed: float) -> None:
-        self.tail.poll()
+    async def _wait_steady(self) -> None:
+        """Start-up is not what a scenario measures: wait (at most ``STEADY_WAIT_S``) until
+        the group settled, and mark the moment with a ``steady`` event."""
+        assert self.events is not None
+        names = set(self.members)
+        deadline = time.monotonic() + STEADY_WAIT_S
+        settled = False
+        while time.monotonic() < deadline:
+            await anyio.to_thread.run_sync(self.tail.poll)
+            if self.tail.settled(names, self.s.partitions, time.time(), STEADY_QUIET_S):
+                settled = True
+                break
+            await anyio.sleep(POLL_S)  # polling the members' event files
+        gen = self.tail.generation
+        self.events.write(ev.STEADY, generation=gen, members=len(names), settled=settled)
+        if settled:
+            self.progress(f"group settled at generation {gen}; the scenario starts")
+        else:
+            self.progress(f"the group did not settle in {STEADY_WAIT_S:g} s; starting anyway")
+
+    async def _report(self, elapsed: float) -> None:
+        # in a thread: reading a second of events must not hold up the proxy's forwarding
+        await anyio.to_thread.run_sync(self.tail.poll)
         live = sum(1 for p in self.members.values() if p.poll() is None)
         gen = "-" if self.tail.generation is None else str(self.tail.generation)
         frozen = f" ({len(self.frozen)} frozen)" if self.frozen else ""
@@ -289,13 +329,12 @@ class Harness:
         return name
 
     def _member_argv(self, name: str) -> list[str]:
-        assert self.proxy is not None
         s = self.s
         argv = [
             sys.executable,
             "-m",
             "chaos.worker",
-            f"{HOST}:{self.proxy.port}",
+            self.bootstrap,
             name,
             "--run-dir",
             str(self.run_dir),

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos import events as ev
+
+# ``processed`` lines are most of a run's events: read their two numbers without parsing
+# JSON, so that following the run costs the harness (and the proxy it runs) little CPU.
+_PROCESSED = re.compile(rb'"partition":(\d+).*?"count":(\d+)')
 
 
 @dataclass(slots=True)
@@ -16,6 +21,9 @@ class EventTail:
     directory: Path
     generation: int | None = None
     processed: int = 0  # records processed, all members together
+    partitions: set[int] = field(default_factory=set)  # every partition processed so far
+    generations: dict[str, int] = field(default_factory=dict)  # proc -> latest joined
+    last_join_ts: float | None = None  # wall clock of the latest ``joined`` event
     _offsets: dict[Path, int] = field(default_factory=dict)
 
     def poll(self) -> None:
@@ -30,7 +38,12 @@ class EventTail:
                 self._take(line)
 
     def _take(self, line: bytes) -> None:
-        if b'"event":"joined"' not in line and b'"event":"processed"' not in line:
+        if b'"event":"processed"' in line:
+            if match := _PROCESSED.search(line):
+                self.partitions.add(int(match[1]))
+                self.processed += int(match[2])
+            return
+        if b'"event":"joined"' not in line:
             return
         try:
             record = json.loads(line)
@@ -39,5 +52,17 @@ class EventTail:
         if record.get("event") == ev.JOINED:
             gen = int(record.get("generation", -1))
             self.generation = gen if self.generation is None else max(self.generation, gen)
-        else:
-            self.processed += int(record.get("count", 0))
+            self.generations[str(record.get("proc"))] = gen
+            self.last_join_ts = float(record.get("ts", 0.0))
+
+    def settled(self, members: set[str], partitions: int, now: float, quiet_s: float) -> bool:
+        """Every one of ``members`` joined the latest generation, all ``partitions`` were
+        processed, and nobody joined a generation for ``quiet_s`` seconds up to ``now``
+        (wall clock)."""
+        if self.generation is None or self.last_join_ts is None:
+            return False
+        return (
+            all(self.generations.get(m) == self.generation for m in members)
+            and len(self.partitions) >= partitions
+            and now - self.last_join_ts >= quiet_s
+        )

@@ -66,6 +66,11 @@ class Scenario:
     def ordered(self) -> list[Step]:
         return sorted(self.steps, key=lambda s: s.at)
 
+    @property
+    def network_faults(self) -> bool:
+        """Whether some step needs the fault proxy between members and coordinator."""
+        return any(step.action in NET_ACTIONS for step in self.steps)
+
 
 @dataclass(frozen=True, slots=True)
 class Shape:

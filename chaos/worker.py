@@ -67,6 +67,7 @@ class Worker(RebalanceListener):
             rate=args.rate, stateful=args.stateful, restore_rate=args.restore_rate
         )
         self.member: Member | None = None
+        self._wake: anyio.Event | None = None  # set: tick now (partitions were assigned)
         self._generation = -1
         self._state_file = Path(args.run_dir) / "state" / f"{args.name}.json"
         if args.stateful:
@@ -122,12 +123,15 @@ class Worker(RebalanceListener):
         for tp in sorted(assigned):
             self.workload.assign(tp, resume.get(tp) or 0, now)
         self.events.write(ev.ASSIGNED, **self._ids(), partitions=partitions_field(assigned))
+        if assigned and self._wake is not None:
+            self._wake.set()  # records are waiting: process them now, not at the next tick
 
     async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
         self._note_generation()  # cooperative: revoked after a sync, before assigned
         positions = self.workload.release(revoked)
-        await self.commit(positions)
+        # processing of these stopped here; the commit of their positions follows
         self.events.write(ev.REVOKED, **self._ids(), partitions=partitions_field(revoked))
+        await self.commit(positions)
 
     async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
         self.workload.release(lost)
@@ -205,7 +209,9 @@ class Worker(RebalanceListener):
     async def tick_loop(self) -> None:
         last = time.monotonic()
         while True:
-            await anyio.sleep(TICK_S)
+            self._wake = anyio.Event()
+            with anyio.move_on_after(TICK_S):
+                await self._wake.wait()
             now = time.monotonic()
             self.workload.catch_up(now - last)
             last = now
@@ -267,14 +273,19 @@ async def run(args: argparse.Namespace) -> str:
                     reason = signal.Signals(signum).name.lower()
                     stop.set()
 
+        member = worker.make_member()
         async with anyio.create_task_group() as outer:
             outer.start_soon(watch_signals)
-            async with worker.make_member(), anyio.create_task_group() as tg:
-                tg.start_soon(worker.tick_loop)
-                tg.start_soon(worker.commit_loop)
-                with anyio.move_on_after(args.max_seconds):
-                    await stop.wait()
-                tg.cancel_scope.cancel()
+            async with anyio.create_task_group() as ticking:
+                async with member, anyio.create_task_group() as committing:
+                    ticking.start_soon(worker.tick_loop)
+                    committing.start_soon(worker.commit_loop)
+                    with anyio.move_on_after(args.max_seconds):
+                        await stop.wait()
+                    committing.cancel_scope.cancel()
+                # the member closed (revoked, committed, left) while still processing what
+                # it owned: processing stops at the revocation, not at the signal
+                ticking.cancel_scope.cancel()
             outer.cancel_scope.cancel()
         if args.stateful:
             save_state(worker._state_file, worker.workload.local)
@@ -286,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("json", "info", stream=sys.stderr)
     structlog.contextvars.bind_contextvars(proc=args.name)
-    anyio.run(run, args)
+    anyio.run(run, args, backend_options={"use_uvloop": True})
     return 0
 
 

@@ -2,7 +2,10 @@
 
 Pure and clock-free: the caller passes ``now`` (seconds). Every partition is the sequence
 of records 0, 1, 2, ...; an owned partition that is ready (restored, in stateful mode)
-advances by ``rate`` records per second from its resume offset. ``local`` is the offset
+advances by ``rate`` records per second from its resume offset. Records are always
+waiting, so the first one is processed the moment a task is ready (record ``k`` after
+the start is due at ``start + k / rate``): a member that gains a partition processes it at
+once, as a consumer with a backlog would. ``local`` is the offset
 the member's local state of a task has reached (stateful mode, KIP-441): restoring a task
 brings it to the resume offset at ``restore_rate`` records per second.
 """
@@ -81,7 +84,7 @@ class Workload:
                 continue
             if task.started is None:
                 task.started = task.ready_at
-            due = int((now - task.started) * self.rate) - task.done_since_start
+            due = int((now - task.started) * self.rate) + 1 - task.done_since_start
             if due <= 0:
                 continue
             batches.append(Batch(tp, task.position, due))

@@ -51,6 +51,12 @@ def known_partitions(events: RunEvents) -> DataFrame:
     return from_processed.unionByName(from_changes).distinct()
 
 
+def steady_ts(events: RunEvents) -> float | None:
+    """When the harness saw the group settle after start-up (its ``steady`` event)."""
+    row = events.control.where(F.col("event") == "steady").agg(F.min("ts").alias("t")).first()
+    return None if row is None or row["t"] is None else float(row["t"])
+
+
 def _first_ts(events: RunEvents) -> float:
     row = events.control.agg(F.min("ts").alias("t")).first()
     return 0.0 if row is None or row["t"] is None else float(row["t"])
@@ -69,7 +75,7 @@ def analyse(spark: SparkSession, run_dir: Path, gap_ms: float) -> RunAnalysis:
     runs = _keep(coverage.offset_runs(annotated))
     owned = _keep(ownership.ownership_intervals(events.control, events.processed))
     partitions = _keep(known_partitions(events))
-    window = availability.measure_window(events.processed)
+    window = availability.measure_window(events.processed, steady_ts(events))
     tables: dict[str, DataFrame] = {"ownership": owned}
     if window is not None:
         outage_df = _keep(availability.outages(islands, partitions, window))

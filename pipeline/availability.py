@@ -3,10 +3,12 @@
 Records are always waiting, so a partition is unavailable whenever no island (see
 ``coverage``) of any member covers it. The measured window is the same for every
 partition of a run: from the first moment *all* partitions had been processed once (the
-latest of the partitions' first processed events; start-up is left out) to the last
-processed event of the run (shutdown is left out). A partition known from ownership events
-but never processed is unavailable for the whole window. Outages are the maximal gaps in
-the union of islands within the window; unavailable seconds are their sum.
+latest of the partitions' first processed events), or from the harness's ``steady`` event
+if that is later (the group settled after start-up and the scenario's clock started), to
+the last processed event of the run. Start-up and shutdown are left out. A partition
+known from ownership events but never processed is unavailable for the whole window.
+Outages are the maximal gaps in the union of islands within the window; unavailable
+seconds are their sum.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 WINDOW_DEFINITION = (
-    "from the first moment all partitions had been processed once "
+    "from the first moment all partitions had been processed once, or the harness's "
+    "steady event (the group settled after start-up) if later, "
     "to the last processed event of the run"
 )
 
@@ -32,15 +35,19 @@ class MeasureWindow:
         return max(self.end - self.start, 0.0)
 
 
-def measure_window(processed: DataFrame) -> MeasureWindow | None:
-    """The window over which availability is measured; ``None`` if nothing was processed."""
+def measure_window(processed: DataFrame, not_before: float | None = None) -> MeasureWindow | None:
+    """The window over which availability is measured; ``None`` if nothing was processed.
+    ``not_before``: the ``steady`` event's time, if the run has one."""
     firsts = processed.groupBy("topic", "partition").agg(
         F.min("ts").alias("first"), F.max("ts").alias("last")
     )
     row = firsts.agg(F.max("first").alias("start"), F.max("last").alias("end")).first()
     if row is None or row["start"] is None:
         return None
-    return MeasureWindow(start=float(row["start"]), end=float(row["end"]))
+    start = float(row["start"])
+    if not_before is not None:
+        start = max(start, not_before)
+    return MeasureWindow(start=start, end=float(row["end"]))
 
 
 def outages(islands: DataFrame, partitions: DataFrame, window: MeasureWindow) -> DataFrame:

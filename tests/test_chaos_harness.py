@@ -9,11 +9,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from chaos import events as ev
 from chaos.eventfiles import problems, read_events
 from chaos.harness import RunSettings, run
 from chaos.procs import pid_alive
-from chaos.scenarios import Shape, built_in
+from chaos.scenarios import ScenarioError, Shape, built_in
 
 DEADLINE_S = 20.0
 
@@ -49,6 +51,8 @@ def test_process_death_run_records_every_process_and_leaves_nothing_running(
     chaos = read_events(events / "chaos.jsonl")
     assert problems(chaos, "chaos") == []
     assert chaos[0]["event"] == ev.RUN_STARTED
+    assert chaos[0]["settings"]["proxy"] is False, "no network faults: no proxy in the way"
+    assert any("connected to the coordinator directly" in line for line in lines)
     assert chaos[-1]["event"] == ev.RUN_FINISHED
     faults = [r for r in chaos if r["event"] == ev.FAULT]
     assert [(f["action"], f["target"]) for f in faults] == [
@@ -57,6 +61,10 @@ def test_process_death_run_records_every_process_and_leaves_nothing_running(
     ]
     assert result.faults == 2
     kill_ts, start_ts = faults[0]["ts"], faults[1]["ts"]
+    steady = [r for r in chaos if r["event"] == ev.STEADY]
+    assert [(s["settled"], s["members"]) for s in steady] == [(True, 3)]
+    assert steady[0]["ts"] < kill_ts, "the scenario's clock starts once the group settled"
+    assert any("group settled at generation" in line for line in lines)
 
     victim = read_events(events / "member-2.jsonl")
     assert problems(victim, "member-2") == []
@@ -120,3 +128,13 @@ def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
     chaos = read_events(tmp_path / "events" / "chaos.jsonl")
     assert chaos[-1]["event"] == ev.RUN_FINISHED
     assert chaos[-1]["outcome"] == "interrupted"
+
+
+def test_network_faults_need_the_proxy(tmp_path: Path) -> None:
+    scenario = built_in("network-faults", Shape(10.0, 3))
+    assert scenario.network_faults
+    assert not built_in("rolling-bounce", Shape(10.0, 3)).network_faults
+    settings = RunSettings(run_dir=tmp_path, proxy=False)
+    with pytest.raises(ScenarioError, match="needs the proxy"):
+        run(settings, scenario)
+    assert not (tmp_path / "events").exists(), "refused before anything started"

@@ -69,9 +69,10 @@ def test_fault_actions_of_steps_are_event_actions() -> None:
 def test_workload_processes_at_its_rate_from_the_resume_offset() -> None:
     w = Workload(rate=100)
     w.assign(TP, 40, now=0.0)
-    batches = w.tick(0.5) + w.tick(1.0)
-    assert [(b.offset, b.count) for b in batches] == [(40, 50), (90, 50)]
-    assert w.release(frozenset({TP})) == {TP: 140}
+    batches = w.tick(0.0) + w.tick(0.5) + w.tick(1.0)
+    # records are waiting: the first is processed at once, then 100 per second
+    assert [(b.offset, b.count) for b in batches] == [(40, 1), (41, 50), (91, 50)]
+    assert w.release(frozenset({TP})) == {TP: 141}
     assert w.tick(2.0) == []
 
 
@@ -83,7 +84,7 @@ def test_stateful_workload_restores_its_lag_before_processing() -> None:
     assert w.lags() == {TP: 200}
     assert w.newly_restored(2.0) == [TP]
     assert w.lags() == {TP: 0}
-    assert [(b.offset, b.count) for b in w.tick(2.5)] == [(300, 50)]
+    assert [(b.offset, b.count) for b in w.tick(2.5)] == [(300, 51)]
 
 
 async def test_proxy_partition_refuses_and_heal_lets_members_back(

@@ -184,6 +184,18 @@ def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, dict[st
     ]
 
 
+def test_the_window_starts_when_the_group_settled(spark: SparkSession, tmp_path: Path) -> None:
+    """Moves while the group settles after start-up are not the scenario's cost: the window
+    starts at the harness's ``steady`` event when that comes after every partition was
+    processed once."""
+    log = base_log(tmp_path / "steady")
+    log.event("chaos", 5.75, "steady", generation=3, members=2, settled=True)
+    analysis, summary = run(spark, log)
+    assert summary["window"]["start"] == T0 + 5.75
+    assert [(o["start"], o["end"]) for o in analysis.outages] == [(T0 + 5.75, T0 + 6.5)]
+    assert summary["total_unavailable_partition_seconds"] == 0.75
+
+
 def test_an_eager_stop_and_restart_by_the_same_member_is_an_outage(
     spark: SparkSession, tmp_path: Path
 ) -> None:
