@@ -141,6 +141,21 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "on SIGTERM, wait this long for write buffers to flush",
     ),
     ServeFlag(
+        "data-dir",
+        "str",
+        _S,
+        "data_dir",
+        "keep topics and committed offsets in this directory across restarts "
+        "(default: in memory only)",
+    ),
+    ServeFlag(
+        "fsync",
+        "bool",
+        _S,
+        "fsync",
+        "force every kept change to disk before answering (default off)",
+    ),
+    ServeFlag(
         "log-format",
         "choice",
         "log",
@@ -304,13 +319,14 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run_serve(settings: ServeSettings) -> int:
+    from coordinator.journal import DataDirError
     from coordinator.server import ListenError, serve
 
     configure_logging(settings.log_format, settings.log_level)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(settings.config))
-    except ListenError as exc:
+    except (ListenError, DataDirError) as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -51,6 +51,8 @@ class ServerConfig:
     stalled_frame_timeout_ms: int = 30_000  # a frame begun must be finished within this
     max_write_buffer_bytes: int = 64 * 1024 * 1024  # a client that never reads is dropped
     shutdown_timeout_ms: int = 5_000
+    data_dir: str = ""  # keep topics and committed offsets here; "": in memory only
+    fsync: bool = False  # force every kept change to disk before answering
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:
@@ -58,7 +60,9 @@ class ServerConfig:
         if not 0 <= self.port <= 65_535:
             problems.append(f"port {self.port} is not in 0..65535")
         for f in fields(self):
-            if f.name not in ("host", "port", "group") and getattr(self, f.name) < 1:
+            if f.name in ("host", "port", "group", "data_dir", "fsync"):
+                continue
+            if getattr(self, f.name) < 1:
                 problems.append(f"{f.name} must be positive")
         if problems:
             raise ValueError("; ".join(problems))

@@ -11,7 +11,7 @@ wire-protocol front end can drive the same calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -20,6 +20,7 @@ from coordinator.effects import Effects, Outgoing, Peer
 from coordinator.group import Group
 from coordinator.membership import Membership, uuid_member_id
 from coordinator.offsets import Offsets
+from coordinator.records import OffsetRecord, Record, TopicRecord
 from coordinator.state import STATES_BY_NAME, GroupState
 from coordinator.timers import TimerQueue
 from coordinator.topics import TopicRegistry
@@ -66,7 +67,10 @@ class Coordinator:
         self.timers = TimerQueue()
         self.membership = Membership(self.config, self.timers, new_member_id)
         self.topics = TopicRegistry(self.config.max_partitions)
-        self.offsets = Offsets(self.membership, self.topics, self.config.offset_metadata_max_bytes)
+        self.changes: list[Record] = []  # since take_changes(): what to keep across restarts
+        self.offsets = Offsets(
+            self.membership, self.topics, self.config.offset_metadata_max_bytes, self.changes
+        )
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -95,19 +99,15 @@ class Coordinator:
             case CreateTopicsRequest():
                 response, changed = self.topics.create(request)
                 fx.reply((peer.conn_id, correlation_id), response)
-                self._announce(fx, changed)
+                self._topics_changed(fx, changed)
             case AlterTopicsRequest():
                 altered, changed = self.topics.alter(request)
                 fx.reply((peer.conn_id, correlation_id), altered)
-                for topic in changed:
-                    self.offsets.forget_topic(topic.name, topic.partitions)
-                self._announce(fx, changed)
+                self._topics_changed(fx, changed)
             case DeleteTopicsRequest():
                 deleted, changed = self.topics.delete(request)
                 fx.reply((peer.conn_id, correlation_id), deleted)
-                for topic in changed:
-                    self.offsets.forget_topic(topic.name)
-                self._announce(fx, changed)
+                self._topics_changed(fx, changed)
             case ListTopicsRequest():
                 fx.reply((peer.conn_id, correlation_id), self.topics.list(request))
             case DescribeGroupsRequest():
@@ -152,7 +152,49 @@ class Coordinator:
                     member.sync_waiter = None
         return fx.out
 
+    # --- what is kept across restarts (coordinator.records) ---------------------------
+
+    def take_changes(self) -> list[Record]:
+        """The records of every change since the last call, in order; the transport keeps
+        them (``coordinator.journal``) before it sends the answers."""
+        if not self.changes:
+            return []
+        taken = list(self.changes)
+        self.changes.clear()
+        return taken
+
+    def restore(self, records: Iterable[Record]) -> None:
+        """Replay kept records, oldest first, into a core that has not served yet."""
+        for record in records:
+            if isinstance(record, OffsetRecord):
+                self.offsets.restore(record)
+            elif record.partitions > 0:
+                old = self.topics.partitions.get(record.name, 0)
+                self.topics.partitions[record.name] = record.partitions
+                if record.partitions < old:
+                    self.offsets.forget_topic(record.name, record.partitions)
+            elif self.topics.partitions.pop(record.name, None) is not None:
+                self.offsets.forget_topic(record.name)
+
+    def snapshot(self) -> list[Record]:
+        """The records that rebuild the kept state as it is now (for compaction)."""
+        kept: list[Record] = [TopicRecord(n, c) for n, c in sorted(self.topics.partitions.items())]
+        for group_id, group in sorted(self.groups.items()):
+            for (topic, partition), (offset, metadata) in sorted(group.offsets.items()):
+                kept.append(OffsetRecord(group_id, topic, partition, offset, metadata))
+        return kept
+
+    def kept_size(self) -> int:
+        """How many records ``snapshot()`` would return."""
+        return len(self.topics.partitions) + sum(len(g.offsets) for g in self.groups.values())
+
     # --- topics and inspection -------------------------------------------------------
+
+    def _topics_changed(self, fx: Effects, changed: list[TopicMetadata]) -> None:
+        for topic in changed:
+            self.changes.append(TopicRecord(topic.name, topic.partitions))
+            self.offsets.forget_topic(topic.name, topic.partitions)
+        self._announce(fx, changed)
 
     def _announce(self, fx: Effects, changed: list[TopicMetadata]) -> None:
         if not changed:

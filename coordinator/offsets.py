@@ -7,6 +7,7 @@ import structlog
 from coordinator.effects import Effects, Peer
 from coordinator.group import Group, Member
 from coordinator.membership import Membership
+from coordinator.records import OffsetRecord, Record
 from coordinator.state import GroupState
 from coordinator.topics import TopicRegistry
 from protocol.errors import ErrorCode
@@ -28,10 +29,17 @@ S = GroupState
 
 
 class Offsets:
-    def __init__(self, membership: Membership, topics: TopicRegistry, metadata_max: int) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        topics: TopicRegistry,
+        metadata_max: int,
+        changes: list[Record],
+    ) -> None:
         self.membership = membership
         self.topics = topics
         self.metadata_max = metadata_max
+        self.changes = changes  # what to keep across restarts (see coordinator.records)
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
@@ -50,6 +58,9 @@ class Offsets:
                 code = self._partition_problem(topic.name, p.partition, p.offset, p.metadata)
                 if code is E.NONE:
                     group.offsets[(topic.name, p.partition)] = (p.offset, p.metadata)
+                    self.changes.append(
+                        OffsetRecord(req.group_id, topic.name, p.partition, p.offset, p.metadata)
+                    )
                     stored += 1
                 partitions.append(PartitionResult(partition=p.partition, error_code=code))
             results.append(OffsetCommitTopicResult(name=topic.name, partitions=partitions))
@@ -131,6 +142,14 @@ class Offsets:
                 topics=[OffsetFetchTopicResult(name=n, partitions=ps) for n, ps in topics.items()]
             ),
         )
+
+    def restore(self, record: OffsetRecord) -> None:
+        """An offset kept from before a restart (not fenced: it was accepted then)."""
+        groups = self.membership.groups
+        group = groups.get(record.group_id)
+        if group is None:
+            group = groups[record.group_id] = Group(record.group_id)
+        group.offsets[(record.topic, record.partition)] = (record.offset, record.metadata)
 
     def forget_topic(self, name: str, partitions_left: int = 0) -> None:
         """Drop committed offsets of a deleted topic, or of partitions cut off by a shrink."""

@@ -26,6 +26,7 @@ import structlog
 
 from coordinator.config import ServerConfig
 from coordinator.core import Coordinator, Outgoing, Peer
+from coordinator.journal import Journal
 from protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
 from protocol.framing import FrameReader, ServerCodec
 from protocol.messages import (
@@ -233,6 +234,7 @@ class CoordinatorServer:
     def __init__(self, config: ServerConfig, *, core: Coordinator | None = None) -> None:
         self.config = config
         self.core = core if core is not None else Coordinator(config.group)
+        self.journal: Journal | None = None  # with a data dir: topics and offsets kept
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._conns: dict[int, _Connection] = {}
@@ -267,6 +269,10 @@ class CoordinatorServer:
         self._closed = asyncio.Event()
         self._all_gone = asyncio.Event()
         cfg = self.config
+        if cfg.data_dir and self.journal is None:
+            self.journal = Journal.open(cfg.data_dir, fsync=cfg.fsync)  # DataDirError
+            self.core.restore(self.journal.records)
+            self.journal.records = []
         try:
             self._server = await self._loop.create_server(
                 self._new_connection, host=cfg.host, port=cfg.port, backlog=1024
@@ -276,6 +282,9 @@ class CoordinatorServer:
                 reason = str(exc.strerror or exc).lower()
             else:
                 reason = os.strerror(exc.errno).lower()
+            if self.journal is not None:  # another coordinator may take the directory
+                self.journal.close()
+                self.journal = None
             raise ListenError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
         sockets = self._server.sockets
         if sockets:
@@ -326,6 +335,8 @@ class CoordinatorServer:
                 await asyncio.wait_for(self._all_gone.wait(), 1.0)
         if self._server is not None:
             await self._server.wait_closed()
+        if self.journal is not None:
+            self.journal.close()
         log.info("server_stopped")
         self._closed.set()
 
@@ -509,6 +520,12 @@ class CoordinatorServer:
                     ),
                 )
             ]
+        changes = self.core.take_changes()
+        if changes and self.journal is not None:
+            core = self.core
+            if not self.journal.keep(changes, core.kept_size, core.snapshot):
+                out = [o for o in out if o[0] != conn.conn_id]  # no false acknowledgement
+                out.append((conn.conn_id, _not_kept(call)))
         if len(out) == 1 and out[0][0] == conn.conn_id:
             conn.send(out[0][1])  # the common case: one answer to the caller
         else:
@@ -586,6 +603,17 @@ class CoordinatorServer:
                     event="bad_frame",
                 )
         self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
+
+
+def _not_kept(call: Call) -> Reply:
+    kind = type(call.request).__struct_config__.tag
+    return Reply(
+        correlation_id=call.correlation_id,
+        response=ErrorResponse(
+            error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+            error_message=f"the coordinator could not keep the {kind} change in its data dir",
+        ),
+    )
 
 
 async def serve(

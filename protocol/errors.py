@@ -33,6 +33,7 @@ class ErrorCode(IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
+    KAFKA_STORAGE_ERROR = 56
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
@@ -138,6 +139,13 @@ class InvalidRequestError(HuddleError):
 
 class PolicyViolationError(HuddleError):
     code = ErrorCode.POLICY_VIOLATION
+
+
+class KafkaStorageError(HuddleError):
+    """The coordinator could not write a change to its data directory; try again."""
+
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
 
 
 class GroupIdNotFoundError(HuddleError):

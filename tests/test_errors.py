@@ -37,8 +37,9 @@ def test_retriable_codes() -> None:
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
+        ErrorCode.KAFKA_STORAGE_ERROR,  # a write to the data dir failed: try again
     }
-    assert {int(c) for c in retriable} == {14, 15, 16}
+    assert {int(c) for c in retriable} == {14, 15, 16, 56}
     assert CoordinatorLoadInProgressError.retriable
     assert CoordinatorNotAvailableError.retriable
     assert NotCoordinatorError.retriable

@@ -1,0 +1,158 @@
+"""Topics and committed offsets kept across coordinator restarts: records, journal, core."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator import journal as journal_module
+from coordinator.journal import JOURNAL, DataDirError, Journal
+from coordinator.records import (
+    OffsetRecord,
+    Record,
+    TopicRecord,
+    decode_frames,
+    encode_frames,
+)
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    AlterTopicsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    TopicSpec,
+)
+from tests.harness import Driver
+
+RECORDS: list[Record] = [
+    TopicRecord("t", 4),
+    OffsetRecord("g", "t", 0, 10),
+    OffsetRecord("g", "t", 1, 20, "meta"),
+]
+
+
+def test_frames_round_trip() -> None:
+    decoded = decode_frames(encode_frames(RECORDS))
+    assert decoded.records == RECORDS
+    assert decoded.problem is None
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9])
+def test_a_frame_cut_short_ends_the_records_before_it(cut: int) -> None:
+    whole = encode_frames(RECORDS)
+    last = len(encode_frames(RECORDS[:2]))
+    decoded = decode_frames(whole[: last + cut])
+    assert decoded.records == RECORDS[:2]
+    assert decoded.valid_bytes == last
+    assert decoded.problem is not None
+    assert "cut short" in decoded.problem
+
+
+def test_a_damaged_frame_fails_its_checksum() -> None:
+    data = bytearray(encode_frames(RECORDS))
+    data[-1] ^= 0xFF
+    decoded = decode_frames(bytes(data))
+    assert decoded.records == RECORDS[:2]
+    assert decoded.problem is not None
+    assert "checksum" in decoded.problem
+
+
+def test_journal_reads_back_what_was_appended(tmp_path: Path) -> None:
+    j = Journal.open(tmp_path)
+    assert j.records == []
+    j.append(RECORDS[:1])
+    j.append(RECORDS[1:])
+    j.close()
+    again = Journal.open(tmp_path)
+    assert again.records == RECORDS
+    assert again.written == 3
+    again.close()
+
+
+def test_a_torn_tail_is_cut_off_and_appending_goes_on_after_it(tmp_path: Path) -> None:
+    j = Journal.open(tmp_path)
+    j.append(RECORDS)
+    j.close()
+    path = tmp_path / JOURNAL
+    path.write_bytes(path.read_bytes()[:-3])  # a crash in the middle of the last write
+    j = Journal.open(tmp_path)
+    assert j.records == RECORDS[:2]
+    j.append([OffsetRecord("g", "t", 1, 25)])
+    j.close()
+    assert Journal.open(tmp_path).records == [*RECORDS[:2], OffsetRecord("g", "t", 1, 25)]
+
+
+def test_a_second_coordinator_cannot_use_the_same_directory(tmp_path: Path) -> None:
+    first = Journal.open(tmp_path)
+    with pytest.raises(DataDirError, match="in use by another coordinator"):
+        Journal.open(tmp_path)
+    first.close()
+    Journal.open(tmp_path).close()  # free again
+
+
+def test_an_unusable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(DataDirError, match="cannot use data directory"):
+        Journal.open(blocker / "data")
+
+
+def test_compaction_keeps_the_state_and_shrinks_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "COMPACT_MIN_RECORDS", 10)
+    j = Journal.open(tmp_path)
+    state: list[Record] = [TopicRecord("t", 1), OffsetRecord("g", "t", 0, 0)]
+    for offset in range(1, 12):
+        state[1] = OffsetRecord("g", "t", 0, offset)
+        assert j.keep([state[1]], lambda: len(state), lambda: list(state))
+    assert j.written < 10, "compacted once the journal held 10 records"
+    j.append([OffsetRecord("g", "t", 0, 99)])
+    j.close()
+    assert Journal.open(tmp_path).records[-1] == OffsetRecord("g", "t", 0, 99)
+    assert len(Journal.open(tmp_path).records) < 10
+
+
+def test_a_failed_write_is_reported_not_acknowledged(tmp_path: Path) -> None:
+    j = Journal.open(tmp_path)
+    j.close()
+    assert not j.keep(RECORDS, lambda: 0, list)
+
+
+def _fetch(d: Driver, group: str = "g") -> dict[tuple[str, int], int]:
+    response = d.response(d.send(1, OffsetFetchRequest(group_id=group)))
+    assert isinstance(response, OffsetFetchResponse)
+    return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
+
+
+def test_a_restored_core_has_the_topics_and_offsets_of_the_old_one() -> None:
+    old = Driver()
+    old.send(1, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=4)]))
+    old.send(1, CreateTopicsRequest(topics=[TopicSpec(name="u", partitions=1)]))
+    old.commit(1, {("t", 0): 10, ("t", 3): 30, ("u", 0): 5})
+    old.commit(1, {("t", 0): 12})
+    old.send(1, AlterTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))  # drops t-3
+    old.send(1, DeleteTopicsRequest(topics=["u"]))
+    records = old.core.take_changes()
+    assert old.core.take_changes() == [], "taken once"
+
+    new = Driver()
+    new.core.restore(records)
+    assert new.core.topics.partitions == {"t": 2}
+    assert _fetch(new) == {("t", 0): 12}
+    assert new.core.snapshot() == [TopicRecord("t", 2), OffsetRecord("g", "t", 0, 12)]
+    assert new.core.kept_size() == 2
+    assert new.core.take_changes() == [], "restoring is not a change"
+
+
+def test_refused_commits_and_topic_requests_record_nothing() -> None:
+    d = Driver()
+    d.send(1, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    d.core.take_changes()
+    response = d.commit(1, {("t", 5): 1})  # no such partition
+    assert response.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    d.send(1, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=3)]))  # exists
+    d.send(1, AlterTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))  # unchanged
+    assert d.core.take_changes() == []

@@ -1,0 +1,101 @@
+"""A coordinator with a data dir: topics and committed offsets survive a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from client.admin import Admin
+from client.connection import connect
+from coordinator.journal import DataDirError
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    ErrorResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from tests.helpers import fast_server_config, running_server
+from tests.test_cli import settings_for
+
+
+def _commit(offset: int) -> OffsetCommitRequest:
+    partitions = [OffsetCommitPartition(partition=0, offset=offset)]
+    return OffsetCommitRequest(
+        group_id="g",
+        generation_id=-1,  # a simple (group-less) commit: allowed while the group is empty
+        member_id="",
+        topics=[OffsetCommitTopic(name="t", partitions=partitions)],
+    )
+
+
+async def _fetch(bootstrap: str) -> dict[tuple[str, int], int]:
+    async with connect(bootstrap) as conn:
+        response = await conn.call(OffsetFetchRequest(group_id="g"), OffsetFetchResponse)
+    return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
+
+
+async def test_topics_and_offsets_survive_a_restart(tmp_path: Path) -> None:
+    config = fast_server_config(data_dir=str(tmp_path / "data"))
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("t", 3)
+        async with connect(bootstrap) as conn:
+            await conn.call(_commit(41), OffsetCommitResponse)
+            await conn.call(_commit(42), OffsetCommitResponse)
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Admin(bootstrap) as admin:
+            assert await admin.list_topics() == {"t": 3}
+        assert await _fetch(bootstrap) == {("t", 0): 42}
+
+
+async def test_without_a_data_dir_nothing_is_kept(tmp_path: Path) -> None:
+    async with running_server(fast_server_config()) as server:
+        async with Admin(f"127.0.0.1:{server.port}") as admin:
+            await admin.create_topic("t", 3)
+        assert server.journal is None
+    async with (
+        running_server(fast_server_config()) as server,
+        Admin(f"127.0.0.1:{server.port}") as admin,
+    ):
+        assert await admin.list_topics() == {}
+
+
+async def test_a_change_that_cannot_be_kept_is_refused(tmp_path: Path) -> None:
+    async with running_server(fast_server_config(data_dir=str(tmp_path))) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("t", 1)
+        assert server.journal is not None
+
+        def disk_full(records: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        server.journal.append = disk_full  # type: ignore[method-assign]
+        async with connect(bootstrap) as conn:
+            response = await conn.request(_commit(7))
+            assert isinstance(response, ErrorResponse)
+            assert response.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            assert "could not keep" in response.error_message
+
+
+async def test_two_coordinators_cannot_share_a_data_dir(tmp_path: Path) -> None:
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config):
+        with pytest.raises(DataDirError, match="in use"):
+            async with running_server(config):
+                pass
+
+
+def test_data_dir_and_fsync_settings() -> None:
+    assert settings_for([]).data_dir == ""
+    config = settings_for(["--data-dir=/var/lib/huddle", "--fsync"])
+    assert (config.data_dir, config.fsync) == ("/var/lib/huddle", True)
+    config = settings_for([], {"HUDDLE_DATA_DIR": "/d", "HUDDLE_FSYNC": "true"})
+    assert (config.data_dir, config.fsync) == ("/d", True)
