@@ -42,14 +42,20 @@ RUN command -v python3 >/dev/null \
         && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log) \
     && groupadd --system --gid 10001 huddle \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin huddle
+        --shell /usr/sbin/nologin huddle \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/huddle
 
 COPY --from=builder /opt/venv /opt/venv
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    HUDDLE_HOST=0.0.0.0
+    HUDDLE_HOST=0.0.0.0 \
+    HUDDLE_DATA_DIR=/var/lib/huddle
+
+# Topics and committed offsets: kept across restarts of the container; mount a volume here
+# to keep them across containers too.
+VOLUME /var/lib/huddle
 
 USER 10001:10001
 WORKDIR /tmp

@@ -19,12 +19,21 @@ import pytest
 
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
     JoinGroupRequest,
     JoinGroupResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     Protocol,
     SyncGroupAssignment,
     SyncGroupRequest,
     SyncGroupResponse,
+    TopicSpec,
 )
 from tests.containers import (
     BlockingClient,
@@ -119,10 +128,11 @@ def container(podman: Podman, image: str) -> Iterator[Container]:
 def test_image_config(podman: Podman, image: str) -> None:
     fmt = (
         "{{json .Config.User}} {{json .Config.Cmd}} {{json .Config.Entrypoint}} "
-        "{{json .Config.StopSignal}} {{json .HealthCheck.Test}}"
+        "{{json .Config.StopSignal}} {{json .Config.Volumes}} {{json .HealthCheck.Test}}"
     )
     out = podman.run("image", "inspect", "--format", fmt, image, timeout=30).stdout
-    user, cmd, entrypoint, stop_signal, health = out.split(" ", 4)
+    user, cmd, entrypoint, stop_signal, volumes, health = out.split(" ", 5)
+    assert "/var/lib/huddle" in volumes, "topics and offsets are kept in a volume"
     assert user == '"10001:10001"'
     assert cmd == '["huddle","serve"]'
     assert entrypoint in ("null", "[]")
@@ -191,6 +201,7 @@ def test_container_serves_a_group_and_stops_on_sigterm(
         assert isinstance(synced, SyncGroupResponse), synced
         assert synced.error_code == ErrorCode.NONE, synced
         assert synced.assignment == assignment
+        _create_topic_and_commit(client, offset=17)
 
     uid = podman.run("exec", name, "id", "-u", timeout=30).stdout.strip()
     assert uid != "0", "the server runs as root in the container"
@@ -213,3 +224,38 @@ def test_container_serves_a_group_and_stops_on_sigterm(
     assert code.stdout.strip() == "0", (
         f"the server exited {code.stdout.strip()} on SIGTERM, not 0\n" + logs(podman, name)
     )
+
+    # Started again, the same container still has the topic and the committed offset.
+    podman.run("start", name, timeout=60)
+    wait_for_port(podman, name, HOST, port, timeout=60)
+    with BlockingClient(HOST, port) as client:
+        assert client.handshake("container-test").error_code == ErrorCode.NONE
+        fetched = client.call(OffsetFetchRequest(group_id=KEPT_GROUP))
+        assert isinstance(fetched, OffsetFetchResponse), fetched
+        offsets = {(t.name, p.partition): p.offset for t in fetched.topics for p in t.partitions}
+        assert offsets == {("kept", 0): 17}, "the offset did not survive a restart\n" + logs(
+            podman, name
+        )
+
+
+KEPT_GROUP = "kept-across-restarts"
+
+
+def _create_topic_and_commit(client: BlockingClient, offset: int) -> None:
+    created = client.call(CreateTopicsRequest(topics=[TopicSpec(name="kept", partitions=1)]))
+    assert isinstance(created, CreateTopicsResponse), created
+    assert created.topics[0].error_code == ErrorCode.NONE, created
+    committed = client.call(
+        OffsetCommitRequest(
+            group_id=KEPT_GROUP,
+            generation_id=-1,
+            member_id="",
+            topics=[
+                OffsetCommitTopic(
+                    name="kept", partitions=[OffsetCommitPartition(partition=0, offset=offset)]
+                )
+            ],
+        )
+    )
+    assert isinstance(committed, OffsetCommitResponse), committed
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE, committed
