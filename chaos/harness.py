@@ -391,6 +391,9 @@ class Harness:
             "500",
             "--disconnect-grace-ms",
             str(self.s.disconnect_grace_ms),
+            # topics and committed offsets survive a coordinator kill and restart
+            "--data-dir",
+            str(self.run_dir / "coordinator-data"),
         ]
         proc = spawn(
             argv,
