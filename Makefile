@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.members
 	$(BIN)/python -m bench.assignors
+	$(BIN)/python -m bench.journal
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
 
