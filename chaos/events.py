@@ -17,12 +17,13 @@ from 0; ``processed`` covers ``count`` consecutive offsets starting at ``offset`
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final
+
+import msgspec
 
 from protocol.embedded import TopicPartition
 
@@ -65,6 +66,9 @@ FAULT_ACTIONS: Final = frozenset(
 )
 
 
+_encode = msgspec.json.Encoder().encode  # compact JSON, as json.dumps with "," and ":"
+
+
 def partitions_field(partitions: Iterable[TopicPartition]) -> list[list[str | int]]:
     return [[tp.topic, tp.partition] for tp in sorted(partitions)]
 
@@ -81,7 +85,7 @@ class EventLog:
 
     def write(self, event: str, **fields: Any) -> None:
         record = {"ts": time.time(), "proc": self.proc, "event": event, **fields}
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.write(_encode(record).decode() + "\n")
 
     def flush(self) -> None:
         self._file.flush()

@@ -67,7 +67,7 @@ class Worker(RebalanceListener):
             rate=args.rate, stateful=args.stateful, restore_rate=args.restore_rate
         )
         self.member: Member | None = None
-        self._wake: anyio.Event | None = None  # set: tick now (partitions were assigned)
+        self._last_tick = time.monotonic()
         self._generation = -1
         self._state_file = Path(args.run_dir) / "state" / f"{args.name}.json"
         if args.stateful:
@@ -123,8 +123,8 @@ class Worker(RebalanceListener):
         for tp in sorted(assigned):
             self.workload.assign(tp, resume.get(tp) or 0, now)
         self.events.write(ev.ASSIGNED, **self._ids(), partitions=partitions_field(assigned))
-        if assigned and self._wake is not None:
-            self._wake.set()  # records are waiting: process them now, not at the next tick
+        if assigned:
+            self.tick()  # records are waiting: process them now, not at the next tick
 
     async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
         self._note_generation()  # cooperative: revoked after a sync, before assigned
@@ -207,33 +207,34 @@ class Worker(RebalanceListener):
     # --- processing ------------------------------------------------------------------
 
     async def tick_loop(self) -> None:
-        last = time.monotonic()
         while True:
-            self._wake = anyio.Event()
-            with anyio.move_on_after(TICK_S):
-                await self._wake.wait()
-            now = time.monotonic()
-            self.workload.catch_up(now - last)
-            last = now
-            ids = self._ids()
-            for tp in self.workload.newly_restored(now):
-                if self.args.stateful:
-                    self.events.write(
-                        ev.RESTORED,
-                        member_id=ids["member_id"],
-                        topic=tp.topic,
-                        partition=tp.partition,
-                    )
-            # what the member owns *now*: empty for a zombie that just woke up
-            for batch in self.workload.tick(now, self._m().assignment):
+            await anyio.sleep(TICK_S)
+            self.tick()
+
+    def tick(self) -> None:
+        """Process what is due on every partition the member owns now, and write it."""
+        now = time.monotonic()
+        self.workload.catch_up(now - self._last_tick)
+        self._last_tick = now
+        ids = self._ids()
+        for tp in self.workload.newly_restored(now):
+            if self.args.stateful:
                 self.events.write(
-                    ev.PROCESSED,
-                    **ids,
-                    topic=batch.tp.topic,
-                    partition=batch.tp.partition,
-                    offset=batch.offset,
-                    count=batch.count,
+                    ev.RESTORED,
+                    member_id=ids["member_id"],
+                    topic=tp.topic,
+                    partition=tp.partition,
                 )
+        # what the member owns *now*: empty for a zombie that just woke up
+        for batch in self.workload.tick(now, self._m().assignment):
+            self.events.write(
+                ev.PROCESSED,
+                **ids,
+                topic=batch.tp.topic,
+                partition=batch.tp.partition,
+                offset=batch.offset,
+                count=batch.count,
+            )
 
 
 def load_state(path: Path) -> dict[TopicPartition, int]:
