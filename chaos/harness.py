@@ -114,6 +114,11 @@ class Harness:
             raise ScenarioError(
                 f"scenario {scenario.name!r} injects network faults: it needs the proxy"
             )
+        if scenario.coordinator_faults and settings.bootstrap is not None:
+            raise ScenarioError(
+                f"scenario {scenario.name!r} kills and starts the coordinator: "
+                "it needs the harness's own coordinator, not --bootstrap"
+            )
         self.bootstrap = ""  # where members connect: the proxy or the coordinator
 
     # --- entry point -----------------------------------------------------------------

@@ -67,6 +67,11 @@ class Scenario:
         return sorted(self.steps, key=lambda s: s.at)
 
     @property
+    def coordinator_faults(self) -> bool:
+        """Whether some step kills or starts the coordinator (the harness's own one)."""
+        return any(step.action in COORDINATOR_ACTIONS for step in self.steps)
+
+    @property
     def network_faults(self) -> bool:
         """Whether some step needs the fault proxy between members and coordinator."""
         return any(step.action in NET_ACTIONS for step in self.steps)

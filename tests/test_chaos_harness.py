@@ -130,6 +130,15 @@ def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
     assert chaos[-1]["outcome"] == "interrupted"
 
 
+def test_coordinator_faults_need_the_harness_coordinator(tmp_path: Path) -> None:
+    scenario = built_in("coordinator-restart", Shape(10.0, 3))
+    assert scenario.coordinator_faults
+    settings = RunSettings(run_dir=tmp_path, bootstrap="127.0.0.1:9")
+    with pytest.raises(ScenarioError, match="not --bootstrap"):
+        run(settings, scenario)
+    assert not (tmp_path / "events").exists(), "refused before anything started"
+
+
 def test_network_faults_need_the_proxy(tmp_path: Path) -> None:
     scenario = built_in("network-faults", Shape(10.0, 3))
     assert scenario.network_faults
