@@ -320,13 +320,13 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def run_serve(settings: ServeSettings) -> int:
     from coordinator.journal import DataDirError
-    from coordinator.server import ListenError, serve
+    from coordinator.server import ListenError, StorageFailedError, serve
 
     configure_logging(settings.log_format, settings.log_level)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(settings.config))
-    except (ListenError, DataDirError) as exc:
+    except (ListenError, DataDirError, StorageFailedError) as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 1
     return 0

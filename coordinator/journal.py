@@ -1,14 +1,20 @@
 """The coordinator's data directory: a journal of records (``coordinator.records``).
 
 ``Journal.open(directory)`` takes an exclusive lock (a second coordinator on the same
-directory is refused), reads ``journal.bin`` back and cuts off a damaged tail (a crash in
-the middle of a write; logged with the bytes dropped). ``append`` writes the records of
-one request in one ``write`` before the coordinator answers it: a killed coordinator
-process loses nothing it acknowledged. With ``fsync`` every append is also forced to disk,
-so a power loss loses nothing either (Kafka's default relies on replication instead; one
-coordinator has none). ``compact(state)`` replaces the journal by the records of the
-current state (written to a new file, forced to disk, then renamed over the old one) once
-the journal has grown well past that state.
+directory is refused) and reads ``journal.bin`` back. A torn tail (what a crash in the
+middle of a write leaves) is cut off and logged; damage with intact records after it is
+not something a crash does, and the coordinator refuses to start rather than drop them.
+
+``append`` writes the records of one request with ``os.write`` before the coordinator
+answers it: a killed coordinator process loses nothing it acknowledged. With ``fsync``
+every append is also forced to disk, so a power loss loses nothing either (Kafka's default
+relies on replication instead; one coordinator has none). A failed append is cut back off
+the file, so nothing half-written stays between records.
+
+``compact(state)`` replaces the journal by the records of the current state (written to a
+new file, forced to disk, renamed over the old one) once the journal has grown well past
+that state; a compaction that fails is logged, leaves the journal as it was and is not
+tried again until the journal has doubled.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import fcntl
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
 import structlog
 
@@ -32,7 +38,8 @@ COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the 
 
 
 class DataDirError(Exception):
-    """The data directory cannot be used: not writable, or in use by another coordinator."""
+    """The data directory cannot be used: not writable, damaged, or in use by another
+    coordinator."""
 
 
 class Journal:
@@ -41,8 +48,14 @@ class Journal:
         self.fsync = fsync
         self.records: list[Record] = []  # what was read back at open; cleared by the caller
         self.written = 0  # records in the journal file
-        self._lock: IO[bytes] | None = None
-        self._file: IO[bytes] | None = None
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        self._end = 0  # bytes of whole records in the file
+        self._compact_at = COMPACT_MIN_RECORDS  # no compaction before this many records
+
+    @property
+    def path(self) -> Path:
+        return self.directory / JOURNAL
 
     @classmethod
     def open(cls, directory: str | Path, *, fsync: bool = False) -> Journal:
@@ -60,16 +73,21 @@ class Journal:
 
     def _open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.directory / LOCK, "ab")  # noqa: SIM115 - held until close
+        self._lock_fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o640)
         try:
-            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise DataDirError(
                 f"data directory {self.directory} is in use by another coordinator"
             ) from None
-        path = self.directory / JOURNAL
+        path = self.path
         data = path.read_bytes() if path.exists() else b""
         decoded = decode_frames(data)
+        if decoded.problem is not None and not decoded.torn_tail:
+            raise DataDirError(
+                f"{path} is damaged ({decoded.problem}) and intact records follow; "
+                "move it aside to start with what a snapshot or backup holds"
+            )
         if decoded.problem is not None:
             log.warning(
                 "journal_truncated",
@@ -78,21 +96,34 @@ class Journal:
                 dropped_bytes=len(data) - decoded.valid_bytes,
                 records=len(decoded.records),
             )
-        self._file = open(path, "r+b" if path.exists() else "w+b")  # noqa: SIM115
-        self._file.truncate(decoded.valid_bytes)
-        self._file.seek(decoded.valid_bytes)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+        os.ftruncate(self._fd, decoded.valid_bytes)
+        self._end = decoded.valid_bytes
         self.records = decoded.records
         self.written = len(decoded.records)
+        self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
         log.info("journal_opened", path=str(path), records=self.written)
 
     def append(self, records: Sequence[Record]) -> None:
-        """Write ``records`` (raises OSError if they could not be written)."""
-        if self._file is None:
+        """Write ``records`` (raises OSError if they could not be written, after cutting
+        whatever part was written back off the file)."""
+        fd = self._fd
+        if fd is None:
             raise OSError("the journal is closed")
-        self._file.write(encode_frames(records))
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        data = memoryview(encode_frames(records))
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, data[written:], self._end + written)
+            if self.fsync:
+                os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._end)
+            except OSError as exc:  # the next open cuts it off as a torn tail
+                log.error("journal_cut_back_failed", error=str(exc))
+            raise
+        self._end += len(data)
         self.written += len(records)
 
     def keep(
@@ -108,44 +139,65 @@ class Journal:
         except OSError as exc:
             log.error("journal_write_failed", error=str(exc), records=len(records))
             return False
-        if self.written >= COMPACT_MIN_RECORDS and self.due(state_size()):
-            try:
+        if self.written >= self._compact_at:
+            size = state_size()
+            if self.due(size):
                 self.compact(state)
-            except OSError as exc:  # the journal as it was stays in use
-                log.error("journal_compaction_failed", error=str(exc))
+            else:  # not before the journal is COMPACT_FACTOR times this state
+                self._compact_at = COMPACT_FACTOR * size
         return True
 
     def due(self, state_size: int) -> bool:
         """Whether the journal has grown enough past a state of ``state_size`` records."""
         return self.written >= max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size)
 
-    def compact(self, state: Callable[[], list[Record]]) -> None:
-        """Replace the journal by ``state()``; on failure the old journal stays in use."""
-        if self._file is None:
-            return
+    def compact(self, state: Callable[[], list[Record]]) -> bool:
+        """Replace the journal by ``state()``. On failure (logged) the journal stays as it
+        was and the next try waits until it has doubled."""
+        if self._fd is None:
+            return False
         records = state()
-        path, tmp = self.directory / JOURNAL, self.directory / (JOURNAL + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(encode_frames(records))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        data = encode_frames(records)
+        tmp = self.directory / (JOURNAL + ".tmp")
+        new_fd: int | None = None
+        try:
+            new_fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(new_fd, memoryview(data)[written:], written)
+            os.fsync(new_fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.error("journal_compaction_failed", error=str(exc), records=self.written)
+            if new_fd is not None:
+                os.close(new_fd)
+            tmp.unlink(missing_ok=True)
+            self._compact_at = 2 * self.written
+            return False
+        old, self._fd = self._fd, new_fd
+        os.close(old)
         self._fsync_directory()
-        self._file.close()
-        self._file = open(path, "r+b")  # noqa: SIM115
-        self._file.seek(0, os.SEEK_END)
         log.info("journal_compacted", before=self.written, after=len(records))
+        self._end = len(data)
         self.written = len(records)
+        self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
+        return True
 
     def _fsync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            fd = os.open(self.directory, os.O_RDONLY)
+        except OSError as exc:
+            log.warning("journal_directory_sync_failed", error=str(exc))
+            return
         try:
             os.fsync(fd)
+        except OSError as exc:
+            log.warning("journal_directory_sync_failed", error=str(exc))
         finally:
             os.close(fd)
 
     def close(self) -> None:
-        for f in (self._file, self._lock):
-            if f is not None and not f.closed:
-                f.close()
-        self._file = self._lock = None
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._lock_fd = None

@@ -13,7 +13,9 @@ survive, and resume from the kept offsets.
 
 On disk every record is a frame: a 4-byte big-endian length of the body, a 4-byte CRC-32
 of the body, then the body (msgpack, array-like). ``decode_frames`` stops at the first
-frame that is cut short or fails its checksum: a crash mid-write leaves at most that.
+frame that is cut short, fails its checksum or cannot be read, and says whether that is
+only the torn tail a crash in the middle of a write leaves, or damage with intact frames
+after it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 import msgspec
 
 HEADER = struct.Struct(">II")  # body length, CRC-32 of the body
-MAX_RECORD_BYTES = 1 << 20
 
 
 class TopicRecord(msgspec.Struct, tag="t", array_like=True, frozen=True):
@@ -62,26 +63,33 @@ class Decoded:
     records: list[Record]
     valid_bytes: int  # the frames up to here are whole and intact
     problem: str | None  # why decoding stopped before the end, if it did
+    # the damage is only what an interrupted write leaves: a last frame cut short or
+    # unreadable, or a zero-filled tail (a crash after the file grew, before its data landed)
+    torn_tail: bool = False
 
 
 def decode_frames(data: bytes) -> Decoded:
     records: list[Record] = []
     pos = 0
-    while pos < len(data):
-        if len(data) - pos < HEADER.size:
-            return Decoded(records, pos, f"a frame header cut short at byte {pos}")
+    end = len(data)
+    while pos < end:
+        if end - pos < HEADER.size:
+            return Decoded(records, pos, f"a frame header cut short at byte {pos}", True)
         length, crc = HEADER.unpack_from(data, pos)
         start = pos + HEADER.size
-        if length > MAX_RECORD_BYTES:
-            return Decoded(records, pos, f"a frame of {length} bytes at byte {pos}")
+        if start + length > end:  # a frame the write did not finish
+            return Decoded(records, pos, f"a frame cut short at byte {pos}", True)
         body = data[start : start + length]
-        if len(body) < length:
-            return Decoded(records, pos, f"a frame cut short at byte {pos}")
+        problem = None
         if zlib.crc32(body) != crc:
-            return Decoded(records, pos, f"a checksum mismatch at byte {pos}")
-        try:
-            records.append(_decoder.decode(body))
-        except msgspec.DecodeError as exc:
-            return Decoded(records, pos, f"an unreadable record at byte {pos}: {exc}")
+            problem = f"a checksum mismatch at byte {pos}"
+        else:
+            try:
+                records.append(_decoder.decode(body))
+            except msgspec.DecodeError as exc:
+                problem = f"an unreadable record at byte {pos}: {exc}"
+        if problem is not None:
+            last = start + length == end or not any(data[pos:])
+            return Decoded(records, pos, problem, last)
         pos = start + length
     return Decoded(records, pos, None)

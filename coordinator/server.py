@@ -26,7 +26,7 @@ import structlog
 
 from coordinator.config import ServerConfig
 from coordinator.core import Coordinator, Outgoing, Peer
-from coordinator.journal import Journal
+from coordinator.journal import DataDirError, Journal
 from protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
 from protocol.framing import FrameReader, ServerCodec
 from protocol.messages import (
@@ -235,6 +235,9 @@ class CoordinatorServer:
         self.config = config
         self.core = core if core is not None else Coordinator(config.group)
         self.journal: Journal | None = None  # with a data dir: topics and offsets kept
+        self.storage_failure: str | None = None  # why the server stopped by itself
+        self._refusing = False  # after a storage failure: no more requests
+        self._shutdown: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._conns: dict[int, _Connection] = {}
@@ -271,7 +274,12 @@ class CoordinatorServer:
         cfg = self.config
         if cfg.data_dir and self.journal is None:
             self.journal = Journal.open(cfg.data_dir, fsync=cfg.fsync)  # DataDirError
-            self.core.restore(self.journal.records)
+            try:
+                self.core.restore(self.journal.records)
+            except Exception as exc:
+                self.journal.close()
+                self.journal = None
+                raise DataDirError(f"cannot replay {cfg.data_dir}: {exc!r}") from exc
             self.journal.records = []
         try:
             self._server = await self._loop.create_server(
@@ -501,7 +509,7 @@ class CoordinatorServer:
 
     def _call(self, conn: _Connection, call: Call, now: float) -> None:
         """One request through the core; the caller reschedules the timer afterwards."""
-        if self._stopping:
+        if self._stopping or self._refusing:
             return
         try:
             out = self.core.handle(conn.peer, call.correlation_id, call.request, now)
@@ -524,12 +532,23 @@ class CoordinatorServer:
         if changes and self.journal is not None:
             core = self.core
             if not self.journal.keep(changes, core.kept_size, core.snapshot):
-                out = [o for o in out if o[0] != conn.conn_id]  # no false acknowledgement
-                out.append((conn.conn_id, _not_kept(call)))
+                out = [(conn.conn_id, _not_kept(call))]  # no acknowledgement, no notices
+                self._storage_failed()
         if len(out) == 1 and out[0][0] == conn.conn_id:
             conn.send(out[0][1])  # the common case: one answer to the caller
         else:
             self._dispatch(out)
+
+    def _storage_failed(self) -> None:
+        """A change could not be kept: the state in memory is ahead of the data dir. Stop
+        (as Kafka stops a broker whose log directories failed) rather than serve it; a
+        restart replays what was kept."""
+        if self.storage_failure is not None:
+            return
+        self.storage_failure = "a change could not be written to the data dir"
+        log.critical("coordinator_stopping", reason=self.storage_failure)
+        self._refusing = True
+        self._shutdown = self.loop.create_task(self.close())
 
     def _flush(self) -> None:
         dirty = self._dirty
@@ -642,11 +661,22 @@ async def serve(
     try:
         if ready is not None:
             ready(server.port)
-        await stop.wait()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.wait_closed())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
         await server.close()
+    if server.storage_failure is not None:
+        raise StorageFailedError(server.storage_failure)
+
+
+class StorageFailedError(Exception):
+    """The server stopped by itself: a change could not be kept in its data dir."""
 
 
 def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:
@@ -654,4 +684,4 @@ def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:
     stop.set()
 
 
-__all__ = ["CoordinatorServer", "ListenError", "serve"]
+__all__ = ["CoordinatorServer", "ListenError", "StorageFailedError", "serve"]

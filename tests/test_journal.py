@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,12 @@ RECORDS: list[Record] = [
     OffsetRecord("g", "t", 0, 10),
     OffsetRecord("g", "t", 1, 20, "meta"),
 ]
+
+
+def _read_back(directory: Path) -> list[Record]:
+    journal = Journal.open(directory)
+    journal.close()
+    return journal.records
 
 
 def test_frames_round_trip() -> None:
@@ -81,7 +89,79 @@ def test_a_torn_tail_is_cut_off_and_appending_goes_on_after_it(tmp_path: Path) -
     assert j.records == RECORDS[:2]
     j.append([OffsetRecord("g", "t", 1, 25)])
     j.close()
-    assert Journal.open(tmp_path).records == [*RECORDS[:2], OffsetRecord("g", "t", 1, 25)]
+    assert _read_back(tmp_path) == [*RECORDS[:2], OffsetRecord("g", "t", 1, 25)]
+
+
+def test_damage_with_intact_records_after_it_refuses_to_start(tmp_path: Path) -> None:
+    j = Journal.open(tmp_path)
+    j.append(RECORDS)
+    j.close()
+    data = bytearray((tmp_path / JOURNAL).read_bytes())
+    data[len(encode_frames(RECORDS[:1])) - 1] ^= 0xFF  # the first record's last byte
+    (tmp_path / JOURNAL).write_bytes(bytes(data))
+    with pytest.raises(DataDirError, match=r"damaged .* intact records follow"):
+        Journal.open(tmp_path)
+    assert (tmp_path / JOURNAL).read_bytes() == bytes(data), "nothing was cut off"
+
+
+def test_a_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:
+    (tmp_path / JOURNAL).write_bytes(encode_frames(RECORDS) + bytes(64))
+    j = Journal.open(tmp_path)
+    assert j.records == RECORDS
+    j.close()
+    assert (tmp_path / JOURNAL).read_bytes() == encode_frames(RECORDS)
+
+
+def test_a_large_record_reads_back(tmp_path: Path) -> None:
+    big = OffsetRecord("g" * 3_000_000, "t", 0, 1, "m" * 100)
+    j = Journal.open(tmp_path)
+    j.append([big, *RECORDS])
+    j.close()
+    assert _read_back(tmp_path) == [big, *RECORDS]
+
+
+def test_a_failed_append_leaves_no_half_record_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = Journal.open(tmp_path)
+    j.append(RECORDS[:1])
+    real_pwrite = os.pwrite
+
+    def disk_full(fd: int, data: bytes, offset: int) -> int:
+        real_pwrite(fd, bytes(data)[:5], offset)  # part of it lands, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        j.append(RECORDS[1:])
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    assert (tmp_path / JOURNAL).read_bytes() == encode_frames(RECORDS[:1])
+    j.append([OffsetRecord("g", "t", 2, 7)])  # the disk has room again
+    j.close()
+    assert _read_back(tmp_path) == [RECORDS[0], OffsetRecord("g", "t", 2, 7)]
+
+
+def test_a_failed_compaction_keeps_the_journal_and_waits_before_trying_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "COMPACT_MIN_RECORDS", 4)
+    j = Journal.open(tmp_path)
+    tries: list[int] = []
+
+    def state() -> list[Record]:
+        tries.append(j.written)
+        return RECORDS[:1]
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    for offset in range(8):
+        assert j.keep([OffsetRecord("g", "t", 0, offset)], lambda: 1, state)
+    assert tries == [4, 8], "tried at 4 records, then not before the journal doubled"
+    assert not (tmp_path / (JOURNAL + ".tmp")).exists()
+    j.close()
+    assert len(_read_back(tmp_path)) == 8, "nothing lost"
 
 
 def test_a_second_coordinator_cannot_use_the_same_directory(tmp_path: Path) -> None:
@@ -111,8 +191,10 @@ def test_compaction_keeps_the_state_and_shrinks_the_journal(
     assert j.written < 10, "compacted once the journal held 10 records"
     j.append([OffsetRecord("g", "t", 0, 99)])
     j.close()
-    assert Journal.open(tmp_path).records[-1] == OffsetRecord("g", "t", 0, 99)
-    assert len(Journal.open(tmp_path).records) < 10
+    again = Journal.open(tmp_path)
+    assert again.records[-1] == OffsetRecord("g", "t", 0, 99)
+    assert len(again.records) < 10
+    again.close()
 
 
 def test_a_failed_write_is_reported_not_acknowledged(tmp_path: Path) -> None:

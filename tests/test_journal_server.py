@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -9,8 +12,10 @@ import pytest
 from client.admin import Admin
 from client.connection import connect
 from coordinator.journal import DataDirError
+from coordinator.server import StorageFailedError, serve
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    CreateTopicsRequest,
     ErrorResponse,
     OffsetCommitPartition,
     OffsetCommitRequest,
@@ -18,8 +23,9 @@ from protocol.messages import (
     OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    TopicSpec,
 )
-from tests.helpers import fast_server_config, running_server
+from tests.helpers import fast_server_config, running_server, wait_until, within
 from tests.test_cli import settings_for
 
 
@@ -67,22 +73,53 @@ async def test_without_a_data_dir_nothing_is_kept(tmp_path: Path) -> None:
         assert await admin.list_topics() == {}
 
 
-async def test_a_change_that_cannot_be_kept_is_refused(tmp_path: Path) -> None:
-    async with running_server(fast_server_config(data_dir=str(tmp_path))) as server:
+async def test_a_change_that_cannot_be_kept_is_refused_and_the_server_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state in memory would be ahead of the data dir: refuse, stop, and after a restart
+    serve what was kept (as Kafka stops a broker whose log directories failed)."""
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
         async with Admin(bootstrap) as admin:
             await admin.create_topic("t", 1)
-        assert server.journal is not None
-
-        def disk_full(records: object) -> None:
-            raise OSError(28, "No space left on device")
-
-        server.journal.append = disk_full  # type: ignore[method-assign]
         async with connect(bootstrap) as conn:
+            await conn.call(_commit(5), OffsetCommitResponse)
+
+            def disk_full(fd: int, data: bytes, offset: int) -> int:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(os, "pwrite", disk_full)
             response = await conn.request(_commit(7))
             assert isinstance(response, ErrorResponse)
             assert response.error_code == ErrorCode.KAFKA_STORAGE_ERROR
             assert "could not keep" in response.error_message
+            await within(server.wait_closed())
+            assert server.storage_failure is not None
+        monkeypatch.undo()
+    async with running_server(config) as server:
+        assert await _fetch(f"127.0.0.1:{server.port}") == {("t", 0): 5}, "7 was never kept"
+
+
+async def test_serve_exits_with_an_error_after_a_storage_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports: list[int] = []
+    running = asyncio.ensure_future(
+        serve(fast_server_config(data_dir=str(tmp_path)), ready=ports.append)
+    )
+    await wait_until(lambda: bool(ports), what="the server listening")
+
+    def failing_disk(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async with connect(f"127.0.0.1:{ports[0]}") as conn:
+        monkeypatch.setattr(os, "pwrite", failing_disk)
+        create = CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)])
+        response = await conn.request(create)
+        assert isinstance(response, ErrorResponse)
+        with pytest.raises(StorageFailedError):
+            await within(running)
 
 
 async def test_two_coordinators_cannot_share_a_data_dir(tmp_path: Path) -> None:
