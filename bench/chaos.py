@@ -115,6 +115,14 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _settled(run_dir: Path) -> bool:
+    """Whether the harness saw the group settle before the scenario started."""
+    return any(
+        r["event"] == "steady" and r.get("settled") is True
+        for r in read_events(events_dir(run_dir) / "chaos.jsonl")
+    )
+
+
 def _first_fault_ts(run_dir: Path) -> float | None:
     faults = [float(r["ts"]) for r in _events(run_dir) if r["event"] == "fault"]
     return min(faults) if faults else None
@@ -267,7 +275,13 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
         f"{statistics.median(eagers):.2f} partition-seconds: {'met' if coop_met else 'NOT met'}"
     )
     violations = sum(int(s["violations_total"]) for s in summaries)
-    met = coop_met and violations == 0
+    unfinished = [o for o in [*outcomes, death_outcome] if o != "completed"]
+    unsettled = [d.name for d in [*dirs, death_dir] if not _settled(d)]
+    met = coop_met and violations == 0 and not unfinished and not unsettled
+    if unfinished:
+        print(f"runs that did not complete: {len(unfinished)} ({', '.join(unfinished)})")
+    if unsettled:
+        print(f"runs whose group did not settle before the scenario: {', '.join(unsettled)}")
     print(f"safety violations over all runs: {violations}")
     for case, moved in zip(cases, changes, strict=False):
         if case.no_move_target:

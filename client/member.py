@@ -631,7 +631,9 @@ class Member:
     async def _partition_counts(self, conn: Connection, topics: set[str]) -> dict[str, int]:
         if not topics:
             return {}
-        scope, now = (conn, self._core.member_id), anyio.current_time()
+        # a notice dropped on this connection may have been a topic change: fetch again
+        scope = (conn, self._core.member_id, conn.notices_dropped)
+        now = anyio.current_time()
         kept = self._counts.get(topics, now, scope)
         if kept is not None:
             return kept

@@ -6,7 +6,9 @@ stays inside it. Counts are kept instead, as Kafka's client keeps its metadata: 
 coordinator pushes ``TopicMetadataChanged`` to every group member's connection when a
 topic is created, altered or deleted, and those notices update the kept counts. They are
 trusted only while nothing could have been missed: on the connection they were fetched on,
-by the same member id, and for at most ``max_age_s`` (Kafka's ``metadata.max.age.ms``).
+by the same member id, with no notice dropped on it since (a connection drops the oldest
+notices when its reader falls behind), and for at most ``max_age_s`` (Kafka's
+``metadata.max.age.ms``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_MAX_AGE_S = 300.0
+# (connection, member id, notices dropped on it): counts fetched under one scope are not
+# trusted under another
+Scope = tuple[object, str, int]
 
 
 @dataclass(slots=True)
@@ -22,11 +27,9 @@ class PartitionCounts:
     max_age_s: float = DEFAULT_MAX_AGE_S
     _counts: dict[str, int] = field(default_factory=dict)
     _fetched_at: float | None = None
-    _scope: tuple[object, str] | None = None  # (connection, member id) they are valid for
+    _scope: Scope | None = None  # what they are valid for
 
-    def get(
-        self, topics: Iterable[str], now: float, scope: tuple[object, str]
-    ) -> dict[str, int] | None:
+    def get(self, topics: Iterable[str], now: float, scope: Scope) -> dict[str, int] | None:
         """The kept counts of ``topics``, or None if they must be fetched: some topic is
         unknown here, they are too old, or the connection or member id changed."""
         if self._fetched_at is None or scope != self._scope:
@@ -43,7 +46,7 @@ class PartitionCounts:
         topics: Iterable[str],
         counts: Mapping[str, int],
         now: float,
-        scope: tuple[object, str],
+        scope: Scope,
     ) -> None:
         """What the coordinator answered for ``topics`` (absent from ``counts``: no such
         topic, kept as 0 partitions)."""

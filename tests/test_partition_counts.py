@@ -5,7 +5,7 @@ from __future__ import annotations
 from client.partition_counts import PartitionCounts
 
 CONN, OTHER_CONN = object(), object()
-SCOPE = (CONN, "m-1")
+SCOPE = (CONN, "m-1", 0)
 
 
 def test_nothing_kept_until_fetched() -> None:
@@ -17,8 +17,9 @@ def test_kept_counts_are_used_on_the_same_connection_and_member() -> None:
     counts.store({"t", "u"}, {"t": 6, "u": 2}, 0.0, SCOPE)
     assert counts.get({"t"}, 10.0, SCOPE) == {"t": 6}
     assert counts.get({"t", "u"}, 10.0, SCOPE) == {"t": 6, "u": 2}
-    assert counts.get({"t"}, 10.0, (OTHER_CONN, "m-1")) is None, "notices may have been missed"
-    assert counts.get({"t"}, 10.0, (CONN, "m-2")) is None, "the member was fenced and rejoined"
+    assert counts.get({"t"}, 10.0, (OTHER_CONN, "m-1", 0)) is None, "notices may be missed"
+    assert counts.get({"t"}, 10.0, (CONN, "m-2", 0)) is None, "the member was fenced, rejoined"
+    assert counts.get({"t"}, 10.0, (CONN, "m-1", 1)) is None, "a notice was dropped"
     assert counts.get({"t"}, 61.0, SCOPE) is None, "older than the max age"
     assert counts.get({"t", "v"}, 10.0, SCOPE) is None, "v was never asked for"
 
