@@ -14,21 +14,20 @@ its traceback and answered with ``UNKNOWN_SERVER_ERROR``: the server keeps servi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
 from collections.abc import Callable
-from typing import Final, cast
+from typing import Final
 
 import msgspec
 import structlog
 
 from coordinator.config import ServerConfig
+from coordinator.connection import Connection
 from coordinator.core import Coordinator, Outgoing, Peer
 from coordinator.journal import DataDirError, Journal
-from protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
-from protocol.framing import FrameReader, ServerCodec
+from protocol.errors import ErrorCode
 from protocol.messages import (
     SUPPORTED_VERSIONS,
     Call,
@@ -37,7 +36,6 @@ from protocol.messages import (
     HandshakeResult,
     ProtocolError,
     Reply,
-    ServerFrame,
 )
 
 log = structlog.get_logger("huddle.server")
@@ -46,7 +44,6 @@ _TIMER_SLACK_S: Final = 0.001  # arm timers a hair late so they never fire befor
 _SWEEP_MIN_S: Final = 0.02
 _SWEEP_MAX_S: Final = 1.0
 _ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
-_DEFAULT_HIGH_WATER: Final = 64 * 1024
 
 
 class ListenError(Exception):
@@ -56,171 +53,6 @@ class ListenError(Exception):
 def _sweep_interval(config: ServerConfig) -> float:
     shortest = min(config.handshake_timeout_ms, config.stalled_frame_timeout_ms) / 1000
     return min(max(shortest / 4, _SWEEP_MIN_S), _SWEEP_MAX_S)
-
-
-class _Connection(asyncio.Protocol):
-    """One client connection: bytes -> frames -> the server; frames -> bytes."""
-
-    __slots__ = (
-        "client_id",
-        "close_reason",
-        "closing",
-        "codec",
-        "conn_id",
-        "frame_started",
-        "handshaken",
-        "host",
-        "linger",
-        "log",
-        "opened_at",
-        "peer",
-        "pending",
-        "reader",
-        "server",
-        "transport",
-        "write_paused",
-    )
-
-    def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
-        self.server = server
-        self.conn_id = conn_id
-        self.reader = FrameReader(server.config.max_frame_bytes)
-        self.codec = ServerCodec()
-        self.transport: asyncio.Transport | None = None
-        self.client_id = ""
-        self.host = ""
-        self.peer = Peer(conn_id)
-        self.handshaken = False
-        self.closing = False
-        self.close_reason = "closed by peer"
-        self.write_paused = False
-        self.opened_at = 0.0
-        self.frame_started: float | None = None  # loop time the buffered partial frame began
-        self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
-        self.pending = bytearray()  # encoded frames not yet written
-        self.log = log.bind(conn_id=conn_id)
-
-    # --- asyncio.Protocol -------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCPTransport is a Transport in behaviour, not by inheritance.
-        self.transport = transport = cast(asyncio.Transport, transport)
-        peername = transport.get_extra_info("peername")
-        if isinstance(peername, tuple) and peername:
-            self.host = str(peername[0])
-            self.log = self.log.bind(peer=f"{peername[0]}:{peername[1]}")
-        self.peer = Peer(self.conn_id, "", self.host)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError, AttributeError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        limit = self.server.config.max_write_buffer_bytes
-        if limit < 2 * _DEFAULT_HIGH_WATER:
-            transport.set_write_buffer_limits(high=max(limit // 2, 1))
-        self.server._connection_made(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        server = self.server
-        try:
-            bodies = self.reader.feed(data)
-        except (MessageTooLargeError, CorruptMessageError) as exc:
-            self.fail(exc.code, exc.message, event="bad_frame")
-            return
-        if bodies:
-            server._frames_received(self, bodies)
-        if self.closing:
-            return
-        if self.reader.mid_frame:
-            if bodies or self.frame_started is None:
-                self.frame_started = server.loop.time()
-                server._watch.add(self)
-        elif self.frame_started is not None:
-            self.frame_started = None
-            if self.handshaken:
-                server._watch.discard(self)
-
-    def eof_received(self) -> bool:
-        if self.reader.mid_frame and not self.closing:
-            self.log.warning("bad_frame", reason="connection ended in the middle of a frame")
-            self.close_reason = "closed by peer mid-frame"
-        return False  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None and not self.closing:
-            self.close_reason = f"connection lost: {exc}"
-        self.closing = True
-        self.pending = bytearray()
-        if self.linger is not None:
-            self.linger.cancel()
-            self.linger = None
-        self.server._connection_lost(self)
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-        if self.transport is not None and not self.closing:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        if self.transport is not None and not self.closing:
-            self.transport.resume_reading()
-
-    # --- sending and closing ----------------------------------------------------------
-
-    def send(self, frame: ServerFrame) -> None:
-        """Queue a frame; the server flushes every connection's queue once per event."""
-        if self.closing or self.transport is None:
-            return
-        if not self.pending:
-            self.server._dirty.append(self)
-        self.codec.encode_into(frame, self.pending)
-
-    def flush(self) -> None:
-        """One write (one syscall) for every frame queued since the last flush."""
-        pending, transport = self.pending, self.transport
-        if not pending or transport is None:
-            return
-        self.pending = bytearray()
-        transport.write(pending)
-        if self.write_paused:
-            size = transport.get_write_buffer_size()
-            limit = self.server.config.max_write_buffer_bytes
-            if size > limit:
-                self.log.warning("write_buffer_overflow", buffered_bytes=size, limit=limit)
-                self.abort(f"write buffer over {limit} bytes: the client is not reading")
-
-    def fail(self, code: ErrorCode, message: str, *, event: str, **details: object) -> None:
-        """Log a warning, tell the client why in a ProtocolError, then close."""
-        if self.closing:
-            return
-        self.log.warning(event, error_code=code.name, error_message=message, **details)
-        self.send(ProtocolError(error_code=code, error_message=message))
-        self.close(f"{code.name}: {message}")
-
-    def close(self, reason: str) -> None:
-        """Close after flushing what is buffered; abort if that takes too long."""
-        if self.closing or self.transport is None:
-            return
-        self.flush()
-        self.closing = True
-        self.close_reason = reason
-        self.server._watch.discard(self)
-        transport = self.transport
-        transport.close()
-        linger = self.server.config.shutdown_timeout_ms / 1000
-        self.linger = self.server.loop.call_later(linger, transport.abort)
-
-    def abort(self, reason: str) -> None:
-        if self.transport is None:
-            return
-        if not self.closing:
-            self.closing = True
-            self.close_reason = reason
-        self.pending = bytearray()
-        self.server._watch.discard(self)
-        self.transport.abort()
 
 
 class CoordinatorServer:
@@ -240,9 +72,9 @@ class CoordinatorServer:
         self._shutdown: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
-        self._conns: dict[int, _Connection] = {}
-        self._watch: set[_Connection] = set()  # not yet handshaken, or mid-frame
-        self._dirty: list[_Connection] = []  # connections with frames queued to write
+        self._conns: dict[int, Connection] = {}
+        self._watch: set[Connection] = set()  # not yet handshaken, or mid-frame
+        self._dirty: list[Connection] = []  # connections with frames queued to write
         self._next_conn_id = 1
         self._timer: asyncio.TimerHandle | None = None
         self._deadline: float | None = None
@@ -362,12 +194,12 @@ class CoordinatorServer:
 
     # --- connections ------------------------------------------------------------------
 
-    def _new_connection(self) -> _Connection:
+    def _new_connection(self) -> Connection:
         conn_id = self._next_conn_id
         self._next_conn_id += 1
-        return _Connection(self, conn_id)
+        return Connection(self, conn_id)
 
-    def _connection_made(self, conn: _Connection) -> None:
+    def _connection_made(self, conn: Connection) -> None:
         limit = self.config.max_connections
         if self._stopping:
             conn.fail(
@@ -388,7 +220,7 @@ class CoordinatorServer:
         self._watch.add(conn)
         conn.log.info("connection_opened", connections=len(self._conns))
 
-    def _connection_lost(self, conn: _Connection) -> None:
+    def _connection_lost(self, conn: Connection) -> None:
         self._watch.discard(conn)
         if self._conns.pop(conn.conn_id, None) is None:
             return  # refused at the door: never registered, the core never saw it
@@ -405,7 +237,7 @@ class CoordinatorServer:
         if not self._conns and self._all_gone is not None:
             self._all_gone.set()
 
-    def _frames_received(self, conn: _Connection, bodies: list[bytes]) -> None:
+    def _frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
         tokens = structlog.contextvars.bind_contextvars(
             conn_id=conn.conn_id, client_id=conn.client_id
         )
@@ -447,7 +279,7 @@ class CoordinatorServer:
                 self._reschedule()
             self._flush()
 
-    def _invalid_frame(self, conn: _Connection, body: bytes, exc: msgspec.ValidationError) -> None:
+    def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
         correlation_id = conn.codec.correlation_id(body) if conn.handshaken else None
         if correlation_id is None:
             event = "bad_frame" if conn.handshaken else "handshake_failed"
@@ -468,7 +300,7 @@ class CoordinatorServer:
             )
         )
 
-    def _handshake(self, conn: _Connection, hello: Handshake) -> None:
+    def _handshake(self, conn: Connection, hello: Handshake) -> None:
         if conn.handshaken:
             conn.fail(ErrorCode.INVALID_REQUEST, "handshake already done", event="bad_frame")
             return
@@ -507,7 +339,7 @@ class CoordinatorServer:
     def _now(self) -> float:
         return self.loop.time() * 1000
 
-    def _call(self, conn: _Connection, call: Call, now: float) -> None:
+    def _call(self, conn: Connection, call: Call, now: float) -> None:
         """One request through the core; the caller reschedules the timer afterwards."""
         if self._stopping or self._refusing:
             return
