@@ -106,3 +106,25 @@ async def test_proxy_partition_refuses_and_heal_lets_members_back(
         healed = await anyio.connect_tcp("127.0.0.1", proxy.port)
         await wait_until(lambda: proxy.connections > 0, what="a connection after healing")
         await healed.aclose()
+
+
+def test_chaos_run_proxy_flag_defaults_to_the_scenario() -> None:
+    from coordinator.cli import parse_args
+
+    assert parse_args(["chaos", "run", "rolling-bounce"]).proxy is None
+    assert parse_args(["chaos", "run", "rolling-bounce", "--proxy"]).proxy is True
+    assert parse_args(["chaos", "run", "network-faults", "--no-proxy"]).proxy is False
+
+
+def test_chaos_run_refuses_network_faults_without_the_proxy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chaos.cli
+    from coordinator.cli import main
+
+    # the command points logging at its run dir's harness.log; not this test process's
+    monkeypatch.setattr(chaos.cli, "configure_logging", lambda *a, **k: None)
+
+    code = main(["chaos", "run", "network-faults", "--no-proxy", "--run-dir", str(tmp_path)])
+    assert code == 2
+    assert "needs the proxy" in capsys.readouterr().err
