@@ -444,3 +444,36 @@ def _processed_after_recovery(run_dir: Path, recovery_s: float = 1.0) -> set[int
         for r in read_events(path)
         if r["event"] == "processed" and r["ts"] > last_fault + recovery_s
     }
+
+
+def test_stateful_high_availability_scale_up_moves_work_once_warm_and_is_safe(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """KIP-441 with real processes: members added to a stateful group warm up, take over
+    active tasks through probing rebalances, and nothing is processed twice or lost."""
+    from chaos.eventfiles import read_events
+    from chaos.harness import RunSettings
+    from chaos.harness import run as run_chaos
+    from chaos.protocols import ProtocolOptions
+    from chaos.scenarios import BUILT_IN, Shape
+
+    duration = 10.0
+    settings = RunSettings(
+        run_dir=tmp_path / "ha",
+        protocol="high-availability",
+        options=ProtocolOptions(probing_interval_ms=1_000),
+        stateful=True,
+        members=3,
+        partitions=6,
+        duration=duration,
+    )
+    result = run_chaos(settings, BUILT_IN["scale-up"](Shape(duration=duration, members=3)))
+    assert result.outcome == "completed"
+    events = settings.run_dir / "events"
+    for new in ("member-4", "member-5"):
+        records = read_events(events / f"{new}.jsonl")
+        assert any(r["event"] == "processed" for r in records), f"{new} never took work over"
+    assert _processed_after_recovery(settings.run_dir) == set(range(6))
+    summary = summarise(analyse(spark, settings.run_dir, gap_ms=100.0))
+    assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
+    assert summary["lost"] == 0
