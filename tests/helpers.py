@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from typing import Any
@@ -17,8 +17,10 @@ from typing import Any
 import msgspec
 from structlog.typing import EventDict
 
+from client.member import Member
 from coordinator.config import GroupConfig, ServerConfig
 from coordinator.server import CoordinatorServer
+from protocol.embedded import TopicPartition
 from protocol.framing import ClientCodec, FrameReader, frame_header
 from protocol.messages import (
     PROTOCOL_VERSION,
@@ -52,6 +54,16 @@ async def running_server(config: ServerConfig | None = None) -> AsyncIterator[Co
         yield server
     finally:
         await server.close()
+
+
+def settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> bool:
+    """Stable in one generation; every partition owned by exactly one member."""
+    if not all(m.state.value == "stable" for m in members):
+        return False
+    if len({m.generation for m in members}) != 1:
+        return False
+    owned = [tp for m in members for tp in m.assignment]
+    return len(owned) == len(set(owned)) and set(owned) == expected
 
 
 async def wait_until(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import select
+import selectors
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -20,13 +23,48 @@ from chaos.scenarios import ScenarioError, Shape, built_in
 DEADLINE_S = 20.0
 
 
-def wait_for(predicate: Callable[[], bool], what: str, wait_s: float = DEADLINE_S) -> None:
-    """Poll ``predicate`` until it holds; AssertionError at the deadline."""
+def read_until(pipe: IO[bytes], text: str, wait_s: float = DEADLINE_S) -> str:
+    """Read a process's output until it says ``text``; AssertionError at the deadline or
+    if the output ends first."""
+    fd, wanted, seen = pipe.fileno(), text.encode(), b""
     deadline = time.monotonic() + wait_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {wait_s} s waiting for {what}")
-        time.sleep(0.02)  # a poll interval, not a wait for an outcome
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while wanted not in seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                raise AssertionError(f"no {text!r} within {wait_s} s; got {seen[-500:]!r}")
+            chunk = os.read(fd, 65_536)
+            if not chunk:
+                raise AssertionError(f"the output ended without {text!r}: {seen[-500:]!r}")
+            seen += chunk
+    return seen.decode()
+
+
+def wait_gone(pids: set[int], wait_s: float) -> None:
+    """Wait for every one of ``pids`` to exit (pidfds: woken by the exits themselves)."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            continue  # gone already
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = set(fds)
+        deadline = time.monotonic() + wait_s
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"{len(left)} processes still running after {wait_s} s")
+            for fd, _ in poller.poll(remaining * 1000):
+                left.discard(fd)
+                poller.unregister(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def test_process_death_run_records_every_process_and_leaves_nothing_running(
@@ -105,15 +143,9 @@ def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
     harness = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     children: set[int] = set()
     try:
-        events = tmp_path / "events"
-
-        def all_members_processing() -> bool:
-            return all(
-                any(r["event"] == ev.PROCESSED for r in read_events(events / f"member-{i}.jsonl"))
-                for i in (1, 2, 3)
-            )
-
-        wait_for(all_members_processing, "three members processing")
+        assert harness.stdout is not None
+        # settled: every member joined and owns partitions, every partition was processed
+        read_until(harness.stdout, "group settled at generation")
         children = _children(harness.pid)
         assert len(children) >= 4, "a coordinator and three members"
         harness.send_signal(signal.SIGINT)
@@ -124,7 +156,7 @@ def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
             harness.wait(5)
         assert harness.stdout is not None
         harness.stdout.close()
-    wait_for(lambda: not any(pid_alive(p) for p in children), "children gone", wait_s=5)
+    wait_gone(children, wait_s=5)
     chaos = read_events(tmp_path / "events" / "chaos.jsonl")
     assert chaos[-1]["event"] == ev.RUN_FINISHED
     assert chaos[-1]["outcome"] == "interrupted"

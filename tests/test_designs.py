@@ -16,6 +16,7 @@ from client import Admin, Assignor, Member, RebalanceListener, TopicPartition
 from client.assignors.deferred import DeferredAssignor
 from client.assignors.sticky import CooperativeStickyAssignor
 from client.running import MemberTask
+from tests.helpers import settled as members_settled
 from tests.helpers import wait_until
 
 TP = TopicPartition
@@ -77,13 +78,7 @@ class Proc:
 
 
 def settled(procs: list[Proc], expected: frozenset[TopicPartition] = PARTITIONS) -> bool:
-    members = [p.member for p in procs]
-    if not all(m.state.value == "stable" for m in members):
-        return False
-    if len({m.generation for m in members}) != 1:
-        return False
-    owned = [tp for m in members for tp in m.assignment]
-    return len(owned) == len(set(owned)) and set(owned) == expected
+    return members_settled([p.member for p in procs], expected)
 
 
 async def wait_settled(procs: list[Proc], wait_s: float = 15) -> int:
@@ -113,7 +108,14 @@ async def process_death(bootstrap: str, assignor: Callable[[], Assignor]) -> dic
             p.moves.stopped.clear()
             p.moves.started.clear()
         await victim.kill()
-        await anyio.sleep(1.0)  # the orchestrator restarts the process a second later
+        # the replacement starts once the group has noticed the death and rebalanced
+        # without the victim, as when an orchestrator restarts a dead process
+        await wait_until(
+            lambda: all(
+                p.member.state.value == "stable" and p.member.generation > before for p in survivors
+            ),
+            what="the survivors to rebalance without the dead member",
+        )
         back = await Proc(bootstrap, assignor).start(tg)
         after = await wait_settled([*survivors, back])
         result = {

@@ -25,7 +25,7 @@ from client.running import MemberTask
 from coordinator.admin_commands import render_group
 from coordinator.server import CoordinatorServer
 from protocol.errors import HuddleError
-from tests.helpers import FAST_GROUP, fast_server_config, running_server, wait_until
+from tests.helpers import FAST_GROUP, fast_server_config, running_server, settled, wait_until
 from tests.proxy import freezable_proxy
 
 TP = TopicPartition
@@ -70,16 +70,6 @@ def member(bootstrap: str, **kwargs: Any) -> Member:
     }
     settings.update(kwargs)
     return Member(bootstrap, **settings)
-
-
-def settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> bool:
-    """Stable in one generation; every partition owned by exactly one member."""
-    if not all(m.state.value == "stable" for m in members):
-        return False
-    if len({m.generation for m in members}) != 1:
-        return False
-    owned = [tp for m in members for tp in m.assignment]
-    return len(owned) == len(set(owned)) and set(owned) == expected
 
 
 async def wait_settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> None:
