@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# huddle is installed editable in setuptools' strict mode (a tree of links to the sources, on a
+# static path entry: no import hook, so mypy and other static tools resolve `huddle.*`). A module
+# added or removed changes its folder, which re-links the tree.
+PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 
 .PHONY: run serve test lint bench clean
 
@@ -33,11 +37,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(STAMP): pyproject.toml $(PACKAGE_DIRS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bench.common import quiet_logs
-from client.assignors import ASSIGNORS, Assignor, GroupAssignment, MemberSubscription
+from huddle.client.assignors import ASSIGNORS, Assignor, GroupAssignment, MemberSubscription
 
 Interest = Callable[[str], frozenset[str]]
 

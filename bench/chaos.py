@@ -7,8 +7,8 @@ real member processes on 127.0.0.1; the harness stops every process it starts):
    ``cooperative-sticky``, ``--repeats`` times each, alternating so both meet the same
    machine noise; then once each ``cooperative-deferred`` (a scheduled-rebalance delay far
    longer than a bounce) and ``static-bounce`` with ``cooperative-sticky``. All runs are
-   analysed in one Spark session (``pipeline.analysis.analyse`` +
-   ``pipeline.summary.summarise``). Targets: cooperative unavailable partition-seconds
+   analysed in one Spark session (``huddle.pipeline.analysis.analyse`` +
+   ``huddle.pipeline.summary.summarise``). Targets: cooperative unavailable partition-seconds
    <= 1/5 of eager's (the median over the pairs of the ratio within a pair); deferred and
    static: no partition changes owner when a member comes back within the delay.
 2. ``process-death`` (cooperative-sticky, default settings): for each partition the killed
@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import quiet_logs
-from chaos.eventfiles import read_events
-from chaos.events import events_dir
-from chaos.harness import RunSettings, run
-from chaos.protocols import ProtocolOptions
-from chaos.scenarios import Shape, built_in
-from pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
+from huddle.chaos.eventfiles import read_events
+from huddle.chaos.events import events_dir
+from huddle.chaos.harness import RunSettings, run
+from huddle.chaos.protocols import ProtocolOptions
+from huddle.chaos.scenarios import Shape, built_in
+from huddle.pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
 
 MEMBERS = 6
 PARTITIONS = 60
@@ -221,9 +221,9 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
         death_dir, "process-death", "cooperative-sticky", ProtocolOptions(), args.death_duration
     )
 
-    from pipeline.analysis import analyse
-    from pipeline.spark import build_session
-    from pipeline.summary import summarise
+    from huddle.pipeline.analysis import analyse
+    from huddle.pipeline.spark import build_session
+    from huddle.pipeline.summary import summarise
 
     spark = build_session(args.master, app_name="bench-chaos")
     summaries: list[dict[str, Any]] = []

@@ -19,8 +19,8 @@ import signal
 import socket
 from typing import cast
 
-from protocol.errors import CorruptMessageError, MessageTooLargeError
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameReader, frame_header
+from huddle.protocol.errors import CorruptMessageError, MessageTooLargeError
+from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameReader, frame_header
 
 
 class EchoProtocol(asyncio.Protocol):

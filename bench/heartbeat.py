@@ -41,9 +41,9 @@ from bench.rawclient import (
     pin_to_cpu,
     server_process,
 )
-from protocol.errors import ErrorCode
-from protocol.framing import ClientCodec, FrameReader, frame_header
-from protocol.messages import Call, HeartbeatRequest, HeartbeatResponse, Reply
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import ClientCodec, FrameReader, frame_header
+from huddle.protocol.messages import Call, HeartbeatRequest, HeartbeatResponse, Reply
 
 CORRELATION_ID = 1  # every pre-encoded heartbeat carries the same one: the answers are equal
 SERVER_CPU = 0

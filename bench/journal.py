@@ -24,10 +24,10 @@ from bench.rawclient import (
     pin_to_cpu,
     server_process,
 )
-from coordinator.core import Coordinator
-from coordinator.journal import Journal
-from coordinator.records import OffsetRecord, Record, TopicRecord
-from protocol.messages import (
+from huddle.coordinator.core import Coordinator
+from huddle.coordinator.journal import Journal
+from huddle.coordinator.records import OffsetRecord, Record, TopicRecord
+from huddle.protocol.messages import (
     CreateTopicsRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,

@@ -18,8 +18,8 @@ import anyio.abc
 
 from bench.common import quiet_logs
 from bench.rawclient import huddle_serve, raise_fd_limit, server_process
-from client import Admin, Member, RebalanceListener, TopicPartition
-from client.running import MemberTask
+from huddle.client import Admin, Member, RebalanceListener, TopicPartition
+from huddle.client.running import MemberTask
 
 
 class Revocations(RebalanceListener):

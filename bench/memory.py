@@ -35,9 +35,9 @@ from bench.rawclient import (
     raise_fd_limit,
     server_process,
 )
-from coordinator.config import GroupConfig
-from coordinator.core import Coordinator, Peer
-from protocol.messages import (
+from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.core import Coordinator, Peer
+from huddle.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     JoinGroupRequest,

@@ -2,15 +2,15 @@
 
 ``python -m bench.pipeline [--events N]`` writes a synthetic run directory to a temporary
 directory (removed at the end): ``events/member-<i>.jsonl`` in the format of
-``chaos.events`` (what ``chaos.worker`` writes: a 20 ms tick, one ``processed`` event per
+``huddle.chaos.events`` (what ``huddle.chaos.worker`` writes: a 20 ms tick, one ``processed`` event per
 owned partition per tick, ``committed`` every second) plus ``events/chaos.jsonl``. The
 partitions start spread over the members; half-way through a cooperative rebalance moves
 a tenth of them to the next member (commit, ``revoked``, then ``assigned`` in the next
 generation, processing resumed at the committed offset), so every job has something to
 find and the run is consistent (no violations). The generation is not timed in the figure.
 
-The figure: wall time of ``pipeline.analysis.analyse`` (local mode, every table collected)
-plus ``pipeline.report.write_report`` (``summarise``, Parquet tables, ``summary.json``,
+The figure: wall time of ``huddle.pipeline.analysis.analyse`` (local mode, every table collected)
+plus ``huddle.pipeline.report.write_report`` (``summarise``, Parquet tables, ``summary.json``,
 ``report.md``, PNGs), and events per second. Target: 10 million events in under 2 minutes.
 """
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
+from huddle.pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
 
 TICK_S = 0.02
 COMMIT_EVERY = 50  # ticks: one commit a second
@@ -171,9 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _measure(args: argparse.Namespace, run_dir: Path) -> int:
     t = time.monotonic()
-    from pipeline.analysis import analyse
-    from pipeline.report import write_report
-    from pipeline.spark import build_session
+    from huddle.pipeline.analysis import analyse
+    from huddle.pipeline.report import write_report
+    from huddle.pipeline.spark import build_session
 
     spark = build_session(
         args.master,

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
-from protocol.errors import ErrorCode
-from protocol.framing import ClientCodec, FrameReader
-from protocol.messages import (
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import ClientCodec, FrameReader
+from huddle.protocol.messages import (
     PROTOCOL_VERSION,
     Call,
     Handshake,
@@ -67,7 +67,7 @@ T = TypeVar("T")
 def huddle_command(port: int, *flags: str) -> list[str]:
     """``huddle serve`` on 127.0.0.1:``port`` logging warnings only, plus ``flags``."""
     script = Path(sys.executable).with_name("huddle")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "coordinator.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "huddle.coordinator.cli"]
     return [
         *head,
         "serve",

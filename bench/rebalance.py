@@ -42,7 +42,7 @@ from bench.rawclient import (
     raise_fd_limit,
     server_process,
 )
-from protocol.messages import (
+from huddle.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     LeaveGroupRequest,

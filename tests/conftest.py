@@ -14,7 +14,7 @@ import pytest
 import structlog
 from structlog.typing import EventDict
 
-from coordinator.server import CoordinatorServer
+from huddle.coordinator.server import CoordinatorServer
 from tests.helpers import fast_server_config, running_server
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
@@ -54,5 +54,5 @@ async def server(logs: list[EventDict]) -> AsyncIterator[CoordinatorServer]:
 
 @pytest.fixture
 def bootstrap(server: CoordinatorServer) -> str:
-    """``HOST:PORT`` of the ``server`` fixture, for ``client.connection.connect``."""
+    """``HOST:PORT`` of the ``server`` fixture, for ``huddle.client.connection.connect``."""
     return f"127.0.0.1:{server.port}"

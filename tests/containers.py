@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.framing import ClientCodec, FrameReader
-from protocol.messages import Call, Handshake, HandshakeResult, Reply, Request, Response
+from huddle.protocol.framing import ClientCodec, FrameReader
+from huddle.protocol.messages import Call, Handshake, HandshakeResult, Reply, Request, Response
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "localhost/debian:bookworm"

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
-from client.assignors.base import GroupAssignment, MemberSubscription
-from client.assignors.deferred import DeferredAssignor
-from client.leader import check_cooperative
-from protocol.embedded import TopicPartition
+import huddle.client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
+from huddle.client.assignors.base import GroupAssignment, MemberSubscription
+from huddle.client.assignors.deferred import DeferredAssignor
+from huddle.client.leader import check_cooperative
+from huddle.protocol.embedded import TopicPartition
 
 
 def T(n: int) -> TopicPartition:

@@ -10,11 +10,11 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
-from coordinator.config import GroupConfig
-from coordinator.core import Coordinator, Peer
-from coordinator.group import Group
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.core import Coordinator, Peer
+from huddle.coordinator.group import Group
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,

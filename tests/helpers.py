@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 from structlog.typing import EventDict
 
-from client.member import Member
-from coordinator.config import GroupConfig, ServerConfig
-from coordinator.server import CoordinatorServer
-from protocol.embedded import TopicPartition
-from protocol.framing import ClientCodec, FrameReader, frame_header
-from protocol.messages import (
+from huddle.client.member import Member
+from huddle.coordinator.config import GroupConfig, ServerConfig
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.framing import ClientCodec, FrameReader, frame_header
+from huddle.protocol.messages import (
     PROTOCOL_VERSION,
     Call,
     Handshake,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from client.admin import Admin
-from client.connection import connect
-from protocol.errors import (
+from huddle.client.admin import Admin
+from huddle.client.connection import connect
+from huddle.protocol.errors import (
     GroupIdNotFoundError,
     HuddleError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from protocol.messages import JoinGroupResponse
+from huddle.protocol.messages import JoinGroupResponse
 from tests.helpers import join_request
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from client.assignors import (
+from huddle.client.assignors import (
     ASSIGNORS,
     CooperativeStickyAssignor,
     MemberAssignment,
@@ -18,7 +18,7 @@ from client.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from protocol.embedded import TopicPartition
+from huddle.protocol.embedded import TopicPartition
 
 
 def tps(text: str) -> frozenset[TopicPartition]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.assignors import (
+from huddle.client.assignors import (
     Assignor,
     CooperativeStickyAssignor,
     GroupAssignment,
@@ -20,8 +20,8 @@ from client.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from client.leader import assign as leader_assign
-from protocol.embedded import TopicPartition
+from huddle.client.leader import assign as leader_assign
+from huddle.protocol.embedded import TopicPartition
 
 GHOST = "ghost"  # subscribed to by some members, but does not exist
 

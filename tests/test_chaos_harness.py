@@ -14,11 +14,11 @@ from typing import IO
 
 import pytest
 
-from chaos import events as ev
-from chaos.eventfiles import problems, read_events
-from chaos.harness import RunSettings, run
-from chaos.procs import pid_alive
-from chaos.scenarios import ScenarioError, Shape, built_in
+from huddle.chaos import events as ev
+from huddle.chaos.eventfiles import problems, read_events
+from huddle.chaos.harness import RunSettings, run
+from huddle.chaos.procs import pid_alive
+from huddle.chaos.scenarios import ScenarioError, Shape, built_in
 
 DEADLINE_S = 20.0
 
@@ -138,7 +138,7 @@ def _children(pid: int) -> set[int]:
 
 
 def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "chaos.cli", "chaos", "run", "process-death"]
+    argv = [sys.executable, "-m", "huddle.chaos.cli", "chaos", "run", "process-death"]
     argv += ["--duration", "60", "--members", "3", "--run-dir", str(tmp_path)]
     harness = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     children: set[int] = set()

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.progress import EventTail
+from huddle.chaos.progress import EventTail
 
 T0 = 1_800_000_000.0
 

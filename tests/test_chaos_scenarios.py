@@ -8,12 +8,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from chaos.events import FAULT_ACTIONS
-from chaos.proxy import fault_proxy
-from chaos.scenarios import BUILT_IN, ScenarioError, Shape, built_in, load
-from chaos.workload import Workload
-from coordinator.server import CoordinatorServer
-from protocol.embedded import TopicPartition
+from huddle.chaos.events import FAULT_ACTIONS
+from huddle.chaos.proxy import fault_proxy
+from huddle.chaos.scenarios import BUILT_IN, ScenarioError, Shape, built_in, load
+from huddle.chaos.workload import Workload
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.embedded import TopicPartition
 from tests.helpers import wait_until
 
 TP = TopicPartition("t", 0)
@@ -109,7 +109,7 @@ async def test_proxy_partition_refuses_and_heal_lets_members_back(
 
 
 def test_chaos_run_proxy_flag_defaults_to_the_scenario() -> None:
-    from coordinator.cli import parse_args
+    from huddle.coordinator.cli import parse_args
 
     assert parse_args(["chaos", "run", "rolling-bounce"]).proxy is None
     assert parse_args(["chaos", "run", "rolling-bounce", "--proxy"]).proxy is True
@@ -119,11 +119,11 @@ def test_chaos_run_proxy_flag_defaults_to_the_scenario() -> None:
 def test_chaos_run_refuses_network_faults_without_the_proxy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import chaos.cli
-    from coordinator.cli import main
+    import huddle.chaos.cli
+    from huddle.coordinator.cli import main
 
     # the command points logging at its run dir's harness.log; not this test process's
-    monkeypatch.setattr(chaos.cli, "configure_logging", lambda *a, **k: None)
+    monkeypatch.setattr(huddle.chaos.cli, "configure_logging", lambda *a, **k: None)
 
     code = main(["chaos", "run", "network-faults", "--no-proxy", "--run-dir", str(tmp_path)])
     assert code == 2

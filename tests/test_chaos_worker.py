@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chaos import events as ev
-from chaos.eventfiles import problems, read_events
-from client.admin import Admin
-from coordinator.server import CoordinatorServer
+from huddle.chaos import events as ev
+from huddle.chaos.eventfiles import problems, read_events
+from huddle.client.admin import Admin
+from huddle.coordinator.server import CoordinatorServer
 from tests.helpers import wait_until
 
 WAIT_S = 15.0
@@ -21,7 +21,7 @@ def start_worker(bootstrap: str, run_dir: Path, *extra: str) -> subprocess.Popen
     argv = [
         sys.executable,
         "-m",
-        "chaos.worker",
+        "huddle.chaos.worker",
         bootstrap,
         "member-1",
         "--run-dir",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import (
+from huddle.coordinator.cli import (
     DEFAULT_BOOTSTRAP,
     SERVE_FLAGS,
     UsageError,
@@ -25,7 +25,7 @@ from coordinator.cli import (
     parse_args,
     serve_settings,
 )
-from coordinator.config import GroupConfig, ServerConfig
+from huddle.coordinator.config import GroupConfig, ServerConfig
 
 HUDDLE = Path(sys.executable).with_name("huddle")
 CLI_TIMEOUT_S = 30.0
@@ -233,7 +233,7 @@ async def test_admin_commands(bootstrap: str, capsys: pytest.CaptureFixture[str]
 def huddle_argv(*argv: str) -> list[str]:
     if HUDDLE.exists():
         return [str(HUDDLE), *argv]
-    return [sys.executable, "-m", "coordinator.cli", *argv]
+    return [sys.executable, "-m", "huddle.coordinator.cli", *argv]
 
 
 def run_huddle(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -332,5 +332,5 @@ def test_serve_with_a_bad_environment_value_exits_2() -> None:
 def test_the_cli_does_not_load_pyspark() -> None:
     """`huddle serve` runs in the container image, which has no PySpark: only `huddle
     report` may load it."""
-    code = "import sys, coordinator.cli; sys.exit('pyspark' in sys.modules)"
+    code = "import sys, huddle.coordinator.cli; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -9,15 +9,15 @@ from contextlib import asynccontextmanager
 import pytest
 from structlog.typing import EventDict
 
-from client.connection import ConnectionClosedError, check, connect, parse_bootstrap
-from protocol.errors import (
+from huddle.client.connection import ConnectionClosedError, check, connect, parse_bootstrap
+from huddle.protocol.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
     TopicAlreadyExistsError,
     UnsupportedVersionError,
 )
-from protocol.framing import FrameReader, ServerCodec
-from protocol.messages import (
+from huddle.protocol.framing import FrameReader, ServerCodec
+from huddle.protocol.messages import (
     Call,
     ClientFrame,
     CreateTopicsResponse,
@@ -288,7 +288,7 @@ async def test_errors_in_the_body_are_not_wrapped(bootstrap: str) -> None:
 
 
 async def test_call_raises_the_registered_error(bootstrap: str) -> None:
-    from protocol.messages import CreateTopicsRequest, TopicSpec
+    from huddle.protocol.messages import CreateTopicsRequest, TopicSpec
 
     async with connect(bootstrap) as conn:
         request = CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)])

@@ -17,8 +17,8 @@ from typing import NoReturn
 
 import pytest
 
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     JoinGroupRequest,

@@ -8,8 +8,8 @@ also matters for a new leader, which holds unowned partitions of topics others o
 
 from __future__ import annotations
 
-from client.assignors import ASSIGNORS, RebalanceProtocol
-from client.assignors.deferred import DeferredAssignor
+from huddle.client.assignors import ASSIGNORS, RebalanceProtocol
+from huddle.client.assignors.deferred import DeferredAssignor
 from tests.deferred_sim import Group, T, delays, newly_assigned, revoked, ts
 
 MAX_DELAY = 300_000
@@ -183,7 +183,7 @@ def test_new_leader_from_the_group_keeps_the_running_delay() -> None:
 
 def test_new_leader_learned_delay_from_the_scheduled_rebalance_field() -> None:
     """An assignment without our user data: the delay field is the running delay."""
-    from client.assignors.base import MemberAssignment
+    from huddle.client.assignors.base import MemberAssignment
 
     group = Group({"T": 4})
     group.join("B", ts(2))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from client import Admin, Member, TopicPartition
-from client.assignors.deferred import DeferredAssignor
+from huddle.client import Admin, Member, TopicPartition
+from huddle.client.assignors.deferred import DeferredAssignor
 from tests.helpers import wait_until
 
 

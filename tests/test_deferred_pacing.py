@@ -9,8 +9,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.assignors.base import GroupAssignment
-from protocol.embedded import TopicPartition
+from huddle.client.assignors.base import GroupAssignment
+from huddle.protocol.embedded import TopicPartition
 from tests.deferred_sim import Group, T, delays, revoked
 
 # --- Design III -----------------------------------------------------------------------

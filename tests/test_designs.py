@@ -11,11 +11,11 @@ from typing import Any
 import anyio
 import anyio.abc
 
-import client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
-from client import Admin, Assignor, Member, RebalanceListener, TopicPartition
-from client.assignors.deferred import DeferredAssignor
-from client.assignors.sticky import CooperativeStickyAssignor
-from client.running import MemberTask
+import huddle.client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
+from huddle.client import Admin, Assignor, Member, RebalanceListener, TopicPartition
+from huddle.client.assignors.deferred import DeferredAssignor
+from huddle.client.assignors.sticky import CooperativeStickyAssignor
+from huddle.client.running import MemberTask
 from tests.helpers import settled as members_settled
 from tests.helpers import wait_until
 
@@ -245,7 +245,7 @@ async def test_scale_up_design_iii_moves_at_most_k_per_round(bootstrap: str) -> 
 async def test_kip441_stateful_work_moves_only_once_warm(bootstrap: str) -> None:
     """A new member with stale local state gets warm-ups, not actives; once it reports them
     caught up, a probing rebalance moves the actives; the group ends balanced."""
-    from client.assignors.high_availability import HighAvailabilityAssignor
+    from huddle.client.assignors.high_availability import HighAvailabilityAssignor
 
     def ha() -> Assignor:
         return HighAvailabilityAssignor(

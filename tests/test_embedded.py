@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from protocol.embedded import (
+from huddle.protocol.embedded import (
     Assignment,
     EmbeddedSchemaError,
     Subscription,

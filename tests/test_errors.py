@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.errors import (
+from huddle.protocol.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     ErrorCode,

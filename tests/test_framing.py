@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.errors import CorruptMessageError, MessageTooLargeError
-from protocol.framing import HEADER_SIZE, ClientCodec, FrameReader, ServerCodec, frame_header
-from protocol.messages import (
+from huddle.protocol.errors import CorruptMessageError, MessageTooLargeError
+from huddle.protocol.framing import HEADER_SIZE, ClientCodec, FrameReader, ServerCodec, frame_header
+from huddle.protocol.messages import (
     Call,
     Handshake,
     HandshakeResult,

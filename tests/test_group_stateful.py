@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from coordinator.config import GroupConfig
-from coordinator.group import Group
-from coordinator.state import GroupState
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.group import Group
+from huddle.coordinator.state import GroupState
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     AlterTopicsRequest,
     AlterTopicsResponse,
     CreateTopicsRequest,

@@ -8,17 +8,17 @@ from collections.abc import Mapping
 
 import pytest
 
-import client.assignors.high_availability  # noqa: F401 - registers "high-availability"
-from client.assignors.base import (
+import huddle.client.assignors.high_availability  # noqa: F401 - registers "high-availability"
+from huddle.client.assignors.base import (
     ASSIGNORS,
     GroupAssignment,
     MemberSubscription,
     RebalanceProtocol,
 )
-from client.assignors.high_availability import HighAvailabilityAssignor
-from client.leader import assign as leader_assign
-from client.leader import check_cooperative
-from protocol.embedded import TopicPartition
+from huddle.client.assignors.high_availability import HighAvailabilityAssignor
+from huddle.client.leader import assign as leader_assign
+from huddle.client.leader import check_cooperative
+from huddle.protocol.embedded import TopicPartition
 
 TOPIC = "t"
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from client.assignors.base import GroupAssignment, MemberSubscription
-from client.assignors.high_availability import HighAvailabilityAssignor
-from client.leader import AssignmentError, check_cooperative
-from protocol.embedded import TopicPartition
+from huddle.client.assignors.base import GroupAssignment, MemberSubscription
+from huddle.client.assignors.high_availability import HighAvailabilityAssignor
+from huddle.client.leader import AssignmentError, check_cooperative
+from huddle.protocol.embedded import TopicPartition
 
 ACCEPTABLE_LAG = 10_000
 AGING = 3_000

@@ -7,9 +7,9 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from client.connection import Connection, connect
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.client.connection import Connection, connect
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     HeartbeatRequest,

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import journal as journal_module
-from coordinator.journal import JOURNAL, DataDirError, Journal
-from coordinator.records import (
+from huddle.coordinator import journal as journal_module
+from huddle.coordinator.journal import JOURNAL, DataDirError, Journal
+from huddle.coordinator.records import (
     OffsetRecord,
     Record,
     TopicRecord,
     decode_frames,
     encode_frames,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     AlterTopicsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,

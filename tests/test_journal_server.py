@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
-from client.connection import connect
-from coordinator.journal import DataDirError
-from coordinator.server import StorageFailedError, serve
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.client.admin import Admin
+from huddle.client.connection import connect
+from huddle.coordinator.journal import DataDirError
+from huddle.coordinator.server import StorageFailedError, serve
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     CreateTopicsRequest,
     ErrorResponse,
     OffsetCommitPartition,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from coordinator.logging import configure_logging, parse_level
+from huddle.coordinator.logging import configure_logging, parse_level
 
 
 @pytest.fixture(autouse=True)

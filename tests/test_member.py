@@ -12,7 +12,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from client import (
+from huddle.client import (
     Admin,
     CommitFailedError,
     Member,
@@ -20,11 +20,11 @@ from client import (
     RebalanceListener,
     TopicPartition,
 )
-from client.describe import compact
-from client.running import MemberTask
-from coordinator.admin_commands import render_group
-from coordinator.server import CoordinatorServer
-from protocol.errors import HuddleError
+from huddle.client.describe import compact
+from huddle.client.running import MemberTask
+from huddle.coordinator.admin_commands import render_group
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.errors import HuddleError
 from tests.helpers import FAST_GROUP, fast_server_config, running_server, settled, wait_until
 from tests.proxy import freezable_proxy
 

@@ -7,18 +7,24 @@ from typing import ClassVar
 
 import pytest
 
-from client.assignors.base import (
+from huddle.client.assignors.base import (
     Assignor,
     GroupAssignment,
     MemberAssignment,
     MemberSubscription,
     RebalanceProtocol,
 )
-from client.heartbeat import HeartbeatTimer
-from client.machine import MemberConfig, MemberCore, MemberState, Next, choose_protocol
-from protocol.embedded import Assignment, TopicPartition, decode_subscription, encode, grouped
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+from huddle.client.heartbeat import HeartbeatTimer
+from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, choose_protocol
+from huddle.protocol.embedded import (
+    Assignment,
+    TopicPartition,
+    decode_subscription,
+    encode,
+    grouped,
+)
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
 
 E = ErrorCode
 TP = TopicPartition

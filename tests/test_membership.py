@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.state import GroupState
-from protocol.errors import ErrorCode
+from huddle.coordinator.state import GroupState
+from huddle.protocol.errors import ErrorCode
 from tests.harness import REBALANCE_MS, SESSION_MS, Driver
 
 E = ErrorCode

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.errors import ErrorCode
-from protocol.framing import ClientCodec, FrameReader, ServerCodec
-from protocol.messages import (
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import ClientCodec, FrameReader, ServerCodec
+from huddle.protocol.messages import (
     Call,
     ClientFrame,
     Handshake,

@@ -3,9 +3,9 @@ shutdown of the core."""
 
 from __future__ import annotations
 
-from coordinator.state import GroupState
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.coordinator.state import GroupState
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ErrorResponse,

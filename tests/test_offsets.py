@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     CreateTopicsRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,

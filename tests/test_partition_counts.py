@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client.partition_counts import PartitionCounts
+from huddle.client.partition_counts import PartitionCounts
 
 CONN, OTHER_CONN = object(), object()
 SCOPE = (CONN, "m-1", 0)

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.analysis import RunAnalysis, analyse
-from pipeline.cli import add_report_parser, run_report
-from pipeline.compare import write_comparison
-from pipeline.report import write_report
-from pipeline.spark import build_session
-from pipeline.summary import summarise
+from huddle.pipeline.analysis import RunAnalysis, analyse
+from huddle.pipeline.cli import add_report_parser, run_report
+from huddle.pipeline.compare import write_comparison
+from huddle.pipeline.report import write_report
+from huddle.pipeline.spark import build_session
+from huddle.pipeline.summary import summarise
 
 T0 = 1_700_000_000.0
 TICK = 0.0625
@@ -364,9 +364,9 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
     """Real member processes through the same rolling bounce, eager and cooperative: no
     safety violation in either, and cooperative leaves partitions unprocessed for less time
     (eager stops every partition at every rebalance)."""
-    from chaos.harness import RunSettings
-    from chaos.harness import run as run_chaos
-    from chaos.scenarios import BUILT_IN, Shape
+    from huddle.chaos.harness import RunSettings
+    from huddle.chaos.harness import run as run_chaos
+    from huddle.chaos.scenarios import BUILT_IN, Shape
 
     unavailable: dict[str, float] = {}
     for protocol in ("range", "cooperative-sticky"):
@@ -386,9 +386,9 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
 def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
     """A member frozen (SIGSTOP) past its session timeout and then woken up (SIGCONT) must
     not process a partition that was given to someone else meanwhile."""
-    from chaos.harness import RunSettings
-    from chaos.harness import run as run_chaos
-    from chaos.scenarios import BUILT_IN, Shape
+    from huddle.chaos.harness import RunSettings
+    from huddle.chaos.harness import run as run_chaos
+    from huddle.chaos.scenarios import BUILT_IN, Shape
 
     settings = RunSettings(run_dir=tmp_path / "zombie", members=3, partitions=6, duration=12.0)
     result = run_chaos(settings, BUILT_IN["zombie"](Shape(duration=12.0, members=3)))
@@ -415,9 +415,9 @@ def test_every_other_built_in_scenario_is_safe_end_to_end(
     partition is processed again after the last fault (the group recovers, also from a
     coordinator restart: topics and offsets are kept), and the pipeline finds no safety
     violation (nothing is re-processed below a commit)."""
-    from chaos.harness import RunSettings
-    from chaos.harness import run as run_chaos
-    from chaos.scenarios import BUILT_IN, Shape
+    from huddle.chaos.harness import RunSettings
+    from huddle.chaos.harness import run as run_chaos
+    from huddle.chaos.scenarios import BUILT_IN, Shape
 
     duration = 10.0
     settings = RunSettings(run_dir=tmp_path / scenario, members=3, partitions=6, duration=duration)
@@ -434,7 +434,7 @@ def test_every_other_built_in_scenario_is_safe_end_to_end(
 def _processed_after_recovery(run_dir: Path, recovery_s: float = 1.0) -> set[int]:
     """The partitions processed more than ``recovery_s`` after the last fault (a member
     that has not noticed a fault yet may still process for a moment right after it)."""
-    from chaos.eventfiles import read_events
+    from huddle.chaos.eventfiles import read_events
 
     events = run_dir / "events"
     last_fault = max(r["ts"] for r in read_events(events / "chaos.jsonl") if r["event"] == "fault")
@@ -451,11 +451,11 @@ def test_stateful_high_availability_scale_up_moves_work_once_warm_and_is_safe(
 ) -> None:
     """KIP-441 with real processes: members added to a stateful group warm up, take over
     active tasks through probing rebalances, and nothing is processed twice or lost."""
-    from chaos.eventfiles import read_events
-    from chaos.harness import RunSettings
-    from chaos.harness import run as run_chaos
-    from chaos.protocols import ProtocolOptions
-    from chaos.scenarios import BUILT_IN, Shape
+    from huddle.chaos.eventfiles import read_events
+    from huddle.chaos.harness import RunSettings
+    from huddle.chaos.harness import run as run_chaos
+    from huddle.chaos.protocols import ProtocolOptions
+    from huddle.chaos.scenarios import BUILT_IN, Shape
 
     duration = 10.0
     settings = RunSettings(

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from structlog.typing import EventDict
 
-from client.connection import Connection, ConnectionClosedError, connect
-from coordinator.core import Outgoing, Peer
-from coordinator.server import CoordinatorServer, ListenError, serve
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.client.connection import Connection, ConnectionClosedError, connect
+from huddle.coordinator.core import Outgoing, Peer
+from huddle.coordinator.server import CoordinatorServer, ListenError, serve
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ErrorResponse,

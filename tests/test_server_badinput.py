@@ -15,10 +15,10 @@ import msgspec
 import pytest
 from structlog.typing import EventDict
 
-from client.connection import Connection, connect
-from coordinator.server import CoordinatorServer
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.client.connection import Connection, connect
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     Call,
     CreateTopicsRequest,
     ErrorResponse,

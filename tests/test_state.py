@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from coordinator.group import Group
-from coordinator.state import (
+from huddle.coordinator.group import Group
+from huddle.coordinator.state import (
     STATES_BY_NAME,
     VALID_PREVIOUS,
     GroupState,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.state import GroupState
-from protocol.errors import ErrorCode
-from protocol.messages import MemberIdentity
+from huddle.coordinator.state import GroupState
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import MemberIdentity
 from tests.harness import Driver
 
 E = ErrorCode

@@ -7,7 +7,7 @@ from collections.abc import Hashable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.timers import TimerQueue
+from huddle.coordinator.timers import TimerQueue
 
 
 def test_empty_queue_has_nothing_due() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
     AlterTopicsRequest,
     AlterTopicsResponse,
     CreateTopicsRequest,

@@ -1,0 +1,463 @@
+"""The chaos harness: a coordinator, a fault proxy and N member processes, driven by a scenario.
+
+``run(settings, scenario)`` starts ``huddle serve`` (unless ``settings.bootstrap`` names a
+running coordinator), a ``FaultProxy`` in front of it when the scenario injects network
+faults (or ``settings.proxy`` asks for one), creates the topic, waits for the group to
+settle (the ``steady`` event), starts the members (``python -m chaos.worker``) and
+applies the scenario's steps at their times, printing a progress line every second. Every
+run is bounded (``duration`` plus a fixed allowance) and, however it ends — finished,
+interrupted by SIGINT/SIGTERM, failed — every process it started is stopped by PID:
+SIGTERM, then SIGKILL after a grace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Final
+
+import anyio
+import structlog
+
+from huddle.chaos import events as ev
+from huddle.chaos.events import EventLog, events_dir
+from huddle.chaos.procs import HOST, free_port, signal_pid, spawn, stop_all
+from huddle.chaos.progress import EventTail
+from huddle.chaos.protocols import ProtocolOptions
+from huddle.chaos.proxy import FaultProxy, fault_proxy
+from huddle.chaos.scenarios import Scenario, ScenarioError, Step
+from huddle.client.admin import Admin
+from huddle.protocol.errors import TopicAlreadyExistsError
+
+log = structlog.get_logger("huddle.chaos.harness")
+SETUP_ALLOWANCE_S: Final = 45.0  # on top of the duration: starting, settling, stopping
+STOP_GRACE_S: Final = 5.0
+POLL_S: Final = 0.05
+STEADY_WAIT_S: Final = 15.0  # at most this long for the group to settle after start-up
+STEADY_QUIET_S: Final = 1.0  # settled: no member joined a generation for this long
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    run_dir: Path
+    protocol: str = "cooperative-sticky"
+    options: ProtocolOptions = field(default_factory=ProtocolOptions)
+    members: int = 3
+    partitions: int = 6
+    duration: float = 30.0
+    rate: float = 50.0
+    seed: int = 0
+    stateful: bool = False
+    restore_rate: float = 1_000.0
+    bootstrap: str | None = None  # a running coordinator; None: start one
+    group: str = "chaos"
+    topic: str = "chaos"
+    session_timeout_ms: int = 3_000
+    heartbeat_interval_ms: int = 500
+    rebalance_timeout_ms: int = 10_000
+    commit_interval_ms: int = 1_000
+    disconnect_grace_ms: int = 1_000
+    # members connect through the fault proxy: None means only when the scenario injects
+    # network faults (the extra hop is not what other scenarios measure)
+    proxy: bool | None = None
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_dir: Path
+    outcome: str  # completed, interrupted, deadline, failed
+    pids: list[int] = field(default_factory=list)  # every process started
+    faults: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return {"completed": 0, "interrupted": 130}.get(self.outcome, 1)
+
+
+def _huddle_argv() -> list[str]:
+    script = Path(sys.executable).with_name("huddle")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "huddle.coordinator.cli"]
+
+
+class Harness:
+    def __init__(
+        self,
+        settings: RunSettings,
+        scenario: Scenario,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.s = settings
+        self.scenario = scenario
+        self.progress = progress or (lambda line: None)
+        self.run_dir = settings.run_dir
+        self.rng = random.Random(settings.seed)
+        self.members: dict[str, subprocess.Popen[bytes]] = {}
+        self.frozen: set[str] = set()
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.coordinator_port = 0
+        self.proxy: FaultProxy | None = None
+        self.next_index = 1
+        self.faults = 0
+        self.outcome = "failed"
+        self.events: EventLog | None = None
+        self.tail = EventTail(events_dir(settings.run_dir))
+        self.use_proxy = scenario.network_faults if settings.proxy is None else settings.proxy
+        if scenario.network_faults and not self.use_proxy:
+            raise ScenarioError(
+                f"scenario {scenario.name!r} injects network faults: it needs the proxy"
+            )
+        if scenario.coordinator_faults and settings.bootstrap is not None:
+            raise ScenarioError(
+                f"scenario {scenario.name!r} kills and starts the coordinator: "
+                "it needs the harness's own coordinator, not --bootstrap"
+            )
+        self.bootstrap = ""  # where members connect: the proxy or the coordinator
+
+    # --- entry point -----------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """Run the scenario to its end; every child is stopped whatever happens."""
+        try:
+            anyio.run(self._main, backend_options={"use_uvloop": True})
+        except KeyboardInterrupt:
+            self.outcome = "interrupted"
+        finally:
+            stop_all(self.started, STOP_GRACE_S)
+            if self.events is not None:
+                self.events.close()
+        return RunResult(self.run_dir, self.outcome, [p.pid for p in self.started], self.faults)
+
+    async def _main(self) -> None:
+        self.events = EventLog(events_dir(self.run_dir) / "chaos.jsonl", "chaos")
+        settings = {k: v for k, v in asdict(self.s).items() if k != "run_dir"}
+        settings["run_dir"] = str(self.run_dir)
+        settings["proxy"] = self.use_proxy
+        self.events.write(
+            ev.RUN_STARTED,
+            scenario=self.scenario.name,
+            protocol=self.s.protocol,
+            members=self.s.members,
+            partitions=self.s.partitions,
+            settings=settings,
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_signals, tg.cancel_scope)
+                with anyio.fail_after(self.s.duration + SETUP_ALLOWANCE_S):
+                    await self._run_scenario()
+                    self.outcome = "completed"
+                tg.cancel_scope.cancel()
+        except TimeoutError:
+            self.outcome = "deadline"
+        except Exception as exc:
+            log.exception("run_failed")
+            self.progress(f"run failed: {type(exc).__name__}: {exc}")
+            self.outcome = "failed"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stop_members()
+            self.events.write(ev.RUN_FINISHED, outcome=self.outcome)
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self.progress(f"{signal.Signals(signum).name}: stopping every process")
+                self.outcome = "interrupted"
+                scope.cancel()
+                return
+
+    async def _run_scenario(self) -> None:
+        if self.s.bootstrap is None:
+            self.coordinator_port = free_port()
+            await self._start_coordinator()
+            upstream = (HOST, self.coordinator_port)
+        else:
+            host, _, port = self.s.bootstrap.rpartition(":")
+            upstream = (host, int(port))
+        async with contextlib.AsyncExitStack() as stack:
+            self.bootstrap = f"{upstream[0]}:{upstream[1]}"
+            if self.use_proxy:
+                self.proxy = await stack.enter_async_context(fault_proxy(*upstream))
+                self.bootstrap = f"{HOST}:{self.proxy.port}"
+            await self._create_topic(f"{upstream[0]}:{upstream[1]}")
+            for _ in range(self.s.members):
+                await self._start_member(self._new_name(), fault=False)
+            via = "the fault proxy" if self.use_proxy else "the coordinator directly"
+            self.progress(
+                f"started {self.s.members} members, scenario {self.scenario.name}, "
+                f"protocol {self.s.protocol}, connected to {via}, run dir {self.run_dir}"
+            )
+            await self._wait_steady()
+            await self._apply_steps(time.monotonic())
+            await self._stop_members()
+        if self.coordinator is not None:
+            await self._stop(self.coordinator)
+
+    async def _apply_steps(self, t0: float) -> None:
+        steps = self.scenario.ordered()
+        next_progress = t0
+        end = t0 + self.s.duration
+        while True:
+            now = time.monotonic()
+            while steps and t0 + steps[0].at <= now:
+                await self._apply(steps.pop(0))
+            if now >= next_progress:
+                await self._report(now - t0)
+                next_progress += 1.0
+            if now >= end:
+                return
+            wake = min([end, next_progress] + ([t0 + steps[0].at] if steps else []))
+            await anyio.sleep(max(wake - time.monotonic(), 0))  # pacing the scenario
+
+    async def _wait_steady(self) -> None:
+        """Start-up is not what a scenario measures: wait (at most ``STEADY_WAIT_S``) until
+        the group settled, and mark the moment with a ``steady`` event."""
+        assert self.events is not None
+        names = set(self.members)
+        deadline = time.monotonic() + STEADY_WAIT_S
+        settled = False
+        while time.monotonic() < deadline:
+            await anyio.to_thread.run_sync(self.tail.poll)
+            if self.tail.settled(names, self.s.partitions, time.time(), STEADY_QUIET_S):
+                settled = True
+                break
+            await anyio.sleep(POLL_S)  # polling the members' event files
+        gen = self.tail.generation
+        self.events.write(ev.STEADY, generation=gen, members=len(names), settled=settled)
+        if settled:
+            self.progress(f"group settled at generation {gen}; the scenario starts")
+        else:
+            self.progress(f"the group did not settle in {STEADY_WAIT_S:g} s; starting anyway")
+
+    async def _report(self, elapsed: float) -> None:
+        # in a thread: reading a second of events must not hold up the proxy's forwarding
+        await anyio.to_thread.run_sync(self.tail.poll)
+        live = sum(1 for p in self.members.values() if p.poll() is None)
+        gen = "-" if self.tail.generation is None else str(self.tail.generation)
+        frozen = f" ({len(self.frozen)} frozen)" if self.frozen else ""
+        self.progress(
+            f"[{elapsed:5.1f}s/{self.s.duration:g}s] members {live}/{len(self.members)} live"
+            f"{frozen}  generation {gen}  records {self.tail.processed}  faults {self.faults}"
+        )
+
+    # --- steps -----------------------------------------------------------------------
+
+    async def _apply(self, step: Step) -> None:
+        a = step.action
+        log.info("step", at=step.at, action=a, target=step.target, value=step.value)
+        if a == "start":
+            assert step.target is not None
+            await self._start_member(step.target, fault=True)
+        elif a in ("kill", "sigterm", "sigstop", "sigcont"):
+            self._signal_member(a, step.target)
+        elif a == "scale_up":
+            for _ in range(int(step.value or 1)):
+                await self._start_member(self._new_name(), fault=True)
+        elif a == "scale_down":
+            live = [n for n, p in self.members.items() if p.poll() is None]
+            for name in list(reversed(live))[: int(step.value or 1)]:
+                self._signal_member("sigterm", name)
+        elif a == "coordinator_kill":
+            if self.coordinator is not None and signal_pid(self.coordinator, signal.SIGKILL):
+                self._fault(a, "coordinator", f"pid {self.coordinator.pid}")
+        elif a == "coordinator_start":
+            await self._start_coordinator()
+            self._fault(a, "coordinator", f"port {self.coordinator_port}")
+        else:
+            await self._network(step)
+
+    def _signal_member(self, action: str, target: str | None) -> None:
+        if target is None:
+            live = sorted(n for n, p in self.members.items() if p.poll() is None)
+            if not live:
+                return
+            target = self.rng.choice(live)
+        proc = self.members.get(target)
+        if proc is None:
+            self.progress(f"{action}: no member {target}")
+            return
+        signum = {
+            "kill": signal.SIGKILL,
+            "sigterm": signal.SIGTERM,
+            "sigstop": signal.SIGSTOP,
+            "sigcont": signal.SIGCONT,
+        }[action]
+        if action == "sigterm" and target in self.frozen:
+            signal_pid(proc, signal.SIGCONT)  # a frozen process would not act on SIGTERM
+            self.frozen.discard(target)
+        if signal_pid(proc, signum):
+            if action == "sigstop":
+                self.frozen.add(target)
+            elif action in ("sigcont", "kill"):
+                self.frozen.discard(target)
+            self._fault(action, target, f"pid {proc.pid}")
+
+    async def _network(self, step: Step) -> None:
+        proxy = self.proxy
+        assert proxy is not None
+        match step.action:
+            case "net_latency":
+                proxy.set_latency(step.value or 0)
+                detail = f"latency {step.value or 0:g} ms"
+            case "net_stall":
+                proxy.stall()
+                detail = "stalled"
+            case "net_drop":
+                detail = f"dropped {await proxy.drop()} connections"
+            case "net_partition":
+                detail = f"partitioned, dropped {await proxy.partition()} connections"
+            case _:
+                proxy.heal()
+                detail = "healed"
+        self._fault(step.action, "proxy", detail)
+
+    def _fault(self, action: str, target: str, detail: str) -> None:
+        assert self.events is not None
+        assert action in ev.FAULT_ACTIONS
+        self.faults += 1
+        self.events.write(ev.FAULT, action=action, target=target, detail=detail)
+        self.progress(f"fault: {action} {target} ({detail})")
+
+    # --- processes -------------------------------------------------------------------
+
+    def _new_name(self) -> str:
+        name = f"member-{self.next_index}"
+        self.next_index += 1
+        return name
+
+    def _member_argv(self, name: str) -> list[str]:
+        s = self.s
+        argv = [
+            sys.executable,
+            "-m",
+            "huddle.chaos.worker",
+            self.bootstrap,
+            name,
+            "--run-dir",
+            str(self.run_dir),
+            "--group",
+            s.group,
+            "--topic",
+            s.topic,
+            "--protocol",
+            s.protocol,
+            *s.options.argv(),
+            "--session-timeout-ms",
+            str(s.session_timeout_ms),
+            "--heartbeat-interval-ms",
+            str(s.heartbeat_interval_ms),
+            "--rebalance-timeout-ms",
+            str(s.rebalance_timeout_ms),
+            "--rate",
+            str(s.rate),
+            "--commit-interval-ms",
+            str(s.commit_interval_ms),
+            "--max-seconds",
+            str(s.duration + SETUP_ALLOWANCE_S),
+        ]
+        if self.scenario.static:
+            argv += ["--instance-id", name]
+        if s.stateful:
+            argv += ["--stateful", "--restore-rate", str(s.restore_rate)]
+        return argv
+
+    async def _start_member(self, name: str, *, fault: bool) -> None:
+        old = self.members.get(name)
+        if old is not None and old.poll() is None:
+            await self._stop(old)  # one process per name: its event file is its own
+        self.frozen.discard(name)
+        proc = spawn(self._member_argv(name), stdout=self.run_dir / "logs" / f"{name}.log")
+        self.members[name] = proc
+        self.started.append(proc)
+        if fault:
+            self._fault("start", name, f"pid {proc.pid}")
+
+    async def _start_coordinator(self) -> None:
+        argv = [
+            *_huddle_argv(),
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            str(self.coordinator_port),
+            "--log-format",
+            "json",
+            "--initial-rebalance-delay-ms",
+            "0",
+            "--min-session-timeout-ms",
+            "500",
+            "--disconnect-grace-ms",
+            str(self.s.disconnect_grace_ms),
+            # topics and committed offsets survive a coordinator kill and restart
+            "--data-dir",
+            str(self.run_dir / "coordinator-data"),
+        ]
+        proc = spawn(
+            argv,
+            stdout=self.run_dir / "logs" / "coordinator.log",
+            stderr=events_dir(self.run_dir) / "coordinator.jsonl",
+        )
+        self.coordinator = proc
+        self.started.append(proc)
+        await self._wait_listening(proc, self.coordinator_port, 20.0)
+
+    async def _wait_listening(
+        self, proc: subprocess.Popen[bytes], port: int, wait_s: float
+    ) -> None:
+        with anyio.fail_after(wait_s):
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"coordinator exited with code {proc.returncode}")
+                try:
+                    stream = await anyio.connect_tcp(HOST, port)
+                except OSError:
+                    await anyio.sleep(POLL_S)
+                    continue
+                await stream.aclose()
+                return
+
+    async def _create_topic(self, bootstrap: str) -> None:
+        async with Admin(bootstrap, client_id="huddle-chaos") as admin:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topic(self.s.topic, self.s.partitions)
+
+    async def _stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM (after SIGCONT), then SIGKILL after the grace; waits without blocking."""
+        await self._stop_many([proc])
+
+    async def _stop_members(self) -> None:
+        await self._stop_many(list(self.members.values()))
+        self.frozen.clear()
+
+    async def _stop_many(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            signal_pid(p, signal.SIGCONT)
+            signal_pid(p, signal.SIGTERM)
+        await _wait_exited(live, STOP_GRACE_S)
+        for p in live:
+            if p.poll() is None:
+                signal_pid(p, signal.SIGKILL)
+        await _wait_exited(live, STOP_GRACE_S)
+
+
+async def _wait_exited(procs: list[subprocess.Popen[bytes]], wait_s: float) -> None:
+    """Until every process has exited (reaped), or ``wait_s`` passed: polls, a child's exit
+    has no event to wait on here."""
+    with anyio.move_on_after(wait_s):
+        while any(p.poll() is None for p in procs):  # noqa: ASYNC110
+            await anyio.sleep(POLL_S)
+
+
+def run(
+    settings: RunSettings, scenario: Scenario, progress: Callable[[str], None] | None = None
+) -> RunResult:
+    return Harness(settings, scenario, progress).run()

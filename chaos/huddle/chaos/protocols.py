@@ -1,0 +1,47 @@
+"""The protocol a chaos run exercises: an assignor name plus its options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
+from huddle.client.assignors import ASSIGNORS, Assignor, DeferredAssignor, HighAvailabilityAssignor
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolOptions:
+    delay_ms: int | None = None  # cooperative-deferred: scheduled rebalance max delay
+    acceptable_recovery_lag: int | None = None  # high-availability
+    num_standby_replicas: int | None = None  # high-availability
+    probing_interval_ms: int | None = None  # high-availability
+
+    def argv(self) -> list[str]:
+        """The worker flags that carry these options."""
+        flags = []
+        for name in ("delay_ms", "acceptable_recovery_lag", "num_standby_replicas"):
+            value = getattr(self, name)
+            if value is not None:
+                flags += [f"--{name.replace('_', '-')}", str(value)]
+        if self.probing_interval_ms is not None:
+            flags += ["--probing-interval-ms", str(self.probing_interval_ms)]
+        return flags
+
+
+def protocol_names() -> list[str]:
+    return sorted(ASSIGNORS.by_name)
+
+
+def build_assignor(name: str, options: ProtocolOptions) -> Assignor:
+    """The assignor ``name`` configured with ``options``; ValueError for an unknown name."""
+    if name == "cooperative-deferred" and options.delay_ms is not None:
+        return DeferredAssignor(scheduled_rebalance_max_delay_ms=options.delay_ms)
+    if name == "high-availability":
+        ha: dict[str, int] = {}
+        if options.acceptable_recovery_lag is not None:
+            ha["acceptable_recovery_lag"] = options.acceptable_recovery_lag
+        if options.num_standby_replicas is not None:
+            ha["num_standby_replicas"] = options.num_standby_replicas
+        if options.probing_interval_ms is not None:
+            ha["probing_rebalance_interval_ms"] = options.probing_interval_ms
+        return HighAvailabilityAssignor(**ha)
+    return ASSIGNORS.create(name)

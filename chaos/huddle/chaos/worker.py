@@ -1,0 +1,306 @@
+"""One chaos member process: ``python -m chaos.worker BOOTSTRAP NAME --run-dir DIR ...``.
+
+Runs a ``Member`` with the synthetic workload of ``huddle.chaos.workload`` and writes what it
+does to ``events/<NAME>.jsonl`` (see ``huddle.chaos.events``): joins, assignments, revocations,
+losses, every batch of records processed and every commit, accepted or refused. SIGTERM
+or SIGINT shut it down cleanly (revoke -> commit -> leave); SIGKILL ends it mid-line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import anyio
+import structlog
+
+from huddle.chaos import events as ev
+from huddle.chaos.events import EventLog, events_dir, partitions_field
+from huddle.chaos.protocols import ProtocolOptions, build_assignor
+from huddle.chaos.workload import Workload
+from huddle.client.listener import RebalanceListener
+from huddle.client.member import Member
+from huddle.coordinator.logging import configure_logging
+from huddle.protocol.embedded import TopicPartition
+
+log = structlog.get_logger("huddle.chaos.worker")
+TICK_S = 0.02
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m chaos.worker", description=__doc__)
+    p.add_argument("bootstrap", help="coordinator HOST:PORT")
+    p.add_argument("name", help="process name, e.g. member-3")
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--group", default="chaos")
+    p.add_argument("--topic", default="chaos")
+    p.add_argument("--protocol", default="cooperative-sticky", help="assignor name")
+    p.add_argument("--delay-ms", type=int, default=None, help="cooperative-deferred delay")
+    p.add_argument("--acceptable-recovery-lag", type=int, default=None)
+    p.add_argument("--num-standby-replicas", type=int, default=None)
+    p.add_argument("--probing-interval-ms", type=int, default=None)
+    p.add_argument("--instance-id", default=None, help="static membership (KIP-345)")
+    p.add_argument("--session-timeout-ms", type=int, default=3_000)
+    p.add_argument("--heartbeat-interval-ms", type=int, default=500)
+    p.add_argument("--rebalance-timeout-ms", type=int, default=10_000)
+    p.add_argument("--rate", type=float, default=50.0, help="records/s per partition")
+    p.add_argument("--commit-interval-ms", type=int, default=1_000)
+    p.add_argument("--stateful", action="store_true", help="restore state before processing")
+    p.add_argument("--restore-rate", type=float, default=1_000.0, help="records/s restored")
+    p.add_argument("--max-seconds", type=float, default=3_600.0, help="stop after this long")
+    return p
+
+
+class Worker(RebalanceListener):
+    """The member's listener and workload; every callback writes its event."""
+
+    def __init__(self, args: argparse.Namespace, events: EventLog) -> None:
+        self.args = args
+        self.events = events
+        self.workload = Workload(
+            rate=args.rate, stateful=args.stateful, restore_rate=args.restore_rate
+        )
+        self.member: Member | None = None
+        self._last_tick = time.monotonic()
+        self._generation = -1
+        self._state_file = Path(args.run_dir) / "state" / f"{args.name}.json"
+        if args.stateful:
+            self.workload.local = load_state(self._state_file)
+
+    # --- the member ------------------------------------------------------------------
+
+    def make_member(self) -> Member:
+        a = self.args
+        options = ProtocolOptions(
+            delay_ms=a.delay_ms,
+            acceptable_recovery_lag=a.acceptable_recovery_lag,
+            num_standby_replicas=a.num_standby_replicas,
+            probing_interval_ms=a.probing_interval_ms,
+        )
+        self.member = Member(
+            a.bootstrap,
+            group_id=a.group,
+            topics=[a.topic],
+            assignors=[build_assignor(a.protocol, options)],
+            instance_id=a.instance_id,
+            session_timeout_ms=a.session_timeout_ms,
+            heartbeat_interval_ms=a.heartbeat_interval_ms,
+            rebalance_timeout_ms=a.rebalance_timeout_ms,
+            listener=self,
+            client_id=a.name,
+            lags=self.workload.lags if a.stateful else None,
+        )
+        return self.member
+
+    def _m(self) -> Member:
+        assert self.member is not None
+        return self.member
+
+    def _ids(self) -> dict[str, object]:
+        m = self._m()
+        return {"member_id": m.member_id, "generation": m.generation}
+
+    def _note_generation(self) -> None:
+        m = self._m()
+        if m.generation != self._generation:
+            self._generation = m.generation
+            self.events.write(
+                ev.JOINED, member_id=m.member_id, generation=m.generation, leader=m.is_leader
+            )
+
+    # --- listener callbacks ----------------------------------------------------------
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        self._note_generation()
+        resume = await self._resume_offsets(assigned)
+        now = time.monotonic()
+        for tp in sorted(assigned):
+            self.workload.assign(tp, resume.get(tp) or 0, now)
+        self.events.write(ev.ASSIGNED, **self._ids(), partitions=partitions_field(assigned))
+        if assigned:
+            self.tick()  # records are waiting: process them now, not at the next tick
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        self._note_generation()  # cooperative: revoked after a sync, before assigned
+        positions = self.workload.release(revoked)
+        # processing of these stopped here; the commit of their positions follows
+        self.events.write(ev.REVOKED, **self._ids(), partitions=partitions_field(revoked))
+        await self.commit(positions)
+
+    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
+        self.workload.release(lost)
+        self.events.write(ev.LOST, **self._ids(), partitions=partitions_field(lost))
+
+    async def on_replicas_assigned(
+        self, standby: frozenset[TopicPartition], warmup: frozenset[TopicPartition]
+    ) -> None:
+        self.workload.replicas = standby | warmup
+
+    async def _resume_offsets(
+        self, tps: frozenset[TopicPartition]
+    ) -> Mapping[TopicPartition, int | None]:
+        if not tps:
+            return {}
+        for attempt in range(5):
+            try:
+                return await self._m().committed(tps)
+            except Exception as exc:  # not connected, timed out: try again shortly
+                log.warning("committed_fetch_failed", error=repr(exc), attempt=attempt)
+                await anyio.sleep(0.1 * (attempt + 1))
+        log.error("committed_fetch_gave_up", partitions=len(tps))
+        return {}
+
+    # --- commits ---------------------------------------------------------------------
+
+    async def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Commit ``positions``; one ``committed`` event per partition, accepted or not."""
+        if not positions:
+            return
+        ids = self._ids()
+        error: str | None = None
+        try:
+            await self._m().commit(dict(positions))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        for tp, offset in sorted(positions.items()):
+            self.events.write(
+                ev.COMMITTED,
+                **ids,
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+                accepted=error is None,
+                error=error,
+            )
+        if error is None:
+            for tp, offset in positions.items():
+                self.workload.latest[tp] = max(self.workload.latest.get(tp, 0), offset)
+
+    async def commit_loop(self) -> None:
+        interval = self.args.commit_interval_ms / 1000
+        while True:
+            await anyio.sleep(interval)
+            await self.commit(self.workload.positions())
+            if self.args.stateful:
+                await self._refresh_replicas()
+                save_state(self._state_file, self.workload.local)
+
+    async def _refresh_replicas(self) -> None:
+        replicas = self.workload.replicas - set(self.workload.tasks)
+        if not replicas:
+            return
+        try:
+            offsets = await self._m().committed(replicas)
+        except Exception as exc:
+            log.info("replica_offsets_unavailable", error=repr(exc))
+            return
+        for tp, offset in offsets.items():
+            if offset is not None:
+                self.workload.latest[tp] = max(self.workload.latest.get(tp, 0), offset)
+
+    # --- processing ------------------------------------------------------------------
+
+    async def tick_loop(self) -> None:
+        while True:
+            await anyio.sleep(TICK_S)
+            self.tick()
+
+    def tick(self) -> None:
+        """Process what is due on every partition the member owns now, and write it."""
+        now = time.monotonic()
+        self.workload.catch_up(now - self._last_tick)
+        self._last_tick = now
+        ids = self._ids()
+        for tp in self.workload.newly_restored(now):
+            if self.args.stateful:
+                self.events.write(
+                    ev.RESTORED,
+                    member_id=ids["member_id"],
+                    topic=tp.topic,
+                    partition=tp.partition,
+                )
+        # what the member owns *now*: empty for a zombie that just woke up
+        for batch in self.workload.tick(now, self._m().assignment):
+            self.events.write(
+                ev.PROCESSED,
+                **ids,
+                topic=batch.tp.topic,
+                partition=batch.tp.partition,
+                offset=batch.offset,
+                count=batch.count,
+            )
+
+
+def load_state(path: Path) -> dict[TopicPartition, int]:
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {TopicPartition(t, int(p)): int(o) for t, p, o in raw}
+
+
+def save_state(path: Path, local: Mapping[TopicPartition, int]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([[tp.topic, tp.partition, o] for tp, o in sorted(local.items())]))
+    os.replace(tmp, path)
+
+
+async def run(args: argparse.Namespace) -> str:
+    """Run until a signal or ``--max-seconds``; returns why it stopped."""
+    with EventLog(events_dir(args.run_dir) / f"{args.name}.jsonl", args.name) as events:
+        events.write(
+            ev.PROCESS_STARTED,
+            pid=os.getpid(),
+            role="member",
+            group_id=args.group,
+            protocol=args.protocol,
+            instance_id=args.instance_id,
+        )
+        worker = Worker(args, events)
+        reason = "deadline"
+        stop = anyio.Event()
+
+        async def watch_signals() -> None:
+            nonlocal reason
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    reason = signal.Signals(signum).name.lower()
+                    stop.set()
+
+        member = worker.make_member()
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(watch_signals)
+            async with anyio.create_task_group() as ticking:
+                async with member, anyio.create_task_group() as committing:
+                    ticking.start_soon(worker.tick_loop)
+                    committing.start_soon(worker.commit_loop)
+                    with anyio.move_on_after(args.max_seconds):
+                        await stop.wait()
+                    committing.cancel_scope.cancel()
+                # the member closed (revoked, committed, left) while still processing what
+                # it owned: processing stops at the revocation, not at the signal
+                ticking.cancel_scope.cancel()
+            outer.cancel_scope.cancel()
+        if args.stateful:
+            save_state(worker._state_file, worker.workload.local)
+        events.write(ev.PROCESS_STOPPED, reason=reason)
+        return reason
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging("json", "info", stream=sys.stderr)
+    structlog.contextvars.bind_contextvars(proc=args.name)
+    anyio.run(run, args, backend_options={"use_uvloop": True})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The synthetic workload of one member: endless partitions processed at a fixed rate.
+
+Pure and clock-free: the caller passes ``now`` (seconds). Every partition is the sequence
+of records 0, 1, 2, ...; an owned partition that is ready (restored, in stateful mode)
+advances by ``rate`` records per second from its resume offset. Records are always
+waiting, so the first one is processed the moment a task is ready (record ``k`` after
+the start is due at ``start + k / rate``): a member that gains a partition processes it at
+once, as a consumer with a backlog would. ``local`` is the offset
+the member's local state of a task has reached (stateful mode, KIP-441): restoring a task
+brings it to the resume offset at ``restore_rate`` records per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from huddle.protocol.embedded import TopicPartition
+
+
+@dataclass(slots=True)
+class Task:
+    """One owned partition: where processing stands, and when it may start."""
+
+    position: int  # the next offset to process
+    ready_at: float  # processing starts then (after restoring)
+    started: float | None = None  # when processing started
+    done_since_start: int = 0
+    restored_reported: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    tp: TopicPartition
+    offset: int
+    count: int
+
+
+@dataclass(slots=True)
+class Workload:
+    rate: float  # records per second per partition
+    stateful: bool = False
+    restore_rate: float = 1_000.0  # records per second restored
+    tasks: dict[TopicPartition, Task] = field(default_factory=dict)
+    local: dict[TopicPartition, int] = field(default_factory=dict)  # local state offsets
+    latest: dict[TopicPartition, int] = field(default_factory=dict)  # last committed seen
+    replicas: frozenset[TopicPartition] = frozenset()  # standby + warm-up tasks (KIP-441)
+
+    def restore_seconds(self, tp: TopicPartition, resume: int) -> float:
+        if not self.stateful:
+            return 0.0
+        lag = max(resume - self.local.get(tp, 0), 0)
+        return lag / self.restore_rate if self.restore_rate > 0 else 0.0
+
+    def assign(self, tp: TopicPartition, resume: int, now: float) -> float:
+        """Own ``tp`` from offset ``resume``; returns the seconds it takes to restore."""
+        self.latest[tp] = max(self.latest.get(tp, 0), resume)
+        wait = self.restore_seconds(tp, resume)
+        self.tasks[tp] = Task(position=resume, ready_at=now + wait)
+        return wait
+
+    def release(self, tps: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
+        """Stop processing ``tps``; returns their positions (what to commit)."""
+        return {tp: self.tasks.pop(tp).position for tp in tps if tp in self.tasks}
+
+    def positions(self) -> dict[TopicPartition, int]:
+        return {tp: t.position for tp, t in self.tasks.items() if t.started is not None}
+
+    def newly_restored(self, now: float) -> list[TopicPartition]:
+        """Tasks whose restore finished by ``now`` and were not reported yet."""
+        done = []
+        for tp, task in self.tasks.items():
+            if not task.restored_reported and now >= task.ready_at:
+                task.restored_reported = True
+                self.local[tp] = max(self.local.get(tp, 0), task.position)
+                done.append(tp)
+        return done
+
+    def tick(self, now: float, owned: frozenset[TopicPartition] | None = None) -> list[Batch]:
+        """Process the records due by ``now`` on every ready task the member still owns
+        (``owned``: the member's view right now; None: all of them)."""
+        batches = []
+        for tp, task in self.tasks.items():
+            if now < task.ready_at or (owned is not None and tp not in owned):
+                continue
+            if task.started is None:
+                task.started = task.ready_at
+            due = int((now - task.started) * self.rate) + 1 - task.done_since_start
+            if due <= 0:
+                continue
+            batches.append(Batch(tp, task.position, due))
+            task.position += due
+            task.done_since_start += due
+            self.local[tp] = task.position
+            self.latest[tp] = max(self.latest.get(tp, 0), task.position)
+        return batches
+
+    def catch_up(self, seconds: float) -> None:
+        """Bring the local state of standby and warm-up tasks towards the committed offsets."""
+        step = int(self.restore_rate * seconds)
+        for tp in self.replicas:
+            if tp in self.tasks or tp not in self.latest:
+                continue
+            current = self.local.get(tp, 0)
+            self.local[tp] = min(current + step, self.latest[tp])
+
+    def lags(self) -> dict[TopicPartition, int]:
+        """The lag of the local state of every task known here (KIP-441 join metadata)."""
+        if not self.stateful:
+            return {}
+        return {
+            tp: max(self.latest.get(tp, offset) - offset, 0) for tp, offset in self.local.items()
+        }

@@ -1,0 +1,25 @@
+"""The huddle member library: members that keep their resources across rejoins.
+
+from huddle.client import Member, Admin, TopicPartition, RebalanceListener
+"""
+
+from huddle.client.admin import Admin
+from huddle.client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
+from huddle.client.events import CommitFailedError, MemberFailedError
+from huddle.client.listener import RebalanceListener
+from huddle.client.member import Member
+from huddle.client.running import MemberTask
+from huddle.protocol.embedded import TopicPartition
+
+__all__ = [
+    "ASSIGNORS",
+    "Admin",
+    "Assignor",
+    "CommitFailedError",
+    "Member",
+    "MemberFailedError",
+    "MemberTask",
+    "RebalanceListener",
+    "RebalanceProtocol",
+    "TopicPartition",
+]

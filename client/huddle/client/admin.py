@@ -1,0 +1,133 @@
+"""Topics and group inspection over one connection.
+
+    async with Admin("127.0.0.1:9292") as admin:
+        await admin.create_topic("orders", partitions=6)
+        print(await admin.list_topics())
+
+Every method raises the registered HuddleError subclass for an error the coordinator
+reports (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``...).
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+from huddle.client.connection import Connection, connect
+from huddle.client.describe import GroupView, view
+from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, raise_for
+from huddle.protocol.messages import (
+    AlterTopicsRequest,
+    AlterTopicsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    TopicResult,
+    TopicSpec,
+)
+
+
+def _raise_for_topics(results: list[TopicResult]) -> None:
+    for result in results:
+        raise_for(result.error_code, result.error_message)
+
+
+class Admin:
+    """An async context manager holding one connection to the coordinator."""
+
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:9292",
+        *,
+        client_id: str = "huddle-admin",
+        timeout: float = 10.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.timeout = timeout
+        self._stack: AsyncExitStack | None = None
+        self._conn: Connection | None = None
+
+    async def __aenter__(self) -> Admin:
+        stack = AsyncExitStack()
+        self._conn = await stack.enter_async_context(
+            connect(self.bootstrap, client_id=self.client_id, timeout=self.timeout, notices=False)
+        )
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        stack, self._stack, self._conn = self._stack, None, None
+        if stack is None:
+            return False
+        return bool(await stack.__aexit__(exc_type, exc, tb))
+
+    @property
+    def connection(self) -> Connection:
+        if self._conn is None:
+            raise RuntimeError("use Admin as an async context manager: async with Admin(...)")
+        return self._conn
+
+    # --- topics -----------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        request = CreateTopicsRequest(topics=[TopicSpec(name=name, partitions=partitions)])
+        response = await self.connection.call(request, CreateTopicsResponse, timeout=self.timeout)
+        _raise_for_topics(response.topics)
+
+    async def alter_topic(self, name: str, partitions: int) -> None:
+        request = AlterTopicsRequest(topics=[TopicSpec(name=name, partitions=partitions)])
+        response = await self.connection.call(request, AlterTopicsResponse, timeout=self.timeout)
+        _raise_for_topics(response.topics)
+
+    async def delete_topic(self, name: str) -> None:
+        request = DeleteTopicsRequest(topics=[name])
+        response = await self.connection.call(request, DeleteTopicsResponse, timeout=self.timeout)
+        _raise_for_topics(response.topics)
+
+    async def list_topics(self) -> dict[str, int]:
+        """Every topic and its partition count, sorted by name."""
+        response = await self.connection.call(
+            ListTopicsRequest(), ListTopicsResponse, timeout=self.timeout
+        )
+        return {
+            topic.name: topic.partitions
+            for topic in sorted(response.topics, key=lambda t: t.name)
+            if topic.error_code == ErrorCode.NONE
+        }
+
+    # --- groups -----------------------------------------------------------------------
+
+    async def list_groups(self) -> list[ListedGroup]:
+        response = await self.connection.call(
+            ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout
+        )
+        return sorted(response.groups, key=lambda g: g.group_id)
+
+    async def describe(self, group_id: str) -> GroupView:
+        """The group with its members' subscriptions and assignments decoded."""
+        return view(await self.describe_group(group_id))
+
+    async def describe_group(self, group_id: str) -> DescribedGroup:
+        response = await self.connection.call(
+            DescribeGroupsRequest(groups=[group_id]), DescribeGroupsResponse, timeout=self.timeout
+        )
+        for group in response.groups:
+            if group.group_id == group_id:
+                raise_for(group.error_code, group.error_message)
+                return group
+        raise GroupIdNotFoundError(f"group {group_id!r} was not described")

@@ -1,0 +1,360 @@
+"""One client connection to a coordinator (anyio): requests by correlation id, pushed notices.
+
+``connect()`` opens the TCP connection, does the handshake and runs one background reader
+in a task group it owns; leaving the ``async with`` block closes the connection and leaves
+nothing running. Many requests may be in flight at once; replies come back in any order
+and are matched to their callers by correlation id. Notices (``RebalanceStarted``,
+``TopicMetadataChanged``, ``ProtocolError``) go to ``Connection.notices``, a bounded
+stream: when the application does not drain it, the oldest notice is dropped (and logged)
+rather than stalling the reader.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import anyio
+import anyio.abc
+import msgspec
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from huddle.protocol.errors import ErrorCode, HuddleError, UnknownServerError, raise_for
+from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES, ClientCodec, FrameReader
+from huddle.protocol.messages import (
+    PROTOCOL_VERSION,
+    Call,
+    ClientFrame,
+    ErrorResponse,
+    Handshake,
+    HandshakeResult,
+    Notice,
+    ProtocolError,
+    Reply,
+    Request,
+    Response,
+    ServerFrame,
+)
+
+log = structlog.get_logger("huddle.client.connection")
+
+DEFAULT_NOTICE_BUFFER = 256
+
+R = TypeVar("R")
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection to the coordinator is closed; ``error_code`` says why, if it said."""
+
+    def __init__(self, message: str, error_code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_code = error_code
+
+
+def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; ValueError if malformed."""
+    text = bootstrap.strip()
+    problem = f"bootstrap address {bootstrap!r} is not HOST:PORT"
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(problem)
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or ":" in host:
+            raise ValueError(problem + (" (write an IPv6 host in brackets)" if ":" in host else ""))
+    if not host or not port_text.isdigit():
+        raise ValueError(problem)
+    port = int(port_text)
+    if not 0 < port <= 65_535:
+        raise ValueError(f"port {port} in bootstrap address {bootstrap!r} is not in 1..65535")
+    return host, port
+
+
+def check(response: R) -> R:
+    """Return ``response``, or raise the registered HuddleError for its top-level error code."""
+    code = getattr(response, "error_code", ErrorCode.NONE)
+    if code != ErrorCode.NONE:
+        raise_for(code, getattr(response, "error_message", None))
+    return response
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "response")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.response: Response | None = None
+        self.error: ConnectionClosedError | None = None
+
+
+class Connection:
+    """A handshaken connection. Made by ``connect()``; not constructed directly."""
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        *,
+        bootstrap: str,
+        client_id: str,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        notice_buffer: int = DEFAULT_NOTICE_BUFFER,
+        notices: bool = True,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.server_version = 0
+        self.disconnect_grace_ms = -1  # as the coordinator announced it
+        self._stream = stream
+        self._reader = FrameReader(max_frame_bytes)
+        self._early: list[bytes] = []  # frame bodies read with the handshake result
+        self._codec = ClientCodec()
+        self._send_lock = anyio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Waiter] = {}
+        self._closed = False
+        self._close_reason = ""
+        self._close_code: ErrorCode | None = None
+        self._deliver_notices = notices
+        send, receive = anyio.create_memory_object_stream[Notice](max(notice_buffer, 1))
+        self._notice_send: MemoryObjectSendStream[Notice] = send
+        self._notice_oldest: MemoryObjectReceiveStream[Notice] = receive.clone()
+        self.notices: MemoryObjectReceiveStream[Notice] = receive
+        self.notices_dropped = 0
+        self._log = log.bind(bootstrap=bootstrap, client_id=client_id)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def close_reason(self) -> str:
+        return self._close_reason
+
+    # --- requests ---------------------------------------------------------------------
+
+    async def request(
+        self,
+        request: Request,
+        *,
+        timeout: float | None = None,
+    ) -> Response:
+        """Send one request and wait for its response (which may be an ``ErrorResponse``).
+
+        Raises ConnectionClosedError if the connection is or becomes closed before the
+        answer arrives, TimeoutError after ``timeout`` seconds (None: no limit).
+        """
+        if self._closed:
+            raise self._closed_error()
+        correlation_id = next(self._ids)
+        waiter = _Waiter()
+        self._pending[correlation_id] = waiter
+        try:
+            with anyio.fail_after(timeout):
+                await self._send(Call(correlation_id=correlation_id, request=request))
+                await waiter.event.wait()
+        finally:
+            self._pending.pop(correlation_id, None)
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.response is not None
+        return waiter.response
+
+    async def call(
+        self,
+        request: Request,
+        expect: type[R],
+        *,
+        timeout: float | None = None,
+    ) -> R:
+        """``request``, then raise for an ErrorResponse or a top-level error code; typed."""
+        response = await self.request(request, timeout=timeout)
+        if isinstance(response, ErrorResponse):
+            raise_for(response.error_code, response.error_message)
+        if not isinstance(response, expect):
+            kind = type(response).__name__
+            raise UnknownServerError(f"expected a {expect.__name__}, got a {kind}")
+        return check(response)
+
+    async def aclose(self) -> None:
+        """Close the connection; pending requests fail with ConnectionClosedError."""
+        self._mark_closed("closed by the client")
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+
+    # --- internals --------------------------------------------------------------------
+
+    def _closed_error(self) -> ConnectionClosedError:
+        return ConnectionClosedError(self._close_reason or "connection closed", self._close_code)
+
+    async def _send(self, frame: ClientFrame) -> None:
+        data = self._codec.encode(frame)
+        try:
+            async with self._send_lock:
+                await self._stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self._mark_closed(self._close_reason or f"connection lost: {exc}")
+            raise self._closed_error() from exc
+
+    async def _receive_frame(self) -> ServerFrame:
+        """The first frame, during the handshake (the reader task is not running yet).
+
+        Frames that arrived with it (a notice right after the handshake result) are kept
+        for the reader.
+        """
+        while not self._early:
+            try:
+                data = await self._stream.receive()
+            except anyio.EndOfStream:
+                raise ConnectionClosedError(
+                    "the coordinator closed the connection during the handshake"
+                ) from None
+            self._early.extend(self._reader.feed(data))
+        return self._codec.decode(self._early.pop(0))
+
+    async def _handshake(self) -> None:
+        await self._send(Handshake(version=PROTOCOL_VERSION, client_id=self.client_id))
+        try:
+            frame = await self._receive_frame()
+        except (HuddleError, msgspec.MsgspecError) as exc:
+            message = f"bad handshake answer from the coordinator: {exc}"
+            raise ConnectionClosedError(message) from exc
+        if isinstance(frame, ProtocolError):
+            raise_for(frame.error_code, frame.error_message)
+        if not isinstance(frame, HandshakeResult):
+            raise ConnectionClosedError(f"expected a handshake result, got {type(frame).__name__}")
+        raise_for(frame.error_code, frame.error_message)
+        self.server_version = frame.version
+        self.disconnect_grace_ms = frame.disconnect_grace_ms
+
+    async def _read_loop(self) -> None:
+        self._close_code = None
+        reason = "the coordinator closed the connection"
+        try:
+            bodies, self._early = self._early, []
+            while not self._closed:
+                for body in bodies:
+                    stop = self._on_frame(self._codec.decode(body))
+                    if stop is not None:
+                        reason = stop
+                        return
+                try:
+                    data = await self._stream.receive()
+                except anyio.EndOfStream:
+                    break
+                bodies = self._reader.feed(data)
+        except anyio.ClosedResourceError:
+            reason = self._close_reason or "closed by the client"
+        except (anyio.BrokenResourceError, OSError) as exc:
+            reason = f"connection lost: {exc}"
+        except (HuddleError, msgspec.MsgspecError) as exc:
+            reason = f"bad frame from the coordinator: {exc}"
+        finally:
+            self._mark_closed(reason, self._close_code)
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()
+
+    def _on_frame(self, frame: ServerFrame) -> str | None:
+        """Route one frame; a reason to close the connection, or None to go on."""
+        if isinstance(frame, Reply):
+            waiter = self._pending.pop(frame.correlation_id, None)
+            if waiter is not None:
+                waiter.response = frame.response
+                waiter.event.set()
+        elif isinstance(frame, ProtocolError):
+            self._close_code = frame.error_code
+            self._log.warning(
+                "protocol_error_received",
+                error_code=frame.error_code.name,
+                error_message=frame.error_message,
+            )
+            self._notice(frame)
+            return f"{frame.error_message} ({frame.error_code.name})"
+        elif isinstance(frame, HandshakeResult):
+            return "unexpected handshake result from the coordinator"
+        else:
+            self._notice(frame)
+        return None
+
+    def _notice(self, notice: Notice) -> None:
+        if not self._deliver_notices:
+            return
+        try:
+            self._notice_send.send_nowait(notice)
+        except anyio.WouldBlock:
+            dropped = self._notice_oldest.receive_nowait()
+            self.notices_dropped += 1
+            self._log.info(
+                "notice_dropped",
+                notice=type(dropped).__name__,
+                dropped_total=self.notices_dropped,
+            )
+            self._notice_send.send_nowait(notice)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    def _mark_closed(self, reason: str, code: ErrorCode | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._close_reason = reason
+        self._close_code = code
+        for waiter in self._pending.values():  # answered ones left _pending already
+            waiter.error = self._closed_error()
+            waiter.event.set()
+        self._pending.clear()
+        self._notice_send.close()
+        self._notice_oldest.close()
+
+
+@asynccontextmanager
+async def connect(
+    bootstrap: str,
+    *,
+    client_id: str = "huddle-client",
+    timeout: float = 10.0,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    notice_buffer: int = DEFAULT_NOTICE_BUFFER,
+    notices: bool = True,
+) -> AsyncIterator[Connection]:
+    """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
+
+    Raises ValueError for a malformed address, OSError when the coordinator cannot be
+    reached, TimeoutError, UnsupportedVersionError (or another HuddleError) when the
+    coordinator refuses the handshake. ``notices=False`` discards pushed notices.
+    """
+    host, port = parse_bootstrap(bootstrap)
+    with anyio.fail_after(timeout):
+        stream = await anyio.connect_tcp(host, port)
+    conn = Connection(
+        stream,
+        bootstrap=bootstrap,
+        client_id=client_id,
+        max_frame_bytes=max_frame_bytes,
+        notice_buffer=notice_buffer,
+        notices=notices,
+    )
+    try:
+        with anyio.fail_after(timeout):
+            await conn._handshake()
+    except BaseException:
+        await conn.aclose()
+        raise
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn._read_loop, name=f"huddle reader {bootstrap}")
+        try:
+            yield conn
+        except Exception as exc:
+            # Re-raised below, outside the task group, so callers see it unwrapped.
+            error = exc
+        finally:
+            await conn.aclose()
+            tg.cancel_scope.cancel()
+    if error is not None:
+        raise error

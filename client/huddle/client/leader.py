@@ -1,0 +1,106 @@
+"""The leader's part of a rebalance, pure: subscriptions in, assignment bytes out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import structlog
+
+from huddle.client.assignors.base import (
+    Assignor,
+    GroupAssignment,
+    MemberSubscription,
+    RebalanceProtocol,
+)
+from huddle.protocol.embedded import (
+    Assignment,
+    EmbeddedSchemaError,
+    TopicPartition,
+    decode_subscription,
+    encode,
+    grouped,
+)
+
+log = structlog.get_logger("huddle.leader")
+
+
+class AssignmentError(RuntimeError):
+    """An assignor produced an assignment that would break the group's guarantees."""
+
+
+def decode_members(
+    members: Sequence[tuple[str, str | None, bytes]],
+) -> dict[str, MemberSubscription]:
+    """The leader's JoinGroup member list as subscriptions. A member whose metadata cannot
+    be read subscribes to nothing (and is logged), rather than failing the rebalance."""
+    subscriptions: dict[str, MemberSubscription] = {}
+    for member_id, instance_id, metadata in members:
+        try:
+            sub = decode_subscription(metadata)
+        except EmbeddedSchemaError as exc:
+            log.warning("subscription_unreadable", member_id=member_id, error_message=str(exc))
+            subscriptions[member_id] = MemberSubscription(member_id, frozenset())
+            continue
+        subscriptions[member_id] = MemberSubscription(
+            member_id=member_id,
+            topics=frozenset(sub.topics),
+            owned=sub.owned,
+            generation=sub.generation,
+            group_instance_id=instance_id,
+            user_data=sub.user_data,
+            lags=sub.lags,
+        )
+    return subscriptions
+
+
+def subscribed_topics(subscriptions: Mapping[str, MemberSubscription]) -> set[str]:
+    return {t for s in subscriptions.values() for t in s.topics}
+
+
+def check_cooperative(
+    subscriptions: Mapping[str, MemberSubscription], result: GroupAssignment
+) -> None:
+    """A round must never hand a member a partition that another member still owns and is
+    keeping or only now revoking (KIP-429): the old owner revokes first, then it moves."""
+    owner_of: dict[TopicPartition, str] = {}
+    for member_id, sub in subscriptions.items():
+        for tp in sub.owned:
+            owner_of.setdefault(tp, member_id)
+    for member_id, assignment in result.items():
+        for tp in assignment.partitions:
+            owner = owner_of.get(tp)
+            if owner is not None and owner != member_id:
+                claims = [m for m, s in subscriptions.items() if tp in s.owned]
+                if len(claims) == 1:
+                    raise AssignmentError(
+                        f"{tp} is assigned to {member_id} while {owner} still owns it"
+                    )
+
+
+def assign(
+    assignor: Assignor,
+    partitions_per_topic: Mapping[str, int],
+    subscriptions: Mapping[str, MemberSubscription],
+) -> dict[str, bytes]:
+    """Run the assignor and encode every member's Assignment."""
+    result = assignor.assign(partitions_per_topic, subscriptions)
+    missing = set(subscriptions) - set(result)
+    if missing:
+        raise AssignmentError(f"assignor {assignor.name} left out members {sorted(missing)}")
+    if RebalanceProtocol.COOPERATIVE in assignor.supported_protocols:
+        check_cooperative(subscriptions, result)
+    encoded: dict[str, bytes] = {}
+    for member_id, sub in subscriptions.items():
+        a = result[member_id]
+        revoked = a.revoked or (sub.owned - a.partitions)
+        encoded[member_id] = encode(
+            Assignment(
+                assigned=grouped(a.partitions),
+                revoked=grouped(revoked),
+                scheduled_rebalance_delay_ms=a.scheduled_rebalance_delay_ms,
+                user_data=a.user_data,
+                standby=grouped(a.standby),
+                warmup=grouped(a.warmup),
+            )
+        )
+    return encoded

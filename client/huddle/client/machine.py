@@ -1,0 +1,340 @@
+"""The member's protocol logic, sans-IO: what to send, and what a response means.
+
+``MemberCore`` keeps the member's state (member id, generation, owned partitions) and turns
+each JoinGroup / SyncGroup / Heartbeat / commit answer into a ``Step``: the callbacks to
+run, in KIP-429 order, and what to do next. It never awaits, never reads a clock, and never
+touches a socket; ``huddle.client.member.Member`` is the thin async runtime around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from huddle.client.assignors.base import Assignor, MemberAssignment, RebalanceProtocol
+from huddle.protocol.embedded import (
+    Subscription,
+    TaskLag,
+    TopicPartition,
+    decode_assignment,
+    encode,
+    grouped,
+)
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    NO_GENERATION,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    MemberIdentity,
+    Protocol,
+    SyncGroupResponse,
+)
+
+E = ErrorCode
+PROTOCOL_TYPE = "consumer"
+
+
+class MemberState(Enum):
+    UNJOINED = "unjoined"  # no generation: must join
+    JOINING = "joining"  # JoinGroup in flight
+    SYNCING = "syncing"  # SyncGroup in flight
+    STABLE = "stable"  # synced; heartbeating
+    FAILED = "failed"  # a fatal error: the member stops
+
+
+class Next(Enum):
+    """What the runtime does after a step."""
+
+    STAY = "stay"  # carry on (heartbeating)
+    JOIN = "join"  # send a JoinGroup now
+    SYNC = "sync"  # send a SyncGroup now
+    RECONNECT = "reconnect"  # find the coordinator again (after a backoff), then rejoin
+    RETRY = "retry"  # send the same kind of request again after a backoff
+    FAIL = "fail"  # stop: a fatal error
+
+
+# Reactions to error codes, written once (REFERENCE.md section 2).
+FATAL = frozenset(
+    {
+        E.FENCED_INSTANCE_ID,
+        E.INCONSISTENT_GROUP_PROTOCOL,
+        E.INVALID_SESSION_TIMEOUT,
+        E.GROUP_MAX_SIZE_REACHED,
+        E.INVALID_GROUP_ID,
+        E.INVALID_REQUEST,
+        E.UNSUPPORTED_VERSION,
+    }
+)
+REDISCOVER = frozenset(
+    {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS}
+)
+FELL_OUT = frozenset({E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION})
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Callbacks to run, in this order, then ``next``."""
+
+    lost: frozenset[TopicPartition] = frozenset()
+    revoked: frozenset[TopicPartition] = frozenset()
+    assigned: frozenset[TopicPartition] | None = None  # None: no on_partitions_assigned
+    next: Next = Next.STAY
+    error: ErrorCode = E.NONE
+    message: str = ""
+    rejoin_after_ms: int = 0  # a scheduled rebalance (Design II): rejoin after this delay
+    # KIP-441: the new (standby, warm-up) sets, when they changed
+    replicas: tuple[frozenset[TopicPartition], frozenset[TopicPartition]] | None = None
+
+
+@dataclass
+class MemberConfig:
+    group_id: str
+    topics: Sequence[str]
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    rebalance_timeout_ms: int = 30_000
+    client_id: str = "huddle-member"
+
+
+def choose_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:
+    """The highest rebalance protocol every configured assignor supports (KIP-429)."""
+    if not assignors:
+        raise ValueError("a member needs at least one assignor")
+    common = set(assignors[0].supported_protocols)
+    for assignor in assignors[1:]:
+        common &= set(assignor.supported_protocols)
+    if not common:
+        names = ", ".join(a.name for a in assignors)
+        raise ValueError(f"the assignors {names} share no rebalance protocol")
+    return max(common)
+
+
+@dataclass
+class MemberCore:
+    config: MemberConfig
+    assignors: Sequence[Assignor]
+    member_id: str = ""
+    generation: int = NO_GENERATION
+    leader: str = ""
+    protocol_name: str | None = None
+    state: MemberState = MemberState.UNJOINED
+    owned: frozenset[TopicPartition] = frozenset()
+    owned_generation: int = NO_GENERATION
+    previous: frozenset[TopicPartition] = frozenset()  # owned before an eager revocation
+    standby: frozenset[TopicPartition] = frozenset()  # KIP-441 replicas to keep warm
+    warmup: frozenset[TopicPartition] = frozenset()
+    join_members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    skip_assignment: bool = False
+    rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
+
+    def __post_init__(self) -> None:
+        self.rebalance_protocol = choose_protocol(self.assignors)
+        names = [a.name for a in self.assignors]
+        if len(set(names)) != len(names):
+            raise ValueError(f"assignors repeat: {names}")
+
+    @property
+    def cooperative(self) -> bool:
+        return self.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state in (MemberState.SYNCING, MemberState.STABLE) and (
+            self.leader == self.member_id
+        )
+
+    def assignor(self, name: str | None) -> Assignor:
+        for a in self.assignors:
+            if a.name == name:
+                return a
+        raise ValueError(f"the group chose protocol {name!r}, which this member does not have")
+
+    # --- joining ---------------------------------------------------------------------
+
+    def before_join(self) -> Step:
+        """Eager members give everything up before they join; cooperative ones keep it."""
+        if self.cooperative or not self.owned:
+            return Step(next=Next.JOIN)
+        revoked = self.owned
+        self.previous, self.owned = self.owned, frozenset()
+        return Step(revoked=revoked, next=Next.JOIN)
+
+    def join_request(self, lags: Mapping[TopicPartition, int] | None = None) -> JoinGroupRequest:
+        """``lags``: the lag of the member's local state per task (KIP-441), if it keeps any."""
+        topics = sorted(set(self.config.topics))
+        task_lags = [
+            TaskLag(tp.topic, tp.partition, lag) for tp, lag in sorted((lags or {}).items())
+        ]
+        protocols = []
+        for a in self.assignors:
+            cooperative_capable = RebalanceProtocol.COOPERATIVE in a.supported_protocols
+            # What the member still owns for assignors that may move partitions safely only
+            # once revoked; what it owned before revoking for eager-only (sticky) ones.
+            owned = self.owned if cooperative_capable else (self.owned or self.previous)
+            subscription = Subscription(
+                topics=topics,
+                owned_partitions=grouped(owned),
+                generation=self.owned_generation if owned else NO_GENERATION,
+                user_data=a.subscription_user_data(frozenset(topics), owned),
+                task_lags=task_lags,
+            )
+            protocols.append(Protocol(name=a.name, metadata=encode(subscription)))
+        self.state = MemberState.JOINING
+        return JoinGroupRequest(
+            group_id=self.config.group_id,
+            member_id=self.member_id,
+            group_instance_id=self.config.instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=protocols,
+            session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.rebalance_timeout_ms,
+        )
+
+    def on_join(self, response: JoinGroupResponse) -> Step:
+        code = response.error_code
+        if code == E.NONE:
+            self.member_id = response.member_id
+            self.generation = response.generation_id
+            self.leader = response.leader
+            self.protocol_name = response.protocol_name
+            self.skip_assignment = response.skip_assignment
+            self.join_members = [
+                (m.member_id, m.group_instance_id, m.metadata) for m in response.members
+            ]
+            self.state = MemberState.SYNCING
+            return Step(next=Next.SYNC)
+        if code == E.MEMBER_ID_REQUIRED:
+            self.member_id = response.member_id
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.JOIN)
+        if code == E.REBALANCE_IN_PROGRESS:
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.JOIN)
+        return self._on_error(code, response.error_message or "")
+
+    # --- syncing ---------------------------------------------------------------------
+
+    def on_sync(self, response: SyncGroupResponse) -> Step:
+        code = response.error_code
+        if code == E.REBALANCE_IN_PROGRESS:
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.JOIN)
+        if code != E.NONE:
+            return self._on_error(code, response.error_message or "")
+        assignment = decode_assignment(response.assignment)
+        assigned = assignment.partitions
+        revoked = self.owned - assigned
+        added = assigned - self.owned
+        self.assignor(self.protocol_name).on_assignment(
+            MemberAssignment(
+                partitions=assigned,
+                revoked=assignment.revoked_partitions,
+                scheduled_rebalance_delay_ms=assignment.scheduled_rebalance_delay_ms,
+                user_data=assignment.user_data,
+                standby=assignment.standby_partitions,
+                warmup=assignment.warmup_partitions,
+            ),
+            self.generation,
+        )
+        self.owned = assigned
+        self.previous = frozenset()
+        self.owned_generation = self.generation
+        replicas = (assignment.standby_partitions, assignment.warmup_partitions)
+        changed = replicas != (self.standby, self.warmup)
+        self.standby, self.warmup = replicas
+        self.state = MemberState.STABLE
+        # A cooperative member that gave something up rejoins so it can go to its new owner.
+        follow_up = Next.JOIN if (revoked and self.cooperative) else Next.STAY
+        if follow_up is Next.JOIN:
+            self.state = MemberState.UNJOINED
+        return Step(
+            revoked=revoked if self.cooperative else frozenset(),
+            assigned=added if self.cooperative else assigned,
+            next=follow_up,
+            rejoin_after_ms=assignment.scheduled_rebalance_delay_ms,
+            replicas=replicas if changed else None,
+        )
+
+    # --- heartbeats, commits, leaving ------------------------------------------------
+
+    def heartbeat_request(self) -> HeartbeatRequest:
+        return HeartbeatRequest(
+            group_id=self.config.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.config.instance_id,
+        )
+
+    def on_heartbeat(self, code: ErrorCode, generation: int) -> Step:
+        """``generation`` is the one the heartbeat carried: an answer about an older
+        generation than the member's current one is stale and changes nothing."""
+        if generation != self.generation or self.state is MemberState.FAILED:
+            return Step()
+        if code == E.NONE:
+            return Step()
+        if code == E.REBALANCE_IN_PROGRESS:
+            if self.state is MemberState.STABLE:
+                self.state = MemberState.UNJOINED
+                return Step(next=Next.JOIN)
+            return Step()
+        return self._on_error(code, "")
+
+    def on_rebalance_notice(self, generation: int) -> Step:
+        """The coordinator says the group left ``generation``: rejoin now if that is ours."""
+        if generation == self.generation and self.state is MemberState.STABLE:
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.JOIN)
+        return Step()
+
+    def on_commit_error(self, code: ErrorCode, message: str) -> Step:
+        if code in FELL_OUT or code in FATAL:
+            return self._on_error(code, message)
+        return Step(error=code, message=message)
+
+    def leave_request(self) -> LeaveGroupRequest | None:
+        """Dynamic members leave on close; static ones do not (they are expected back)."""
+        if self.config.instance_id is not None or not self.member_id:
+            return None
+        return LeaveGroupRequest(
+            group_id=self.config.group_id,
+            members=[MemberIdentity(member_id=self.member_id, reason="the member closed")],
+        )
+
+    def lose_all(self, reason: ErrorCode = E.NONE, message: str = "") -> Step:
+        """The member has (or may have) fallen out of the group: everything it owns is lost."""
+        lost, self.owned = self.owned, frozenset()
+        self.standby = self.warmup = frozenset()
+        self.previous = frozenset()
+        self.owned_generation = NO_GENERATION
+        self.generation = NO_GENERATION
+        self.state = MemberState.UNJOINED
+        return Step(lost=lost, next=Next.JOIN, error=reason, message=message)
+
+    def on_disconnected(self) -> None:
+        """The connection went away. A stable member is still in the group as far as it
+        knows: it reconnects and heartbeats with the same member id and generation (the
+        answer tells whether it is still in). A join or sync cut off midway starts over."""
+        if self.state in (MemberState.JOINING, MemberState.SYNCING):
+            self.state = MemberState.UNJOINED
+
+    # --- errors ----------------------------------------------------------------------
+
+    def _on_error(self, code: ErrorCode, message: str) -> Step:
+        if code in FATAL:
+            lost, self.owned = self.owned, frozenset()
+            self.state = MemberState.FAILED
+            return Step(lost=lost, next=Next.FAIL, error=code, message=message)
+        if code == E.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+            return self.lose_all(code, message)
+        if code == E.ILLEGAL_GENERATION:
+            return self.lose_all(code, message)
+        if code in REDISCOVER:
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.RECONNECT, error=code, message=message)
+        self.state = MemberState.UNJOINED
+        return Step(next=Next.RETRY, error=code, message=message)

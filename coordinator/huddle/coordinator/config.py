@@ -1,0 +1,68 @@
+"""Settings of the coordinator: the group rules (core) and the transport (server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The rules the sans-IO core applies. Times are milliseconds."""
+
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3_000
+    max_group_size: int = 0  # 0: unlimited
+    new_member_join_timeout_ms: int = 300_000
+    offset_metadata_max_bytes: int = 4_096
+    max_partitions: int = 1_000_000  # per topic
+    # Beyond Kafka, both on by default:
+    rebalance_notices: bool = True  # push RebalanceStarted so members rejoin at once
+    disconnect_grace_ms: int = 500  # <0 disables; dynamic members gone this long are removed
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.min_session_timeout_ms < 1:
+            problems.append("min session timeout must be positive")
+        if self.max_session_timeout_ms < self.min_session_timeout_ms:
+            problems.append("max session timeout is below the min session timeout")
+        for name in ("initial_rebalance_delay_ms", "max_group_size", "offset_metadata_max_bytes"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must not be negative")
+        if self.max_partitions < 1:
+            problems.append("max partitions must be positive")
+        if self.new_member_join_timeout_ms < 1:
+            problems.append("new member join timeout must be positive")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Transport settings of ``huddle serve``. Times are milliseconds."""
+
+    host: str = "127.0.0.1"
+    port: int = 9292
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_connections: int = 10_000
+    handshake_timeout_ms: int = 10_000  # a connection must say hello within this
+    stalled_frame_timeout_ms: int = 30_000  # a frame begun must be finished within this
+    max_write_buffer_bytes: int = 64 * 1024 * 1024  # a client that never reads is dropped
+    shutdown_timeout_ms: int = 5_000
+    data_dir: str = ""  # keep topics and committed offsets here; "": in memory only
+    fsync: bool = False  # force every kept change to disk before answering
+    group: GroupConfig = field(default_factory=GroupConfig)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 <= self.port <= 65_535:
+            problems.append(f"port {self.port} is not in 0..65535")
+        for f in fields(self):
+            if f.name in ("host", "port", "group", "data_dir", "fsync"):
+                continue
+            if getattr(self, f.name) < 1:
+                problems.append(f"{f.name} must be positive")
+        if problems:
+            raise ValueError("; ".join(problems))

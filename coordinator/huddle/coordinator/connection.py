@@ -1,0 +1,193 @@
+"""One client connection of the coordinator's server: an asyncio protocol.
+
+It reads frames (``FrameReader``) and hands whole ones to its ``CoordinatorServer``,
+encodes what the server sends it (``ServerCodec``) into a write buffer flushed once per
+event-loop pass, watches its own flow control and write-buffer limit, and closes with a
+``ProtocolError`` saying why when its input cannot be read on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import TYPE_CHECKING, Final, cast
+
+import structlog
+
+from huddle.coordinator.effects import Peer
+from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
+from huddle.protocol.framing import FrameReader, ServerCodec
+from huddle.protocol.messages import ProtocolError, ServerFrame
+
+if TYPE_CHECKING:
+    from huddle.coordinator.server import CoordinatorServer
+
+log = structlog.get_logger("huddle.server")
+
+_DEFAULT_HIGH_WATER: Final = 64 * 1024
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: bytes -> frames -> the server; frames -> bytes."""
+
+    __slots__ = (
+        "client_id",
+        "close_reason",
+        "closing",
+        "codec",
+        "conn_id",
+        "frame_started",
+        "handshaken",
+        "host",
+        "linger",
+        "log",
+        "opened_at",
+        "peer",
+        "pending",
+        "reader",
+        "server",
+        "transport",
+        "write_paused",
+    )
+
+    def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
+        self.server = server
+        self.conn_id = conn_id
+        self.reader = FrameReader(server.config.max_frame_bytes)
+        self.codec = ServerCodec()
+        self.transport: asyncio.Transport | None = None
+        self.client_id = ""
+        self.host = ""
+        self.peer = Peer(conn_id)
+        self.handshaken = False
+        self.closing = False
+        self.close_reason = "closed by peer"
+        self.write_paused = False
+        self.opened_at = 0.0
+        self.frame_started: float | None = None  # loop time the buffered partial frame began
+        self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
+        self.pending = bytearray()  # encoded frames not yet written
+        self.log = log.bind(conn_id=conn_id)
+
+    # --- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport is a Transport in behaviour, not by inheritance.
+        self.transport = transport = cast(asyncio.Transport, transport)
+        peername = transport.get_extra_info("peername")
+        if isinstance(peername, tuple) and peername:
+            self.host = str(peername[0])
+            self.log = self.log.bind(peer=f"{peername[0]}:{peername[1]}")
+        self.peer = Peer(self.conn_id, "", self.host)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        limit = self.server.config.max_write_buffer_bytes
+        if limit < 2 * _DEFAULT_HIGH_WATER:
+            transport.set_write_buffer_limits(high=max(limit // 2, 1))
+        self.server._connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        server = self.server
+        try:
+            bodies = self.reader.feed(data)
+        except (MessageTooLargeError, CorruptMessageError) as exc:
+            self.fail(exc.code, exc.message, event="bad_frame")
+            return
+        if bodies:
+            server._frames_received(self, bodies)
+        if self.closing:
+            return
+        if self.reader.mid_frame:
+            if bodies or self.frame_started is None:
+                self.frame_started = server.loop.time()
+                server._watch.add(self)
+        elif self.frame_started is not None:
+            self.frame_started = None
+            if self.handshaken:
+                server._watch.discard(self)
+
+    def eof_received(self) -> bool:
+        if self.reader.mid_frame and not self.closing:
+            self.log.warning("bad_frame", reason="connection ended in the middle of a frame")
+            self.close_reason = "closed by peer mid-frame"
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and not self.closing:
+            self.close_reason = f"connection lost: {exc}"
+        self.closing = True
+        self.pending = bytearray()
+        if self.linger is not None:
+            self.linger.cancel()
+            self.linger = None
+        self.server._connection_lost(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    # --- sending and closing ----------------------------------------------------------
+
+    def send(self, frame: ServerFrame) -> None:
+        """Queue a frame; the server flushes every connection's queue once per event."""
+        if self.closing or self.transport is None:
+            return
+        if not self.pending:
+            self.server._dirty.append(self)
+        self.codec.encode_into(frame, self.pending)
+
+    def flush(self) -> None:
+        """One write (one syscall) for every frame queued since the last flush."""
+        pending, transport = self.pending, self.transport
+        if not pending or transport is None:
+            return
+        self.pending = bytearray()
+        transport.write(pending)
+        if self.write_paused:
+            size = transport.get_write_buffer_size()
+            limit = self.server.config.max_write_buffer_bytes
+            if size > limit:
+                self.log.warning("write_buffer_overflow", buffered_bytes=size, limit=limit)
+                self.abort(f"write buffer over {limit} bytes: the client is not reading")
+
+    def fail(self, code: ErrorCode, message: str, *, event: str, **details: object) -> None:
+        """Log a warning, tell the client why in a ProtocolError, then close."""
+        if self.closing:
+            return
+        self.log.warning(event, error_code=code.name, error_message=message, **details)
+        self.send(ProtocolError(error_code=code, error_message=message))
+        self.close(f"{code.name}: {message}")
+
+    def close(self, reason: str) -> None:
+        """Close after flushing what is buffered; abort if that takes too long."""
+        if self.closing or self.transport is None:
+            return
+        self.flush()
+        self.closing = True
+        self.close_reason = reason
+        self.server._watch.discard(self)
+        transport = self.transport
+        transport.close()
+        linger = self.server.config.shutdown_timeout_ms / 1000
+        self.linger = self.server.loop.call_later(linger, transport.abort)
+
+    def abort(self, reason: str) -> None:
+        if self.transport is None:
+            return
+        if not self.closing:
+            self.closing = True
+            self.close_reason = reason
+        self.pending = bytearray()
+        self.server._watch.discard(self)
+        self.transport.abort()

@@ -1,0 +1,271 @@
+"""The coordinator core: sans-IO. Requests and time in, frames to send out.
+
+It never reads a clock, never touches a socket, never sleeps. The transport calls
+``handle`` for each request, ``connection_closed`` when a connection goes away, and
+``advance`` when ``next_deadline()`` has passed; each returns the frames to send, as
+``(conn_id, frame)`` pairs, in order. ``now`` is a monotonic time in milliseconds.
+
+The core is transport-agnostic: the huddle framing server drives it today, and a Kafka
+wire-protocol front end can drive the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.effects import Effects, Outgoing, Peer
+from huddle.coordinator.group import Group
+from huddle.coordinator.membership import Membership, uuid_member_id
+from huddle.coordinator.offsets import Offsets
+from huddle.coordinator.records import OffsetRecord, Record, TopicRecord
+from huddle.coordinator.state import STATES_BY_NAME, GroupState
+from huddle.coordinator.timers import TimerQueue
+from huddle.coordinator.topics import TopicRegistry
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    AlterTopicsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ErrorResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListTopicsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    Request,
+    SyncGroupRequest,
+    TopicMetadata,
+    TopicMetadataChanged,
+)
+
+__all__ = ["Coordinator", "Outgoing", "Peer"]
+
+log = structlog.get_logger("huddle.core")
+
+E = ErrorCode
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        *,
+        new_member_id: Callable[[str], str] = uuid_member_id,
+    ) -> None:
+        self.config = config or GroupConfig()
+        self.timers = TimerQueue()
+        self.membership = Membership(self.config, self.timers, new_member_id)
+        self.topics = TopicRegistry(self.config.max_partitions)
+        self.changes: list[Record] = []  # since take_changes(): what to keep across restarts
+        self.offsets = Offsets(
+            self.membership, self.topics, self.config.offset_metadata_max_bytes, self.changes
+        )
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        return self.membership.groups
+
+    # --- entry points ----------------------------------------------------------------
+
+    def handle(
+        self, peer: Peer, correlation_id: int, request: Request, now: float
+    ) -> list[Outgoing]:
+        m = self.membership
+        if type(request) is HeartbeatRequest:  # the hot path: no Effects, no match
+            return [m.heartbeat(peer, correlation_id, request, now)]
+        fx = Effects(now)
+        match request:
+            case JoinGroupRequest():
+                m.join(fx, peer, correlation_id, request)
+            case SyncGroupRequest():
+                m.sync(fx, peer, correlation_id, request)
+            case LeaveGroupRequest():
+                m.leave(fx, peer, correlation_id, request)
+            case OffsetCommitRequest():
+                self.offsets.commit(fx, peer, correlation_id, request)
+            case OffsetFetchRequest():
+                self.offsets.fetch(fx, peer, correlation_id, request)
+            case CreateTopicsRequest():
+                response, changed = self.topics.create(request)
+                fx.reply((peer.conn_id, correlation_id), response)
+                self._topics_changed(fx, changed)
+            case AlterTopicsRequest():
+                altered, changed = self.topics.alter(request)
+                fx.reply((peer.conn_id, correlation_id), altered)
+                self._topics_changed(fx, changed)
+            case DeleteTopicsRequest():
+                deleted, changed = self.topics.delete(request)
+                fx.reply((peer.conn_id, correlation_id), deleted)
+                self._topics_changed(fx, changed)
+            case ListTopicsRequest():
+                fx.reply((peer.conn_id, correlation_id), self.topics.list(request))
+            case DescribeGroupsRequest():
+                fx.reply((peer.conn_id, correlation_id), self._describe(request))
+            case ListGroupsRequest():
+                fx.reply((peer.conn_id, correlation_id), self._list_groups(request))
+            case _:  # pragma: no cover - the decoder admits only the types above
+                fx.reply(
+                    (peer.conn_id, correlation_id),
+                    ErrorResponse(
+                        error_code=E.INVALID_REQUEST,
+                        error_message=f"unsupported request {type(request).__name__}",
+                    ),
+                )
+        return fx.out
+
+    def connection_closed(self, conn_id: int, now: float) -> list[Outgoing]:
+        fx = Effects(now)
+        self.membership.connection_closed(fx, conn_id)
+        return fx.out
+
+    def advance(self, now: float) -> list[Outgoing]:
+        """Act on every deadline at or before ``now``."""
+        fx = Effects(now)
+        while (key := self.timers.pop_next(now)) is not None:
+            self.membership.expire(fx, key)
+        return fx.out
+
+    def next_deadline(self) -> float | None:
+        return self.timers.next_deadline()
+
+    def shutdown(self) -> list[Outgoing]:
+        """Answer every held request: the coordinator is going away, find it again."""
+        fx = Effects(0.0)
+        for group in self.groups.values():
+            for member in group.members.values():
+                if member.join_waiter is not None:
+                    fx.reply(member.join_waiter, _unavailable("join_group"))
+                    group.set_join_waiter(member, None)
+                if member.sync_waiter is not None:
+                    fx.reply(member.sync_waiter, _unavailable("sync_group"))
+                    member.sync_waiter = None
+        return fx.out
+
+    # --- what is kept across restarts (coordinator.records) ---------------------------
+
+    def take_changes(self) -> list[Record]:
+        """The records of every change since the last call, in order; the transport keeps
+        them (``huddle.coordinator.journal``) before it sends the answers."""
+        if not self.changes:
+            return []
+        taken = list(self.changes)
+        self.changes.clear()
+        return taken
+
+    def restore(self, records: Iterable[Record]) -> None:
+        """Replay kept records, oldest first, into a core that has not served yet."""
+        for record in records:
+            if isinstance(record, OffsetRecord):
+                self.offsets.restore(record)
+            elif record.partitions > 0:
+                old = self.topics.partitions.get(record.name, 0)
+                self.topics.partitions[record.name] = record.partitions
+                if record.partitions < old:
+                    self.offsets.forget_topic(record.name, record.partitions)
+            elif self.topics.partitions.pop(record.name, None) is not None:
+                self.offsets.forget_topic(record.name)
+
+    def snapshot(self) -> list[Record]:
+        """The records that rebuild the kept state as it is now (for compaction)."""
+        kept: list[Record] = [TopicRecord(n, c) for n, c in sorted(self.topics.partitions.items())]
+        for group_id, group in sorted(self.groups.items()):
+            for (topic, partition), (offset, metadata) in sorted(group.offsets.items()):
+                kept.append(OffsetRecord(group_id, topic, partition, offset, metadata))
+        return kept
+
+    def kept_size(self) -> int:
+        """How many records ``snapshot()`` would return."""
+        return len(self.topics.partitions) + sum(len(g.offsets) for g in self.groups.values())
+
+    # --- topics and inspection -------------------------------------------------------
+
+    def _topics_changed(self, fx: Effects, changed: list[TopicMetadata]) -> None:
+        for topic in changed:
+            self.changes.append(TopicRecord(topic.name, topic.partitions))
+            self.offsets.forget_topic(topic.name, topic.partitions)
+        self._announce(fx, changed)
+
+    def _announce(self, fx: Effects, changed: list[TopicMetadata]) -> None:
+        if not changed:
+            return
+        notice = TopicMetadataChanged(topics=changed)
+        for conn_id in sorted(self.membership.by_conn):
+            fx.notify(conn_id, notice)
+
+    def _describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        described = []
+        for group_id in request.groups:
+            group = self.groups.get(group_id)
+            if group is None:
+                described.append(
+                    DescribedGroup(
+                        group_id=group_id,
+                        error_code=E.GROUP_ID_NOT_FOUND,
+                        error_message=f"no group {group_id!r}",
+                        state=GroupState.DEAD.value,
+                    )
+                )
+                continue
+            stable = group.state is GroupState.STABLE
+            name = group.protocol_name
+            members = [
+                DescribedMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.host,
+                    metadata=m.metadata_for(name) if name in m.protocol_names else b"",
+                    assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            ]
+            described.append(
+                DescribedGroup(
+                    group_id=group_id,
+                    state=group.state.value,
+                    generation_id=group.generation,
+                    protocol_type=group.protocol_type or "",
+                    protocol_name=name or "",
+                    leader=group.leader or "",
+                    members=members,
+                )
+            )
+        return DescribeGroupsResponse(groups=described)
+
+    def _list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        wanted: set[GroupState] | None = None
+        if request.states is not None:
+            unknown = [s for s in request.states if s.lower() not in STATES_BY_NAME]
+            if unknown:
+                return ListGroupsResponse(
+                    error_code=E.INVALID_REQUEST,
+                    error_message=f"unknown group states {unknown}; known: "
+                    + ", ".join(s.value for s in GroupState),
+                )
+            wanted = {STATES_BY_NAME[s.lower()] for s in request.states}
+        return ListGroupsResponse(
+            groups=[
+                ListedGroup(
+                    group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
+                )
+                for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+                if wanted is None or g.state in wanted
+            ]
+        )
+
+
+def _unavailable(what: str) -> ErrorResponse:
+    return ErrorResponse(
+        error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=f"coordinator shutting down ({what})"
+    )

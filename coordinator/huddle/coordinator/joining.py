@@ -1,0 +1,269 @@
+"""JoinGroup: new members (KIP-394), known members, static members (KIP-345), group size
+and protocol checks."""
+
+from __future__ import annotations
+
+from huddle.coordinator.effects import Effects, Peer, Waiter
+from huddle.coordinator.group import Group, Member
+from huddle.coordinator.rebalance import Rebalancing
+from huddle.coordinator.sessions import (
+    E,
+    Problem,
+    S,
+    inconsistent,
+    join_error,
+    log,
+    rebalance_timeout,
+    sync_error,
+)
+from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse
+
+
+class Joining(Rebalancing):
+    # --- JoinGroup -------------------------------------------------------------------
+
+    def join(self, fx: Effects, conn: Peer, cid: int, req: JoinGroupRequest) -> None:
+        waiter = (conn.conn_id, cid)
+        error = self._check_join_request(req)
+        if error is not None:
+            fx.reply(waiter, join_error(error[0], error[1], req.member_id))
+            return
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.member_id:
+                fx.reply(waiter, join_error(E.UNKNOWN_MEMBER_ID, "no such group", req.member_id))
+                return
+            group = self.groups[req.group_id] = Group(req.group_id)
+        if group.is_(S.DEAD):
+            fx.reply(waiter, join_error(E.COORDINATOR_NOT_AVAILABLE, "group is dead", ""))
+        elif not self._accepts(group, req.member_id):
+            fx.reply(
+                waiter,
+                join_error(
+                    E.GROUP_MAX_SIZE_REACHED,
+                    f"group has reached its maximum size of {self.config.max_group_size}",
+                    req.member_id,
+                ),
+            )
+            member = group.members.get(req.member_id)
+            if member is not None:
+                self._remove_and_update(fx, group, member, "turned away: group is full")
+        elif not req.member_id:
+            self._join_new(fx, group, conn, waiter, req)
+        else:
+            self._join_known(fx, group, conn, waiter, req)
+        self.collect(group)
+
+    def _check_join_request(self, req: JoinGroupRequest) -> Problem | None:
+        cfg = self.config
+        if not req.group_id:
+            return E.INVALID_GROUP_ID, "group id must not be empty"
+        if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            return (
+                E.INVALID_SESSION_TIMEOUT,
+                f"session timeout {req.session_timeout_ms} ms is outside "
+                f"[{cfg.min_session_timeout_ms}, {cfg.max_session_timeout_ms}]",
+            )
+        if not req.protocol_type or not req.protocols:
+            return E.INCONSISTENT_GROUP_PROTOCOL, "protocol type and protocols must not be empty"
+        names = [p.name for p in req.protocols]
+        if len(set(names)) != len(names):
+            return E.INVALID_REQUEST, f"protocol names repeat: {names}"
+        if req.group_instance_id == "":
+            return E.INVALID_REQUEST, "group instance id must be null or non-empty"
+        return None
+
+    def _accepts(self, group: Group, member_id: str) -> bool:
+        limit = self.config.max_group_size
+        if limit == 0 or group.is_(S.EMPTY, S.DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.is_(S.PREPARING_REBALANCE):
+            return (member is not None and member.join_waiter is not None) or (
+                group.awaiting_join < limit
+            )
+        if member is not None:
+            return True
+        if member_id in group.pending:
+            return group.size < limit
+        return group.size + len(group.pending) < limit
+
+    def _join_new(
+        self, fx: Effects, group: Group, conn: Peer, waiter: Waiter, req: JoinGroupRequest
+    ) -> None:
+        if not group.supports(req.protocol_type, req.protocols):
+            fx.reply(waiter, inconsistent(""))
+            return
+        member_id = self._new_member_id(conn.client_id)
+        instance = req.group_instance_id
+        if instance is None:
+            # KIP-394: hand out an id and have the member come back with it.
+            group.pending[member_id] = conn.conn_id
+            self._bind_key(conn.conn_id, (group.group_id, member_id))
+            self.timers.set(("pending", group.group_id, member_id), fx.now + req.session_timeout_ms)
+            log.info("member_id_required", group_id=group.group_id, member_id=member_id)
+            fx.reply(
+                waiter,
+                join_error(E.MEMBER_ID_REQUIRED, "join again with this member id", member_id),
+            )
+            return
+        old_id = group.static.get(instance)
+        if old_id is None:
+            self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
+        else:
+            self._replace_static(fx, group, group.members[old_id], conn, waiter, member_id, req)
+
+    def _join_known(
+        self, fx: Effects, group: Group, conn: Peer, waiter: Waiter, req: JoinGroupRequest
+    ) -> None:
+        member_id = req.member_id
+        if member_id in group.pending and req.group_instance_id is None:
+            self._forget_pending(group, member_id)
+            self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
+            return
+        member = self.identify(group, member_id, req.group_instance_id)
+        if not isinstance(member, Member):
+            fx.reply(waiter, join_error(member[0], member[1], member_id))
+            return
+        if not group.supports(req.protocol_type, req.protocols, member):
+            fx.reply(waiter, inconsistent(member_id))
+            return
+        self._bind(member, conn)
+        self._touch(fx, member)
+        unchanged = member.same_protocols(req.protocols)
+        is_leader = member.member_id == group.leader
+        if group.is_(S.PREPARING_REBALANCE):
+            self._update_and_hold(fx, group, member, waiter, req)
+            self._try_complete_join(fx, group)
+        elif unchanged and (
+            group.is_(S.COMPLETING_REBALANCE) or (group.is_(S.STABLE) and not is_leader)
+        ):
+            # Nothing new: answer with the current generation, no rebalance.
+            fx.reply(waiter, self._join_response(group, member))
+        else:
+            reason = "leader rejoined" if is_leader else "metadata changed"
+            self._update_and_hold(fx, group, member, waiter, req)
+            self._prepare_rebalance(fx, group, f"{reason}: {member.member_id}")
+
+    def _add_and_rebalance(
+        self,
+        fx: Effects,
+        group: Group,
+        conn: Peer,
+        waiter: Waiter,
+        member_id: str,
+        req: JoinGroupRequest,
+    ) -> None:
+        if not group.supports(req.protocol_type, req.protocols):
+            fx.reply(waiter, inconsistent(member_id))
+            return
+        member = Member(
+            group.group_id,
+            member_id,
+            req.group_instance_id,
+            client_id=conn.client_id,
+            host=conn.host,
+            conn_id=conn.conn_id,
+            protocol_type=req.protocol_type,
+            protocols=req.protocols,
+            session_timeout_ms=req.session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout(req),
+        )
+        group.add(member)
+        group.set_join_waiter(member, waiter)
+        self._bind_key(conn.conn_id, (group.group_id, member_id))
+        self.timers.set(member.session_key, fx.now + self.config.new_member_join_timeout_ms)
+        log.info(
+            "member_added",
+            group_id=group.group_id,
+            member_id=member_id,
+            group_instance_id=member.instance_id,
+            generation=group.generation,
+        )
+        if group.is_(S.PREPARING_REBALANCE):
+            group.new_member_added = True
+            self._try_complete_join(fx, group)
+        else:
+            self._prepare_rebalance(fx, group, f"new member joined: {member_id}")
+
+    def _replace_static(
+        self,
+        fx: Effects,
+        group: Group,
+        old: Member,
+        conn: Peer,
+        waiter: Waiter,
+        member_id: str,
+        req: JoinGroupRequest,
+    ) -> None:
+        """KIP-345: a static member came back with no member id. Fence the old id and,
+        in Stable, keep the generation when the chosen protocol would not change."""
+        if not group.supports(req.protocol_type, req.protocols, old):
+            fx.reply(waiter, inconsistent(""))
+            return
+        fenced = f"instance {old.instance_id!r} rejoined as {member_id}"
+        if old.join_waiter is not None:
+            fx.reply(old.join_waiter, join_error(E.FENCED_INSTANCE_ID, fenced, old.member_id))
+            group.set_join_waiter(old, None)
+        if old.sync_waiter is not None:
+            fx.reply(old.sync_waiter, sync_error(E.FENCED_INSTANCE_ID, fenced))
+            old.sync_waiter = None
+        self._forget(old)
+        was_pending_sync = old.member_id in group.pending_sync
+        member = group.replace_static(old, member_id)
+        self._bind(member, conn)
+        self._bind_key(conn.conn_id, (group.group_id, member_id))
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout(req)
+        self._touch(fx, member)
+        if was_pending_sync:
+            group.pending_sync.add(member_id)
+        log.info(
+            "static_member_replaced",
+            group_id=group.group_id,
+            group_instance_id=member.instance_id,
+            old_member_id=old.member_id,
+            member_id=member_id,
+            generation=group.generation,
+        )
+        if group.is_(S.STABLE):
+            previous = member.protocols
+            group.update_protocols(member, req.protocols)
+            if group.select_protocol() == group.protocol_name:
+                fx.reply(waiter, self._join_response(group, member, skip_assignment=True))
+                return
+            group.update_protocols(member, previous)
+        self._update_and_hold(fx, group, member, waiter, req)
+        if group.is_(S.PREPARING_REBALANCE):
+            self._try_complete_join(fx, group)
+        else:
+            self._prepare_rebalance(fx, group, f"static member rejoined: {member.instance_id}")
+
+    def _update_and_hold(
+        self, fx: Effects, group: Group, member: Member, waiter: Waiter, req: JoinGroupRequest
+    ) -> None:
+        group.update_protocols(member, req.protocols)
+        member.rebalance_timeout_ms = rebalance_timeout(req)
+        member.session_timeout_ms = req.session_timeout_ms
+        if member.join_waiter is not None and member.join_waiter != waiter:
+            fx.reply(
+                member.join_waiter,
+                join_error(
+                    E.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup", member.member_id
+                ),
+            )
+        group.set_join_waiter(member, waiter)
+
+    def _join_response(
+        self, group: Group, member: Member, *, skip_assignment: bool = False
+    ) -> JoinGroupResponse:
+        is_leader = member.member_id == group.leader
+        return JoinGroupResponse(
+            generation_id=group.generation,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader or "",
+            member_id=member.member_id,
+            members=group.join_members() if is_leader else [],
+            skip_assignment=skip_assignment and is_leader,
+        )

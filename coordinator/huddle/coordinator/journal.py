@@ -1,0 +1,203 @@
+"""The coordinator's data directory: a journal of records (``huddle.coordinator.records``).
+
+``Journal.open(directory)`` takes an exclusive lock (a second coordinator on the same
+directory is refused) and reads ``journal.bin`` back. A torn tail (what a crash in the
+middle of a write leaves) is cut off and logged; damage with intact records after it is
+not something a crash does, and the coordinator refuses to start rather than drop them.
+
+``append`` writes the records of one request with ``os.write`` before the coordinator
+answers it: a killed coordinator process loses nothing it acknowledged. With ``fsync``
+every append is also forced to disk, so a power loss loses nothing either (Kafka's default
+relies on replication instead; one coordinator has none). A failed append is cut back off
+the file, so nothing half-written stays between records.
+
+``compact(state)`` replaces the journal by the records of the current state (written to a
+new file, forced to disk, renamed over the old one) once the journal has grown well past
+that state; a compaction that fails is logged, leaves the journal as it was and is not
+tried again until the journal has doubled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from huddle.coordinator.records import Record, decode_frames, encode_frames
+
+log = structlog.get_logger("huddle.journal")
+
+JOURNAL: Final = "journal.bin"
+LOCK: Final = "lock"
+COMPACT_MIN_RECORDS: Final = 100_000  # never compact a journal smaller than this
+COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the state
+
+
+class DataDirError(Exception):
+    """The data directory cannot be used: not writable, damaged, or in use by another
+    coordinator."""
+
+
+class Journal:
+    def __init__(self, directory: Path, *, fsync: bool = False) -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self.records: list[Record] = []  # what was read back at open; cleared by the caller
+        self.written = 0  # records in the journal file
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        self._end = 0  # bytes of whole records in the file
+        self._compact_at = COMPACT_MIN_RECORDS  # no compaction before this many records
+
+    @property
+    def path(self) -> Path:
+        return self.directory / JOURNAL
+
+    @classmethod
+    def open(cls, directory: str | Path, *, fsync: bool = False) -> Journal:
+        journal = cls(Path(directory), fsync=fsync)
+        try:
+            journal._open()
+        except DataDirError:
+            journal.close()
+            raise
+        except OSError as exc:
+            journal.close()
+            reason = exc.strerror or str(exc)
+            raise DataDirError(f"cannot use data directory {directory}: {reason}") from None
+        return journal
+
+    def _open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataDirError(
+                f"data directory {self.directory} is in use by another coordinator"
+            ) from None
+        path = self.path
+        data = path.read_bytes() if path.exists() else b""
+        decoded = decode_frames(data)
+        if decoded.problem is not None and not decoded.torn_tail:
+            raise DataDirError(
+                f"{path} is damaged ({decoded.problem}) and intact records follow; "
+                "move it aside to start with what a snapshot or backup holds"
+            )
+        if decoded.problem is not None:
+            log.warning(
+                "journal_truncated",
+                path=str(path),
+                problem=decoded.problem,
+                dropped_bytes=len(data) - decoded.valid_bytes,
+                records=len(decoded.records),
+            )
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+        os.ftruncate(self._fd, decoded.valid_bytes)
+        self._end = decoded.valid_bytes
+        self.records = decoded.records
+        self.written = len(decoded.records)
+        self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
+        log.info("journal_opened", path=str(path), records=self.written)
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Write ``records`` (raises OSError if they could not be written, after cutting
+        whatever part was written back off the file)."""
+        fd = self._fd
+        if fd is None:
+            raise OSError("the journal is closed")
+        data = memoryview(encode_frames(records))
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, data[written:], self._end + written)
+            if self.fsync:
+                os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._end)
+            except OSError as exc:  # the next open cuts it off as a torn tail
+                log.error("journal_cut_back_failed", error=str(exc))
+            raise
+        self._end += len(data)
+        self.written += len(records)
+
+    def keep(
+        self,
+        records: Sequence[Record],
+        state_size: Callable[[], int],
+        state: Callable[[], list[Record]],
+    ) -> bool:
+        """Append ``records``, then compact if the journal is due; False (logged) if the
+        records could not be written: the change must not be acknowledged."""
+        try:
+            self.append(records)
+        except OSError as exc:
+            log.error("journal_write_failed", error=str(exc), records=len(records))
+            return False
+        if self.written >= self._compact_at:
+            size = state_size()
+            if self.due(size):
+                self.compact(state)
+            else:  # not before the journal is COMPACT_FACTOR times this state
+                self._compact_at = COMPACT_FACTOR * size
+        return True
+
+    def due(self, state_size: int) -> bool:
+        """Whether the journal has grown enough past a state of ``state_size`` records."""
+        return self.written >= max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size)
+
+    def compact(self, state: Callable[[], list[Record]]) -> bool:
+        """Replace the journal by ``state()``. On failure (logged) the journal stays as it
+        was and the next try waits until it has doubled."""
+        if self._fd is None:
+            return False
+        records = state()
+        data = encode_frames(records)
+        tmp = self.directory / (JOURNAL + ".tmp")
+        new_fd: int | None = None
+        try:
+            new_fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(new_fd, memoryview(data)[written:], written)
+            os.fsync(new_fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.error("journal_compaction_failed", error=str(exc), records=self.written)
+            if new_fd is not None:
+                os.close(new_fd)
+            tmp.unlink(missing_ok=True)
+            self._compact_at = 2 * self.written
+            return False
+        old, self._fd = self._fd, new_fd
+        os.close(old)
+        self._fsync_directory()
+        log.info("journal_compacted", before=self.written, after=len(records))
+        self._end = len(data)
+        self.written = len(records)
+        self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
+        return True
+
+    def _fsync_directory(self) -> None:
+        try:
+            fd = os.open(self.directory, os.O_RDONLY)
+        except OSError as exc:
+            log.warning("journal_directory_sync_failed", error=str(exc))
+            return
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            log.warning("journal_directory_sync_failed", error=str(exc))
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._lock_fd = None

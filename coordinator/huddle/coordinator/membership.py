@@ -1,0 +1,161 @@
+"""The group membership state machine: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, and
+the deadlines that drive them (join phase, pending sync, sessions, pending member ids,
+disconnect grace). Sans-IO: every entry point takes an ``Effects`` carrying ``now`` and
+collects the frames to send into it.
+
+The rules are those of Kafka's classic group coordinator (shared/REFERENCE.md sections 1
+and 3), plus two of huddle's own: rebalance notices and the disconnect grace. They are
+spread over a chain of small classes: ``Sessions`` (bookkeeping) <- ``Rebalancing`` (join
+and sync phases) <- ``Joining`` (JoinGroup) <- ``Membership`` (the rest, and the entry
+point for deadlines and closed connections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from huddle.coordinator.effects import Effects, Outgoing, Peer
+from huddle.coordinator.joining import Joining
+from huddle.coordinator.sessions import E, S, uuid_member_id
+from huddle.protocol.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LeaveGroupMemberResult,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    Reply,
+)
+
+__all__ = ["Membership", "uuid_member_id"]
+
+
+class Membership(Joining):
+    # --- Heartbeat -------------------------------------------------------------------
+
+    def heartbeat(self, conn: Peer, cid: int, req: HeartbeatRequest, now: float) -> Outgoing:
+        """The hottest request: answered without building an ``Effects``. A heartbeat that
+        is in order (known member, same instance id, current generation) takes the short
+        path; anything else goes through the full validation for its exact error."""
+        group = self.groups.get(req.group_id)
+        member = group.members.get(req.member_id) if group is not None else None
+        if (
+            member is not None
+            and group is not None
+            and member.instance_id == req.group_instance_id
+            and req.generation_id == group.generation
+            and group.state is not S.DEAD
+        ):
+            if member.conn_id != conn.conn_id:
+                self._bind(member, conn)
+            self.timers.extend(member.session_key, now + member.session_timeout_ms)
+            if group.state is S.PREPARING_REBALANCE:
+                response = _REBALANCING_HEARTBEAT
+            else:
+                response = _OK_HEARTBEAT
+        else:
+            _, _, error = self._validate_member_request(
+                req.group_id, req.member_id, req.group_instance_id, req.generation_id
+            )
+            assert error is not None  # in order requests took the short path
+            response = HeartbeatResponse(error_code=error[0], error_message=error[1])
+        return conn.conn_id, Reply(correlation_id=cid, response=response)
+
+    # --- LeaveGroup ------------------------------------------------------------------
+
+    def leave(self, fx: Effects, conn: Peer, cid: int, req: LeaveGroupRequest) -> None:
+        waiter = (conn.conn_id, cid)
+        if not req.members:
+            fx.reply(
+                waiter,
+                LeaveGroupResponse(error_code=E.INVALID_REQUEST, error_message="no members named"),
+            )
+            return
+        group = self.groups.get(req.group_id)
+        if group is not None and group.is_(S.DEAD):
+            fx.reply(waiter, LeaveGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE))
+            return
+        results = []
+        for ident in req.members:
+            code = E.UNKNOWN_MEMBER_ID
+            member_id = ident.member_id
+            if group is None:
+                pass
+            elif ident.group_instance_id is not None:
+                owner = group.static.get(ident.group_instance_id)
+                if owner is not None and ident.member_id and ident.member_id != owner:
+                    code = E.FENCED_INSTANCE_ID
+                elif owner is not None:
+                    member_id = owner
+                    reason = ident.reason or "left the group"
+                    self._remove_and_update(fx, group, group.members[owner], reason)
+                    code = E.NONE
+            elif member_id in group.pending:
+                self._drop_pending(fx, group, member_id, "left the group")
+                code = E.NONE
+            elif member_id in group.members:
+                reason = ident.reason or "left the group"
+                self._remove_and_update(fx, group, group.members[member_id], reason)
+                code = E.NONE
+            results.append(
+                LeaveGroupMemberResult(
+                    member_id=member_id, group_instance_id=ident.group_instance_id, error_code=code
+                )
+            )
+        fx.reply(waiter, LeaveGroupResponse(members=results))
+        if group is not None:
+            self.collect(group)
+
+    # --- deadlines -------------------------------------------------------------------
+
+    def expire(self, fx: Effects, key: Hashable) -> None:
+        """A deadline named ``key`` has passed."""
+        assert isinstance(key, tuple)
+        kind, group_id = key[0], key[1]
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if kind == "join":
+            self._join_deadline(fx, group)
+        elif kind == "sync":
+            self._sync_deadline(fx, group)
+        elif kind == "pending":
+            if key[2] in group.pending:
+                self._drop_pending(fx, group, key[2], "did not join again in time")
+        elif kind == "session":
+            member = group.members.get(key[2])
+            if member is not None:
+                if member.join_waiter is not None and not member.is_new:
+                    # It is waiting on us: keep it until the join phase ends.
+                    self.timers.set(member.session_key, fx.now + member.session_timeout_ms)
+                else:
+                    self._remove_and_update(fx, group, member, "session timeout")
+        elif kind == "grace":
+            member_id = key[2]
+            if member_id in group.pending:
+                self._drop_pending(fx, group, member_id, "connection closed")
+            elif member_id in group.members:
+                self._remove_and_update(fx, group, group.members[member_id], "connection closed")
+        self.collect(group)
+
+    def connection_closed(self, fx: Effects, conn_id: int) -> None:
+        """Members that spoke through ``conn_id`` get the disconnect grace, if enabled;
+        static members keep session-timeout semantics."""
+        keys = self.by_conn.pop(conn_id, set())
+        grace = self.config.disconnect_grace_ms
+        if grace < 0:
+            return
+        for group_id, member_id in keys:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            member = group.members.get(member_id)
+            if member is not None and member.instance_id is None and member.conn_id == conn_id:
+                self.timers.set(member.grace_key, fx.now + grace)
+            elif member is None and member_id in group.pending:
+                self.timers.set(("grace", group_id, member_id), fx.now + grace)
+
+
+_OK_HEARTBEAT = HeartbeatResponse()
+_REBALANCING_HEARTBEAT = HeartbeatResponse(
+    error_code=E.REBALANCE_IN_PROGRESS, error_message="the group is rebalancing: join again"
+)

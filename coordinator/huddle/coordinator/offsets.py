@@ -1,0 +1,160 @@
+"""Committed offsets, fenced by generation (shared/REFERENCE.md section 4)."""
+
+from __future__ import annotations
+
+import structlog
+
+from huddle.coordinator.effects import Effects, Peer
+from huddle.coordinator.group import Group, Member
+from huddle.coordinator.membership import Membership
+from huddle.coordinator.records import OffsetRecord, Record
+from huddle.coordinator.state import GroupState
+from huddle.coordinator.topics import TopicRegistry
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    FetchedOffset,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopicResult,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopicResult,
+    PartitionResult,
+)
+
+log = structlog.get_logger("huddle.offsets")
+
+E = ErrorCode
+S = GroupState
+
+
+class Offsets:
+    def __init__(
+        self,
+        membership: Membership,
+        topics: TopicRegistry,
+        metadata_max: int,
+        changes: list[Record],
+    ) -> None:
+        self.membership = membership
+        self.topics = topics
+        self.metadata_max = metadata_max
+        self.changes = changes  # what to keep across restarts (see coordinator.records)
+
+    def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
+        waiter = (peer.conn_id, cid)
+        group, error = self._check_commit(fx, peer, req)
+        if error is not None:
+            fx.reply(waiter, OffsetCommitResponse(error_code=error[0], error_message=error[1]))
+            if group is not None:
+                self.membership.collect(group)
+            return
+        assert group is not None
+        results = []
+        stored = 0
+        for topic in req.topics:
+            partitions = []
+            for p in topic.partitions:
+                code = self._partition_problem(topic.name, p.partition, p.offset, p.metadata)
+                if code is E.NONE:
+                    group.offsets[(topic.name, p.partition)] = (p.offset, p.metadata)
+                    self.changes.append(
+                        OffsetRecord(req.group_id, topic.name, p.partition, p.offset, p.metadata)
+                    )
+                    stored += 1
+                partitions.append(PartitionResult(partition=p.partition, error_code=code))
+            results.append(OffsetCommitTopicResult(name=topic.name, partitions=partitions))
+        log.debug(
+            "offsets_committed",
+            group_id=req.group_id,
+            member_id=req.member_id,
+            generation=req.generation_id,
+            partitions=stored,
+        )
+        fx.reply(waiter, OffsetCommitResponse(topics=results))
+        self.membership.collect(group)
+
+    def _check_commit(
+        self, fx: Effects, peer: Peer, req: OffsetCommitRequest
+    ) -> tuple[Group | None, tuple[ErrorCode, str] | None]:
+        if not req.group_id:
+            return None, (E.INVALID_GROUP_ID, "group id must not be empty")
+        groups = self.membership.groups
+        group = groups.get(req.group_id)
+        simple = req.generation_id < 0 and not req.member_id
+        if group is None:
+            if req.generation_id >= 0:
+                return None, (E.ILLEGAL_GENERATION, f"no group {req.group_id!r} is running")
+            group = groups[req.group_id] = Group(req.group_id)
+        if group.is_(S.DEAD):
+            return group, (E.COORDINATOR_NOT_AVAILABLE, "group is dead")
+        if simple and group.is_(S.EMPTY):
+            return group, None
+        member = self.membership.identify(group, req.member_id, req.group_instance_id)
+        if not isinstance(member, Member):
+            if simple:
+                return group, (
+                    E.UNKNOWN_MEMBER_ID,
+                    "commits without a member id are allowed only while the group is empty",
+                )
+            return group, member
+        if req.generation_id != group.generation:
+            return group, (
+                E.ILLEGAL_GENERATION,
+                f"generation {req.generation_id} is not the group's {group.generation}",
+            )
+        if group.is_(S.COMPLETING_REBALANCE):
+            return group, (E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
+        self.membership.touch(fx, member, peer)
+        return group, None
+
+    def _partition_problem(
+        self, topic: str, partition: int, offset: int, metadata: str | None
+    ) -> ErrorCode:
+        if not self.topics.has_partition(topic, partition):
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        if offset < 0:
+            return E.INVALID_REQUEST
+        if metadata is not None and len(metadata.encode()) > self.metadata_max:
+            return E.OFFSET_METADATA_TOO_LARGE
+        return E.NONE
+
+    def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:
+        group = self.membership.groups.get(req.group_id)
+        offsets = group.offsets if group is not None else {}
+        topics: dict[str, list[FetchedOffset]] = {}
+        if req.topics is None:
+            for (name, partition), (offset, metadata) in sorted(offsets.items()):
+                topics.setdefault(name, []).append(
+                    FetchedOffset(partition=partition, offset=offset, metadata=metadata)
+                )
+        else:
+            for topic in req.topics:
+                fetched = topics.setdefault(topic.name, [])
+                for partition in topic.partitions:
+                    offset, metadata = offsets.get((topic.name, partition), (-1, None))
+                    fetched.append(
+                        FetchedOffset(partition=partition, offset=offset, metadata=metadata)
+                    )
+        fx.reply(
+            (peer.conn_id, cid),
+            OffsetFetchResponse(
+                topics=[OffsetFetchTopicResult(name=n, partitions=ps) for n, ps in topics.items()]
+            ),
+        )
+
+    def restore(self, record: OffsetRecord) -> None:
+        """An offset kept from before a restart (not fenced: it was accepted then)."""
+        groups = self.membership.groups
+        group = groups.get(record.group_id)
+        if group is None:
+            group = groups[record.group_id] = Group(record.group_id)
+        group.offsets[(record.topic, record.partition)] = (record.offset, record.metadata)
+
+    def forget_topic(self, name: str, partitions_left: int = 0) -> None:
+        """Drop committed offsets of a deleted topic, or of partitions cut off by a shrink."""
+        for group in list(self.membership.groups.values()):
+            doomed = [k for k in group.offsets if k[0] == name and k[1] >= partitions_left]
+            for key in doomed:
+                del group.offsets[key]
+            self.membership.collect(group)

@@ -1,0 +1,95 @@
+"""What the coordinator keeps across restarts, as records: pure encoding, no files.
+
+Kafka keeps committed offsets in ``__consumer_offsets`` so that a coordinator restart or
+fail-over loses none of them. huddle keeps them, and the topics, in a journal (see
+``huddle.coordinator.journal``) of these records:
+
+- ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
+- ``OffsetRecord(group_id, topic, partition, offset, metadata)``: an accepted commit.
+
+Replaying them in order rebuilds the state (``Coordinator.restore``). Group membership is
+not kept: after a restart members rejoin, as after any coordinator fail-over they do not
+survive, and resume from the kept offsets.
+
+On disk every record is a frame: a 4-byte big-endian length of the body, a 4-byte CRC-32
+of the body, then the body (msgpack, array-like). ``decode_frames`` stops at the first
+frame that is cut short, fails its checksum or cannot be read, and says whether that is
+only the torn tail a crash in the middle of a write leaves, or damage with intact frames
+after it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import msgspec
+
+HEADER = struct.Struct(">II")  # body length, CRC-32 of the body
+
+
+class TopicRecord(msgspec.Struct, tag="t", array_like=True, frozen=True):
+    name: str
+    partitions: int  # 0: deleted
+
+
+class OffsetRecord(msgspec.Struct, tag="o", array_like=True, frozen=True):
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None = None
+
+
+Record = TopicRecord | OffsetRecord
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Record)
+
+
+def encode_frames(records: Iterable[Record]) -> bytes:
+    out = bytearray()
+    for record in records:
+        body = _encoder.encode(record)
+        out += HEADER.pack(len(body), zlib.crc32(body))
+        out += body
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    records: list[Record]
+    valid_bytes: int  # the frames up to here are whole and intact
+    problem: str | None  # why decoding stopped before the end, if it did
+    # the damage is only what an interrupted write leaves: a last frame cut short or
+    # unreadable, or a zero-filled tail (a crash after the file grew, before its data landed)
+    torn_tail: bool = False
+
+
+def decode_frames(data: bytes) -> Decoded:
+    records: list[Record] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if end - pos < HEADER.size:
+            return Decoded(records, pos, f"a frame header cut short at byte {pos}", True)
+        length, crc = HEADER.unpack_from(data, pos)
+        start = pos + HEADER.size
+        if start + length > end:  # a frame the write did not finish
+            return Decoded(records, pos, f"a frame cut short at byte {pos}", True)
+        body = data[start : start + length]
+        problem = None
+        if zlib.crc32(body) != crc:
+            problem = f"a checksum mismatch at byte {pos}"
+        else:
+            try:
+                records.append(_decoder.decode(body))
+            except msgspec.DecodeError as exc:
+                problem = f"an unreadable record at byte {pos}: {exc}"
+        if problem is not None:
+            last = start + length == end or not any(data[pos:])
+            return Decoded(records, pos, problem, last)
+        pos = start + length
+    return Decoded(records, pos, None)

@@ -1,0 +1,519 @@
+"""The coordinator's transport: asyncio protocols around one sans-IO ``Coordinator``.
+
+Frames in -> core -> frames out. Each connection owns a ``FrameReader`` and a
+``ServerCodec``; the core answers with ``(conn_id, frame)`` pairs, routed here by conn id
+(frames for a connection that is gone are dropped). One ``loop.call_at`` timer follows
+``core.next_deadline()``.
+
+Bad input closes only the connection that sent it, after a ``ProtocolError`` frame saying
+why; a request that decodes as msgpack but not as a known request is answered with an
+``ErrorResponse`` and the connection stays open. A failure inside the core is logged with
+its traceback and answered with ``UNKNOWN_SERVER_ERROR``: the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+import structlog
+
+from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.connection import Connection
+from huddle.coordinator.core import Coordinator, Outgoing, Peer
+from huddle.coordinator.journal import DataDirError, Journal
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    SUPPORTED_VERSIONS,
+    Call,
+    ErrorResponse,
+    Handshake,
+    HandshakeResult,
+    ProtocolError,
+    Reply,
+)
+
+log = structlog.get_logger("huddle.server")
+
+_TIMER_SLACK_S: Final = 0.001  # arm timers a hair late so they never fire before the deadline
+_SWEEP_MIN_S: Final = 0.02
+_SWEEP_MAX_S: Final = 1.0
+_ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
+
+
+class ListenError(Exception):
+    """The server could not bind its listening socket."""
+
+
+def _sweep_interval(config: ServerConfig) -> float:
+    shortest = min(config.handshake_timeout_ms, config.stalled_frame_timeout_ms) / 1000
+    return min(max(shortest / 4, _SWEEP_MIN_S), _SWEEP_MAX_S)
+
+
+class CoordinatorServer:
+    """Listens on ``config.host:config.port`` and feeds one ``Coordinator`` core.
+
+    ``await start()`` binds (port 0 picks a free port: read ``port`` afterwards);
+    ``await close()`` shuts down gracefully: stop accepting, let the core answer every
+    request it holds, flush, close. Also usable as ``async with CoordinatorServer(...)``.
+    """
+
+    def __init__(self, config: ServerConfig, *, core: Coordinator | None = None) -> None:
+        self.config = config
+        self.core = core if core is not None else Coordinator(config.group)
+        self.journal: Journal | None = None  # with a data dir: topics and offsets kept
+        self.storage_failure: str | None = None  # why the server stopped by itself
+        self._refusing = False  # after a storage failure: no more requests
+        self._shutdown: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._conns: dict[int, Connection] = {}
+        self._watch: set[Connection] = set()  # not yet handshaken, or mid-frame
+        self._dirty: list[Connection] = []  # connections with frames queued to write
+        self._next_conn_id = 1
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._stopping = False
+        self._closed: asyncio.Event | None = None
+        self._all_gone: asyncio.Event | None = None
+        self.port = config.port
+        self.host = config.host
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the server is not started")
+        return self._loop
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._conns)
+
+    async def start(self) -> None:
+        if self._loop is not None:
+            raise RuntimeError("the server is already started")
+        self._loop = asyncio.get_running_loop()
+        self._closed = asyncio.Event()
+        self._all_gone = asyncio.Event()
+        cfg = self.config
+        if cfg.data_dir and self.journal is None:
+            self.journal = Journal.open(cfg.data_dir, fsync=cfg.fsync)  # DataDirError
+            try:
+                self.core.restore(self.journal.records)
+            except Exception as exc:
+                self.journal.close()
+                self.journal = None
+                raise DataDirError(f"cannot replay {cfg.data_dir}: {exc!r}") from exc
+            self.journal.records = []
+        try:
+            self._server = await self._loop.create_server(
+                self._new_connection, host=cfg.host, port=cfg.port, backlog=1024
+            )
+        except OSError as exc:
+            if isinstance(exc, socket.gaierror) or not exc.errno:
+                reason = str(exc.strerror or exc).lower()
+            else:
+                reason = os.strerror(exc.errno).lower()
+            if self.journal is not None:  # another coordinator may take the directory
+                self.journal.close()
+                self.journal = None
+            raise ListenError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
+        sockets = self._server.sockets
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
+        log.info("server_listening", host=cfg.host, port=self.port)
+
+    async def close(self) -> None:
+        """Graceful shutdown; idempotent. Returns once every connection is closed."""
+        if self._loop is None or self._closed is None or self._all_gone is None:
+            return
+        if self._stopping:
+            await self._closed.wait()
+            return
+        self._stopping = True
+        log.info("server_stopping", connections=len(self._conns))
+        if self._server is not None:
+            self._server.close()
+        for handle in (self._timer, self._sweeper):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._sweeper = None
+        try:
+            out = self.core.shutdown()
+        except Exception:
+            log.exception("core_failed", operation="shutdown")
+            out = []
+        self._dispatch(out)
+        for conn in list(self._conns.values()):
+            if not conn.closing:
+                conn.send(
+                    ProtocolError(
+                        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                        error_message="the coordinator is shutting down",
+                    )
+                )
+                conn.close("server shutdown")
+        self._flush()
+        if self._conns:
+            self._all_gone.clear()
+            timeout = self.config.shutdown_timeout_ms / 1000
+            try:
+                await asyncio.wait_for(self._all_gone.wait(), timeout)
+            except TimeoutError:
+                log.warning("shutdown_flush_timeout", connections=len(self._conns))
+                for conn in list(self._conns.values()):
+                    conn.abort("server shutdown: flush timed out")
+                await asyncio.wait_for(self._all_gone.wait(), 1.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self.journal is not None:
+            self.journal.close()
+        log.info("server_stopped")
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        if self._closed is None:
+            raise RuntimeError("the server is not started")
+        await self._closed.wait()
+
+    async def __aenter__(self) -> CoordinatorServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- connections ------------------------------------------------------------------
+
+    def _new_connection(self) -> Connection:
+        conn_id = self._next_conn_id
+        self._next_conn_id += 1
+        return Connection(self, conn_id)
+
+    def _connection_made(self, conn: Connection) -> None:
+        limit = self.config.max_connections
+        if self._stopping:
+            conn.fail(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "the coordinator is shutting down",
+                event="connection_refused",
+            )
+            return
+        if len(self._conns) >= limit:
+            conn.fail(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"connection limit of {limit} reached",
+                event="connection_refused",
+            )
+            return
+        self._conns[conn.conn_id] = conn
+        conn.opened_at = self.loop.time()
+        self._watch.add(conn)
+        conn.log.info("connection_opened", connections=len(self._conns))
+
+    def _connection_lost(self, conn: Connection) -> None:
+        self._watch.discard(conn)
+        if self._conns.pop(conn.conn_id, None) is None:
+            return  # refused at the door: never registered, the core never saw it
+        conn.log.info("connection_closed", reason=conn.close_reason)
+        if not self._stopping:
+            try:
+                out = self.core.connection_closed(conn.conn_id, self._now())
+            except Exception:
+                log.exception("core_failed", operation="connection_closed", conn_id=conn.conn_id)
+                out = []
+            self._dispatch(out)
+            self._reschedule()
+            self._flush()
+        if not self._conns and self._all_gone is not None:
+            self._all_gone.set()
+
+    def _frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
+        tokens = structlog.contextvars.bind_contextvars(
+            conn_id=conn.conn_id, client_id=conn.client_id
+        )
+        calls = 0
+        now = self._now()  # one read, one instant: every frame in it arrived together
+        try:
+            decode = conn.codec.decode
+            for body in bodies:
+                if conn.closing:
+                    return
+                try:
+                    frame = decode(body)
+                except msgspec.ValidationError as exc:
+                    self._invalid_frame(conn, body, exc)
+                    continue
+                except msgspec.DecodeError as exc:
+                    conn.fail(
+                        ErrorCode.CORRUPT_MESSAGE,
+                        f"frame body is not msgpack: {exc}",
+                        event="bad_frame",
+                    )
+                    return
+                if type(frame) is Call:
+                    if conn.handshaken:
+                        self._call(conn, frame, now)
+                        calls += 1
+                    else:
+                        conn.fail(
+                            ErrorCode.INVALID_REQUEST,
+                            "expected a handshake first",
+                            event="handshake_failed",
+                        )
+                        return
+                elif type(frame) is Handshake:
+                    self._handshake(conn, frame)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
+            if calls:
+                self._reschedule()
+            self._flush()
+
+    def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
+        correlation_id = conn.codec.correlation_id(body) if conn.handshaken else None
+        if correlation_id is None:
+            event = "bad_frame" if conn.handshaken else "handshake_failed"
+            conn.fail(ErrorCode.INVALID_REQUEST, f"invalid frame: {exc}", event=event)
+            return
+        conn.log.warning(
+            "bad_request",
+            correlation_id=correlation_id,
+            error_message=str(exc),
+            client_id=conn.client_id,
+        )
+        conn.send(
+            Reply(
+                correlation_id=correlation_id,
+                response=ErrorResponse(
+                    error_code=ErrorCode.INVALID_REQUEST, error_message=f"invalid request: {exc}"
+                ),
+            )
+        )
+
+    def _handshake(self, conn: Connection, hello: Handshake) -> None:
+        if conn.handshaken:
+            conn.fail(ErrorCode.INVALID_REQUEST, "handshake already done", event="bad_frame")
+            return
+        if hello.version not in SUPPORTED_VERSIONS:
+            speaks = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+            message = (
+                f"protocol version {hello.version} is not supported; this server speaks {speaks}"
+            )
+            conn.log.warning(
+                "handshake_failed",
+                error_code=ErrorCode.UNSUPPORTED_VERSION.name,
+                error_message=message,
+                client_id=hello.client_id,
+            )
+            conn.send(
+                HandshakeResult(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=message)
+            )
+            conn.close(f"unsupported protocol version {hello.version}")
+            return
+        conn.handshaken = True
+        conn.client_id = hello.client_id
+        conn.peer = Peer(conn.conn_id, hello.client_id, conn.host)
+        conn.log = conn.log.bind(client_id=hello.client_id)
+        if conn.frame_started is None:
+            self._watch.discard(conn)
+        conn.send(
+            HandshakeResult(
+                version=hello.version,
+                disconnect_grace_ms=self.config.group.disconnect_grace_ms,
+            )
+        )
+        conn.log.debug("handshake_done", version=hello.version)
+
+    # --- the core ---------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self.loop.time() * 1000
+
+    def _call(self, conn: Connection, call: Call, now: float) -> None:
+        """One request through the core; the caller reschedules the timer afterwards."""
+        if self._stopping or self._refusing:
+            return
+        try:
+            out = self.core.handle(conn.peer, call.correlation_id, call.request, now)
+        except Exception:
+            kind = type(call.request).__struct_config__.tag
+            conn.log.exception("core_failed", operation="handle", request=kind)
+            out = [
+                (
+                    conn.conn_id,
+                    Reply(
+                        correlation_id=call.correlation_id,
+                        response=ErrorResponse(
+                            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                            error_message=f"the coordinator failed handling a {kind} request",
+                        ),
+                    ),
+                )
+            ]
+        changes = self.core.take_changes()
+        if changes and self.journal is not None:
+            core = self.core
+            if not self.journal.keep(changes, core.kept_size, core.snapshot):
+                out = [(conn.conn_id, _not_kept(call))]  # no acknowledgement, no notices
+                self._storage_failed()
+        if len(out) == 1 and out[0][0] == conn.conn_id:
+            conn.send(out[0][1])  # the common case: one answer to the caller
+        else:
+            self._dispatch(out)
+
+    def _storage_failed(self) -> None:
+        """A change could not be kept: the state in memory is ahead of the data dir. Stop
+        (as Kafka stops a broker whose log directories failed) rather than serve it; a
+        restart replays what was kept."""
+        if self.storage_failure is not None:
+            return
+        self.storage_failure = "a change could not be written to the data dir"
+        log.critical("coordinator_stopping", reason=self.storage_failure)
+        self._refusing = True
+        self._shutdown = self.loop.create_task(self.close())
+
+    def _flush(self) -> None:
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for conn in dirty:
+                conn.flush()
+
+    def _dispatch(self, out: list[Outgoing]) -> None:
+        conns = self._conns
+        for conn_id, frame in out:
+            conn = conns.get(conn_id)
+            if conn is not None:
+                conn.send(frame)
+
+    def _reschedule(self, not_before: float | None = None) -> None:
+        if self._stopping:
+            return
+        try:
+            deadline = self.core.next_deadline()
+        except Exception:
+            log.exception("core_failed", operation="next_deadline")
+            deadline = None
+        if deadline is not None and not_before is not None:
+            deadline = max(deadline, not_before)
+        if deadline == self._deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._deadline = deadline
+        if deadline is None:
+            self._timer = None
+        else:
+            self._timer = self.loop.call_at(deadline / 1000 + _TIMER_SLACK_S, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._deadline = None
+        if self._stopping:
+            return
+        now = self._now()
+        try:
+            out = self.core.advance(now)
+        except Exception:
+            log.exception("core_failed", operation="advance")
+            self._reschedule(not_before=now + _ADVANCE_RETRY_S * 1000)
+            return
+        self._dispatch(out)
+        self._reschedule()
+        self._flush()
+
+    def _sweep(self) -> None:
+        """Close connections that never said hello, or began a frame and never finished it."""
+        cfg = self.config
+        now = self.loop.time()
+        handshake_s = cfg.handshake_timeout_ms / 1000
+        stalled_s = cfg.stalled_frame_timeout_ms / 1000
+        for conn in list(self._watch):
+            if conn.closing:
+                self._watch.discard(conn)
+            elif not conn.handshaken and now - conn.opened_at > handshake_s:
+                conn.fail(
+                    ErrorCode.INVALID_REQUEST,
+                    f"no handshake within {cfg.handshake_timeout_ms} ms",
+                    event="handshake_failed",
+                )
+            elif conn.frame_started is not None and now - conn.frame_started > stalled_s:
+                conn.fail(
+                    ErrorCode.INVALID_REQUEST,
+                    f"frame not completed within {cfg.stalled_frame_timeout_ms} ms",
+                    event="bad_frame",
+                )
+        self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
+
+
+def _not_kept(call: Call) -> Reply:
+    kind = type(call.request).__struct_config__.tag
+    return Reply(
+        correlation_id=call.correlation_id,
+        response=ErrorResponse(
+            error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+            error_message=f"the coordinator could not keep the {kind} change in its data dir",
+        ),
+    )
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    ready: Callable[[int], None] | None = None,
+    stop: asyncio.Event | None = None,
+    core: Coordinator | None = None,
+) -> None:
+    """Run a server until SIGTERM or SIGINT (or until ``stop`` is set), then shut down.
+
+    ``ready`` is called with the bound port once the server listens. Raises ListenError
+    when the address cannot be bound.
+    """
+    loop = asyncio.get_running_loop()
+    stop = stop if stop is not None else asyncio.Event()
+    server = CoordinatorServer(config, core=core)
+    await server.start()
+    installed: list[signal.Signals] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, _on_signal, stop, signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread, or a platform without signal handlers
+        installed.append(signum)
+    try:
+        if ready is not None:
+            ready(server.port)
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.wait_closed())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        await server.close()
+    if server.storage_failure is not None:
+        raise StorageFailedError(server.storage_failure)
+
+
+class StorageFailedError(Exception):
+    """The server stopped by itself: a change could not be kept in its data dir."""
+
+
+def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:
+    log.info("signal_received", signal=signum.name)
+    stop.set()
+
+
+__all__ = ["CoordinatorServer", "ListenError", "StorageFailedError", "serve"]

@@ -1,0 +1,180 @@
+"""Session bookkeeping shared by every membership rule: the groups, which connection each
+member speaks through, session deadlines, identifying the member a request speaks for, and
+forgetting members. The rules themselves live in ``rebalance``, ``joining`` and
+``membership``, which build on this class.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.effects import Effects, Peer
+from huddle.coordinator.group import Group, Member
+from huddle.coordinator.state import GroupState
+from huddle.coordinator.timers import TimerQueue
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
+
+log = structlog.get_logger("huddle.membership")
+
+E = ErrorCode
+S = GroupState
+MemberKey = tuple[str, str]  # (group_id, member_id)
+Problem = tuple[ErrorCode, str]  # an error code and its message
+
+
+def uuid_member_id(client_id: str) -> str:
+    return f"{client_id or 'member'}-{uuid.uuid4()}"
+
+
+class Sessions:
+    """Owns the groups, their deadlines, and which connection each member speaks through."""
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        timers: TimerQueue,
+        new_member_id: Callable[[str], str] = uuid_member_id,
+    ) -> None:
+        self.config = config
+        self.timers = timers
+        self.groups: dict[str, Group] = {}
+        self.by_conn: dict[int, set[MemberKey]] = {}
+        self._new_member_id = new_member_id
+
+    def identify(self, group: Group, member_id: str, instance_id: str | None) -> Member | Problem:
+        """The member a request speaks for, or why it speaks for none (fencing first)."""
+        if instance_id is not None:
+            owner = group.static.get(instance_id)
+            if owner is None:
+                return E.UNKNOWN_MEMBER_ID, f"unknown static member {instance_id!r}"
+            if owner != member_id:
+                return (
+                    E.FENCED_INSTANCE_ID,
+                    f"instance {instance_id!r} now belongs to another member id",
+                )
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group"
+        return member
+
+    def _validate_member_request(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> tuple[Group | None, Member | None, Problem | None]:
+        group = self.groups.get(group_id)
+        if group is None:
+            return None, None, (E.UNKNOWN_MEMBER_ID, f"no group {group_id!r}")
+        if group.state is S.DEAD:
+            return None, None, (E.COORDINATOR_NOT_AVAILABLE, "group is dead")
+        member = self.identify(group, member_id, instance_id)
+        if not isinstance(member, Member):
+            return None, None, member
+        if generation != group.generation:
+            return (
+                None,
+                None,
+                (
+                    E.ILLEGAL_GENERATION,
+                    f"generation {generation} is not the group's {group.generation}",
+                ),
+            )
+        return group, member, None
+
+    # --- forgetting ---------------------------------------------------------------
+
+    def _drop(self, fx: Effects, group: Group, member: Member, reason: str) -> None:
+        gone = f"member removed: {reason}"
+        if member.join_waiter is not None:
+            fx.reply(member.join_waiter, join_error(E.UNKNOWN_MEMBER_ID, gone, member.member_id))
+        if member.sync_waiter is not None:
+            fx.reply(member.sync_waiter, sync_error(E.UNKNOWN_MEMBER_ID, gone))
+            member.sync_waiter = None
+        group.remove(member.member_id)
+        self._forget(member)
+        log.info(
+            "member_removed",
+            group_id=group.group_id,
+            member_id=member.member_id,
+            group_instance_id=member.instance_id,
+            generation=group.generation,
+            reason=reason,
+        )
+
+    def _forget(self, member: Member) -> None:
+        self.timers.cancel(member.session_key)
+        self.timers.cancel(member.grace_key)
+        self._unbind_key(member.conn_id, (member.session_key[1], member.member_id))
+
+    def _forget_pending(self, group: Group, member_id: str) -> None:
+        conn_id = group.pending.pop(member_id)
+        self.timers.cancel(("pending", group.group_id, member_id))
+        self.timers.cancel(("grace", group.group_id, member_id))
+        self._unbind_key(conn_id, (group.group_id, member_id))
+
+    def collect(self, group: Group) -> None:
+        """Forget a group with nothing left in it: no members, pending ids or offsets."""
+        if (
+            group.is_(S.EMPTY)
+            and not group.members
+            and not group.pending
+            and not group.offsets
+            and self.groups.get(group.group_id) is group
+        ):
+            group.transition(S.DEAD)
+            del self.groups[group.group_id]
+            self.timers.cancel(group.join_key)
+            self.timers.cancel(group.sync_key)
+
+    # --- connections and sessions ----------------------------------------------------
+
+    def _bind(self, member: Member, conn: Peer) -> None:
+        if member.conn_id != conn.conn_id:
+            key = (member.session_key[1], member.member_id)
+            self._unbind_key(member.conn_id, key)
+            self._bind_key(conn.conn_id, key)
+            member.conn_id = conn.conn_id
+            self.timers.cancel(member.grace_key)
+        member.client_id = conn.client_id
+        member.host = conn.host
+
+    def _bind_key(self, conn_id: int, key: MemberKey) -> None:
+        self.by_conn.setdefault(conn_id, set()).add(key)
+
+    def _unbind_key(self, conn_id: int, key: MemberKey) -> None:
+        keys = self.by_conn.get(conn_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.by_conn[conn_id]
+
+    def _touch(self, fx: Effects, member: Member) -> None:
+        """Activity from a member pushes its session deadline out (never in)."""
+        self.timers.extend(member.session_key, fx.now + member.session_timeout_ms)
+
+    def touch(self, fx: Effects, member: Member, conn: Peer) -> None:
+        self._bind(member, conn)
+        self._touch(fx, member)
+
+
+def rebalance_timeout(req: JoinGroupRequest) -> int:
+    return req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms
+
+
+def join_error(code: ErrorCode, message: str, member_id: str) -> JoinGroupResponse:
+    return JoinGroupResponse(error_code=code, error_message=message, member_id=member_id)
+
+
+def inconsistent(member_id: str) -> JoinGroupResponse:
+    return join_error(
+        E.INCONSISTENT_GROUP_PROTOCOL,
+        "protocol type or protocols do not match the group's",
+        member_id,
+    )
+
+
+def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
+    return SyncGroupResponse(error_code=code, error_message=message)

@@ -1,0 +1,124 @@
+"""One run through every job: the tables (as DataFrames and collected rows) and figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from huddle.pipeline import availability, coverage, ownership, rebalances, safety
+from huddle.pipeline.load import RunEvents, load_run
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    run: str
+    run_dir: Path
+    protocol: str | None
+    scenario: str | None
+    gap_ms: float
+    window: availability.MeasureWindow | None
+    ownership: list[Row]
+    unavailability: list[Row]
+    outages: list[Row]
+    rebalances: list[Row]
+    violations: list[Row]
+    offsets: list[Row]
+    tables: dict[str, DataFrame]
+    first_ts: float
+
+
+def run_metadata(events: RunEvents) -> tuple[str | None, str | None]:
+    row = (
+        events.control.where(F.col("event") == "run_started")
+        .orderBy("ts")
+        .select("protocol", "scenario")
+        .first()
+    )
+    if row is None:
+        proto = events.control.where(F.col("protocol").isNotNull()).select("protocol").first()
+        return (None if proto is None else str(proto["protocol"])), None
+    return row["protocol"], row["scenario"]
+
+
+def known_partitions(events: RunEvents) -> DataFrame:
+    from_processed = events.processed.select("topic", "partition")
+    from_changes = ownership.partition_changes(events.control).select("topic", "partition")
+    return from_processed.unionByName(from_changes).distinct()
+
+
+def steady_ts(events: RunEvents) -> float | None:
+    """When the harness saw the group settle after start-up (its ``steady`` event)."""
+    row = events.control.where(F.col("event") == "steady").agg(F.min("ts").alias("t")).first()
+    return None if row is None or row["t"] is None else float(row["t"])
+
+
+def _first_ts(events: RunEvents) -> float:
+    row = events.control.agg(F.min("ts").alias("t")).first()
+    return 0.0 if row is None or row["t"] is None else float(row["t"])
+
+
+def _keep(df: DataFrame) -> DataFrame:
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def analyse(spark: SparkSession, run_dir: Path, gap_ms: float) -> RunAnalysis:
+    events = load_run(spark, run_dir)
+    protocol, scenario = run_metadata(events)
+    stops = coverage.stops(ownership.partition_changes(events.control))
+    annotated = _keep(coverage.annotate(events.processed, gap_ms / 1000.0, stops))
+    islands = _keep(coverage.islands(annotated))
+    runs = _keep(coverage.offset_runs(annotated))
+    owned = _keep(ownership.ownership_intervals(events.control, events.processed))
+    partitions = _keep(known_partitions(events))
+    window = availability.measure_window(events.processed, steady_ts(events))
+    tables: dict[str, DataFrame] = {"ownership": owned}
+    if window is not None:
+        outage_df = _keep(availability.outages(islands, partitions, window))
+        tables["outages"] = outage_df
+        tables["unavailability"] = availability.unavailability(outage_df, partitions, window)
+    tables["rebalances"] = rebalances.rebalances(events.control)
+    tables["violations"] = _keep(
+        safety.violations(events.processed, islands, runs, owned, events.control)
+    )
+    tables["offsets"] = safety.offset_union(runs)
+
+    def rows(name: str, *order: str) -> list[Row]:
+        df = tables.get(name)
+        return [] if df is None else df.orderBy(*order).collect()
+
+    result = RunAnalysis(
+        run=events.run,
+        run_dir=run_dir,
+        protocol=protocol,
+        scenario=scenario,
+        gap_ms=gap_ms,
+        window=window,
+        ownership=rows("ownership", "topic", "partition", "start", "proc"),
+        unavailability=rows("unavailability", "topic", "partition"),
+        outages=rows("outages", "topic", "partition", "start"),
+        rebalances=rows("rebalances", "group_id", "generation", "join_completed"),
+        violations=rows("violations", "type", "topic", "partition", "ts", "proc"),
+        offsets=rows("offsets", "topic", "partition"),
+        tables=tables,
+        first_ts=_first_ts(events),
+    )
+    return result
+
+
+def write_tables(analysis: RunAnalysis, out_dir: Path) -> dict[str, Path]:
+    """Each table as Parquet under ``out_dir`` (``<name>.parquet`` directories)."""
+    written: dict[str, Path] = {}
+    for name, df in analysis.tables.items():
+        path = out_dir / f"{name}.parquet"
+        df.coalesce(1).write.mode("overwrite").parquet(str(path))
+        written[name] = path
+    return written
+
+
+def as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
+    return [r.asDict(recursive=True) for r in rows]

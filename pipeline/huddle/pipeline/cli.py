@@ -1,0 +1,81 @@
+"""``huddle report RUN_DIR...``: the lead wires ``add_report_parser`` into coordinator.cli."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from huddle.pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
+
+
+def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``report`` command to an ``argparse`` subparsers object."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="analyse chaos runs' event logs with PySpark",
+        description="Ownership, unavailability, rebalances and safety checks of chaos runs; "
+        "writes RUN_DIR/report/ (Parquet tables, summary.json, report.md, PNGs).",
+    )
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("--master", default=DEFAULT_MASTER, help="Spark master URL")
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=DEFAULT_GAP_MS,
+        help="longest gap between a member's ticks that still counts as processing",
+    )
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--shuffle-partitions", type=int, default=8)
+    parser.add_argument(
+        "--compare-out",
+        type=Path,
+        default=None,
+        help="where the comparison of several runs goes (default: <first run>/../comparison)",
+    )
+    parser.set_defaults(handler=run_report)
+    return parser
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from huddle.pipeline.analysis import analyse
+    from huddle.pipeline.compare import write_comparison
+    from huddle.pipeline.report import write_report
+    from huddle.pipeline.spark import build_session
+
+    missing = [d for d in args.run_dirs if not (d / "events").is_dir()]
+    if missing:
+        print(f"no events/ directory in: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    spark = build_session(
+        args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory
+    )
+    summaries = []
+    try:
+        for run_dir in args.run_dirs:
+            analysis = analyse(spark, run_dir, args.gap_ms)
+            summary = write_report(analysis)
+            summaries.append(summary)
+            print(
+                f"{run_dir}: {summary['total_unavailable_partition_seconds']} unavailable "
+                f"partition-seconds, {summary['rebalance_count']} rebalances, "
+                f"{summary['violations_total']} violations -> {run_dir / 'report'}"
+            )
+        if len(summaries) > 1:
+            out = args.compare_out or args.run_dirs[0].resolve().parent / "comparison"
+            print(write_comparison(summaries, out))
+    finally:
+        spark.stop()
+    return 1 if any(s["violations_total"] for s in summaries) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="huddle-report")
+    add_report_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", *(argv if argv is not None else sys.argv[1:])])
+    return run_report(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Length-prefixed frames: a 4-byte big-endian body length, then a msgpack body.
+
+``FrameReader`` is sans-IO: feed it bytes as they arrive, take whole frame bodies out.
+``ServerCodec`` and ``ClientCodec`` hold one typed msgspec encoder/decoder pair each, made
+once per connection and reused for every frame.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import msgspec
+
+from huddle.protocol.errors import CorruptMessageError, MessageTooLargeError
+from huddle.protocol.messages import CallId, ClientFrame, Message, ServerFrame
+
+HEADER_SIZE = 4
+_HEADER = struct.Struct(">I")
+_NO_HEADER = bytes(HEADER_SIZE)
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+def frame_header(length: int) -> bytes:
+    return length.to_bytes(HEADER_SIZE, "big")
+
+
+class FrameReader:
+    """Splits a byte stream into frame bodies, refusing frames over ``max_frame_bytes``."""
+
+    __slots__ = ("_buffer", "_max")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if max_frame_bytes < 1:
+            raise ValueError("max_frame_bytes must be positive")
+        self._buffer = bytearray()
+        self._max = max_frame_bytes
+
+    @property
+    def mid_frame(self) -> bool:
+        """True while part of a frame (header or body) is buffered."""
+        return bool(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add bytes; return every complete frame body now available, in order.
+
+        Raises MessageTooLargeError when a header announces a frame over the limit; the
+        stream cannot be resynchronised after that and the connection should close.
+        """
+        buf = self._buffer
+        buf += data
+        frames: list[bytes] = []
+        start = 0
+        end = len(buf)
+        while end - start >= HEADER_SIZE:
+            length = int.from_bytes(buf[start : start + HEADER_SIZE], "big")
+            if length > self._max:
+                raise MessageTooLargeError(
+                    f"frame of {length} bytes is over the limit of {self._max} bytes"
+                )
+            if length == 0:
+                raise CorruptMessageError("empty frame")
+            stop = start + HEADER_SIZE + length
+            if stop > end:
+                break
+            frames.append(bytes(buf[start + HEADER_SIZE : stop]))
+            start = stop
+        if start:
+            del buf[:start]
+        return frames
+
+
+class _Codec:
+    __slots__ = ("_encoder",)
+
+    def __init__(self) -> None:
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def encode(self, message: Message) -> bytes:
+        """One whole frame (header and body) for a message."""
+        body = self._encoder.encode(message)
+        return frame_header(len(body)) + body
+
+    def encode_into(self, message: Message, buffer: bytearray) -> None:
+        """Append one whole frame for a message to ``buffer`` (no intermediate copies)."""
+        start = len(buffer)
+        buffer += _NO_HEADER
+        self._encoder.encode_into(message, buffer, -1)
+        _HEADER.pack_into(buffer, start, len(buffer) - start - HEADER_SIZE)
+
+
+class ServerCodec(_Codec):
+    """The coordinator's side: decodes client frames, encodes server frames."""
+
+    __slots__ = ("_call_id", "_decoder")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._decoder: msgspec.msgpack.Decoder[ClientFrame] = msgspec.msgpack.Decoder(ClientFrame)
+        self._call_id = msgspec.msgpack.Decoder(CallId)
+
+    def decode(self, body: bytes) -> ClientFrame:
+        """Raises msgspec.DecodeError (not msgpack) or msgspec.ValidationError (wrong shape)."""
+        return self._decoder.decode(body)
+
+    def correlation_id(self, body: bytes) -> int | None:
+        """The correlation id of a call whose request did not validate, if it can be read."""
+        try:
+            return self._call_id.decode(body).correlation_id
+        except msgspec.MsgspecError:
+            return None
+
+
+class ClientCodec(_Codec):
+    """The member's side: decodes server frames, encodes client frames."""
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._decoder: msgspec.msgpack.Decoder[ServerFrame] = msgspec.msgpack.Decoder(ServerFrame)
+
+    def decode(self, body: bytes) -> ServerFrame:
+        return self._decoder.decode(body)

@@ -1,0 +1,409 @@
+"""The messages of the huddle wire protocol, as msgspec Structs.
+
+Every frame body is one of two tagged unions:
+
+* client -> coordinator: ``Handshake`` (first frame of a connection) or ``Call``
+  (a correlation id and one request);
+* coordinator -> client: ``HandshakeResult``, ``Reply`` (a correlation id and one
+  response), or a pushed notice (``RebalanceStarted``, ``TopicMetadataChanged``,
+  ``ProtocolError``).
+
+Fields follow Kafka's classic group protocol. Timeouts are in milliseconds.
+"""
+
+from __future__ import annotations
+
+from msgspec import Struct, field
+
+from huddle.protocol.errors import ErrorCode
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+NO_GENERATION = -1
+
+
+class Message(Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every tagged message; the tag is the snake_case message name."""
+
+
+# --- handshake ------------------------------------------------------------------------
+
+
+class Handshake(Message, tag="handshake", frozen=True, kw_only=True):
+    version: int
+    client_id: str = ""
+
+
+class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    version: int = PROTOCOL_VERSION
+    supported_versions: list[int] = field(default_factory=lambda: list(SUPPORTED_VERSIONS))
+    server: str = "huddle"
+    # How long a dynamic member may be disconnected before it is removed (-1: never), so a
+    # member knows when its partitions must count as lost after losing its connection.
+    disconnect_grace_ms: int = -1
+
+
+# --- group membership -----------------------------------------------------------------
+
+
+class Protocol(Struct, frozen=True, kw_only=True):
+    """One embedded protocol a member supports, with its member metadata."""
+
+    name: str
+    metadata: bytes = b""
+
+
+class JoinGroupRequest(Message, tag="join_group", frozen=True, kw_only=True):
+    group_id: str
+    member_id: str = ""
+    group_instance_id: str | None = None
+    protocol_type: str
+    protocols: list[Protocol]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int = -1
+    reason: str | None = None
+
+
+class JoinGroupMember(Struct, frozen=True, kw_only=True):
+    member_id: str
+    group_instance_id: str | None = None
+    metadata: bytes = b""
+
+
+class JoinGroupResponse(Message, tag="join_group_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    member_id: str = ""
+    members: list[JoinGroupMember] = field(default_factory=list)
+
+
+class SyncGroupAssignment(Struct, frozen=True, kw_only=True):
+    member_id: str
+    assignment: bytes = b""
+
+
+class SyncGroupRequest(Message, tag="sync_group", frozen=True, kw_only=True):
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: list[SyncGroupAssignment] = field(default_factory=list)
+
+
+class SyncGroupResponse(Message, tag="sync_group_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class HeartbeatRequest(Message, tag="heartbeat", frozen=True, kw_only=True):
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+class HeartbeatResponse(Message, tag="heartbeat_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+class MemberIdentity(Struct, frozen=True, kw_only=True):
+    """A member to remove: by member id, or (static members) by instance id with member id ""."""
+
+    member_id: str = ""
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+class LeaveGroupRequest(Message, tag="leave_group", frozen=True, kw_only=True):
+    group_id: str
+    members: list[MemberIdentity]
+
+
+class LeaveGroupMemberResult(Struct, frozen=True, kw_only=True):
+    member_id: str
+    group_instance_id: str | None = None
+    error_code: ErrorCode = ErrorCode.NONE
+
+
+class LeaveGroupResponse(Message, tag="leave_group_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    members: list[LeaveGroupMemberResult] = field(default_factory=list)
+
+
+# --- offsets --------------------------------------------------------------------------
+
+
+class OffsetCommitPartition(Struct, frozen=True, kw_only=True):
+    partition: int
+    offset: int
+    metadata: str | None = None
+
+
+class OffsetCommitTopic(Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: list[OffsetCommitPartition]
+
+
+class OffsetCommitRequest(Message, tag="offset_commit", frozen=True, kw_only=True):
+    group_id: str
+    generation_id: int = NO_GENERATION
+    member_id: str = ""
+    group_instance_id: str | None = None
+    topics: list[OffsetCommitTopic]
+
+
+class PartitionResult(Struct, frozen=True, kw_only=True):
+    partition: int
+    error_code: ErrorCode = ErrorCode.NONE
+
+
+class OffsetCommitTopicResult(Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: list[PartitionResult]
+
+
+class OffsetCommitResponse(Message, tag="offset_commit_response", frozen=True, kw_only=True):
+    """Group-level errors are in ``error_code``; per-partition ones in ``topics``."""
+
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    topics: list[OffsetCommitTopicResult] = field(default_factory=list)
+
+
+class OffsetFetchTopic(Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: list[int]
+
+
+class OffsetFetchRequest(Message, tag="offset_fetch", frozen=True, kw_only=True):
+    group_id: str
+    topics: list[OffsetFetchTopic] | None = None  # None: every committed offset of the group
+
+
+class FetchedOffset(Struct, frozen=True, kw_only=True):
+    partition: int
+    offset: int = -1  # -1: nothing committed
+    metadata: str | None = None
+    error_code: ErrorCode = ErrorCode.NONE
+
+
+class OffsetFetchTopicResult(Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: list[FetchedOffset]
+
+
+class OffsetFetchResponse(Message, tag="offset_fetch_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    topics: list[OffsetFetchTopicResult] = field(default_factory=list)
+
+
+# --- topics ---------------------------------------------------------------------------
+
+
+class TopicSpec(Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: int
+
+
+class TopicResult(Struct, frozen=True, kw_only=True):
+    name: str
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+class CreateTopicsRequest(Message, tag="create_topics", frozen=True, kw_only=True):
+    topics: list[TopicSpec]
+
+
+class CreateTopicsResponse(Message, tag="create_topics_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    topics: list[TopicResult] = field(default_factory=list)
+
+
+class AlterTopicsRequest(Message, tag="alter_topics", frozen=True, kw_only=True):
+    """Set the partition count of existing topics (up or down: a topic names any resources)."""
+
+    topics: list[TopicSpec]
+
+
+class AlterTopicsResponse(Message, tag="alter_topics_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    topics: list[TopicResult] = field(default_factory=list)
+
+
+class DeleteTopicsRequest(Message, tag="delete_topics", frozen=True, kw_only=True):
+    topics: list[str]
+
+
+class DeleteTopicsResponse(Message, tag="delete_topics_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    topics: list[TopicResult] = field(default_factory=list)
+
+
+class TopicMetadata(Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: int = 0
+    error_code: ErrorCode = ErrorCode.NONE  # UNKNOWN_TOPIC_OR_PARTITION: absent or deleted
+
+
+class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
+    topics: list[str] | None = None  # None: every topic
+
+
+class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    topics: list[TopicMetadata] = field(default_factory=list)
+
+
+# --- group inspection -----------------------------------------------------------------
+
+
+class DescribeGroupsRequest(Message, tag="describe_groups", frozen=True, kw_only=True):
+    groups: list[str]
+
+
+class DescribedMember(Struct, frozen=True, kw_only=True):
+    member_id: str
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    metadata: bytes = b""  # the member's metadata for the chosen protocol
+    assignment: bytes = b""
+
+
+class DescribedGroup(Struct, frozen=True, kw_only=True):
+    group_id: str
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    state: str = ""
+    generation_id: int = NO_GENERATION
+    protocol_type: str = ""
+    protocol_name: str = ""
+    leader: str = ""
+    members: list[DescribedMember] = field(default_factory=list)
+
+
+class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    groups: list[DescribedGroup] = field(default_factory=list)
+
+
+class ListGroupsRequest(Message, tag="list_groups", frozen=True, kw_only=True):
+    states: list[str] | None = None  # None: every state
+
+
+class ListedGroup(Struct, frozen=True, kw_only=True):
+    group_id: str
+    protocol_type: str = ""
+    state: str = ""
+
+
+class ListGroupsResponse(Message, tag="list_groups_response", frozen=True, kw_only=True):
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    groups: list[ListedGroup] = field(default_factory=list)
+
+
+class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):
+    """The answer to a request the coordinator could not read or route."""
+
+    error_code: ErrorCode
+    error_message: str
+
+
+# --- notices: pushed by the coordinator, no correlation id ----------------------------
+
+
+class RebalanceStarted(Message, tag="rebalance_started", frozen=True, kw_only=True):
+    """The group left ``generation_id``: members should rejoin now, not at their next heartbeat."""
+
+    group_id: str
+    generation_id: int
+    reason: str = ""
+
+
+class TopicMetadataChanged(Message, tag="topic_metadata_changed", frozen=True, kw_only=True):
+    topics: list[TopicMetadata]
+
+
+class ProtocolError(Message, tag="protocol_error", frozen=True, kw_only=True):
+    """Sent before the coordinator closes a connection whose input it cannot continue to read."""
+
+    error_code: ErrorCode
+    error_message: str
+
+
+# --- envelopes ------------------------------------------------------------------------
+
+Request = (
+    JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+    | CreateTopicsRequest
+    | AlterTopicsRequest
+    | DeleteTopicsRequest
+    | ListTopicsRequest
+    | DescribeGroupsRequest
+    | ListGroupsRequest
+)
+
+Response = (
+    JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | CreateTopicsResponse
+    | AlterTopicsResponse
+    | DeleteTopicsResponse
+    | ListTopicsResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
+    | ErrorResponse
+)
+
+Notice = RebalanceStarted | TopicMetadataChanged | ProtocolError
+
+
+class Call(Message, tag="call", frozen=True, kw_only=True):
+    correlation_id: int
+    request: Request
+
+
+class Reply(Message, tag="reply", frozen=True, kw_only=True):
+    correlation_id: int
+    response: Response
+
+
+class CallId(Struct, kw_only=True):
+    """Reads only the correlation id of a call whose request could not be decoded."""
+
+    correlation_id: int
+
+
+ClientFrame = Handshake | Call
+ServerFrame = HandshakeResult | Reply | RebalanceStarted | TopicMetadataChanged | ProtocolError
