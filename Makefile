@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # added or removed changes its folder, which re-links the tree.
 PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 
-.PHONY: run serve test lint bench clean
+.PHONY: run serve test check lint bench clean
 
 # The demo: rolling bounces under eager, cooperative and deferred protocols, and the report.
 run: $(STAMP)
@@ -22,6 +22,13 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# The fast tier: everything but real processes and PySpark (`make test` runs those too).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q -m "not e2e and not spark"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

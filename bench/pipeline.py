@@ -2,8 +2,8 @@
 
 ``python -m bench.pipeline [--events N]`` writes a synthetic run directory to a temporary
 directory (removed at the end): ``events/member-<i>.jsonl`` in the format of
-``huddle.chaos.events`` (what ``huddle.chaos.worker`` writes: a 20 ms tick, one ``processed`` event per
-owned partition per tick, ``committed`` every second) plus ``events/chaos.jsonl``. The
+``huddle.chaos.events`` (what ``huddle.chaos.worker`` writes: a 20 ms tick, one ``processed``
+event per owned partition per tick, ``committed`` every second) plus ``events/chaos.jsonl``. The
 partitions start spread over the members; half-way through a cooperative rebalance moves
 a tenth of them to the next member (commit, ``revoked``, then ``assigned`` in the next
 generation, processing resumed at the committed offset), so every job has something to

@@ -4,7 +4,7 @@ members leaving and joining. Properties over random groups: test_assignors_prope
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import pytest
 
@@ -19,35 +19,8 @@ from huddle.client.assignors import (
     StickyAssignor,
 )
 from huddle.protocol.embedded import TopicPartition
-
-
-def tps(text: str) -> frozenset[TopicPartition]:
-    """'t0-0 t1-2' -> {TopicPartition('t0', 0), TopicPartition('t1', 2)}."""
-    found = set()
-    for word in text.split():
-        topic, _, partition = word.rpartition("-")
-        found.add(TopicPartition(topic, int(partition)))
-    return frozenset(found)
-
-
-def member(
-    member_id: str,
-    topics: Iterable[str],
-    owned: str = "",
-    generation: int = -1,
-    instance: str | None = None,
-) -> MemberSubscription:
-    return MemberSubscription(
-        member_id=member_id,
-        topics=frozenset(topics),
-        owned=tps(owned),
-        generation=generation,
-        group_instance_id=instance,
-    )
-
-
-def group(*members: MemberSubscription) -> dict[str, MemberSubscription]:
-    return {m.member_id: m for m in members}
+from tests.builders import group, tps
+from tests.builders import subscription as member
 
 
 def assigned(result: Mapping[str, MemberAssignment]) -> dict[str, frozenset[TopicPartition]]:

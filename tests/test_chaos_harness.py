@@ -20,6 +20,8 @@ from huddle.chaos.harness import RunSettings, run
 from huddle.chaos.procs import pid_alive
 from huddle.chaos.scenarios import ScenarioError, Shape, built_in
 
+pytestmark = pytest.mark.e2e  # real member and coordinator processes
+
 DEADLINE_S = 20.0
 
 

@@ -8,11 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from huddle.chaos import events as ev
 from huddle.chaos.eventfiles import problems, read_events
 from huddle.client.admin import Admin
 from huddle.coordinator.server import CoordinatorServer
 from tests.helpers import wait_until
+
+pytestmark = pytest.mark.e2e  # real worker processes
 
 WAIT_S = 15.0
 

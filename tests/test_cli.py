@@ -278,6 +278,7 @@ def serve_process() -> Iterator[tuple[subprocess.Popen[str], int]]:
             process.communicate(timeout=CLI_TIMEOUT_S)
 
 
+@pytest.mark.e2e
 def test_serve_end_to_end(serve_process: tuple[subprocess.Popen[str], int]) -> None:
     process, port = serve_process
     bootstrap = f"127.0.0.1:{port}"
@@ -304,6 +305,7 @@ def test_serve_end_to_end(serve_process: tuple[subprocess.Popen[str], int]) -> N
     assert all(e["level"] in ("debug", "info") for e in events), stderr
 
 
+@pytest.mark.e2e
 def test_serve_stops_on_sigint_too(serve_process: tuple[subprocess.Popen[str], int]) -> None:
     process, _ = serve_process
     process.send_signal(signal.SIGINT)
@@ -312,6 +314,7 @@ def test_serve_stops_on_sigint_too(serve_process: tuple[subprocess.Popen[str], i
     assert '"server_stopped"' in stderr.splitlines()[-1]
 
 
+@pytest.mark.e2e
 def test_serve_on_a_port_in_use_exits_1() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -323,12 +326,14 @@ def test_serve_on_a_port_in_use_exits_1() -> None:
     assert expected in result.stderr.splitlines()
 
 
+@pytest.mark.e2e
 def test_serve_with_a_bad_environment_value_exits_2() -> None:
     result = run_huddle("serve", env={"HUDDLE_PORT": "nine"})
     assert result.returncode == 2
     assert result.stderr == "huddle: HUDDLE_PORT='nine' is not an integer\n"
 
 
+@pytest.mark.e2e
 def test_the_cli_does_not_load_pyspark() -> None:
     """`huddle serve` runs in the container image, which has no PySpark: only `huddle
     report` may load it."""

@@ -48,7 +48,7 @@ from tests.containers import (
     wait_for_port,
 )
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.e2e]
 
 IMAGE = "localhost/huddle:test"
 HOST = "127.0.0.1"

@@ -19,17 +19,9 @@ from huddle.client.assignors.high_availability import HighAvailabilityAssignor
 from huddle.client.leader import assign as leader_assign
 from huddle.client.leader import check_cooperative
 from huddle.protocol.embedded import TopicPartition
+from tests.builders import group, subscription, tps
 
 TOPIC = "t"
-
-
-def tps(text: str) -> frozenset[TopicPartition]:
-    """'t-0 u-2' -> {TopicPartition('t', 0), TopicPartition('u', 2)}."""
-    found = set()
-    for word in text.split():
-        topic, _, partition = word.rpartition("-")
-        found.add(TopicPartition(topic, int(partition)))
-    return frozenset(found)
 
 
 def member(
@@ -39,17 +31,8 @@ def member(
     topics: str = TOPIC,
     generation: int = 1,
 ) -> MemberSubscription:
-    return MemberSubscription(
-        member_id=member_id,
-        topics=frozenset(topics.split()),
-        owned=tps(owned),
-        generation=generation if owned else -1,
-        lags={next(iter(tps(word))): lag for word, lag in (lags or {}).items()},
-    )
-
-
-def group(*members: MemberSubscription) -> dict[str, MemberSubscription]:
-    return {m.member_id: m for m in members}
+    """A member of ``topics`` owning ``owned`` since ``generation`` (no claim if it owns none)."""
+    return subscription(member_id, topics.split(), owned, generation if owned else -1, lags=lags)
 
 
 def caught_up(text: str) -> dict[str, int]:

@@ -12,6 +12,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from huddle.chaos.proxy import fault_proxy
 from huddle.client import (
     Admin,
     CommitFailedError,
@@ -26,7 +27,6 @@ from huddle.coordinator.admin_commands import render_group
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import HuddleError
 from tests.helpers import FAST_GROUP, fast_server_config, running_server, settled, wait_until
-from tests.proxy import freezable_proxy
 
 TP = TopicPartition
 COOP = ["cooperative-sticky"]
@@ -268,7 +268,7 @@ async def test_a_zombie_loses_its_partitions_before_anyone_else_gets_them(
 ) -> None:
     direct = f"127.0.0.1:{server.port}"
     zombie_calls, other_calls = Recorder(), Recorder()
-    async with topic(direct, 4), freezable_proxy(server.port) as proxy:
+    async with topic(direct, 4), fault_proxy("127.0.0.1", server.port) as proxy:
         async with (
             member(direct, listener=other_calls) as other,
             member(f"127.0.0.1:{proxy.port}", listener=zombie_calls) as zombie,
@@ -277,7 +277,7 @@ async def test_a_zombie_loses_its_partitions_before_anyone_else_gets_them(
             held = zombie.assignment
             generation = zombie.generation
             frozen_at = time.monotonic()
-            proxy.freeze()  # heartbeats stall; the connection stays open
+            proxy.stall()  # heartbeats stall; the connection stays open
             await wait_until(lambda: any(c[0] == "lost" for c in zombie_calls.calls), wait_s=10)
             await wait_settled([other], partitions(4))
             lost_at = next(t for name, _, t in zombie_calls.calls if name == "lost")
@@ -288,7 +288,7 @@ async def test_a_zombie_loses_its_partitions_before_anyone_else_gets_them(
             )
             assert lost_at <= handed_at  # zombie safety
             assert zombie.assignment == frozenset()
-            proxy.thaw()
+            proxy.heal()
             with pytest.raises((CommitFailedError, HuddleError)):
                 await zombie.commit({next(iter(held)): 99})
             assert generation < other.generation
@@ -309,7 +309,11 @@ async def test_a_dropped_connection_is_rejoined_with_the_same_member_id(
 ) -> None:
     direct = f"127.0.0.1:{server.port}"
     follower_calls = Recorder()
-    async with topic(direct, 4), freezable_proxy(server.port) as proxy, member(direct) as leader:
+    async with (
+        topic(direct, 4),
+        fault_proxy("127.0.0.1", server.port) as proxy,
+        member(direct) as leader,
+    ):
         await wait_settled([leader], partitions(4))
         async with member(f"127.0.0.1:{proxy.port}", listener=follower_calls) as follower:
             await wait_settled([leader, follower], partitions(4))
@@ -319,7 +323,7 @@ async def test_a_dropped_connection_is_rejoined_with_the_same_member_id(
                 follower.assignment,
             )
             follower_calls.clear()
-            await proxy.sever()  # the coordinator's socket is gone; the member reconnects
+            await proxy.drop()  # the coordinator's socket is gone; the member reconnects
             await wait_until(lambda: not follower.connected, wait_s=5)
             await wait_until(lambda: follower.connected, wait_s=5)
             await wait_settled([leader, follower], partitions(4))

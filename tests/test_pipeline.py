@@ -29,6 +29,8 @@ from huddle.pipeline.report import write_report
 from huddle.pipeline.spark import build_session
 from huddle.pipeline.summary import summarise
 
+pytestmark = pytest.mark.spark  # PySpark in local mode
+
 T0 = 1_700_000_000.0
 TICK = 0.0625
 
@@ -358,6 +360,7 @@ def test_cli_parser() -> None:
     assert run_report(parser.parse_args(["report", "/nonexistent-run"])) == 2
 
 
+@pytest.mark.e2e
 def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -383,6 +386,7 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
     assert unavailable["cooperative-sticky"] < unavailable["range"], unavailable
 
 
+@pytest.mark.e2e
 def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
     """A member frozen (SIGSTOP) past its session timeout and then woken up (SIGCONT) must
     not process a partition that was given to someone else meanwhile."""
@@ -397,6 +401,7 @@ def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
     assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "scenario",
     [
@@ -446,6 +451,7 @@ def _processed_after_recovery(run_dir: Path, recovery_s: float = 1.0) -> set[int
     }
 
 
+@pytest.mark.e2e
 def test_stateful_high_availability_scale_up_moves_work_once_warm_and_is_safe(
     spark: SparkSession, tmp_path: Path
 ) -> None:
