@@ -67,7 +67,7 @@ T = TypeVar("T")
 def huddle_command(port: int, *flags: str) -> list[str]:
     """``huddle serve`` on 127.0.0.1:``port`` logging warnings only, plus ``flags``."""
     script = Path(sys.executable).with_name("huddle")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "huddle.coordinator.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "huddle"]
     return [
         *head,
         "serve",

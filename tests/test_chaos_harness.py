@@ -140,7 +140,7 @@ def _children(pid: int) -> set[int]:
 
 
 def test_interrupted_run_stops_every_process_it_started(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "huddle.chaos.cli", "chaos", "run", "process-death"]
+    argv = [sys.executable, "-m", "huddle", "chaos", "run", "process-death"]
     argv += ["--duration", "60", "--members", "3", "--run-dir", str(tmp_path)]
     harness = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     children: set[int] = set()

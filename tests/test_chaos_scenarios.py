@@ -109,7 +109,7 @@ async def test_proxy_partition_refuses_and_heal_lets_members_back(
 
 
 def test_chaos_run_proxy_flag_defaults_to_the_scenario() -> None:
-    from huddle.coordinator.cli import parse_args
+    from huddle.cli import parse_args
 
     assert parse_args(["chaos", "run", "rolling-bounce"]).proxy is None
     assert parse_args(["chaos", "run", "rolling-bounce", "--proxy"]).proxy is True
@@ -120,7 +120,7 @@ def test_chaos_run_refuses_network_faults_without_the_proxy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import huddle.chaos.cli
-    from huddle.coordinator.cli import main
+    from huddle.cli import main
 
     # the command points logging at its run dir's harness.log; not this test process's
     monkeypatch.setattr(huddle.chaos.cli, "configure_logging", lambda *a, **k: None)

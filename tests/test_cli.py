@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from huddle.coordinator.cli import (
-    DEFAULT_BOOTSTRAP,
-    SERVE_FLAGS,
-    UsageError,
-    bootstrap_of,
-    main,
-    parse_args,
-    serve_settings,
-)
+from huddle.cli import main, parse_args
+from huddle.cli.admin import DEFAULT_BOOTSTRAP, bootstrap_of
+from huddle.cli.serve import SERVE_FLAGS, serve_settings
+from huddle.cli.usage import UsageError
 from huddle.coordinator.config import GroupConfig, ServerConfig
 
 HUDDLE = Path(sys.executable).with_name("huddle")
@@ -233,7 +228,7 @@ async def test_admin_commands(bootstrap: str, capsys: pytest.CaptureFixture[str]
 def huddle_argv(*argv: str) -> list[str]:
     if HUDDLE.exists():
         return [str(HUDDLE), *argv]
-    return [sys.executable, "-m", "huddle.coordinator.cli", *argv]
+    return [sys.executable, "-m", "huddle", *argv]
 
 
 def run_huddle(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -337,5 +332,5 @@ def test_serve_with_a_bad_environment_value_exits_2() -> None:
 def test_the_cli_does_not_load_pyspark() -> None:
     """`huddle serve` runs in the container image, which has no PySpark: only `huddle
     report` may load it."""
-    code = "import sys, huddle.coordinator.cli; sys.exit('pyspark' in sys.modules)"
+    code = "import sys, huddle.cli; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

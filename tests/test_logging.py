@@ -1,4 +1,4 @@
-"""coordinator.logging: JSON lines or console output, levels, context, stdlib records."""
+"""huddle.logs: JSON lines or console output, levels, context, stdlib records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from huddle.coordinator.logging import configure_logging, parse_level
+from huddle.logs import configure_logging, parse_level
 
 
 @pytest.fixture(autouse=True)

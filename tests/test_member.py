@@ -13,6 +13,7 @@ import anyio.abc
 import pytest
 
 from huddle.chaos.proxy import fault_proxy
+from huddle.cli.admin import render_group
 from huddle.client import (
     Admin,
     CommitFailedError,
@@ -23,7 +24,6 @@ from huddle.client import (
 )
 from huddle.client.describe import compact
 from huddle.client.running import MemberTask
-from huddle.coordinator.admin_commands import render_group
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import HuddleError
 from tests.helpers import FAST_GROUP, fast_server_config, running_server, settled, wait_until

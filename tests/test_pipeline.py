@@ -11,7 +11,6 @@ unavailable for exactly 1.5 s.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -22,8 +21,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from huddle.cli import parse_args
 from huddle.pipeline.analysis import RunAnalysis, analyse
-from huddle.pipeline.cli import add_report_parser, run_report
+from huddle.pipeline.cli import run_report
 from huddle.pipeline.compare import write_comparison
 from huddle.pipeline.report import write_report
 from huddle.pipeline.spark import build_session
@@ -348,16 +348,13 @@ def test_comparison_across_runs(
 
 
 def test_cli_parser() -> None:
-    parser = argparse.ArgumentParser()
-    add_report_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["report", "a", "b", "--gap-ms", "50", "--master", "spark://h:7077"])
+    args = parse_args(["report", "a", "b", "--gap-ms", "50", "--master", "spark://h:7077"])
     assert (args.run_dirs, args.gap_ms, args.master) == (
         [Path("a"), Path("b")],
         50.0,
         "spark://h:7077",
     )
-    assert args.handler is run_report
-    assert run_report(parser.parse_args(["report", "/nonexistent-run"])) == 2
+    assert run_report(parse_args(["report", "/nonexistent-run"])) == 2
 
 
 @pytest.mark.e2e

@@ -1,9 +1,6 @@
 """``huddle chaos``: run a chaos scenario (``run``) or list the built-in ones (``list``).
 
-The lead wires it into ``coordinator/cli.py``::
-
-    add_chaos_parser(commands)          # in build_parser()
-    if args.command == "chaos": return run_chaos(args)   # in main()
+``add_arguments`` and ``run`` are what the ``huddle`` command (``huddle.cli``) dispatches to.
 """
 
 from __future__ import annotations
@@ -11,20 +8,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from huddle.chaos.harness import RunSettings, run
+from huddle.chaos.harness import RunSettings
+from huddle.chaos.harness import run as run_scenario
 from huddle.chaos.protocols import ProtocolOptions, protocol_names
 from huddle.chaos.scenarios import BUILT_IN, Scenario, ScenarioError, Shape, built_in, load
-from huddle.coordinator.logging import configure_logging
+from huddle.logs import configure_logging
 
 
-def add_chaos_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``chaos run`` and ``chaos list`` to the ``huddle`` subcommands."""
-    chaos: argparse.ArgumentParser = subparsers.add_parser(
-        "chaos", help="run fault-injection scenarios against real member processes"
-    )
+def add_arguments(chaos: argparse.ArgumentParser) -> None:
+    """``chaos run`` and ``chaos list``."""
     actions = chaos.add_subparsers(dest="chaos_action", metavar="ACTION", required=True)
     actions.add_parser("list", help="list the built-in scenarios")
     r = actions.add_parser(
@@ -59,7 +54,6 @@ def add_chaos_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="members connect through the fault proxy (default: only for network faults)",
     )
-    return chaos
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -75,7 +69,7 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def run_chaos(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if args.chaos_action == "list":
         shape = Shape(duration=30.0, members=3)
         for name, build in BUILT_IN.items():
@@ -117,7 +111,7 @@ def run_chaos(args: argparse.Namespace) -> int:
         proxy=args.proxy,
     )
     try:
-        result = run(settings, scenario, _print)
+        result = run_scenario(settings, scenario, _print)
     except ScenarioError as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 2
@@ -125,14 +119,3 @@ def run_chaos(args: argparse.Namespace) -> int:
         log_file.close()
     _print(f"{result.outcome}: {result.faults} faults, events in {run_dir / 'events'}")
     return result.exit_code
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m chaos.cli run ...`` until the lead wires ``huddle chaos``."""
-    parser = argparse.ArgumentParser(prog="huddle")
-    add_chaos_parser(parser.add_subparsers(dest="command", required=True))
-    return run_chaos(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -83,7 +83,7 @@ class RunResult:
 
 def _huddle_argv() -> list[str]:
     script = Path(sys.executable).with_name("huddle")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "huddle.coordinator.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "huddle"]
 
 
 class Harness:

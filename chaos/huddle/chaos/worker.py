@@ -26,7 +26,7 @@ from huddle.chaos.protocols import ProtocolOptions, build_assignor
 from huddle.chaos.workload import Workload
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
-from huddle.coordinator.logging import configure_logging
+from huddle.logs import configure_logging
 from huddle.protocol.embedded import TopicPartition
 
 log = structlog.get_logger("huddle.chaos.worker")

@@ -1,23 +1,16 @@
-"""``huddle report RUN_DIR...``: the lead wires ``add_report_parser`` into coordinator.cli."""
+"""``huddle report RUN_DIR...``: the arguments and the run (``huddle.cli.report`` dispatches)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from huddle.pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
 
 
-def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``report`` command to an ``argparse`` subparsers object."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "report",
-        help="analyse chaos runs' event logs with PySpark",
-        description="Ownership, unavailability, rebalances and safety checks of chaos runs; "
-        "writes RUN_DIR/report/ (Parquet tables, summary.json, report.md, PNGs).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``huddle report``; importable without PySpark."""
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--master", default=DEFAULT_MASTER, help="Spark master URL")
     parser.add_argument(
@@ -34,8 +27,6 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="where the comparison of several runs goes (default: <first run>/../comparison)",
     )
-    parser.set_defaults(handler=run_report)
-    return parser
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -68,14 +59,3 @@ def run_report(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 1 if any(s["violations_total"] for s in summaries) else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="huddle-report")
-    add_report_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *(argv if argv is not None else sys.argv[1:])])
-    return run_report(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

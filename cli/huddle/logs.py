@@ -1,8 +1,11 @@
-"""Log set-up for the coordinator process: structlog, JSON lines or a console renderer.
+"""Log set-up for huddle's processes (the coordinator, chaos harness and workers): structlog,
+JSON lines or a console renderer.
 
 Library code never configures logging; it takes a logger with
 ``structlog.get_logger("huddle.<module>")`` and logs one stable snake_case event name per
-thing that happens. The ``huddle serve`` entry point calls ``configure_logging`` once.
+thing that happens. The entry points (``huddle serve``, ``huddle chaos``, the chaos worker)
+call ``configure_logging`` once. This module imports no other part of huddle: every layer
+may use it.
 
 Records from the standard library's ``logging`` (asyncio's own complaints, for instance)
 are rendered the same way, so stderr carries one format only.

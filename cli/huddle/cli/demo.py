@@ -8,30 +8,33 @@ against its own coordinator, then the PySpark report comparing them. About 3 min
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from huddle.chaos.harness import RunSettings
 from huddle.chaos.harness import run as run_chaos
 from huddle.chaos.protocols import ProtocolOptions
 from huddle.chaos.scenarios import BUILT_IN, Shape
-from huddle.coordinator.logging import configure_logging
+from huddle.cli.report import missing_extra
+from huddle.logs import configure_logging
 
 PROTOCOLS = ("range", "cooperative-sticky", "cooperative-deferred")
 
 
-def add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = subparsers.add_parser(
-        "demo",
-        help="rolling bounce with eager, cooperative and deferred protocols, and the report",
-    )
+def add_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--members", type=int, default=6)
     demo.add_argument("--partitions", type=int, default=60)
     demo.add_argument("--duration", type=float, default=30.0, help="seconds per protocol")
     demo.add_argument("--run-dir", type=Path, default=None, help="default: runs/demo-<time>")
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    problem = missing_extra("huddle demo")  # before minutes of runs, not after them
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     from huddle.pipeline.analysis import analyse
     from huddle.pipeline.compare import write_comparison
     from huddle.pipeline.report import write_report

@@ -1,45 +1,27 @@
-"""The ``huddle`` command: ``serve`` the coordinator, ``ping`` it, manage topics, inspect groups.
+"""``huddle serve``: run the coordinator with settings from flags, environment and defaults.
 
-Settings of ``huddle serve`` come from flags, else from ``HUDDLE_<FLAG>`` environment
-variables (``--max-group-size`` <- ``HUDDLE_MAX_GROUP_SIZE``), else from the defaults in
-``huddle.coordinator.config``. Building the configuration is pure (``parse_args`` and
-``serve_settings`` take the argv and the environment) so it is tested without a process.
-
-Exit codes: 0 success, 1 a failure at run time (unreachable coordinator, an error the
-coordinator reported, an address already in use), 2 a usage or configuration mistake.
+Settings come from flags, else from ``HUDDLE_<FLAG>`` environment variables
+(``--max-group-size`` <- ``HUDDLE_MAX_GROUP_SIZE``), else from the defaults in
+``huddle.coordinator.config``. Building the configuration is pure (``serve_settings`` takes
+the parsed arguments and the environment) so it is tested without a process. This module
+imports the coordinator only; the server itself loads when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import anyio
-
-from huddle.chaos.cli import add_chaos_parser, run_chaos
-from huddle.chaos.demo import add_demo_parser, run_demo
-from huddle.client.connection import ConnectionClosedError, connect, parse_bootstrap
-from huddle.coordinator.admin_commands import run_admin_command
+from huddle.cli.usage import ENV_PREFIX, UsageError
 from huddle.coordinator.config import GroupConfig, ServerConfig
-from huddle.coordinator.logging import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
-from huddle.pipeline.cli import add_report_parser
-from huddle.protocol.errors import HuddleError
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
-ENV_PREFIX = "HUDDLE_"
+from huddle.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-
-
-class UsageError(Exception):
-    """A mistake in the command line or the environment: one line, exit code 2."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,18 +166,7 @@ class ServeSettings:
 # --- parsing ----------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="huddle", description="A group coordinator for cooperative rebalancing."
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    serve = commands.add_parser(
-        "serve",
-        help="run the coordinator",
-        description="Run the coordinator until SIGTERM or SIGINT. Every flag can also be set "
-        "with a HUDDLE_<FLAG> environment variable, e.g. HUDDLE_PORT=9393; flags win.",
-    )
+def add_arguments(serve: argparse.ArgumentParser) -> None:
     for spec in SERVE_FLAGS:
         help_text = f"{spec.help} [env {spec.env}]"
         if spec.kind == "bool":
@@ -210,51 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             kind: Callable[[str], object] = int if spec.kind == "int" else str
             serve.add_argument(f"--{spec.flag}", type=kind, default=None, help=help_text)
-
-    ping = commands.add_parser("ping", help="check that a coordinator answers a handshake")
-    _add_client_flags(ping, json_flag=False)
-
-    topics = commands.add_parser("topics", help="create, alter, delete and list topics")
-    topic_commands = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
-    for action, help_text in (("create", "create a topic"), ("alter", "set a partition count")):
-        sub = topic_commands.add_parser(action, help=help_text)
-        sub.add_argument("name", help="topic name")
-        sub.add_argument("--partitions", type=int, required=True, help="number of partitions")
-        _add_client_flags(sub)
-    delete = topic_commands.add_parser("delete", help="delete a topic")
-    delete.add_argument("name", help="topic name")
-    _add_client_flags(delete)
-    _add_client_flags(topic_commands.add_parser("list", help="list topics"))
-
-    groups = commands.add_parser("groups", help="list and describe groups")
-    group_commands = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
-    _add_client_flags(group_commands.add_parser("list", help="list groups"))
-    describe = group_commands.add_parser("describe", help="describe a group and its members")
-    describe.add_argument("group", help="group id")
-    _add_client_flags(describe)
-
-    add_chaos_parser(commands)
-    add_report_parser(commands)
-    add_demo_parser(commands)
-    return parser
-
-
-def _add_client_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-    parser.add_argument(
-        "--bootstrap",
-        default=None,
-        help=f"coordinator HOST:PORT (default {DEFAULT_BOOTSTRAP}) [env HUDDLE_BOOTSTRAP]",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the coordinator"
-    )
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse a command line; argparse itself reports usage errors (exit 2)."""
-    return build_parser().parse_args(argv)
 
 
 def _from_env(spec: ServeFlag, raw: str) -> object:
@@ -296,16 +222,6 @@ def serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Serv
     return ServeSettings(config, log.get("format", "auto"), log.get("level", "info"))
 
 
-def bootstrap_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
-    """``--bootstrap``, else ``HUDDLE_BOOTSTRAP``, else 127.0.0.1:9292; UsageError if bad."""
-    bootstrap = args.bootstrap or environ.get("HUDDLE_BOOTSTRAP") or DEFAULT_BOOTSTRAP
-    try:
-        parse_bootstrap(bootstrap)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return str(bootstrap)
-
-
 # --- running ----------------------------------------------------------------------------
 
 
@@ -332,74 +248,10 @@ def run_serve(settings: ServeSettings) -> int:
     return 0
 
 
-def _os_reason(exc: OSError) -> str:
-    """'connection refused' rather than 'All connection attempts failed'."""
-    current: BaseException | None = exc
-    while current is not None:
-        if isinstance(current, socket.gaierror):
-            return str(current.strerror or current).lower()
-        if isinstance(current, OSError) and current.errno:
-            return os.strerror(current.errno).lower()
-        current = current.__cause__
-    return str(exc).lower()
-
-
-async def _ping(bootstrap: str, wait_s: float) -> str:
-    async with connect(bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False) as conn:
-        return f"ok huddle protocol v{conn.server_version} at {bootstrap}"
-
-
-def run_client_command(args: argparse.Namespace, bootstrap: str) -> int:
-    """Run ping / topics / groups; print the result; one error line and exit 1 on failure."""
-    timeout = float(args.timeout)
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
-        if args.command == "ping":
-            output = anyio.run(_ping, bootstrap, timeout)
-        else:
-            output = anyio.run(run_admin_command, args, bootstrap, timeout)
-    except HuddleError as exc:
-        print(f"huddle: {exc.message} ({exc.code.name})", file=sys.stderr)
-        return 1
-    except ConnectionClosedError as exc:
-        print(f"huddle: connection to {bootstrap} closed: {exc.message}", file=sys.stderr)
-        return 1
-    except TimeoutError:
-        print(f"huddle: no answer from {bootstrap} within {timeout:g} s", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"huddle: cannot connect to {bootstrap}: {_os_reason(exc)}", file=sys.stderr)
-        return 1
-    if output:
-        print(output)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    args = parse_args(argv)
-    env = os.environ if environ is None else environ
-    if args.command == "chaos":
-        return run_chaos(args)
-    if args.command == "demo":
-        return run_demo(args)
-    if args.command == "report":
-        from huddle.pipeline.cli import run_report  # PySpark loads only for this command
-
-        return run_report(args)
-    try:
-        if args.command == "serve":
-            settings = serve_settings(args, env)
-        else:
-            bootstrap = bootstrap_of(args, env)
+        settings = serve_settings(args, environ)
     except UsageError as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 2
-    try:
-        if args.command == "serve":
-            return run_serve(settings)
-        return run_client_command(args, bootstrap)
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run_serve(settings)

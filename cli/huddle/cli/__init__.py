@@ -1,0 +1,108 @@
+"""The ``huddle`` command: parse the command line and dispatch to one subcommand.
+
+This is the top layer of huddle. It imports a subcommand's module only when that subcommand
+runs, so ``huddle serve`` loads the coordinator and nothing of the member library, the chaos
+harness or the pipeline (and the container image, which has no PySpark, never needs it).
+
+Each subcommand's module offers ``add_arguments(parser)`` and ``run(args, environ) -> int``.
+Exit codes: 0 success, 1 a failure at run time (unreachable coordinator, an error the
+coordinator reported, an address already in use), 2 a usage or configuration mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+__all__ = ["COMMANDS", "build_parser", "main", "parse_args"]
+
+
+AddArguments = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace, Mapping[str, str]], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    help: str
+    module: str  # imported only when this subcommand runs
+    description: str | None = None
+    add: str = "add_arguments"  # the module's function that adds the arguments
+    run: str = "run"  # the module's function that runs the command
+
+    def arguments(self) -> AddArguments:
+        return cast(AddArguments, getattr(importlib.import_module(self.module), self.add))
+
+    def runner(self) -> Run:
+        return cast(Run, getattr(importlib.import_module(self.module), self.run))
+
+
+COMMANDS: dict[str, Command] = {
+    "serve": Command(
+        "run the coordinator",
+        "huddle.cli.serve",
+        "Run the coordinator until SIGTERM or SIGINT. Every flag can also be set with a "
+        "HUDDLE_<FLAG> environment variable, e.g. HUDDLE_PORT=9393; flags win.",
+    ),
+    "ping": Command(
+        "check that a coordinator answers a handshake", "huddle.cli.admin", add="add_ping"
+    ),
+    "topics": Command(
+        "create, alter, delete and list topics", "huddle.cli.admin", add="add_topics"
+    ),
+    "groups": Command("list and describe groups", "huddle.cli.admin", add="add_groups"),
+    "chaos": Command(
+        "run fault-injection scenarios against real member processes", "huddle.chaos.cli"
+    ),
+    "report": Command(
+        "analyse chaos runs' event logs with PySpark",
+        "huddle.cli.report",
+        "Ownership, unavailability, rebalances and safety checks of chaos runs; writes "
+        "RUN_DIR/report/ (Parquet tables, summary.json, report.md, PNGs).",
+    ),
+    "demo": Command(
+        "rolling bounce with eager, cooperative and deferred protocols, and the report",
+        "huddle.cli.demo",
+    ),
+}
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; only the subcommand named in ``argv`` gets (and imports) its arguments."""
+    parser = argparse.ArgumentParser(
+        prog="huddle", description="A group coordinator for cooperative rebalancing."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = _chosen(argv)
+    for name, command in COMMANDS.items():
+        sub = commands.add_parser(name, help=command.help, description=command.description)
+        if name == chosen:
+            command.arguments()(sub)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse a command line; argparse itself reports usage errors (exit 2)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    return build_parser(words).parse_args(words)
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = parse_args(argv)
+    env = os.environ if environ is None else environ
+    try:
+        return COMMANDS[args.command].runner()(args, env)
+    except KeyboardInterrupt:
+        return 130

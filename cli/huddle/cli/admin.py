@@ -1,0 +1,222 @@
+"""``huddle ping``, ``huddle topics ...`` and ``huddle groups ...``: the member library's
+``Admin`` against a running coordinator; render the result.
+
+The coordinator is ``--bootstrap``, else ``HUDDLE_BOOTSTRAP``, else 127.0.0.1:9292. Human
+output is plain aligned tables; ``--json`` gives one JSON document on one line. A failure
+prints one line on stderr and exits 1; a bad bootstrap address exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+
+import anyio
+import msgspec
+
+from huddle.cli.usage import UsageError
+from huddle.client.admin import Admin
+from huddle.client.connection import ConnectionClosedError, connect, parse_bootstrap
+from huddle.client.describe import GroupView, compact
+from huddle.protocol.errors import HuddleError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
+
+
+# --- arguments --------------------------------------------------------------------------
+
+
+def _add_client_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        default=None,
+        help=f"coordinator HOST:PORT (default {DEFAULT_BOOTSTRAP}) [env HUDDLE_BOOTSTRAP]",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the coordinator"
+    )
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_ping(ping: argparse.ArgumentParser) -> None:
+    _add_client_flags(ping, json_flag=False)
+
+
+def add_topics(topics: argparse.ArgumentParser) -> None:
+    topic_commands = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, help_text in (("create", "create a topic"), ("alter", "set a partition count")):
+        sub = topic_commands.add_parser(action, help=help_text)
+        sub.add_argument("name", help="topic name")
+        sub.add_argument("--partitions", type=int, required=True, help="number of partitions")
+        _add_client_flags(sub)
+    delete = topic_commands.add_parser("delete", help="delete a topic")
+    delete.add_argument("name", help="topic name")
+    _add_client_flags(delete)
+    _add_client_flags(topic_commands.add_parser("list", help="list topics"))
+
+
+def add_groups(groups: argparse.ArgumentParser) -> None:
+    group_commands = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _add_client_flags(group_commands.add_parser("list", help="list groups"))
+    describe = group_commands.add_parser("describe", help="describe a group and its members")
+    describe.add_argument("group", help="group id")
+    _add_client_flags(describe)
+
+
+def bootstrap_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+    """``--bootstrap``, else ``HUDDLE_BOOTSTRAP``, else 127.0.0.1:9292; UsageError if bad."""
+    bootstrap = args.bootstrap or environ.get("HUDDLE_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return str(bootstrap)
+
+
+# --- running ----------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Run ping / topics / groups; print the result; one error line and exit 1 on failure."""
+    try:
+        bootstrap = bootstrap_of(args, environ)
+    except UsageError as exc:
+        print(f"huddle: {exc}", file=sys.stderr)
+        return 2
+    timeout = float(args.timeout)
+    try:
+        if args.command == "ping":
+            output = anyio.run(_ping, bootstrap, timeout)
+        else:
+            output = anyio.run(run_admin_command, args, bootstrap, timeout)
+    except HuddleError as exc:
+        print(f"huddle: {exc.message} ({exc.code.name})", file=sys.stderr)
+        return 1
+    except ConnectionClosedError as exc:
+        print(f"huddle: connection to {bootstrap} closed: {exc.message}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print(f"huddle: no answer from {bootstrap} within {timeout:g} s", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"huddle: cannot connect to {bootstrap}: {_os_reason(exc)}", file=sys.stderr)
+        return 1
+    if output:
+        print(output)
+    return 0
+
+
+def _os_reason(exc: OSError) -> str:
+    """'connection refused' rather than 'All connection attempts failed'."""
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, socket.gaierror):
+            return str(current.strerror or current).lower()
+        if isinstance(current, OSError) and current.errno:
+            return os.strerror(current.errno).lower()
+        current = current.__cause__
+    return str(exc).lower()
+
+
+async def _ping(bootstrap: str, wait_s: float) -> str:
+    async with connect(bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False) as conn:
+        return f"ok huddle protocol v{conn.server_version} at {bootstrap}"
+
+
+# --- rendering --------------------------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns separated by two spaces; trailing spaces trimmed."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+def to_json(value: object) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def render_group(group: GroupView) -> str:
+    protocol = "/".join(p for p in (group.protocol_type, group.protocol) if p) or "-"
+    head = format_table(
+        ("group", group.group_id),
+        [
+            ("state", group.state or "-"),
+            ("generation", group.generation),
+            ("protocol", protocol),
+            ("leader", group.leader or "-"),
+            ("members", len(group.members)),
+        ],
+    )
+    if not group.members:
+        return head
+    members = format_table(
+        ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "TOPICS", "OWNED", "ASSIGNED"),
+        [
+            (
+                m.member_id,
+                m.group_instance_id or "-",
+                m.client_id or "-",
+                m.client_host or "-",
+                ",".join(m.topics) or "-",
+                compact(m.owned),
+                compact(m.assigned),
+            )
+            for m in group.members
+        ],
+    )
+    return f"{head}\n\n{members}"
+
+
+async def run_admin_command(args: argparse.Namespace, bootstrap: str, wait_s: float) -> str:
+    """Run one topics/groups command against ``bootstrap``; return what to print.
+
+    ``wait_s`` bounds connecting and each request.
+    """
+    as_json = bool(getattr(args, "json", False))
+    async with Admin(bootstrap, client_id="huddle-cli", timeout=wait_s) as admin:
+        match (args.command, args.action):
+            case ("topics", "create"):
+                await admin.create_topic(args.name, args.partitions)
+                if as_json:
+                    return to_json({"name": args.name, "partitions": args.partitions})
+                return f'created topic "{args.name}" with {args.partitions} partitions'
+            case ("topics", "alter"):
+                await admin.alter_topic(args.name, args.partitions)
+                if as_json:
+                    return to_json({"name": args.name, "partitions": args.partitions})
+                return f'topic "{args.name}" now has {args.partitions} partitions'
+            case ("topics", "delete"):
+                await admin.delete_topic(args.name)
+                if as_json:
+                    return to_json({"name": args.name, "deleted": True})
+                return f'deleted topic "{args.name}"'
+            case ("topics", "list"):
+                topics = await admin.list_topics()
+                if as_json:
+                    return to_json([{"name": n, "partitions": p} for n, p in topics.items()])
+                if not topics:
+                    return "no topics"
+                return format_table(("TOPIC", "PARTITIONS"), list(topics.items()))
+            case ("groups", "list"):
+                groups = await admin.list_groups()
+                if as_json:
+                    return to_json(groups)
+                if not groups:
+                    return "no groups"
+                return format_table(
+                    ("GROUP", "PROTOCOL-TYPE", "STATE"),
+                    [(g.group_id, g.protocol_type or "-", g.state or "-") for g in groups],
+                )
+            case ("groups", "describe"):
+                group = await admin.describe(args.group)
+                return to_json(group) if as_json else render_group(group)
+    raise ValueError(f"unknown command {args.command} {args.action}")
