@@ -41,7 +41,7 @@ from bench.rawclient import (
     pin_to_cpu,
     server_process,
 )
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.framing import ClientCodec, FrameReader, frame_header
 from huddle.protocol.messages import Call, HeartbeatRequest, HeartbeatResponse, Reply
 
@@ -152,7 +152,7 @@ def huddle_checker() -> Checker:
             return "UNDECODABLE"
         if isinstance(frame, Reply) and isinstance(frame.response, HeartbeatResponse):
             code = frame.response.error_code
-            return None if code == ErrorCode.NONE else code.name
+            return None if code == ErrorCode.NONE else error_name(code)
         if isinstance(frame, Reply):
             return type(frame.response).__name__
         return type(frame).__name__

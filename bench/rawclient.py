@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import (
     PROTOCOL_VERSION,
@@ -343,7 +343,7 @@ class RawConnection(asyncio.Protocol):
         self.write(self.codec.encode(Handshake(version=PROTOCOL_VERSION, client_id=client_id)))
         result = await asyncio.wait_for(self._hello, timeout)
         if result.error_code != E.NONE:
-            raise CallFailed(f"handshake refused: {result.error_code.name}")
+            raise CallFailed(f"handshake refused: {error_name(result.error_code)}")
 
     async def close(self) -> None:
         if self.transport is not None:
@@ -436,8 +436,9 @@ class SimMember:
             self.rejoin_from = max(self.rejoin_from, notice.generation_id)
             self.rejoin.set()
 
-    def _error(self, code: ErrorCode) -> None:
-        self.errors[code.name] = self.errors.get(code.name, 0) + 1
+    def _error(self, code: int) -> None:
+        name = error_name(code)
+        self.errors[name] = self.errors.get(name, 0) + 1
 
     def _join_request(self) -> JoinGroupRequest:
         s = self.settings
@@ -466,7 +467,7 @@ class SimMember:
                     self.member_id = ""
                 if code in (E.REBALANCE_IN_PROGRESS, E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
                     continue
-                raise CallFailed(f"JoinGroup failed: {code.name}: {joined.error_message}")
+                raise CallFailed(f"JoinGroup failed: {error_name(code)}: {joined.error_message}")
             self.generation = joined.generation_id
             self.leader = joined.leader
             if self.rejoin_from < self.generation:

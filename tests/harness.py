@@ -179,7 +179,7 @@ class Driver:
         *,
         group: str = "g",
         instance: str | None = None,
-    ) -> ErrorCode:
+    ) -> int:
         cid = self.send(
             conn,
             HeartbeatRequest(

@@ -89,7 +89,7 @@ class RawMember:
         response = await self.conn.call(request, SyncGroupResponse, timeout=10)
         return response.assignment
 
-    async def heartbeat(self) -> ErrorCode:
+    async def heartbeat(self) -> int:
         request = HeartbeatRequest(
             group_id=self.group,
             generation_id=self.generation,

@@ -61,7 +61,7 @@ def list_topics(d: Driver, names: list[str] | None = None) -> list[TopicMetadata
     return response.topics
 
 
-def codes(response: CreateTopicsResponse | AlterTopicsResponse | DeleteTopicsResponse) -> list[E]:
+def codes(response: CreateTopicsResponse | AlterTopicsResponse | DeleteTopicsResponse) -> list[int]:
     return [t.error_code for t in response.topics]
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from huddle.protocol.errors import HuddleError
+
 MEMBER_ACTIONS: Final = frozenset({"start", "kill", "sigterm", "sigstop", "sigcont"})
 GROUP_ACTIONS: Final = frozenset({"scale_up", "scale_down"})
 COORDINATOR_ACTIONS: Final = frozenset({"coordinator_kill", "coordinator_start"})
@@ -35,7 +37,7 @@ NET_ACTIONS: Final = frozenset(
 ACTIONS: Final = MEMBER_ACTIONS | GROUP_ACTIONS | COORDINATOR_ACTIONS | NET_ACTIONS
 
 
-class ScenarioError(ValueError):
+class ScenarioError(HuddleError, ValueError):
     """A scenario that cannot run: unknown name or action, a bad file."""
 
 

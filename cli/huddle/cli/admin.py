@@ -21,7 +21,7 @@ from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin
 from huddle.client.connection import ConnectionClosedError, connect, parse_bootstrap
 from huddle.client.describe import GroupView, compact
-from huddle.protocol.errors import HuddleError
+from huddle.protocol.errors import ServerError, error_name
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
 
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             output = anyio.run(_ping, bootstrap, timeout)
         else:
             output = anyio.run(run_admin_command, args, bootstrap, timeout)
-    except HuddleError as exc:
-        print(f"huddle: {exc.message} ({exc.code.name})", file=sys.stderr)
+    except ServerError as exc:
+        print(f"huddle: {exc.message} ({error_name(exc.error_code)})", file=sys.stderr)
         return 1
     except ConnectionClosedError as exc:
         print(f"huddle: connection to {bootstrap} closed: {exc.message}", file=sys.stderr)

@@ -5,21 +5,29 @@ from huddle.client import Member, Admin, TopicPartition, RebalanceListener
 
 from huddle.client.admin import Admin
 from huddle.client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
-from huddle.client.events import CommitFailedError, MemberFailedError
+from huddle.client.connection import ConnectionClosedError, RequestTimeoutError
+from huddle.client.events import CommitFailedError, MemberFailedError, NotConnectedError
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.client.running import MemberTask
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import ClientError, HuddleError, ServerError
 
 __all__ = [
     "ASSIGNORS",
     "Admin",
     "Assignor",
+    "ClientError",
     "CommitFailedError",
+    "ConnectionClosedError",
+    "HuddleError",
     "Member",
     "MemberFailedError",
     "MemberTask",
+    "NotConnectedError",
     "RebalanceListener",
     "RebalanceProtocol",
+    "RequestTimeoutError",
+    "ServerError",
     "TopicPartition",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import anyio
 import anyio.abc
@@ -22,7 +22,14 @@ import msgspec
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from huddle.protocol.errors import ErrorCode, HuddleError, UnknownServerError, raise_for
+from huddle.protocol.errors import (
+    ClientError,
+    ErrorCode,
+    HuddleError,
+    UnknownServerError,
+    error_name,
+    raise_for,
+)
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES, ClientCodec, FrameReader
 from huddle.protocol.messages import (
     PROTOCOL_VERSION,
@@ -41,18 +48,25 @@ from huddle.protocol.messages import (
 
 log = structlog.get_logger("huddle.client.connection")
 
+# The ``type`` tags of every frame this client knows how to read.
+SERVER_FRAME_TAGS = frozenset(str(member.__struct_config__.tag) for member in get_args(ServerFrame))
+
 DEFAULT_NOTICE_BUFFER = 256
 
 R = TypeVar("R")
 
 
-class ConnectionClosedError(ConnectionError):
+class ConnectionClosedError(ClientError, ConnectionError):
     """The connection to the coordinator is closed; ``error_code`` says why, if it said."""
 
-    def __init__(self, message: str, error_code: ErrorCode | None = None) -> None:
+    def __init__(self, message: str, error_code: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.error_code = error_code
+
+
+class RequestTimeoutError(ClientError, TimeoutError):
+    """No answer within the time the caller gave (the connection stays open)."""
 
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
@@ -90,7 +104,7 @@ class _Waiter:
     def __init__(self) -> None:
         self.event = anyio.Event()
         self.response: Response | None = None
-        self.error: ConnectionClosedError | None = None
+        self.error: HuddleError | None = None
 
 
 class Connection:
@@ -119,7 +133,7 @@ class Connection:
         self._pending: dict[int, _Waiter] = {}
         self._closed = False
         self._close_reason = ""
-        self._close_code: ErrorCode | None = None
+        self._close_code: int | None = None
         self._deliver_notices = notices
         send, receive = anyio.create_memory_object_stream[Notice](max(notice_buffer, 1))
         self._notice_send: MemoryObjectSendStream[Notice] = send
@@ -158,6 +172,9 @@ class Connection:
             with anyio.fail_after(timeout):
                 await self._send(Call(correlation_id=correlation_id, request=request))
                 await waiter.event.wait()
+        except TimeoutError:
+            kind = type(request).__name__
+            raise RequestTimeoutError(f"no answer to {kind} within {timeout:g} s") from None
         finally:
             self._pending.pop(correlation_id, None)
         if waiter.error is not None:
@@ -239,7 +256,8 @@ class Connection:
             bodies, self._early = self._early, []
             while not self._closed:
                 for body in bodies:
-                    stop = self._on_frame(self._codec.decode(body))
+                    frame = self._decode(body)
+                    stop = None if frame is None else self._on_frame(frame)
                     if stop is not None:
                         reason = stop
                         return
@@ -259,6 +277,32 @@ class Connection:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
 
+    def _decode(self, body: bytes) -> ServerFrame | None:
+        """One frame; None for what a newer coordinator may send that this client cannot read.
+
+        A notice of a type this client does not know is logged and skipped. A reply whose
+        response cannot be read fails that one call (UnknownServerError). Anything else that
+        does not decode is a broken stream: the error closes the connection.
+        """
+        try:
+            return self._codec.decode(body)
+        except msgspec.ValidationError as exc:
+            tag = self._codec.tag(body)
+            if tag is None or tag in SERVER_FRAME_TAGS - {"reply"}:
+                raise
+            if tag == "reply":
+                correlation_id = self._codec.correlation_id(body)
+                if correlation_id is None:
+                    raise
+                waiter = self._pending.pop(correlation_id, None)
+                if waiter is not None:
+                    waiter.error = UnknownServerError(f"unreadable reply: {exc}")
+                    waiter.event.set()
+                self._log.warning("reply_unreadable", correlation_id=correlation_id, error=str(exc))
+                return None
+            self._log.info("notice_unknown", notice_type=tag)
+            return None
+
     def _on_frame(self, frame: ServerFrame) -> str | None:
         """Route one frame; a reason to close the connection, or None to go on."""
         if isinstance(frame, Reply):
@@ -270,11 +314,11 @@ class Connection:
             self._close_code = frame.error_code
             self._log.warning(
                 "protocol_error_received",
-                error_code=frame.error_code.name,
+                error_code=error_name(frame.error_code),
                 error_message=frame.error_message,
             )
             self._notice(frame)
-            return f"{frame.error_message} ({frame.error_code.name})"
+            return f"{frame.error_message} ({error_name(frame.error_code)})"
         elif isinstance(frame, HandshakeResult):
             return "unexpected handshake result from the coordinator"
         else:
@@ -298,7 +342,7 @@ class Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 
-    def _mark_closed(self, reason: str, code: ErrorCode | None = None) -> None:
+    def _mark_closed(self, reason: str, code: int | None = None) -> None:
         if self._closed:
             return
         self._closed = True

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ClientError, ErrorCode, HuddleError
 
 
-class MemberFailedError(RuntimeError):
-    """The member hit a fatal error (e.g. FENCED_INSTANCE_ID) and stopped."""
+class MemberFailedError(HuddleError, RuntimeError):
+    """The member stopped: the coordinator answered a fatal error (``code``, e.g.
+    FENCED_INSTANCE_ID), or the application's listener or assignor raised (``code`` is None
+    and the application's exception is ``__cause__``)."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}" if message else code.name)
+    def __init__(self, code: ErrorCode | None, message: str) -> None:
+        named = f"{code.name}: {message}" if code is not None and message else message
+        super().__init__(named or (code.name if code is not None else ""))
         self.code = code
 
 
-class CommitFailedError(RuntimeError):
+class CommitFailedError(HuddleError, RuntimeError):
     """A commit was refused because the member is no longer in the generation it used."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(f"commit refused: {code.name}: {message}")
         self.code = code
+
+
+class NotConnectedError(ClientError):
+    """The member has no connection to the coordinator right now (it is reconnecting)."""
 
 
 class Reconnect(Exception):

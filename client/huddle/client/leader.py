@@ -20,11 +20,12 @@ from huddle.protocol.embedded import (
     encode,
     grouped,
 )
+from huddle.protocol.errors import HuddleError
 
 log = structlog.get_logger("huddle.leader")
 
 
-class AssignmentError(RuntimeError):
+class AssignmentError(HuddleError, RuntimeError):
     """An assignor produced an assignment that would break the group's guarantees."""
 
 

@@ -21,7 +21,7 @@ from huddle.protocol.embedded import (
     encode,
     grouped,
 )
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, to_code
 from huddle.protocol.messages import (
     NO_GENERATION,
     HeartbeatRequest,
@@ -214,7 +214,7 @@ class MemberCore:
         if code == E.REBALANCE_IN_PROGRESS:
             self.state = MemberState.UNJOINED
             return Step(next=Next.JOIN)
-        return self._on_error(code, response.error_message or "")
+        return self._on_error(to_code(code), response.error_message or "")
 
     # --- syncing ---------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ class MemberCore:
             self.state = MemberState.UNJOINED
             return Step(next=Next.JOIN)
         if code != E.NONE:
-            return self._on_error(code, response.error_message or "")
+            return self._on_error(to_code(code), response.error_message or "")
         assignment = decode_assignment(response.assignment)
         assigned = assignment.partitions
         revoked = self.owned - assigned

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
@@ -27,6 +28,7 @@ from huddle.client.events import (
     FellOut,
     HeartbeatAnswer,
     MemberFailedError,
+    NotConnectedError,
     RebalanceNotice,
     Reconnect,
     Rejoin,
@@ -38,7 +40,7 @@ from huddle.client.listener import RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import ErrorCode, error_class
+from huddle.protocol.errors import ErrorCode, raise_for, to_code
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
@@ -228,15 +230,16 @@ class Member:
         response = await self._request(conn, request, OffsetCommitResponse)
         if response.error_code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
             message = response.error_message or ""
-            self._post(FellOut(response.error_code, message, generation))
-            raise CommitFailedError(response.error_code, message)
+            code = to_code(response.error_code)
+            self._post(FellOut(code, message, generation))
+            raise CommitFailedError(code, message)
         if response.error_code != E.NONE:
-            raise error_class(response.error_code)(response.error_message)
+            raise_for(response.error_code, response.error_message)
         self._timer.answered(sent)
         for topic in response.topics:
             for p in topic.partitions:
                 if p.error_code != E.NONE:
-                    raise error_class(p.error_code)(f"{topic.name}-{p.partition}")
+                    raise_for(p.error_code, f"{topic.name}-{p.partition}")
 
     async def committed(
         self, partitions: Iterable[TopicPartition]
@@ -264,7 +267,7 @@ class Member:
             raise RuntimeError("a Member can be entered only once")
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._run)
+        self._tg.start_soon(self._run_guarded)
         self._tg.start_soon(self._watchdog)
         return self
 
@@ -281,6 +284,10 @@ class Member:
             self._join_scope.cancel()  # a held JoinGroup would keep us waiting
         self._post(Rejoin("closing"))
         self._notify()
+        # The body was cancelled by this member's own task group when the member failed
+        # (see _run_guarded): the task group absorbs that, and the failure is raised instead.
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        absorbed = False
         try:
             with anyio.move_on_after(self._core.config.session_timeout_ms / 1000) as scope:
                 while self._core.state is not MemberState.FAILED and not self._closed:
@@ -289,10 +296,34 @@ class Member:
                 self._log.warning("close_timed_out")
         finally:
             self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            if cancelled:
+                absorbed = bool(await self._tg.__aexit__(exc_type, exc, tb))
+            else:
+                await self._tg.__aexit__(None, None, None)
             self._events_in.close()
             self._events.close()
-        return None
+        failure = self._failure
+        if failure is not None and failure.__cause__ is not None and (exc is None or absorbed):
+            raise failure
+        return absorbed or None
+
+    async def _run_guarded(self) -> None:
+        """The main loop; an exception from the application's listener or assignor (or a bug)
+        stops the member with MemberFailedError, its cause chained, instead of tearing the
+        task group (and the application's code inside ``async with``) down with it."""
+        try:
+            await self._run()
+        except Exception as exc:
+            cause = _first_error(exc)
+            failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
+            failure.__cause__ = cause
+            self._log.error("member_failed", error=repr(cause))
+            self._failure = failure
+            self._closed = True
+            self._notify()
+            await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()  # wake an application waiting on anything else
 
     # --- the main loop ---------------------------------------------------------------
 
@@ -495,6 +526,7 @@ class Member:
                 await listener.on_replicas_assigned(standby, warmup)
             except Exception:
                 self._log.exception("listener_failed", callback="on_replicas_assigned")
+                raise  # the member stops: MemberFailedError, this as its cause
 
     async def _call_listener(self, name: str, partitions: frozenset[TopicPartition]) -> None:
         self._log.info(
@@ -504,6 +536,7 @@ class Member:
             await getattr(self._listener, name)(partitions)
         except Exception:
             self._log.exception("listener_failed", callback=name)
+            raise  # the member stops: MemberFailedError, this as its cause
 
     async def _leave(self, conn: Connection) -> None:
         core = self._core
@@ -541,7 +574,7 @@ class Member:
             if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
                 timer.answered(now)
             if code != E.NONE:
-                self._post(HeartbeatAnswer(code, generation))
+                self._post(HeartbeatAnswer(to_code(code), generation))
 
     async def _read_notices(self, conn: Connection) -> None:
         group_id = self._core.config.group_id
@@ -604,7 +637,7 @@ class Member:
 
     def _require_connection(self) -> Connection:
         if self._conn is None:
-            raise error_class(E.COORDINATOR_NOT_AVAILABLE)("the member is not connected")
+            raise NotConnectedError("the member is not connected to the coordinator")
         return self._conn
 
     async def _request(
@@ -643,3 +676,10 @@ class Member:
         counts = {t.name: t.partitions for t in response.topics if t.error_code == E.NONE}
         self._counts.store(topics, counts, now, scope)
         return counts
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

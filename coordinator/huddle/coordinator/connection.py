@@ -18,7 +18,7 @@ import structlog
 from huddle.coordinator.effects import Peer
 from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
 from huddle.protocol.framing import FrameReader, ServerCodec
-from huddle.protocol.messages import ProtocolError, ServerFrame
+from huddle.protocol.messages import PROTOCOL_VERSION, ProtocolError, ServerFrame, known_in
 
 if TYPE_CHECKING:
     from huddle.coordinator.server import CoordinatorServer
@@ -48,6 +48,7 @@ class Connection(asyncio.Protocol):
         "reader",
         "server",
         "transport",
+        "version",
         "write_paused",
     )
 
@@ -61,6 +62,7 @@ class Connection(asyncio.Protocol):
         self.host = ""
         self.peer = Peer(conn_id)
         self.handshaken = False
+        self.version = PROTOCOL_VERSION  # the protocol version its handshake named
         self.closing = False
         self.close_reason = "closed by peer"
         self.write_paused = False
@@ -140,8 +142,15 @@ class Connection(asyncio.Protocol):
     # --- sending and closing ----------------------------------------------------------
 
     def send(self, frame: ServerFrame) -> None:
-        """Queue a frame; the server flushes every connection's queue once per event."""
+        """Queue a frame; the server flushes every connection's queue once per event.
+
+        A message type newer than the connection's protocol version is not sent: the peer
+        could not read it.
+        """
         if self.closing or self.transport is None:
+            return
+        if not known_in(self.version, type(frame)):
+            self.log.debug("frame_withheld", frame=type(frame).__name__, version=self.version)
             return
         if not self.pending:
             self.server._dirty.append(self)

@@ -28,6 +28,7 @@ from typing import Final
 import structlog
 
 from huddle.coordinator.records import Record, decode_frames, encode_frames
+from huddle.protocol.errors import HuddleError
 
 log = structlog.get_logger("huddle.journal")
 
@@ -37,7 +38,7 @@ COMPACT_MIN_RECORDS: Final = 100_000  # never compact a journal smaller than thi
 COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the state
 
 
-class DataDirError(Exception):
+class DataDirError(HuddleError):
     """The data directory cannot be used: not writable, damaged, or in use by another
     coordinator."""
 

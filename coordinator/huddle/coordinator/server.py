@@ -27,7 +27,7 @@ from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing, Peer
 from huddle.coordinator.journal import DataDirError, Journal
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
     SUPPORTED_VERSIONS,
     Call,
@@ -46,7 +46,7 @@ _SWEEP_MAX_S: Final = 1.0
 _ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
 
 
-class ListenError(Exception):
+class ListenError(HuddleError):
     """The server could not bind its listening socket."""
 
 
@@ -321,6 +321,7 @@ class CoordinatorServer:
             conn.close(f"unsupported protocol version {hello.version}")
             return
         conn.handshaken = True
+        conn.version = hello.version
         conn.client_id = hello.client_id
         conn.peer = Peer(conn.conn_id, hello.client_id, conn.host)
         conn.log = conn.log.bind(client_id=hello.client_id)
@@ -507,7 +508,7 @@ async def serve(
         raise StorageFailedError(server.storage_failure)
 
 
-class StorageFailedError(Exception):
+class StorageFailedError(HuddleError):
     """The server stopped by itself: a change could not be kept in its data dir."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from huddle.protocol.errors import HuddleError
+
 
 class GroupState(Enum):
     EMPTY = "Empty"
@@ -29,7 +31,7 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(HuddleError, RuntimeError):
     def __init__(self, group_id: str, source: GroupState, target: GroupState) -> None:
         super().__init__(f"group {group_id!r} cannot go from {source.value} to {target.value}")
         self.source = source

@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import msgspec
 
+from huddle.protocol.errors import HuddleError
+
 SUBSCRIPTION_VERSION = 2
 ASSIGNMENT_VERSION = 2
 
@@ -94,7 +96,7 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
         return flatten(self.revoked)
 
 
-class EmbeddedSchemaError(ValueError):
+class EmbeddedSchemaError(HuddleError, ValueError):
     """Bytes that are not a Subscription or Assignment this member can read."""
 
 

@@ -1,8 +1,17 @@
 """Error codes with Kafka's numbers and names, and the exception family built on them.
 
-One registry: every code maps to one exception class that knows whether the condition is
-retriable. Both sides use it; the client's reaction to each code is written once, against
-these classes, not per request.
+Every exception huddle raises on purpose is a ``HuddleError``. Below it:
+
+* ``ServerError``: the coordinator answered with an error code. One registry maps every code
+  to one subclass that knows its ``code`` and whether the condition is ``retriable``; a code
+  this side does not know becomes ``UnknownServerError`` carrying the number it got
+  (``error_code``). Both sides use the registry; the client's reaction to each code is
+  written once, against these classes, not per request.
+* ``ClientError``: something went wrong on this side: the connection closed, a request timed
+  out (``huddle.client`` defines those).
+
+Codes travel on the wire as plain integers, so a newer peer's code never fails decoding;
+``ErrorCode.of`` turns one into an ``ErrorCode`` at the edge.
 """
 
 from __future__ import annotations
@@ -39,135 +48,172 @@ class ErrorCode(IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
 
+    @classmethod
+    def of(cls, number: int) -> ErrorCode | None:
+        """The code with this number, or None for a number this side does not know."""
+        try:
+            return cls(number)
+        except ValueError:
+            return None
+
+
+def to_code(number: int) -> ErrorCode:
+    """``ErrorCode`` at the edge; a number not known here is UNKNOWN_SERVER_ERROR."""
+    code = ErrorCode.of(number)
+    return code if code is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def error_name(number: int) -> str:
+    """``"REBALANCE_IN_PROGRESS"`` for 27; ``"UNKNOWN_CODE_58"`` for a number not known here."""
+    code = ErrorCode.of(number)
+    return code.name if code is not None else f"UNKNOWN_CODE_{number}"
+
 
 class HuddleError(Exception):
-    """Base of every error that carries an ErrorCode."""
+    """The root of every exception huddle raises on purpose."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ClientError(HuddleError):
+    """Something went wrong on this side (connection closed, timed out), not an answer."""
+
+
+class ServerError(HuddleError):
+    """The coordinator answered with an error code; one subclass per code (the registry)."""
 
     code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN_SERVER_ERROR
     retriable: ClassVar[bool] = False
 
-    def __init__(self, message: str | None = None) -> None:
-        self.message = message or self.code.name.lower().replace("_", " ")
-        super().__init__(f"{self.code.name} ({int(self.code)}): {self.message}")
+    def __init__(self, message: str | None = None, *, error_code: int | None = None) -> None:
+        # the number as received: differs from ``code`` only for UnknownServerError
+        self.error_code = int(self.code) if error_code is None else error_code
+        text = message or self.code.name.lower().replace("_", " ")
+        HuddleError.__init__(self, text)
+        self.args = (f"{error_name(self.error_code)} ({self.error_code}): {text}",)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         _REGISTRY[cls.code] = cls
 
 
-_REGISTRY: dict[ErrorCode, type[HuddleError]] = {}
+_REGISTRY: dict[ErrorCode, type[ServerError]] = {}
 
 
-class UnknownServerError(HuddleError):
+class UnknownServerError(ServerError):
+    """An unexpected server error, or a code this side does not know (see ``error_code``)."""
+
     code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-class CorruptMessageError(HuddleError):
+class CorruptMessageError(ServerError):
     code = ErrorCode.CORRUPT_MESSAGE
 
 
-class UnknownTopicOrPartitionError(HuddleError):
+class UnknownTopicOrPartitionError(ServerError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-class MessageTooLargeError(HuddleError):
+class MessageTooLargeError(ServerError):
     code = ErrorCode.MESSAGE_TOO_LARGE
 
 
-class OffsetMetadataTooLargeError(HuddleError):
+class OffsetMetadataTooLargeError(ServerError):
     code = ErrorCode.OFFSET_METADATA_TOO_LARGE
 
 
-class CoordinatorLoadInProgressError(HuddleError):
+class CoordinatorLoadInProgressError(ServerError):
     code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     retriable = True
 
 
-class CoordinatorNotAvailableError(HuddleError):
+class CoordinatorNotAvailableError(ServerError):
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     retriable = True
 
 
-class NotCoordinatorError(HuddleError):
+class NotCoordinatorError(ServerError):
     code = ErrorCode.NOT_COORDINATOR
     retriable = True
 
 
-class InvalidTopicError(HuddleError):
+class InvalidTopicError(ServerError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
-class IllegalGenerationError(HuddleError):
+class IllegalGenerationError(ServerError):
     code = ErrorCode.ILLEGAL_GENERATION
 
 
-class InconsistentGroupProtocolError(HuddleError):
+class InconsistentGroupProtocolError(ServerError):
     code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
-class InvalidGroupIdError(HuddleError):
+class InvalidGroupIdError(ServerError):
     code = ErrorCode.INVALID_GROUP_ID
 
 
-class UnknownMemberIdError(HuddleError):
+class UnknownMemberIdError(ServerError):
     code = ErrorCode.UNKNOWN_MEMBER_ID
 
 
-class InvalidSessionTimeoutError(HuddleError):
+class InvalidSessionTimeoutError(ServerError):
     code = ErrorCode.INVALID_SESSION_TIMEOUT
 
 
-class RebalanceInProgressError(HuddleError):
+class RebalanceInProgressError(ServerError):
     code = ErrorCode.REBALANCE_IN_PROGRESS
 
 
-class UnsupportedVersionError(HuddleError):
+class UnsupportedVersionError(ServerError):
     code = ErrorCode.UNSUPPORTED_VERSION
 
 
-class TopicAlreadyExistsError(HuddleError):
+class TopicAlreadyExistsError(ServerError):
     code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
-class InvalidPartitionsError(HuddleError):
+class InvalidPartitionsError(ServerError):
     code = ErrorCode.INVALID_PARTITIONS
 
 
-class InvalidRequestError(HuddleError):
+class InvalidRequestError(ServerError):
     code = ErrorCode.INVALID_REQUEST
 
 
-class PolicyViolationError(HuddleError):
+class PolicyViolationError(ServerError):
     code = ErrorCode.POLICY_VIOLATION
 
 
-class KafkaStorageError(HuddleError):
+class KafkaStorageError(ServerError):
     """The coordinator could not write a change to its data directory; try again."""
 
     code = ErrorCode.KAFKA_STORAGE_ERROR
     retriable = True
 
 
-class GroupIdNotFoundError(HuddleError):
+class GroupIdNotFoundError(ServerError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
 
 
-class MemberIdRequiredError(HuddleError):
+class MemberIdRequiredError(ServerError):
     code = ErrorCode.MEMBER_ID_REQUIRED
 
 
-class GroupMaxSizeReachedError(HuddleError):
+class GroupMaxSizeReachedError(ServerError):
     code = ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
-class FencedInstanceIdError(HuddleError):
+class FencedInstanceIdError(ServerError):
     code = ErrorCode.FENCED_INSTANCE_ID
 
 
 assert set(_REGISTRY) == set(ErrorCode) - {ErrorCode.NONE}, "every code needs an exception class"
 
 
-def error_class(code: ErrorCode | int) -> type[HuddleError]:
+def error_class(code: ErrorCode | int) -> type[ServerError]:
     """The exception class for a code; unknown numbers map to UnknownServerError."""
     try:
         return _REGISTRY[ErrorCode(code)]
@@ -182,4 +228,4 @@ def raise_for(code: ErrorCode | int, message: str | None = None) -> None:
     cls = error_class(code)
     if cls is UnknownServerError and code != ErrorCode.UNKNOWN_SERVER_ERROR:
         message = f"unknown error code {int(code)}" + (f": {message}" if message else "")
-    raise cls(message)
+    raise cls(message, error_code=int(code))

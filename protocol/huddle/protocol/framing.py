@@ -12,7 +12,7 @@ import struct
 import msgspec
 
 from huddle.protocol.errors import CorruptMessageError, MessageTooLargeError
-from huddle.protocol.messages import CallId, ClientFrame, Message, ServerFrame
+from huddle.protocol.messages import CallId, ClientFrame, Message, ServerFrame, Tagged
 
 HEADER_SIZE = 4
 _HEADER = struct.Struct(">I")
@@ -70,10 +70,26 @@ class FrameReader:
 
 
 class _Codec:
-    __slots__ = ("_encoder",)
+    __slots__ = ("_call_id", "_encoder", "_tagged")
 
     def __init__(self) -> None:
         self._encoder = msgspec.msgpack.Encoder()
+        self._call_id = msgspec.msgpack.Decoder(CallId)
+        self._tagged = msgspec.msgpack.Decoder(Tagged)
+
+    def correlation_id(self, body: bytes) -> int | None:
+        """The correlation id of a call or reply whose content did not validate, if readable."""
+        try:
+            return self._call_id.decode(body).correlation_id
+        except msgspec.MsgspecError:
+            return None
+
+    def tag(self, body: bytes) -> str | None:
+        """The ``type`` of a frame body that did not validate, if it can be read."""
+        try:
+            return self._tagged.decode(body).type
+        except msgspec.MsgspecError:
+            return None
 
     def encode(self, message: Message) -> bytes:
         """One whole frame (header and body) for a message."""
@@ -91,23 +107,15 @@ class _Codec:
 class ServerCodec(_Codec):
     """The coordinator's side: decodes client frames, encodes server frames."""
 
-    __slots__ = ("_call_id", "_decoder")
+    __slots__ = ("_decoder",)
 
     def __init__(self) -> None:
         super().__init__()
         self._decoder: msgspec.msgpack.Decoder[ClientFrame] = msgspec.msgpack.Decoder(ClientFrame)
-        self._call_id = msgspec.msgpack.Decoder(CallId)
 
     def decode(self, body: bytes) -> ClientFrame:
         """Raises msgspec.DecodeError (not msgpack) or msgspec.ValidationError (wrong shape)."""
         return self._decoder.decode(body)
-
-    def correlation_id(self, body: bytes) -> int | None:
-        """The correlation id of a call whose request did not validate, if it can be read."""
-        try:
-            return self._call_id.decode(body).correlation_id
-        except msgspec.MsgspecError:
-            return None
 
 
 class ClientCodec(_Codec):

@@ -8,7 +8,13 @@ Every frame body is one of two tagged unions:
   response), or a pushed notice (``RebalanceStarted``, ``TopicMetadataChanged``,
   ``ProtocolError``).
 
-Fields follow Kafka's classic group protocol. Timeouts are in milliseconds.
+Fields follow Kafka's classic group protocol. Timeouts are in milliseconds. Error codes are
+plain integers on the wire (``ErrorCode`` numbers), so a code from a newer peer decodes.
+
+Growing the protocol: a peer ignores fields it does not know, so a new optional field needs
+no new version. A new message type does: add it to ``INTRODUCED_IN`` with the version that
+brought it, and the coordinator sends it only to connections whose handshake named that
+version or a later one; a client skips (and logs) a notice type it does not know.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ class Handshake(Message, tag="handshake", frozen=True, kw_only=True):
 
 
 class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     version: int = PROTOCOL_VERSION
     supported_versions: list[int] = field(default_factory=lambda: list(SUPPORTED_VERSIONS))
@@ -73,7 +79,7 @@ class JoinGroupMember(Struct, frozen=True, kw_only=True):
 
 
 class JoinGroupResponse(Message, tag="join_group_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     generation_id: int = NO_GENERATION
     protocol_type: str | None = None
@@ -100,7 +106,7 @@ class SyncGroupRequest(Message, tag="sync_group", frozen=True, kw_only=True):
 
 
 class SyncGroupResponse(Message, tag="sync_group_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -115,7 +121,7 @@ class HeartbeatRequest(Message, tag="heartbeat", frozen=True, kw_only=True):
 
 
 class HeartbeatResponse(Message, tag="heartbeat_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
 
 
@@ -135,11 +141,11 @@ class LeaveGroupRequest(Message, tag="leave_group", frozen=True, kw_only=True):
 class LeaveGroupMemberResult(Struct, frozen=True, kw_only=True):
     member_id: str
     group_instance_id: str | None = None
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
 
 
 class LeaveGroupResponse(Message, tag="leave_group_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     members: list[LeaveGroupMemberResult] = field(default_factory=list)
 
@@ -168,7 +174,7 @@ class OffsetCommitRequest(Message, tag="offset_commit", frozen=True, kw_only=Tru
 
 class PartitionResult(Struct, frozen=True, kw_only=True):
     partition: int
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
 
 
 class OffsetCommitTopicResult(Struct, frozen=True, kw_only=True):
@@ -179,7 +185,7 @@ class OffsetCommitTopicResult(Struct, frozen=True, kw_only=True):
 class OffsetCommitResponse(Message, tag="offset_commit_response", frozen=True, kw_only=True):
     """Group-level errors are in ``error_code``; per-partition ones in ``topics``."""
 
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[OffsetCommitTopicResult] = field(default_factory=list)
 
@@ -198,7 +204,7 @@ class FetchedOffset(Struct, frozen=True, kw_only=True):
     partition: int
     offset: int = -1  # -1: nothing committed
     metadata: str | None = None
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
 
 
 class OffsetFetchTopicResult(Struct, frozen=True, kw_only=True):
@@ -207,7 +213,7 @@ class OffsetFetchTopicResult(Struct, frozen=True, kw_only=True):
 
 
 class OffsetFetchResponse(Message, tag="offset_fetch_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[OffsetFetchTopicResult] = field(default_factory=list)
 
@@ -222,7 +228,7 @@ class TopicSpec(Struct, frozen=True, kw_only=True):
 
 class TopicResult(Struct, frozen=True, kw_only=True):
     name: str
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
 
 
@@ -231,7 +237,7 @@ class CreateTopicsRequest(Message, tag="create_topics", frozen=True, kw_only=Tru
 
 
 class CreateTopicsResponse(Message, tag="create_topics_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[TopicResult] = field(default_factory=list)
 
@@ -243,7 +249,7 @@ class AlterTopicsRequest(Message, tag="alter_topics", frozen=True, kw_only=True)
 
 
 class AlterTopicsResponse(Message, tag="alter_topics_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[TopicResult] = field(default_factory=list)
 
@@ -253,7 +259,7 @@ class DeleteTopicsRequest(Message, tag="delete_topics", frozen=True, kw_only=Tru
 
 
 class DeleteTopicsResponse(Message, tag="delete_topics_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[TopicResult] = field(default_factory=list)
 
@@ -261,7 +267,7 @@ class DeleteTopicsResponse(Message, tag="delete_topics_response", frozen=True, k
 class TopicMetadata(Struct, frozen=True, kw_only=True):
     name: str
     partitions: int = 0
-    error_code: ErrorCode = ErrorCode.NONE  # UNKNOWN_TOPIC_OR_PARTITION: absent or deleted
+    error_code: int = ErrorCode.NONE  # UNKNOWN_TOPIC_OR_PARTITION: absent or deleted
 
 
 class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
@@ -269,7 +275,7 @@ class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
 
 
 class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[TopicMetadata] = field(default_factory=list)
 
@@ -292,7 +298,7 @@ class DescribedMember(Struct, frozen=True, kw_only=True):
 
 class DescribedGroup(Struct, frozen=True, kw_only=True):
     group_id: str
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     state: str = ""
     generation_id: int = NO_GENERATION
@@ -303,7 +309,7 @@ class DescribedGroup(Struct, frozen=True, kw_only=True):
 
 
 class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     groups: list[DescribedGroup] = field(default_factory=list)
 
@@ -319,7 +325,7 @@ class ListedGroup(Struct, frozen=True, kw_only=True):
 
 
 class ListGroupsResponse(Message, tag="list_groups_response", frozen=True, kw_only=True):
-    error_code: ErrorCode = ErrorCode.NONE
+    error_code: int = ErrorCode.NONE
     error_message: str | None = None
     groups: list[ListedGroup] = field(default_factory=list)
 
@@ -327,7 +333,7 @@ class ListGroupsResponse(Message, tag="list_groups_response", frozen=True, kw_on
 class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):
     """The answer to a request the coordinator could not read or route."""
 
-    error_code: ErrorCode
+    error_code: int
     error_message: str
 
 
@@ -349,7 +355,7 @@ class TopicMetadataChanged(Message, tag="topic_metadata_changed", frozen=True, k
 class ProtocolError(Message, tag="protocol_error", frozen=True, kw_only=True):
     """Sent before the coordinator closes a connection whose input it cannot continue to read."""
 
-    error_code: ErrorCode
+    error_code: int
     error_message: str
 
 
@@ -407,3 +413,17 @@ class CallId(Struct, kw_only=True):
 
 ClientFrame = Handshake | Call
 ServerFrame = HandshakeResult | Reply | RebalanceStarted | TopicMetadataChanged | ProtocolError
+
+# The protocol version that introduced a message type; absent: version 1, the first.
+INTRODUCED_IN: dict[type[Message], int] = {}
+
+
+def known_in(version: int, message: type[Message]) -> bool:
+    """Whether a peer that handshook with ``version`` knows this message type."""
+    return INTRODUCED_IN.get(message, 1) <= version
+
+
+class Tagged(Struct, kw_only=True):
+    """Reads only the ``type`` tag of a frame body (any other fields are ignored)."""
+
+    type: str
