@@ -1,4 +1,4 @@
-"""Helpers for the container test: podman set up as shared/CONTAINERS.md describes.
+"""Helpers for the container test: podman set up as docs/containers.md describes.
 
 On these machines rootful podman works with runc and with no default ulimits (the runtime
 may not raise RLIMIT_NOFILE to podman's 1048576), given by a containers.conf of our own.

@@ -2,7 +2,7 @@
 healthy, and stops cleanly on SIGTERM.
 
 Needs rootful podman (with runc) and, the first time on a machine, debootstrap to make the
-local Debian base image: see shared/CONTAINERS.md. Without podman the tests skip, unless
+local Debian base image: see docs/containers.md. Without podman the tests skip, unless
 HUDDLE_REQUIRE_CONTAINER=1 (as in CI), when they fail instead.
 """
 

@@ -1,4 +1,4 @@
-"""Kafka's coordinator scenarios (REFERENCE.md section 7) against the pure core."""
+"""The black-box scenarios of Kafka's own coordinator tests, against the pure core."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Offset commits fenced by generation, and fetches (REFERENCE.md section 4)."""
+"""Offset commits fenced by generation, and fetches (docs/coordinator.md section 4)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class Next(Enum):
     FAIL = "fail"  # stop: a fatal error
 
 
-# Reactions to error codes, written once (REFERENCE.md section 2).
+# Reactions to error codes, written once (docs/coordinator.md section 2).
 FATAL = frozenset(
     {
         E.FENCED_INSTANCE_ID,

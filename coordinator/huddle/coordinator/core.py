@@ -11,7 +11,7 @@ wire-protocol front end can drive the same calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 import structlog
 
@@ -178,11 +178,44 @@ class Coordinator:
 
     def snapshot(self) -> list[Record]:
         """The records that rebuild the kept state as it is now (for compaction)."""
-        kept: list[Record] = [TopicRecord(n, c) for n, c in sorted(self.topics.partitions.items())]
-        for group_id, group in sorted(self.groups.items()):
-            for (topic, partition), (offset, metadata) in sorted(group.offsets.items()):
-                kept.append(OffsetRecord(group_id, topic, partition, offset, metadata))
-        return kept
+        return list(self.frozen_snapshot()())
+
+    def frozen_snapshot(self) -> Callable[[], Iterator[Record]]:
+        """``snapshot`` in two steps: copies of the state's containers now; the returned
+        function yields the records from them (anywhere, later)."""
+        steps = self.copy_state()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                records: Callable[[], Iterator[Record]] = done.value
+                return records
+
+    def copy_state(self) -> Generator[None, None, Callable[[], Iterator[Record]]]:
+        """``frozen_snapshot`` one group at a time: yields between groups so the caller can
+        let other work run. Groups changed after they were copied are not in the result: the
+        caller replays the records of changes made meanwhile after it (records set values,
+        so replaying one twice is harmless)."""
+        topics = dict(self.topics.partitions)
+        groups: list[tuple[str, dict[tuple[str, int], tuple[int, str | None]]]] = []
+        for gid in list(self.groups):
+            group = self.groups.get(gid)
+            if group is not None and group.offsets:
+                groups.append((gid, dict(group.offsets)))
+                yield
+
+        def records() -> Iterator[Record]:
+            for name, count in sorted(topics.items()):
+                yield TopicRecord(name, count)
+            # one group's copy freed at a time: freeing them all at once is one long stall
+            groups.sort(key=lambda item: item[0], reverse=True)
+            while groups:
+                group_id, offsets = groups.pop()
+                for (topic, partition), (offset, metadata) in sorted(offsets.items()):
+                    yield OffsetRecord(group_id, topic, partition, offset, metadata)
+                del offsets
+
+        return records
 
     def kept_size(self) -> int:
         """How many records ``snapshot()`` would return."""

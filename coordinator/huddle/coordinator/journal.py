@@ -5,14 +5,15 @@ directory is refused) and reads ``journal.bin`` back. A torn tail (what a crash 
 middle of a write leaves) is cut off and logged; damage with intact records after it is
 not something a crash does, and the coordinator refuses to start rather than drop them.
 
-``append`` writes the records of one request with ``os.write`` before the coordinator
-answers it: a killed coordinator process loses nothing it acknowledged. With ``fsync``
+``append`` writes a batch of records with ``os.pwrite`` before the coordinator answers the
+requests that made them (``huddle.coordinator.group_commit`` runs it on a writer thread):
+a killed coordinator process loses nothing it acknowledged. With ``fsync``
 every append is also forced to disk, so a power loss loses nothing either (Kafka's default
 relies on replication instead; one coordinator has none). A failed append is cut back off
 the file, so nothing half-written stays between records.
 
-``compact(state)`` replaces the journal by the records of the current state (written to a
-new file, forced to disk, renamed over the old one) once the journal has grown well past
+``compact(state)`` replaces the journal by the records ``state()`` builds (written to a new
+file, forced to disk, renamed over the old one) once the journal has grown well past
 that state; a compaction that fails is logged, leaves the journal as it was and is not
 tried again until the journal has doubled.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -53,6 +54,7 @@ class Journal:
         self._fd: int | None = None
         self._end = 0  # bytes of whole records in the file
         self._compact_at = COMPACT_MIN_RECORDS  # no compaction before this many records
+        self.broken = False  # an append failed: nothing more is written, not even a compaction
 
     @property
     def path(self) -> Path:
@@ -119,6 +121,7 @@ class Journal:
             if self.fsync:
                 os.fsync(fd)
         except OSError:
+            self.broken = True
             try:
                 os.ftruncate(fd, self._end)
             except OSError as exc:  # the next open cuts it off as a torn tail
@@ -140,25 +143,40 @@ class Journal:
         except OSError as exc:
             log.error("journal_write_failed", error=str(exc), records=len(records))
             return False
-        if self.written >= self._compact_at:
+        if self.compaction_may_be_due():
             size = state_size()
             if self.due(size):
                 self.compact(state)
-            else:  # not before the journal is COMPACT_FACTOR times this state
-                self._compact_at = COMPACT_FACTOR * size
+            else:
+                self.postpone_compaction(size)
         return True
+
+    def compaction_may_be_due(self) -> bool:
+        """Whether it is time to ask how large the state is (cheap)."""
+        return self.written >= self._compact_at
+
+    def postpone_compaction(self, state_size: int) -> None:
+        """Not before the journal is COMPACT_FACTOR times a state of this size."""
+        self._compact_at = COMPACT_FACTOR * state_size
 
     def due(self, state_size: int) -> bool:
         """Whether the journal has grown enough past a state of ``state_size`` records."""
         return self.written >= max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size)
 
-    def compact(self, state: Callable[[], list[Record]]) -> bool:
+    def compact(self, state: Callable[[], Iterable[Record]]) -> bool:
         """Replace the journal by ``state()``. On failure (logged) the journal stays as it
         was and the next try waits until it has doubled."""
-        if self._fd is None:
+        if self._fd is None or self.broken:
             return False
-        records = state()
-        data = encode_frames(records)
+        count = 0
+
+        def counted() -> Iterator[Record]:
+            nonlocal count
+            for record in state():
+                count += 1
+                yield record
+
+        data = encode_frames(counted())
         tmp = self.directory / (JOURNAL + ".tmp")
         new_fd: int | None = None
         try:
@@ -178,9 +196,9 @@ class Journal:
         old, self._fd = self._fd, new_fd
         os.close(old)
         self._fsync_directory()
-        log.info("journal_compacted", before=self.written, after=len(records))
+        log.info("journal_compacted", before=self.written, after=count)
         self._end = len(data)
-        self.written = len(records)
+        self.written = count
         self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
         return True
 

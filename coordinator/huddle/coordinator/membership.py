@@ -3,7 +3,7 @@ the deadlines that drive them (join phase, pending sync, sessions, pending membe
 disconnect grace). Sans-IO: every entry point takes an ``Effects`` carrying ``now`` and
 collects the frames to send into it.
 
-The rules are those of Kafka's classic group coordinator (shared/REFERENCE.md sections 1
+The rules are those of Kafka's classic group coordinator (docs/coordinator.md sections 1
 and 3), plus two of huddle's own: rebalance notices and the disconnect grace. They are
 spread over a chain of small classes: ``Sessions`` (bookkeeping) <- ``Rebalancing`` (join
 and sync phases) <- ``Joining`` (JoinGroup) <- ``Membership`` (the rest, and the entry

@@ -1,4 +1,4 @@
-"""Committed offsets, fenced by generation (shared/REFERENCE.md section 4)."""
+"""Committed offsets, fenced by generation (docs/coordinator.md section 4)."""
 
 from __future__ import annotations
 

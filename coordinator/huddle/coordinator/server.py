@@ -26,6 +26,7 @@ import structlog
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing, Peer
+from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
@@ -67,6 +68,7 @@ class CoordinatorServer:
         self.config = config
         self.core = core if core is not None else Coordinator(config.group)
         self.journal: Journal | None = None  # with a data dir: topics and offsets kept
+        self._commits: GroupCommit | None = None  # writes the journal off the loop
         self.storage_failure: str | None = None  # why the server stopped by itself
         self._refusing = False  # after a storage failure: no more requests
         self._shutdown: asyncio.Task[None] | None = None
@@ -113,6 +115,15 @@ class CoordinatorServer:
                 self.journal = None
                 raise DataDirError(f"cannot replay {cfg.data_dir}: {exc!r}") from exc
             self.journal.records = []
+            self._commits = GroupCommit(
+                self.journal,
+                self._loop,
+                release=self._kept,
+                refuse=self._not_kept,
+                on_failure=self._storage_failed,
+                state_size=self.core.kept_size,
+                copy_state=self.core.copy_state,
+            )
         try:
             self._server = await self._loop.create_server(
                 self._new_connection, host=cfg.host, port=cfg.port, backlog=1024
@@ -123,6 +134,9 @@ class CoordinatorServer:
             else:
                 reason = os.strerror(exc.errno).lower()
             if self.journal is not None:  # another coordinator may take the directory
+                if self._commits is not None:
+                    self._commits.close()
+                    self._commits = None
                 self.journal.close()
                 self.journal = None
             raise ListenError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
@@ -147,6 +161,8 @@ class CoordinatorServer:
             if handle is not None:
                 handle.cancel()
         self._timer = self._sweeper = None
+        if self._commits is not None:
+            await self._commits.drain()  # what was accepted is kept and answered first
         try:
             out = self.core.shutdown()
         except Exception:
@@ -175,6 +191,8 @@ class CoordinatorServer:
                 await asyncio.wait_for(self._all_gone.wait(), 1.0)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._commits is not None:
+            self._commits.close()
         if self.journal is not None:
             self.journal.close()
         log.info("server_stopped")
@@ -277,6 +295,8 @@ class CoordinatorServer:
             structlog.contextvars.reset_contextvars(**tokens)
             if calls:
                 self._reschedule()
+            if self._commits is not None:
+                self._commits.submit()  # the changes of this pass, in one write
             self._flush()
 
     def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
@@ -362,15 +382,28 @@ class CoordinatorServer:
                 )
             ]
         changes = self.core.take_changes()
-        if changes and self.journal is not None:
-            core = self.core
-            if not self.journal.keep(changes, core.kept_size, core.snapshot):
-                out = [(conn.conn_id, _not_kept(call))]  # no acknowledgement, no notices
-                self._storage_failed()
+        commits = self._commits
+        if commits is not None and (changes or commits.busy):
+            commits.hold(changes, conn.conn_id, call, out)  # answered once kept
+            return
         if len(out) == 1 and out[0][0] == conn.conn_id:
             conn.send(out[0][1])  # the common case: one answer to the caller
         else:
             self._dispatch(out)
+
+    def _kept(self, out: list[Outgoing]) -> None:
+        """A batch is in the data dir: its answers go out."""
+        self._dispatch(out)
+        self._flush()
+
+    def _not_kept(self, held: list[Held]) -> None:
+        """A batch could not be kept: no acknowledgement, no notices, a storage error each."""
+        conns = self._conns
+        for conn_id, call, _ in held:
+            conn = conns.get(conn_id)
+            if conn is not None:
+                conn.send(_not_kept(call))
+        self._flush()
 
     def _storage_failed(self) -> None:
         """A change could not be kept: the state in memory is ahead of the data dir. Stop

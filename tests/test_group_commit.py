@@ -1,0 +1,244 @@
+"""Group commit: the data dir is written off the event loop, in batches, and every
+acknowledged change survives; a failed batch is refused whole."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from huddle.client.connection import Connection, ConnectionClosedError, connect
+from huddle.coordinator import group_commit
+from huddle.coordinator.journal import COMPACT_MIN_RECORDS, Journal
+from huddle.coordinator.records import OffsetRecord, TopicRecord
+from huddle.protocol.errors import ErrorCode, error_name
+from huddle.protocol.messages import (
+    CreateTopicsRequest,
+    ErrorResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    TopicSpec,
+)
+from tests.helpers import fast_server_config, running_server, wait_until, within
+
+COMMITTERS = 50
+
+
+def commit(group: str, offset: int) -> OffsetCommitRequest:
+    return OffsetCommitRequest(
+        group_id=group,
+        generation_id=-1,
+        member_id="",
+        topics=[
+            OffsetCommitTopic(
+                name="t", partitions=[OffsetCommitPartition(partition=0, offset=offset)]
+            )
+        ],
+    )
+
+
+async def fetch(conn: Connection, group: str) -> int:
+    """The committed offset of t-0 in ``group``; -1 if none."""
+    response = await conn.call(OffsetFetchRequest(group_id=group), OffsetFetchResponse)
+    offsets = [p.offset for t in response.topics for p in t.partitions]
+    return offsets[0] if offsets else -1
+
+
+async def create_topic(bootstrap: str) -> None:
+    async with connect(bootstrap) as conn:
+        await conn.request(CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+
+
+async def commit_concurrently(bootstrap: str, rounds: int) -> list[int]:
+    """COMMITTERS connections, each committing offsets 1..rounds to its own group."""
+    codes: list[int] = []
+
+    async def committer(i: int) -> None:
+        async with connect(bootstrap) as conn:
+            for offset in range(1, rounds + 1):
+                response = await conn.request(commit(f"g{i}", offset), timeout=10)
+                assert isinstance(response, OffsetCommitResponse)
+                codes.append(response.topics[0].partitions[0].error_code)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(COMMITTERS):
+            tg.start_soon(committer, i)
+    return codes
+
+
+async def test_concurrent_commits_are_all_acknowledged_batched_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)
+    fsyncs: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        codes = await commit_concurrently(bootstrap, rounds=20)
+        commits = server._commits
+        assert commits is not None
+        batches = commits.batches
+    assert codes == [ErrorCode.NONE] * (COMMITTERS * 20)
+    # one fsync per batch, not per commit; concurrent commits share batches; none on the loop
+    assert len(fsyncs) == batches
+    assert batches < COMMITTERS * 20 / 2
+    assert {name.startswith("huddle-journal") for name in fsyncs} == {True}
+    monkeypatch.undo()
+    async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
+        kept = [await fetch(conn, f"g{i}") for i in range(COMMITTERS)]
+    assert kept == [20] * COMMITTERS
+
+
+@pytest.mark.parametrize("fsync", [True, False], ids=["fsync", "no-fsync"])
+async def test_a_failed_batch_is_refused_whole_and_nothing_of_it_is_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    config = fast_server_config(data_dir=str(tmp_path), fsync=fsync)
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        async with connect(bootstrap) as conn:
+            await conn.call(commit("g0", 5), OffsetCommitResponse)
+        real_pwrite = os.pwrite
+
+        def disk_full(fd: int, data: bytes, offset: int) -> int:
+            real_pwrite(fd, bytes(data)[:3], offset)  # a torn part, then the failure
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "pwrite", disk_full)
+        answers: list[str] = []
+
+        async def committer(i: int) -> None:
+            async with connect(bootstrap) as conn:
+                try:
+                    response = await conn.request(commit(f"g{i}", 7), timeout=10)
+                except ConnectionClosedError:  # it arrived after the coordinator stopped
+                    answers.append("closed")
+                    return
+                assert isinstance(response, ErrorResponse)
+                answers.append(error_name(response.error_code))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(committer, i)
+        await within(server.wait_closed())
+        assert "KAFKA_STORAGE_ERROR" in answers  # none was acknowledged
+        assert set(answers) <= {"KAFKA_STORAGE_ERROR", "closed"}
+        assert server.storage_failure is not None
+    monkeypatch.undo()
+    async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
+        assert await fetch(conn, "g0") == 5
+        assert await fetch(conn, "g1") == -1  # never kept
+
+
+def test_compaction_builds_the_snapshot_from_copies_taken_at_one_instant(tmp_path: Path) -> None:
+    """The loop copies the containers; the records are built later, off the loop, and
+    show the state as it was when copied."""
+    from huddle.coordinator.core import Coordinator
+
+    core = Coordinator(fast_server_config().group)
+    core.restore([TopicRecord("t", 2), OffsetRecord("g", "t", 0, 10), OffsetRecord("g", "t", 1, 3)])
+    build = core.frozen_snapshot()
+    core.restore([OffsetRecord("g", "t", 0, 99), TopicRecord("u", 1)])  # after the copy
+    assert list(build()) == [
+        TopicRecord("t", 2),
+        OffsetRecord("g", "t", 0, 10),
+        OffsetRecord("g", "t", 1, 3),
+    ]
+    journal = Journal.open(tmp_path)
+    try:
+        journal.append([OffsetRecord("g", "t", 0, n) for n in range(5)])
+        assert journal.compact(build)
+    finally:
+        journal.close()
+    reopened = Journal.open(tmp_path)
+    try:
+        assert reopened.records == list(build())
+    finally:
+        reopened.close()
+
+
+async def test_answers_wait_for_the_write_of_changes_made_before_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch handled after a commit is not answered before that commit is on disk."""
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)  # writes on the thread
+    written = threading.Event()
+    release = threading.Event()
+    real_pwrite = os.pwrite
+
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+
+        def slow_pwrite(fd: int, data: bytes, offset: int) -> int:
+            written.set()
+            release.wait(10)
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "pwrite", slow_pwrite)
+        async with connect(bootstrap) as writer, connect(bootstrap) as reader:
+            order: list[str] = []
+
+            async def commit_it() -> None:
+                await writer.call(commit("g0", 8), OffsetCommitResponse, timeout=10)
+                order.append("commit acknowledged")
+
+            async def fetch_it() -> None:
+                await anyio.to_thread.run_sync(written.wait, 10)
+                offset = await fetch(reader, "g0")
+                order.append(f"fetched {offset}")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(commit_it)
+                tg.start_soon(fetch_it)
+                await anyio.to_thread.run_sync(written.wait, 10)
+                commits = server._commits
+                assert commits is not None
+                # the fetch arrived and waits behind the commit's write
+                await wait_until(lambda: len(commits._held) == 1, what="the fetch to be held")
+                assert order == []  # the write is stuck: nothing was answered
+                release.set()
+        assert sorted(order) == ["commit acknowledged", "fetched 8"]
+
+
+async def test_changes_made_while_the_compaction_copies_the_state_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy is taken one group per loop pass; a commit to a group already copied is
+    written after the copy and must survive the compaction."""
+    monkeypatch.setattr(group_commit, "COPY_SLICE_S", 0.0)
+    config = fast_server_config(data_dir=str(tmp_path))
+    groups = 50
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        async with connect(bootstrap) as conn:
+            for i in range(groups):
+                await conn.call(commit(f"g{i}", 1), OffsetCommitResponse)
+            commits, journal = server._commits, server.journal
+            assert commits is not None
+            assert journal is not None
+            journal.written = 10 * COMPACT_MIN_RECORDS  # as if it had grown past the state
+            commits._maybe_compact()  # g0 is copied in the next pass, g49 fifty passes later
+            await conn.call(commit("g0", 2), OffsetCommitResponse)
+            await within(commits.compacted())
+            assert journal.written < 10 * COMPACT_MIN_RECORDS  # it did compact
+    async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
+        assert await fetch(conn, "g0") == 2
+        assert [await fetch(conn, f"g{i}") for i in range(1, groups)] == [1] * (groups - 1)
