@@ -2,11 +2,14 @@
 
 A run directory holds ``events/<proc>.jsonl``, one file per process (``chaos`` for the
 harness itself, ``member-N`` for members, ``coordinator`` for the coordinator's own
-structlog output). Every line is one JSON object with at least:
+structlog output). Every line is one JSON object, one of the Structs below (``AnyEvent``):
 
+- ``event``: what happened (the Struct's tag), with its own fields;
 - ``ts``: wall-clock seconds (``time.time()``) on the one machine that runs everything;
-- ``proc``: the process name;
-- ``event``: what happened (below), with its own fields.
+- ``proc``: the process name.
+
+These Structs are the contract with ``huddle.pipeline``, which derives the Spark schema it
+reads the lines with from them (``huddle.pipeline.schema``).
 
 The coordinator's lines are its structlog JSON events instead (``timestamp`` ISO-8601 UTC,
 ``event`` such as ``generation_started``, ``group_state_changed``, ``member_removed``).
@@ -27,26 +30,165 @@ import msgspec
 
 from huddle.protocol.embedded import TopicPartition
 
-# --- the event names, and the fields each carries (besides ts, proc, event) ---------------
+# --- the events: one Struct each; the tag is the ``event`` name --------------------------
 
-RUN_STARTED: Final = "run_started"  # scenario, protocol, members, partitions, settings
-RUN_FINISHED: Final = "run_finished"  # outcome
-FAULT: Final = "fault"  # action, target (a proc name), detail
-# generation, members: the group settled after start-up (every member joined the latest
-# generation, every partition processed, no rebalance for a while); the scenario's clock,
-# and the pipeline's availability window, start here. ``settled`` false: it did not settle
-# within the wait and the scenario started anyway.
-STEADY: Final = "steady"
-PROCESS_STARTED: Final = "process_started"  # pid, role, group_id, protocol, instance_id
-PROCESS_STOPPED: Final = "process_stopped"  # reason
-JOINED: Final = "joined"  # member_id, generation, leader
-ASSIGNED: Final = "assigned"  # member_id, generation, partitions (newly assigned)
-REVOKED: Final = "revoked"  # member_id, generation, partitions (processing stopped;
-# the commit of their positions follows)
-LOST: Final = "lost"  # member_id, generation, partitions
-RESTORED: Final = "restored"  # member_id, topic, partition (stateful mode: ready to process)
-PROCESSED: Final = "processed"  # member_id, generation, topic, partition, offset, count
-COMMITTED: Final = "committed"  # member_id, generation, topic, partition, offset, accepted, error
+
+class Event(msgspec.Struct, kw_only=True, tag_field="event"):
+    """Fields every line carries; ``EventLog.write`` stamps them."""
+
+    ts: float = 0.0
+    proc: str = ""
+
+
+class RunStarted(Event, tag="run_started", kw_only=True):
+    scenario: str
+    protocol: str
+    members: int
+    partitions: int
+    settings: dict[str, Any]
+
+
+class RunFinished(Event, tag="run_finished", kw_only=True):
+    outcome: str
+
+
+class Fault(Event, tag="fault", kw_only=True):
+    action: str  # one of FAULT_ACTIONS
+    target: str  # a proc name, or "proxy"
+    detail: str
+
+
+class Steady(Event, tag="steady", kw_only=True):
+    """The group settled after start-up (every member joined the latest generation, every
+    partition processed, no rebalance for a while); the scenario's clock, and the pipeline's
+    availability window, start here. ``settled`` false: it did not settle within the wait
+    and the scenario started anyway."""
+
+    generation: int | None  # None: no member had joined
+    members: int
+    settled: bool
+
+
+class ProcessStarted(Event, tag="process_started", kw_only=True):
+    pid: int
+    role: str
+    group_id: str
+    protocol: str
+    instance_id: str | None = None
+
+
+class ProcessStopped(Event, tag="process_stopped", kw_only=True):
+    reason: str
+
+
+class Joined(Event, tag="joined", kw_only=True):
+    member_id: str
+    generation: int
+    leader: bool
+
+
+class Assigned(Event, tag="assigned", kw_only=True):
+    """Newly assigned partitions."""
+
+    member_id: str
+    generation: int
+    partitions: list[tuple[str, int]]
+
+
+class Revoked(Event, tag="revoked", kw_only=True):
+    """Processing of these partitions stopped; the commit of their positions follows."""
+
+    member_id: str
+    generation: int
+    partitions: list[tuple[str, int]]
+
+
+class Lost(Event, tag="lost", kw_only=True):
+    member_id: str
+    generation: int
+    partitions: list[tuple[str, int]]
+
+
+class Restored(Event, tag="restored", kw_only=True):
+    """Stateful mode: the task's state is restored, it is ready to process."""
+
+    member_id: str
+    topic: str
+    partition: int
+
+
+class Processed(Event, tag="processed", kw_only=True):
+    """``count`` consecutive records of a partition from ``offset``. (Field order matters to
+    ``huddle.chaos.progress``, which reads ``partition`` and ``count`` with a pattern.)"""
+
+    member_id: str
+    generation: int
+    topic: str
+    partition: int
+    offset: int
+    count: int
+
+
+class Committed(Event, tag="committed", kw_only=True):
+    member_id: str
+    generation: int
+    topic: str
+    partition: int
+    offset: int
+    accepted: bool
+    error: str | None = None
+
+
+EVENT_TYPES: Final[tuple[type[Event], ...]] = (
+    RunStarted,
+    RunFinished,
+    Fault,
+    Steady,
+    ProcessStarted,
+    ProcessStopped,
+    Joined,
+    Assigned,
+    Revoked,
+    Lost,
+    Restored,
+    Processed,
+    Committed,
+)
+AnyEvent = (
+    RunStarted
+    | RunFinished
+    | Fault
+    | Steady
+    | ProcessStarted
+    | ProcessStopped
+    | Joined
+    | Assigned
+    | Revoked
+    | Lost
+    | Restored
+    | Processed
+    | Committed
+)
+
+
+def tag_of(event_type: type[Event]) -> str:
+    return str(event_type.__struct_config__.tag)
+
+
+# The event names, for readers of the JSON lines.
+RUN_STARTED: Final = tag_of(RunStarted)
+RUN_FINISHED: Final = tag_of(RunFinished)
+FAULT: Final = tag_of(Fault)
+STEADY: Final = tag_of(Steady)
+PROCESS_STARTED: Final = tag_of(ProcessStarted)
+PROCESS_STOPPED: Final = tag_of(ProcessStopped)
+JOINED: Final = tag_of(Joined)
+ASSIGNED: Final = tag_of(Assigned)
+REVOKED: Final = tag_of(Revoked)
+LOST: Final = tag_of(Lost)
+RESTORED: Final = tag_of(Restored)
+PROCESSED: Final = tag_of(Processed)
+COMMITTED: Final = tag_of(Committed)
 
 FAULT_ACTIONS: Final = frozenset(
     {
@@ -67,10 +209,17 @@ FAULT_ACTIONS: Final = frozenset(
 
 
 _encode = msgspec.json.Encoder().encode  # compact JSON, as json.dumps with "," and ":"
+_decoder = msgspec.json.Decoder(AnyEvent)
 
 
-def partitions_field(partitions: Iterable[TopicPartition]) -> list[list[str | int]]:
-    return [[tp.topic, tp.partition] for tp in sorted(partitions)]
+def decode_event(line: str | bytes) -> AnyEvent:
+    """One chaos event line (not a coordinator line) back into its Struct."""
+    event: AnyEvent = _decoder.decode(line)
+    return event
+
+
+def partitions_field(partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
+    return [(tp.topic, tp.partition) for tp in sorted(partitions)]
 
 
 class EventLog:
@@ -83,9 +232,11 @@ class EventLog:
         self.proc = proc
         self._file: IO[str] = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
-    def write(self, event: str, **fields: Any) -> None:
-        record = {"ts": time.time(), "proc": self.proc, "event": event, **fields}
-        self._file.write(_encode(record).decode() + "\n")
+    def write(self, event: Event) -> None:
+        """One line: ``event``, stamped with the time and this process's name."""
+        event.ts = time.time()
+        event.proc = self.proc
+        self._file.write(_encode(event).decode() + "\n")
 
     def flush(self) -> None:
         self._file.flush()

@@ -141,12 +141,13 @@ class Harness:
         settings["run_dir"] = str(self.run_dir)
         settings["proxy"] = self.use_proxy
         self.events.write(
-            ev.RUN_STARTED,
-            scenario=self.scenario.name,
-            protocol=self.s.protocol,
-            members=self.s.members,
-            partitions=self.s.partitions,
-            settings=settings,
+            ev.RunStarted(
+                scenario=self.scenario.name,
+                protocol=self.s.protocol,
+                members=self.s.members,
+                partitions=self.s.partitions,
+                settings=settings,
+            )
         )
         try:
             async with anyio.create_task_group() as tg:
@@ -164,7 +165,7 @@ class Harness:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stop_members()
-            self.events.write(ev.RUN_FINISHED, outcome=self.outcome)
+            self.events.write(ev.RunFinished(outcome=self.outcome))
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -231,7 +232,7 @@ class Harness:
                 break
             await anyio.sleep(POLL_S)  # polling the members' event files
         gen = self.tail.generation
-        self.events.write(ev.STEADY, generation=gen, members=len(names), settled=settled)
+        self.events.write(ev.Steady(generation=gen, members=len(names), settled=settled))
         if settled:
             self.progress(f"group settled at generation {gen}; the scenario starts")
         else:
@@ -323,7 +324,7 @@ class Harness:
         assert self.events is not None
         assert action in ev.FAULT_ACTIONS
         self.faults += 1
-        self.events.write(ev.FAULT, action=action, target=target, detail=detail)
+        self.events.write(ev.Fault(action=action, target=target, detail=detail))
         self.progress(f"fault: {action} {target} ({detail})")
 
     # --- processes -------------------------------------------------------------------

@@ -102,16 +102,12 @@ class Worker(RebalanceListener):
         assert self.member is not None
         return self.member
 
-    def _ids(self) -> dict[str, object]:
-        m = self._m()
-        return {"member_id": m.member_id, "generation": m.generation}
-
     def _note_generation(self) -> None:
         m = self._m()
         if m.generation != self._generation:
             self._generation = m.generation
             self.events.write(
-                ev.JOINED, member_id=m.member_id, generation=m.generation, leader=m.is_leader
+                ev.Joined(member_id=m.member_id, generation=m.generation, leader=m.is_leader)
             )
 
     # --- listener callbacks ----------------------------------------------------------
@@ -122,7 +118,14 @@ class Worker(RebalanceListener):
         now = time.monotonic()
         for tp in sorted(assigned):
             self.workload.assign(tp, resume.get(tp) or 0, now)
-        self.events.write(ev.ASSIGNED, **self._ids(), partitions=partitions_field(assigned))
+        m = self._m()
+        self.events.write(
+            ev.Assigned(
+                member_id=m.member_id,
+                generation=m.generation,
+                partitions=partitions_field(assigned),
+            )
+        )
         if assigned:
             self.tick()  # records are waiting: process them now, not at the next tick
 
@@ -130,12 +133,22 @@ class Worker(RebalanceListener):
         self._note_generation()  # cooperative: revoked after a sync, before assigned
         positions = self.workload.release(revoked)
         # processing of these stopped here; the commit of their positions follows
-        self.events.write(ev.REVOKED, **self._ids(), partitions=partitions_field(revoked))
+        m = self._m()
+        self.events.write(
+            ev.Revoked(
+                member_id=m.member_id, generation=m.generation, partitions=partitions_field(revoked)
+            )
+        )
         await self.commit(positions)
 
     async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
         self.workload.release(lost)
-        self.events.write(ev.LOST, **self._ids(), partitions=partitions_field(lost))
+        m = self._m()
+        self.events.write(
+            ev.Lost(
+                member_id=m.member_id, generation=m.generation, partitions=partitions_field(lost)
+            )
+        )
 
     async def on_replicas_assigned(
         self, standby: frozenset[TopicPartition], warmup: frozenset[TopicPartition]
@@ -162,7 +175,7 @@ class Worker(RebalanceListener):
         """Commit ``positions``; one ``committed`` event per partition, accepted or not."""
         if not positions:
             return
-        ids = self._ids()
+        member_id, generation = self._m().member_id, self._m().generation
         error: str | None = None
         try:
             await self._m().commit(dict(positions))
@@ -170,13 +183,15 @@ class Worker(RebalanceListener):
             error = f"{type(exc).__name__}: {exc}"
         for tp, offset in sorted(positions.items()):
             self.events.write(
-                ev.COMMITTED,
-                **ids,
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=offset,
-                accepted=error is None,
-                error=error,
+                ev.Committed(
+                    member_id=member_id,
+                    generation=generation,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=offset,
+                    accepted=error is None,
+                    error=error,
+                )
             )
         if error is None:
             for tp, offset in positions.items():
@@ -216,24 +231,24 @@ class Worker(RebalanceListener):
         now = time.monotonic()
         self.workload.catch_up(now - self._last_tick)
         self._last_tick = now
-        ids = self._ids()
+        m = self._m()
+        member_id, generation = m.member_id, m.generation
         for tp in self.workload.newly_restored(now):
             if self.args.stateful:
                 self.events.write(
-                    ev.RESTORED,
-                    member_id=ids["member_id"],
-                    topic=tp.topic,
-                    partition=tp.partition,
+                    ev.Restored(member_id=member_id, topic=tp.topic, partition=tp.partition)
                 )
         # what the member owns *now*: empty for a zombie that just woke up
         for batch in self.workload.tick(now, self._m().assignment):
             self.events.write(
-                ev.PROCESSED,
-                **ids,
-                topic=batch.tp.topic,
-                partition=batch.tp.partition,
-                offset=batch.offset,
-                count=batch.count,
+                ev.Processed(
+                    member_id=member_id,
+                    generation=generation,
+                    topic=batch.tp.topic,
+                    partition=batch.tp.partition,
+                    offset=batch.offset,
+                    count=batch.count,
+                )
             )
 
 
@@ -256,12 +271,13 @@ async def run(args: argparse.Namespace) -> str:
     """Run until a signal or ``--max-seconds``; returns why it stopped."""
     with EventLog(events_dir(args.run_dir) / f"{args.name}.jsonl", args.name) as events:
         events.write(
-            ev.PROCESS_STARTED,
-            pid=os.getpid(),
-            role="member",
-            group_id=args.group,
-            protocol=args.protocol,
-            instance_id=args.instance_id,
+            ev.ProcessStarted(
+                pid=os.getpid(),
+                role="member",
+                group_id=args.group,
+                protocol=args.protocol,
+                instance_id=args.instance_id,
+            )
         )
         worker = Worker(args, events)
         reason = "deadline"
@@ -290,7 +306,7 @@ async def run(args: argparse.Namespace) -> str:
             outer.cancel_scope.cancel()
         if args.stateful:
             save_state(worker._state_file, worker.workload.local)
-        events.write(ev.PROCESS_STOPPED, reason=reason)
+        events.write(ev.ProcessStopped(reason=reason))
         return reason
 
 

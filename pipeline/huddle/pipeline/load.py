@@ -1,4 +1,5 @@
-"""Reading a run directory's JSON-lines event logs into DataFrames (explicit schema).
+"""Reading a run directory's JSON-lines event logs into DataFrames (the schema is derived
+from the event Structs: ``huddle.pipeline.schema``).
 
 Every row gets ``ts`` in epoch seconds: member and harness lines carry ``ts`` already, the
 coordinator's structlog lines carry an ISO-8601 ``timestamp`` that is converted. ``proc``
@@ -17,41 +18,8 @@ from pathlib import Path
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BooleanType,
-    DoubleType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
 
-EVENT_SCHEMA = StructType(
-    [
-        StructField("ts", DoubleType()),
-        StructField("timestamp", StringType()),
-        StructField("proc", StringType()),
-        StructField("event", StringType()),
-        StructField("group_id", StringType()),
-        StructField("member_id", StringType()),
-        StructField("generation", LongType()),
-        StructField("leader", StringType()),
-        StructField("partitions", StringType()),
-        StructField("topic", StringType()),
-        StructField("partition", LongType()),
-        StructField("offset", LongType()),
-        StructField("count", LongType()),
-        StructField("accepted", BooleanType()),
-        StructField("error", StringType()),
-        StructField("action", StringType()),
-        StructField("target", StringType()),
-        StructField("reason", StringType()),
-        StructField("protocol", StringType()),
-        StructField("scenario", StringType()),
-        StructField("outcome", StringType()),
-        StructField("members", StringType()),
-    ]
-)
+from huddle.pipeline.schema import EVENT_SCHEMA
 
 PROCESSED_COLUMNS = ("proc", "member_id", "generation", "topic", "partition", "offset", "count")
 
