@@ -223,10 +223,10 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
 
     from huddle.pipeline.analysis import analyse
     from huddle.pipeline.spark import build_session
-    from huddle.pipeline.summary import summarise
+    from huddle.pipeline.summary import RunSummary, summarise
 
     spark = build_session(args.master, app_name="bench-chaos")
-    summaries: list[dict[str, Any]] = []
+    summaries: list[RunSummary] = []
     changes: list[int] = []
     try:
         t0 = time.monotonic()
@@ -247,8 +247,8 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
         f"{'rebalances':>10} {'violations':>10} {'owner changes':>13}"
     )
 
-    def unavailable(s: dict[str, Any]) -> float:
-        return float(s["total_unavailable_partition_seconds"] or 0.0)
+    def unavailable(s: RunSummary) -> float:
+        return float(s.total_unavailable_partition_seconds or 0.0)
 
     for i, (case, outcome, s, moved) in enumerate(
         zip(cases, outcomes, summaries, changes, strict=False)
@@ -260,7 +260,7 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
             ratio = f"{unavailable(s) / eager:.3f}" if eager > 0 else "-"
         print(
             f"{case.label:30} {outcome:>9} {unavailable(s):11.2f} {ratio:>8} "
-            f"{s['rebalance_count']:10d} {s['violations_total']:10d} {moved:13d}"
+            f"{s.rebalance_count:10d} {s.violations_total:10d} {moved:13d}"
         )
     eagers = [unavailable(s) for c, s in zip(cases, summaries, strict=False) if c is EAGER]
     coops = [unavailable(s) for c, s in zip(cases, summaries, strict=False) if c is COOPERATIVE]
@@ -274,7 +274,7 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
         f"{within}/{len(ratios)} within); medians {statistics.median(coops):.2f} vs "
         f"{statistics.median(eagers):.2f} partition-seconds: {'met' if coop_met else 'NOT met'}"
     )
-    violations = sum(int(s["violations_total"]) for s in summaries)
+    violations = sum(int(s.violations_total) for s in summaries)
     unfinished = [o for o in [*outcomes, death_outcome] if o != "completed"]
     unsettled = [d.name for d in [*dirs, death_dir] if not _settled(d)]
     met = coop_met and violations == 0 and not unfinished and not unsettled
@@ -297,8 +297,8 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
     print(
         f"process death: cooperative-sticky, {MEMBERS} members, {PARTITIONS} partitions, "
         f"{args.death_duration:g} s ({death_outcome}); unavailable "
-        f"{float(death['total_unavailable_partition_seconds'] or 0.0):.2f} partition-seconds, "
-        f"{death['rebalance_count']} rebalances, {death['violations_total']} violations"
+        f"{float(death.total_unavailable_partition_seconds or 0.0):.2f} partition-seconds, "
+        f"{death.rebalance_count} rebalances, {death.violations_total} violations"
     )
     if rec is None or not rec.seconds:
         print("process death: no kill or no recovery found in the events: target NOT met")

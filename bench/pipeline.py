@@ -193,14 +193,14 @@ def _measure(args: argparse.Namespace, run_dir: Path) -> int:
     finally:
         spark.stop()
     total = t2 - t0
-    records = int(summary["records_processed"])
+    records = int(summary.records_processed)
     print(f"analyse (every job, tables collected): {t1 - t0:.1f} s")
     print(f"summarise + report (Parquet, summary.json, report.md, PNGs): {t2 - t1:.1f} s")
     print(
         f"total {total:.1f} s for {records:,} records: {records / total:,.0f} events/s; "
-        f"{summary['ownership_intervals']} ownership intervals, "
-        f"{summary['violations_total']} violations, "
-        f"{summary['total_unavailable_partition_seconds']} unavailable partition-seconds"
+        f"{summary.ownership_intervals} ownership intervals, "
+        f"{summary.violations_total} violations, "
+        f"{summary.total_unavailable_partition_seconds} unavailable partition-seconds"
     )
     print(
         f"target {args.events:,} events < {TARGET_S:g} s: "

@@ -12,6 +12,7 @@ import pytest
 
 from huddle.chaos import events as ev
 from huddle.chaos.eventfiles import problems, read_events
+from huddle.chaos.worker import WorkerSettings, main
 from huddle.client.admin import Admin
 from huddle.coordinator.server import CoordinatorServer
 from tests.helpers import wait_until
@@ -21,25 +22,18 @@ pytestmark = pytest.mark.e2e  # real worker processes
 WAIT_S = 15.0
 
 
-def start_worker(bootstrap: str, run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "huddle.chaos.worker",
-        bootstrap,
-        "member-1",
-        "--run-dir",
-        str(run_dir),
-        "--rate",
-        "200",
-        "--commit-interval-ms",
-        "200",
-        "--session-timeout-ms",
-        "2000",
-        "--max-seconds",
-        "60",
-        *extra,
-    ]
+def start_worker(bootstrap: str, run_dir: Path, **extra: object) -> subprocess.Popen[bytes]:
+    settings = WorkerSettings(
+        bootstrap=bootstrap,
+        name="member-1",
+        run_dir=str(run_dir),
+        rate=200,
+        commit_interval_ms=200,
+        session_timeout_ms=2000,
+        max_seconds=60,
+        **extra,  # type: ignore[arg-type]
+    )
+    argv = [sys.executable, "-m", "huddle.chaos.worker", settings.to_json()]
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -123,7 +117,7 @@ async def test_stateful_worker_restores_before_processing(
     async with Admin(bootstrap) as admin:
         await admin.create_topic("chaos", 1)
     path = tmp_path / "events" / "member-1.jsonl"
-    proc = start_worker(bootstrap, tmp_path, "--stateful", "--restore-rate", "100")
+    proc = start_worker(bootstrap, tmp_path, stateful=True, restore_rate=100.0)
     try:
         await wait_until(
             lambda: bool(of(read_events(path), ev.PROCESSED)), wait_s=WAIT_S, what="processing"
@@ -134,3 +128,24 @@ async def test_stateful_worker_restores_before_processing(
     kinds = [r["event"] for r in records if r["event"] in (ev.RESTORED, ev.PROCESSED)]
     assert kinds[0] == ev.RESTORED
     assert (tmp_path / "state" / "member-1.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (['{"bootstrap": "127.0.0.1:1", "name": "m"}'], "Object missing required field `run_dir`"),
+        (['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "rate": "fast"}'], "`$.rate`"),
+        (['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "colour": 1}'], "unknown field"),
+        (['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "rate": 0}'], "must be positive"),
+        (["{not json"], "not JSON"),
+        (["--rate", "5"], "usage"),
+    ],
+)
+def test_bad_settings_are_refused_in_one_line(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    if "usage" not in said:
+        assert err.count("\n") == 1

@@ -7,10 +7,10 @@ import typing
 from pathlib import Path
 
 import msgspec
-import pytest
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType
 
 from huddle.chaos import events as ev
+from huddle.chaos.eventfiles import KNOWN, problems
 from huddle.chaos.progress import EventTail
 from huddle.pipeline.schema import EVENT_SCHEMA, CoordinatorLine, event_schema
 
@@ -83,20 +83,16 @@ def test_the_progress_reader_still_reads_processed_lines(tmp_path: Path) -> None
     assert (tail.processed, tail.partitions) == (7, {4})
 
 
-@pytest.mark.parametrize("event_type", ev.EVENT_TYPES, ids=lambda t: t.__name__)
-def test_every_event_name_constant_is_its_structs_tag(event_type: type[ev.Event]) -> None:
-    assert ev.tag_of(event_type) in {
-        ev.RUN_STARTED,
-        ev.RUN_FINISHED,
-        ev.FAULT,
-        ev.STEADY,
-        ev.PROCESS_STARTED,
-        ev.PROCESS_STOPPED,
-        ev.JOINED,
-        ev.ASSIGNED,
-        ev.REVOKED,
-        ev.LOST,
-        ev.RESTORED,
-        ev.PROCESSED,
-        ev.COMMITTED,
-    }
+def test_the_event_file_checker_knows_every_event_and_checks_its_fields() -> None:
+    good = json.loads(
+        msgspec.json.encode(ev.Joined(ts=1.5, proc="m", member_id="x", generation=2, leader=False))
+    )
+    assert problems([good], "m") == []
+    assert {ev.tag_of(t) for t in ev.EVENT_TYPES} == KNOWN
+    bad = {**good, "generation": "two"}
+    del bad["leader"]
+    (problem,) = problems([bad], "m")
+    assert problem.startswith("line 1: joined: ")
+    assert problems([{**good, "event": "teleported"}], "m") == [
+        "line 1: unknown event 'teleported'"
+    ]

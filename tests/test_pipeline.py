@@ -27,7 +27,7 @@ from huddle.pipeline.cli import run_report
 from huddle.pipeline.compare import write_comparison
 from huddle.pipeline.report import write_report
 from huddle.pipeline.spark import build_session
-from huddle.pipeline.summary import summarise
+from huddle.pipeline.summary import PartitionFigures, RunSummary, read_summary, summarise
 
 pytestmark = pytest.mark.spark  # PySpark in local mode
 
@@ -142,7 +142,7 @@ def base_log(run_dir: Path, *, m2_offset: int = 650, protocol: str = "cooperativ
     return log
 
 
-def run(spark: SparkSession, log: Log) -> tuple[RunAnalysis, dict[str, Any]]:
+def run(spark: SparkSession, log: Log) -> tuple[RunAnalysis, RunSummary]:
     analysis = analyse(spark, log.write(), gap_ms=100.0)
     return analysis, summarise(analysis)
 
@@ -159,27 +159,27 @@ NO_VIOLATIONS = {
 @pytest.fixture(scope="module")
 def clean(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[RunAnalysis, dict[str, Any]]:
+) -> tuple[RunAnalysis, RunSummary]:
     return run(spark, base_log(tmp_path_factory.mktemp("runs") / "clean"))
 
 
-def test_clean_run_has_no_violations(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+def test_clean_run_has_no_violations(clean: tuple[RunAnalysis, RunSummary]) -> None:
     analysis, summary = clean
     assert analysis.violations == []
-    assert summary["violations"] == NO_VIOLATIONS
-    assert summary["records_processed"] == 650 + 1450 + 570
-    assert summary["duplicates"] == 0
-    assert summary["lost"] == 0
+    assert summary.violations == NO_VIOLATIONS
+    assert summary.records_processed == 650 + 1450 + 570
+    assert summary.duplicates == 0
+    assert summary.lost == 0
 
 
-def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, RunSummary]) -> None:
     analysis, summary = clean
-    assert summary["window"]["start"] == T0 + 1.0
-    assert summary["window"]["end"] == T0 + 10.0
-    assert summary["total_unavailable_partition_seconds"] == 1.5
-    assert summary["per_partition"] == {
-        "t-0": {"unavailable_seconds": 1.5, "max_outage_seconds": 1.5, "outages": 1},
-        "t-1": {"unavailable_seconds": 0.0, "max_outage_seconds": 0.0, "outages": 0},
+    assert summary.window.start == T0 + 1.0
+    assert summary.window.end == T0 + 10.0
+    assert summary.total_unavailable_partition_seconds == 1.5
+    assert summary.per_partition == {
+        "t-0": PartitionFigures(unavailable_seconds=1.5, max_outage_seconds=1.5, outages=1),
+        "t-1": PartitionFigures(unavailable_seconds=0.0, max_outage_seconds=0.0, outages=0),
     }
     assert [(o["topic"], o["partition"], o["start"], o["end"]) for o in analysis.outages] == [
         ("t", 0, T0 + 5.0, T0 + 6.5)
@@ -193,9 +193,9 @@ def test_the_window_starts_when_the_group_settled(spark: SparkSession, tmp_path:
     log = base_log(tmp_path / "steady")
     log.event("chaos", 5.75, "steady", generation=3, members=2, settled=True)
     analysis, summary = run(spark, log)
-    assert summary["window"]["start"] == T0 + 5.75
+    assert summary.window.start == T0 + 5.75
     assert [(o["start"], o["end"]) for o in analysis.outages] == [(T0 + 5.75, T0 + 6.5)]
-    assert summary["total_unavailable_partition_seconds"] == 0.75
+    assert summary.total_unavailable_partition_seconds == 0.75
 
 
 def test_an_eager_stop_and_restart_by_the_same_member_is_an_outage(
@@ -214,11 +214,11 @@ def test_an_eager_stop_and_restart_by_the_same_member_is_an_outage(
     log.event("m", 3.5, "process_stopped", reason="sigterm")
     analysis, summary = run(spark, log)
     assert [(o["start"], o["end"]) for o in analysis.outages] == [(T0 + 2.03125, T0 + 2.125)]
-    assert summary["total_unavailable_partition_seconds"] == 0.09375
-    assert summary["violations"] == NO_VIOLATIONS
+    assert summary.total_unavailable_partition_seconds == 0.09375
+    assert summary.violations == NO_VIOLATIONS
 
 
-def test_ownership_intervals_are_exact(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+def test_ownership_intervals_are_exact(clean: tuple[RunAnalysis, RunSummary]) -> None:
     analysis, _ = clean
     got = [
         (o["proc"], o["member_id"], o["partition"], o["start"] - T0, o["end"] - T0, o["end_reason"])
@@ -231,17 +231,17 @@ def test_ownership_intervals_are_exact(clean: tuple[RunAnalysis, dict[str, Any]]
     ]
 
 
-def test_rebalances_per_generation(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+def test_rebalances_per_generation(clean: tuple[RunAnalysis, RunSummary]) -> None:
     analysis, summary = clean
-    assert summary["rebalance_count"] == 3
-    assert summary["rebalance_durations_seconds"] == [0.125, 0.75, 0.75]
+    assert summary.rebalance_count == 3
+    assert summary.rebalance_durations_seconds == [0.125, 0.75, 0.75]
     assert [(r["generation"], r["triggers"], r["reason"]) for r in analysis.rebalances] == [
         (1, 1, "join"),
         (2, 2, "join"),
         (3, 1, "revoked"),
     ]
-    assert summary["protocol"] == "cooperative"
-    assert summary["scenario"] == "handover"
+    assert summary.protocol == "cooperative"
+    assert summary.scenario == "handover"
 
 
 def test_overlap_detected(spark: SparkSession, tmp_path: Path) -> None:
@@ -249,28 +249,26 @@ def test_overlap_detected(spark: SparkSession, tmp_path: Path) -> None:
     log.event("member-3", 6.875, "assigned", member_id="c", generation=3, partitions=[["t", 1]])
     log.ticks("member-3", "c", "t", 1, 7.0, 7.25, 0)
     analysis, summary = run(spark, log)
-    assert summary["violations"] == {**NO_VIOLATIONS, "overlap": 1}
+    assert summary.violations == {**NO_VIOLATIONS, "overlap": 1}
     (v,) = analysis.violations
     evidence = json.loads(v["evidence"])
     assert (v["partition"], v["proc"], v["ts"]) == (1, "member-1,member-3", T0 + 7.0)
     assert evidence["b"]["events"] == 5
     assert (evidence["overlap_start"], evidence["overlap_end"]) == (T0 + 7.0, T0 + 7.25)
-    assert summary["duplicates"] == 50
+    assert summary.duplicates == 50
 
 
 def test_unowned_processing_detected(spark: SparkSession, tmp_path: Path) -> None:
     log = base_log(tmp_path / "unowned")
     log.ticks("member-2", "b", "t", 0, 6.3125, 6.3125, 650)  # before its assignment at 6.375
     analysis, summary = run(spark, log)
-    assert summary["violations"] == {**NO_VIOLATIONS, "unowned": 1}
+    assert summary.violations == {**NO_VIOLATIONS, "unowned": 1}
     (v,) = analysis.violations
     assert (v["proc"], v["partition"], v["ts"], v["records"]) == ("member-2", 0, T0 + 6.3125, 10)
-    assert summary["duplicates"] == 10  # re-processing from the committed offset: allowed
-    assert summary["per_partition"]["t-0"] == {
-        "unavailable_seconds": 1.5,
-        "max_outage_seconds": 1.3125,
-        "outages": 2,
-    }
+    assert summary.duplicates == 10  # re-processing from the committed offset: allowed
+    assert summary.per_partition["t-0"] == PartitionFigures(
+        unavailable_seconds=1.5, max_outage_seconds=1.3125, outages=2
+    )
 
 
 def test_commit_going_backwards_detected(spark: SparkSession, tmp_path: Path) -> None:
@@ -278,7 +276,7 @@ def test_commit_going_backwards_detected(spark: SparkSession, tmp_path: Path) ->
     log.commit("member-2", "b", 7.0, 0, 600)
     log.commit("member-2", "b", 7.5, 0, 10, accepted=False)  # rejected: not a commit
     analysis, summary = run(spark, log)
-    assert summary["violations"] == {**NO_VIOLATIONS, "commit_backwards": 1}
+    assert summary.violations == {**NO_VIOLATIONS, "commit_backwards": 1}
     (v,) = analysis.violations
     evidence = json.loads(v["evidence"])
     assert (evidence["previous"]["offset"], evidence["commit"]["offset"]) == (650, 600)
@@ -287,8 +285,8 @@ def test_commit_going_backwards_detected(spark: SparkSession, tmp_path: Path) ->
 
 def test_lost_records_detected(spark: SparkSession, tmp_path: Path) -> None:
     analysis, summary = run(spark, base_log(tmp_path / "lost", m2_offset=700))
-    assert summary["violations"] == {**NO_VIOLATIONS, "lost": 1}
-    assert summary["lost"] == 50
+    assert summary.violations == {**NO_VIOLATIONS, "lost": 1}
+    assert summary.lost == 50
     (v,) = analysis.violations
     evidence = json.loads(v["evidence"])
     assert (evidence["first_lost"], evidence["last_lost"]) == (650, 699)
@@ -296,18 +294,19 @@ def test_lost_records_detected(spark: SparkSession, tmp_path: Path) -> None:
 
 def test_duplicates_below_the_commit_detected(spark: SparkSession, tmp_path: Path) -> None:
     analysis, summary = run(spark, base_log(tmp_path / "dups", m2_offset=600))
-    assert summary["violations"] == {**NO_VIOLATIONS, "duplicate_below_commit": 5}
+    assert summary.violations == {**NO_VIOLATIONS, "duplicate_below_commit": 5}
     assert [v["records"] for v in analysis.violations] == [10] * 5
-    assert summary["duplicates"] == 50
-    assert summary["duplicates_below_commit"] == 50
+    assert summary.duplicates == 50
+    assert summary.duplicates_below_commit == 50
 
 
-def test_report_files_written(clean: tuple[RunAnalysis, dict[str, Any]]) -> None:
+def test_report_files_written(clean: tuple[RunAnalysis, RunSummary]) -> None:
     analysis, summary = clean
     written = write_report(analysis)
     out = analysis.run_dir / "report"
     assert written == summary
-    assert json.loads((out / "summary.json").read_text()) == summary
+    assert read_summary(out / "summary.json") == summary  # written and read through the Struct
+    assert json.loads((out / "summary.json").read_text())["violations_total"] == 0
     for name in ("ownership", "outages", "unavailability", "rebalances", "violations"):
         assert list((out / f"{name}.parquet").glob("part-*.parquet")), name
     for png in ("ownership.png", "unavailability.png"):
@@ -318,7 +317,7 @@ def test_report_files_written(clean: tuple[RunAnalysis, dict[str, Any]]) -> None
 
 
 def test_parquet_tables_read_back(
-    spark: SparkSession, clean: tuple[RunAnalysis, dict[str, Any]]
+    spark: SparkSession, clean: tuple[RunAnalysis, RunSummary]
 ) -> None:
     analysis, _ = clean
     write_report(analysis)
@@ -328,7 +327,7 @@ def test_parquet_tables_read_back(
 
 
 def test_comparison_across_runs(
-    spark: SparkSession, tmp_path: Path, clean: tuple[RunAnalysis, dict[str, Any]]
+    spark: SparkSession, tmp_path: Path, clean: tuple[RunAnalysis, RunSummary]
 ) -> None:
     _, cooperative = clean
     _, eager = run(spark, base_log(tmp_path / "eager", m2_offset=700, protocol="eager"))
@@ -377,9 +376,9 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
         result = run_chaos(settings, scenario)
         assert result.outcome == "completed"
         summary = summarise(analyse(spark, run_dir, gap_ms=100.0))
-        assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
-        assert summary["lost"] == 0
-        unavailable[protocol] = summary["total_unavailable_partition_seconds"]
+        assert summary.violations == NO_VIOLATIONS, summary.violations
+        assert summary.lost == 0
+        unavailable[protocol] = summary.total_unavailable_partition_seconds or 0.0
     assert unavailable["cooperative-sticky"] < unavailable["range"], unavailable
 
 
@@ -395,7 +394,7 @@ def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
     result = run_chaos(settings, BUILT_IN["zombie"](Shape(duration=12.0, members=3)))
     assert result.outcome == "completed"
     summary = summarise(analyse(spark, settings.run_dir, gap_ms=100.0))
-    assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
+    assert summary.violations == NO_VIOLATIONS, summary.violations
 
 
 @pytest.mark.e2e
@@ -428,9 +427,9 @@ def test_every_other_built_in_scenario_is_safe_end_to_end(
     assert result.faults > 0
     assert _processed_after_recovery(settings.run_dir) == set(range(6))
     summary = summarise(analyse(spark, settings.run_dir, gap_ms=100.0))
-    assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
-    assert summary["lost"] == 0
-    assert summary["records_processed"] > 0
+    assert summary.violations == NO_VIOLATIONS, summary.violations
+    assert summary.lost == 0
+    assert summary.records_processed > 0
 
 
 def _processed_after_recovery(run_dir: Path, recovery_s: float = 1.0) -> set[int]:
@@ -478,5 +477,5 @@ def test_stateful_high_availability_scale_up_moves_work_once_warm_and_is_safe(
         assert any(r["event"] == "processed" for r in records), f"{new} never took work over"
     assert _processed_after_recovery(settings.run_dir) == set(range(6))
     summary = summarise(analyse(spark, settings.run_dir, gap_ms=100.0))
-    assert summary["violations"] == NO_VIOLATIONS, summary["violations"]
-    assert summary["lost"] == 0
+    assert summary.violations == NO_VIOLATIONS, summary.violations
+    assert summary.lost == 0

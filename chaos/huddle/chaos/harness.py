@@ -33,6 +33,7 @@ from huddle.chaos.progress import EventTail
 from huddle.chaos.protocols import ProtocolOptions
 from huddle.chaos.proxy import FaultProxy, fault_proxy
 from huddle.chaos.scenarios import Scenario, ScenarioError, Step
+from huddle.chaos.worker import WorkerSettings
 from huddle.client.admin import Admin
 from huddle.protocol.errors import TopicAlreadyExistsError
 
@@ -336,39 +337,25 @@ class Harness:
 
     def _member_argv(self, name: str) -> list[str]:
         s = self.s
-        argv = [
-            sys.executable,
-            "-m",
-            "huddle.chaos.worker",
-            self.bootstrap,
-            name,
-            "--run-dir",
-            str(self.run_dir),
-            "--group",
-            s.group,
-            "--topic",
-            s.topic,
-            "--protocol",
-            s.protocol,
-            *s.options.argv(),
-            "--session-timeout-ms",
-            str(s.session_timeout_ms),
-            "--heartbeat-interval-ms",
-            str(s.heartbeat_interval_ms),
-            "--rebalance-timeout-ms",
-            str(s.rebalance_timeout_ms),
-            "--rate",
-            str(s.rate),
-            "--commit-interval-ms",
-            str(s.commit_interval_ms),
-            "--max-seconds",
-            str(s.duration + SETUP_ALLOWANCE_S),
-        ]
-        if self.scenario.static:
-            argv += ["--instance-id", name]
-        if s.stateful:
-            argv += ["--stateful", "--restore-rate", str(s.restore_rate)]
-        return argv
+        settings = WorkerSettings(
+            bootstrap=self.bootstrap,
+            name=name,
+            run_dir=str(self.run_dir),
+            group=s.group,
+            topic=s.topic,
+            protocol=s.protocol,
+            options=s.options,
+            instance_id=name if self.scenario.static else None,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            rebalance_timeout_ms=s.rebalance_timeout_ms,
+            rate=s.rate,
+            commit_interval_ms=s.commit_interval_ms,
+            stateful=s.stateful,
+            restore_rate=s.restore_rate,
+            max_seconds=s.duration + SETUP_ALLOWANCE_S,
+        )
+        return [sys.executable, "-m", "huddle.chaos.worker", settings.to_json()]
 
     async def _start_member(self, name: str, *, fault: bool) -> None:
         old = self.members.get(name)

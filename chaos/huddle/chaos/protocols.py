@@ -15,17 +15,6 @@ class ProtocolOptions:
     num_standby_replicas: int | None = None  # high-availability
     probing_interval_ms: int | None = None  # high-availability
 
-    def argv(self) -> list[str]:
-        """The worker flags that carry these options."""
-        flags = []
-        for name in ("delay_ms", "acceptable_recovery_lag", "num_standby_replicas"):
-            value = getattr(self, name)
-            if value is not None:
-                flags += [f"--{name.replace('_', '-')}", str(value)]
-        if self.probing_interval_ms is not None:
-            flags += ["--probing-interval-ms", str(self.probing_interval_ms)]
-        return flags
-
 
 def protocol_names() -> list[str]:
     return sorted(ASSIGNORS.by_name)

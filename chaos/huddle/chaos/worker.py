@@ -1,4 +1,8 @@
-"""One chaos member process: ``python -m chaos.worker BOOTSTRAP NAME --run-dir DIR ...``.
+"""One chaos member process: ``python -m huddle.chaos.worker SETTINGS_JSON``.
+
+``SETTINGS_JSON`` is one ``WorkerSettings`` as JSON (the harness builds it), e.g.
+``{"bootstrap": "127.0.0.1:9292", "name": "member-1", "run_dir": "runs/x"}``; unknown or
+ill-typed settings are refused with one line and exit status 2.
 
 Runs a ``Member`` with the synthetic workload of ``huddle.chaos.workload`` and writes what it
 does to ``events/<NAME>.jsonl`` (see ``huddle.chaos.events``): joins, assignments, revocations,
@@ -8,7 +12,6 @@ or SIGINT shut it down cleanly (revoke -> commit -> leave); SIGKILL ends it mid-
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -18,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
+import msgspec
 import structlog
 
 from huddle.chaos import events as ev
@@ -33,34 +37,53 @@ log = structlog.get_logger("huddle.chaos.worker")
 TICK_S = 0.02
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m chaos.worker", description=__doc__)
-    p.add_argument("bootstrap", help="coordinator HOST:PORT")
-    p.add_argument("name", help="process name, e.g. member-3")
-    p.add_argument("--run-dir", type=Path, required=True)
-    p.add_argument("--group", default="chaos")
-    p.add_argument("--topic", default="chaos")
-    p.add_argument("--protocol", default="cooperative-sticky", help="assignor name")
-    p.add_argument("--delay-ms", type=int, default=None, help="cooperative-deferred delay")
-    p.add_argument("--acceptable-recovery-lag", type=int, default=None)
-    p.add_argument("--num-standby-replicas", type=int, default=None)
-    p.add_argument("--probing-interval-ms", type=int, default=None)
-    p.add_argument("--instance-id", default=None, help="static membership (KIP-345)")
-    p.add_argument("--session-timeout-ms", type=int, default=3_000)
-    p.add_argument("--heartbeat-interval-ms", type=int, default=500)
-    p.add_argument("--rebalance-timeout-ms", type=int, default=10_000)
-    p.add_argument("--rate", type=float, default=50.0, help="records/s per partition")
-    p.add_argument("--commit-interval-ms", type=int, default=1_000)
-    p.add_argument("--stateful", action="store_true", help="restore state before processing")
-    p.add_argument("--restore-rate", type=float, default=1_000.0, help="records/s restored")
-    p.add_argument("--max-seconds", type=float, default=3_600.0, help="stop after this long")
-    return p
+class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Everything a worker needs, given as one JSON argument (the harness builds it)."""
+
+    bootstrap: str  # coordinator HOST:PORT
+    name: str  # process name, e.g. member-3
+    run_dir: str
+    group: str = "chaos"
+    topic: str = "chaos"
+    protocol: str = "cooperative-sticky"  # assignor name
+    options: ProtocolOptions = msgspec.field(default_factory=ProtocolOptions)
+    instance_id: str | None = None  # static membership (KIP-345)
+    session_timeout_ms: int = 3_000
+    heartbeat_interval_ms: int = 500
+    rebalance_timeout_ms: int = 10_000
+    rate: float = 50.0  # records/s per partition
+    commit_interval_ms: int = 1_000
+    stateful: bool = False  # restore state before processing
+    restore_rate: float = 1_000.0  # records/s restored
+    max_seconds: float = 3_600.0  # stop after this long
+
+    def __post_init__(self) -> None:
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.rate <= 0 or self.restore_rate <= 0 or self.max_seconds <= 0:
+            raise ValueError("rate, restore_rate and max_seconds must be positive")
+        if self.commit_interval_ms <= 0:
+            raise ValueError("commit_interval_ms must be positive")
+
+    def to_json(self) -> str:
+        return msgspec.json.encode(self).decode()
+
+
+def parse_settings(text: str) -> WorkerSettings:
+    """The settings argument; ValueError with one line saying what is wrong."""
+    try:
+        return msgspec.json.decode(text, type=WorkerSettings)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
 
 
 class Worker(RebalanceListener):
     """The member's listener and workload; every callback writes its event."""
 
-    def __init__(self, args: argparse.Namespace, events: EventLog) -> None:
+    def __init__(self, args: WorkerSettings, events: EventLog) -> None:
         self.args = args
         self.events = events
         self.workload = Workload(
@@ -77,12 +100,7 @@ class Worker(RebalanceListener):
 
     def make_member(self) -> Member:
         a = self.args
-        options = ProtocolOptions(
-            delay_ms=a.delay_ms,
-            acceptable_recovery_lag=a.acceptable_recovery_lag,
-            num_standby_replicas=a.num_standby_replicas,
-            probing_interval_ms=a.probing_interval_ms,
-        )
+        options = a.options
         self.member = Member(
             a.bootstrap,
             group_id=a.group,
@@ -267,9 +285,9 @@ def save_state(path: Path, local: Mapping[TopicPartition, int]) -> None:
     os.replace(tmp, path)
 
 
-async def run(args: argparse.Namespace) -> str:
+async def run(args: WorkerSettings) -> str:
     """Run until a signal or ``--max-seconds``; returns why it stopped."""
-    with EventLog(events_dir(args.run_dir) / f"{args.name}.jsonl", args.name) as events:
+    with EventLog(events_dir(Path(args.run_dir)) / f"{args.name}.jsonl", args.name) as events:
         events.write(
             ev.ProcessStarted(
                 pid=os.getpid(),
@@ -311,7 +329,15 @@ async def run(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    if len(words) != 1 or words[0] in ("-h", "--help"):
+        print(f"usage: python -m huddle.chaos.worker SETTINGS_JSON\n\n{__doc__}", file=sys.stderr)
+        return 2
+    try:
+        args = parse_settings(words[0])
+    except ValueError as exc:
+        print(f"huddle.chaos.worker: bad settings: {exc}", file=sys.stderr)
+        return 2
     configure_logging("json", "info", stream=sys.stderr)
     structlog.contextvars.bind_contextvars(proc=args.name)
     anyio.run(run, args, backend_options={"use_uvloop": True})

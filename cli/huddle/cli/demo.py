@@ -75,4 +75,4 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         spark.stop()
     print(f"\nreports: {', '.join(str(d / 'report' / 'report.md') for d in run_dirs)}")
     print(f"comparison: {root / 'comparison' / 'comparison.md'}")
-    return 1 if any(s["violations_total"] for s in summaries) else 0
+    return 1 if any(s.violations_total for s in summaries) else 0

@@ -49,13 +49,13 @@ def run_report(args: argparse.Namespace) -> int:
             summary = write_report(analysis)
             summaries.append(summary)
             print(
-                f"{run_dir}: {summary['total_unavailable_partition_seconds']} unavailable "
-                f"partition-seconds, {summary['rebalance_count']} rebalances, "
-                f"{summary['violations_total']} violations -> {run_dir / 'report'}"
+                f"{run_dir}: {summary.total_unavailable_partition_seconds} unavailable "
+                f"partition-seconds, {summary.rebalance_count} rebalances, "
+                f"{summary.violations_total} violations -> {run_dir / 'report'}"
             )
         if len(summaries) > 1:
             out = args.compare_out or args.run_dirs[0].resolve().parent / "comparison"
             print(write_comparison(summaries, out))
     finally:
         spark.stop()
-    return 1 if any(s["violations_total"] for s in summaries) else 0
+    return 1 if any(s.violations_total for s in summaries) else 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from huddle.pipeline import plots
 from huddle.pipeline.report import markdown_table
+from huddle.pipeline.summary import RunSummary
 
 COMPARISON_COLUMNS = (
     "run",
@@ -24,19 +25,19 @@ COMPARISON_COLUMNS = (
 )
 
 
-def comparison_rows(summaries: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[s.get(c) for c in COMPARISON_COLUMNS] for s in summaries]
+def comparison_rows(summaries: list[RunSummary]) -> list[list[Any]]:
+    return [[getattr(s, c) for c in COMPARISON_COLUMNS] for s in summaries]
 
 
-def write_comparison(summaries: list[dict[str, Any]], out_dir: Path) -> str:
+def write_comparison(summaries: list[RunSummary], out_dir: Path) -> str:
     """``comparison.md``, ``comparison.json`` and ``unavailability_by_protocol.png``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(list(COMPARISON_COLUMNS), comparison_rows(summaries))
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
     (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     plots.bars(
-        [f"{s.get('protocol')} ({s['run']})" for s in summaries],
-        [float(s["total_unavailable_partition_seconds"] or 0.0) for s in summaries],
+        [f"{s.protocol} ({s.run})" for s in summaries],
+        [float(s.total_unavailable_partition_seconds or 0.0) for s in summaries],
         "unavailable partition-seconds",
         "unavailability per protocol",
         out_dir / "unavailability_by_protocol.png",

@@ -7,7 +7,7 @@ from typing import Any
 
 from huddle.pipeline import plots
 from huddle.pipeline.analysis import RunAnalysis, write_tables
-from huddle.pipeline.summary import summarise, write_summary
+from huddle.pipeline.summary import RunSummary, summarise, write_summary
 
 REPORT_DIR = "report"
 
@@ -27,28 +27,28 @@ def _t(value: float | None, t0: float) -> float | None:
     return None if value is None else value - t0
 
 
-def render_markdown(a: RunAnalysis, s: dict[str, Any], t0: float) -> str:
+def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
     out = [
         f"# Run `{a.run}`",
         "",
         f"Protocol **{a.protocol}**, scenario **{a.scenario}**, tick gap {a.gap_ms:g} ms. "
         f"Times are seconds since the run's first event. Availability window: "
-        f"{s['window']['definition']} ({s['window']['seconds']} s).",
+        f"{s.window.definition} ({s.window.seconds} s).",
         "",
         "## Figures",
         "",
         markdown_table(
             ["figure", "value"],
             [
-                ["total unavailable partition-seconds", s["total_unavailable_partition_seconds"]],
-                ["max outage (s)", s["max_outage_seconds"]],
-                ["rebalances", s["rebalance_count"]],
-                ["rebalance time total (s)", s["rebalance_total_seconds"]],
-                ["records processed", s["records_processed"]],
-                ["duplicates", s["duplicates"]],
-                ["duplicates below commit", s["duplicates_below_commit"]],
-                ["lost", s["lost"]],
-                *[[f"violations: {k}", v] for k, v in s["violations"].items()],
+                ["total unavailable partition-seconds", s.total_unavailable_partition_seconds],
+                ["max outage (s)", s.max_outage_seconds],
+                ["rebalances", s.rebalance_count],
+                ["rebalance time total (s)", s.rebalance_total_seconds],
+                ["records processed", s.records_processed],
+                ["duplicates", s.duplicates],
+                ["duplicates below commit", s.duplicates_below_commit],
+                ["lost", s.lost],
+                *[[f"violations: {k}", v] for k, v in s.violations.items()],
             ],
         ),
         "",
@@ -114,7 +114,7 @@ def render_markdown(a: RunAnalysis, s: dict[str, Any], t0: float) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_report(a: RunAnalysis, out_dir: Path | None = None) -> dict[str, Any]:
+def write_report(a: RunAnalysis, out_dir: Path | None = None) -> RunSummary:
     """Write everything for one run under ``RUN_DIR/report`` (or ``out_dir``)."""
     out = out_dir if out_dir is not None else a.run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
