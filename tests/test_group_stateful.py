@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.group import Group
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.values import DisconnectGraceEnds
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -690,7 +691,7 @@ class GroupMachine(RuleBasedStateMachine):
                 assert member.conn_id not in closed, member.member_id
         for member_id, conn in group.pending.items():
             if grace and conn in closed:
-                assert ("grace", GROUP, member_id) in timers, member_id
+                assert DisconnectGraceEnds(GROUP, member_id) in timers, member_id
 
     # --- end of a run -------------------------------------------------------------------
 

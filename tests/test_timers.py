@@ -11,14 +11,14 @@ from huddle.coordinator.timers import TimerQueue
 
 
 def test_empty_queue_has_nothing_due() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     assert q.next_deadline() is None
     assert q.pop_due(1_000_000) == []
     assert len(q) == 0
 
 
 def test_pop_due_returns_due_keys_earliest_first_and_only_once() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("a", 30)
     q.set("b", 10)
     q.set("c", 20)
@@ -33,7 +33,7 @@ def test_pop_due_returns_due_keys_earliest_first_and_only_once() -> None:
 
 
 def test_a_key_moved_later_fires_after_keys_due_before_it() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("a", 0)
     q.set("a", 1)  # moved later: now due at 1
     q.set("b", 0)
@@ -41,14 +41,14 @@ def test_a_key_moved_later_fires_after_keys_due_before_it() -> None:
 
 
 def test_keys_with_the_same_deadline_fire_in_the_order_they_were_set() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     for key in ("x", "y", "z"):
         q.set(key, 5)
     assert q.pop_due(5) == ["x", "y", "z"]
 
 
 def test_membership_and_deadline_lookup_follow_set_cancel_and_fire() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set(("session", "g", "m"), 100)
     assert ("session", "g", "m") in q
     assert q.deadline(("session", "g", "m")) == 100
@@ -59,7 +59,7 @@ def test_membership_and_deadline_lookup_follow_set_cancel_and_fire() -> None:
 
 
 def test_moving_a_deadline_later_does_not_fire_it_early() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 10)
     q.set("k", 50)  # a heartbeat pushed the session out
     assert q.deadline("k") == 50
@@ -76,7 +76,7 @@ def test_moving_a_deadline_later_does_not_fire_it_early() -> None:
 
 
 def test_moving_a_deadline_earlier_fires_at_the_earlier_time_once() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 50)
     q.set("k", 10)
     assert q.next_deadline() == 10
@@ -87,7 +87,7 @@ def test_moving_a_deadline_earlier_fires_at_the_earlier_time_once() -> None:
 
 
 def test_moving_back_and_forth_fires_once_at_the_last_deadline() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 10)
     q.set("k", 5)
     q.set("k", 10)
@@ -97,7 +97,7 @@ def test_moving_back_and_forth_fires_once_at_the_last_deadline() -> None:
 
 
 def test_cancelled_key_never_fires() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 10)
     q.cancel("k")
     assert "k" not in q
@@ -105,7 +105,7 @@ def test_cancelled_key_never_fires() -> None:
 
 
 def test_cancel_of_an_unknown_key_is_harmless() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.cancel("nobody")
     q.set("k", 1)
     q.cancel("nobody")
@@ -113,7 +113,7 @@ def test_cancel_of_an_unknown_key_is_harmless() -> None:
 
 
 def test_cancel_then_set_later_fires_at_the_new_time() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 10)
     q.cancel("k")
     q.set("k", 20)
@@ -124,7 +124,7 @@ def test_cancel_then_set_later_fires_at_the_new_time() -> None:
 
 
 def test_cancel_then_set_earlier_fires_at_the_new_time() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 20)
     q.cancel("k")
     q.set("k", 5)
@@ -134,7 +134,7 @@ def test_cancel_then_set_earlier_fires_at_the_new_time() -> None:
 
 
 def test_next_deadline_skips_cancelled_entries() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("a", 10)
     q.set("b", 20)
     q.set("c", 30)
@@ -146,7 +146,7 @@ def test_next_deadline_skips_cancelled_entries() -> None:
 
 
 def test_a_key_fired_can_be_armed_again() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 10)
     assert q.pop_due(10) == ["k"]
     q.set("k", 15)
@@ -155,7 +155,7 @@ def test_a_key_fired_can_be_armed_again() -> None:
 
 
 def test_many_later_moves_of_one_key_keep_the_heap_small() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     for i in range(10_000):
         q.set("session", 1_000 + i)
     assert len(q._heap) <= 2
@@ -166,7 +166,7 @@ def test_many_later_moves_of_one_key_keep_the_heap_small() -> None:
 
 def test_heartbeat_pattern_keeps_the_heap_at_about_one_entry_per_key() -> None:
     """Ten members heartbeat every 100 ms with a 1 s session while time moves on."""
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     keys = [("session", "g", f"m{i}") for i in range(10)]
     for tick in range(10_000):
         now = tick * 10
@@ -191,7 +191,7 @@ OPS = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(OPS)
 def test_timer_queue_matches_a_dict_of_deadlines(ops: list[tuple[str, Hashable, int]]) -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     model: dict[Hashable, int] = {}
     now = 0
     for op, key, value in ops:
@@ -224,7 +224,7 @@ def test_timer_queue_matches_a_dict_of_deadlines(ops: list[tuple[str, Hashable, 
 
 
 def test_extend_moves_a_deadline_out_never_in() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.extend("k", 10)
     q.extend("k", 5)  # earlier: ignored
     assert q.deadline("k") == 10
@@ -234,7 +234,7 @@ def test_extend_moves_a_deadline_out_never_in() -> None:
 
 
 def test_extend_after_cancel_fires_at_the_new_deadline_even_if_earlier() -> None:
-    q = TimerQueue()
+    q: TimerQueue[Hashable] = TimerQueue()
     q.set("k", 100)
     q.cancel("k")
     q.extend("k", 10)  # the old heap entry (100) must not be what wakes it

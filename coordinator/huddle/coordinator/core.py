@@ -24,6 +24,7 @@ from huddle.coordinator.records import OffsetRecord, Record, TopicRecord
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import TopicRegistry
+from huddle.coordinator.values import Deadline
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -64,7 +65,7 @@ class Coordinator:
         new_member_id: Callable[[str], str] = uuid_member_id,
     ) -> None:
         self.config = config or GroupConfig()
-        self.timers = TimerQueue()
+        self.timers: TimerQueue[Deadline] = TimerQueue()
         self.membership = Membership(self.config, self.timers, new_member_id)
         self.topics = TopicRegistry(self.config.max_partitions)
         self.changes: list[Record] = []  # since take_changes(): what to keep across restarts

@@ -13,6 +13,12 @@ import structlog
 
 from huddle.coordinator.effects import Waiter
 from huddle.coordinator.state import GroupState, check_transition
+from huddle.coordinator.values import (
+    DisconnectGraceEnds,
+    JoinPhaseEnds,
+    SessionExpires,
+    SyncPhaseEnds,
+)
 from huddle.protocol.messages import JoinGroupMember, Protocol
 
 log = structlog.get_logger("huddle.group")
@@ -64,8 +70,8 @@ class Member:
         self.join_waiter: Waiter | None = None
         self.sync_waiter: Waiter | None = None
         self.is_new = True
-        self.session_key = ("session", group_id, member_id)
-        self.grace_key = ("grace", group_id, member_id)
+        self.session_key = SessionExpires(group_id, member_id)
+        self.grace_key = DisconnectGraceEnds(group_id, member_id)
 
     @property
     def protocol_names(self) -> list[str]:
@@ -108,8 +114,8 @@ class Group:
         self.initial_delay_ms = 0
         self.initial_remaining_ms = 0
         self.new_member_added = False
-        self.join_key = ("join", group_id)
-        self.sync_key = ("sync", group_id)
+        self.join_key = JoinPhaseEnds(group_id)
+        self.sync_key = SyncPhaseEnds(group_id)
 
     # --- state -----------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ from huddle.coordinator.group import Group, Member
 from huddle.coordinator.rebalance import Rebalancing
 from huddle.coordinator.sessions import (
     E,
-    Problem,
     S,
     inconsistent,
     join_error,
@@ -16,6 +15,7 @@ from huddle.coordinator.sessions import (
     rebalance_timeout,
     sync_error,
 )
+from huddle.coordinator.values import PendingMemberExpires, Refusal
 from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse
 
 
@@ -24,9 +24,9 @@ class Joining(Rebalancing):
 
     def join(self, fx: Effects, conn: Peer, cid: int, req: JoinGroupRequest) -> None:
         waiter = (conn.conn_id, cid)
-        error = self._check_join_request(req)
-        if error is not None:
-            fx.reply(waiter, join_error(error[0], error[1], req.member_id))
+        refusal = self._check_join_request(req)
+        if refusal is not None:
+            fx.reply(waiter, join_error(refusal.code, refusal.message, req.member_id))
             return
         group = self.groups.get(req.group_id)
         if group is None:
@@ -54,23 +54,25 @@ class Joining(Rebalancing):
             self._join_known(fx, group, conn, waiter, req)
         self.collect(group)
 
-    def _check_join_request(self, req: JoinGroupRequest) -> Problem | None:
+    def _check_join_request(self, req: JoinGroupRequest) -> Refusal | None:
         cfg = self.config
         if not req.group_id:
-            return E.INVALID_GROUP_ID, "group id must not be empty"
+            return Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
-            return (
+            return Refusal(
                 E.INVALID_SESSION_TIMEOUT,
                 f"session timeout {req.session_timeout_ms} ms is outside "
                 f"[{cfg.min_session_timeout_ms}, {cfg.max_session_timeout_ms}]",
             )
         if not req.protocol_type or not req.protocols:
-            return E.INCONSISTENT_GROUP_PROTOCOL, "protocol type and protocols must not be empty"
+            return Refusal(
+                E.INCONSISTENT_GROUP_PROTOCOL, "protocol type and protocols must not be empty"
+            )
         names = [p.name for p in req.protocols]
         if len(set(names)) != len(names):
-            return E.INVALID_REQUEST, f"protocol names repeat: {names}"
+            return Refusal(E.INVALID_REQUEST, f"protocol names repeat: {names}")
         if req.group_instance_id == "":
-            return E.INVALID_REQUEST, "group instance id must be null or non-empty"
+            return Refusal(E.INVALID_REQUEST, "group instance id must be null or non-empty")
         return None
 
     def _accepts(self, group: Group, member_id: str) -> bool:
@@ -100,7 +102,9 @@ class Joining(Rebalancing):
             # KIP-394: hand out an id and have the member come back with it.
             group.pending[member_id] = conn.conn_id
             self._bind_key(conn.conn_id, (group.group_id, member_id))
-            self.timers.set(("pending", group.group_id, member_id), fx.now + req.session_timeout_ms)
+            self.timers.set(
+                PendingMemberExpires(group.group_id, member_id), fx.now + req.session_timeout_ms
+            )
             log.info("member_id_required", group_id=group.group_id, member_id=member_id)
             fx.reply(
                 waiter,
@@ -122,8 +126,8 @@ class Joining(Rebalancing):
             self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
             return
         member = self.identify(group, member_id, req.group_instance_id)
-        if not isinstance(member, Member):
-            fx.reply(waiter, join_error(member[0], member[1], member_id))
+        if isinstance(member, Refusal):
+            fx.reply(waiter, join_error(member.code, member.message, member_id))
             return
         if not group.supports(req.protocol_type, req.protocols, member):
             fx.reply(waiter, inconsistent(member_id))

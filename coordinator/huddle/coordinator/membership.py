@@ -12,11 +12,18 @@ point for deadlines and closed connections).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.joining import Joining
 from huddle.coordinator.sessions import E, S, uuid_member_id
+from huddle.coordinator.values import (
+    Deadline,
+    DisconnectGraceEnds,
+    JoinPhaseEnds,
+    PendingMemberExpires,
+    Refusal,
+    SessionExpires,
+    SyncPhaseEnds,
+)
 from huddle.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -53,11 +60,11 @@ class Membership(Joining):
             else:
                 response = _OK_HEARTBEAT
         else:
-            _, _, error = self._validate_member_request(
+            refusal = self._validate_member_request(
                 req.group_id, req.member_id, req.group_instance_id, req.generation_id
             )
-            assert error is not None  # in order requests took the short path
-            response = HeartbeatResponse(error_code=error[0], error_message=error[1])
+            assert isinstance(refusal, Refusal)  # in order requests took the short path
+            response = HeartbeatResponse(error_code=refusal.code, error_message=refusal.message)
         return conn.conn_id, Reply(correlation_id=cid, response=response)
 
     # --- LeaveGroup ------------------------------------------------------------------
@@ -107,34 +114,33 @@ class Membership(Joining):
 
     # --- deadlines -------------------------------------------------------------------
 
-    def expire(self, fx: Effects, key: Hashable) -> None:
-        """A deadline named ``key`` has passed."""
-        assert isinstance(key, tuple)
-        kind, group_id = key[0], key[1]
-        group = self.groups.get(group_id)
+    def expire(self, fx: Effects, key: Deadline) -> None:
+        """The deadline ``key`` has passed."""
+        group = self.groups.get(key.group_id)
         if group is None:
             return
-        if kind == "join":
-            self._join_deadline(fx, group)
-        elif kind == "sync":
-            self._sync_deadline(fx, group)
-        elif kind == "pending":
-            if key[2] in group.pending:
-                self._drop_pending(fx, group, key[2], "did not join again in time")
-        elif kind == "session":
-            member = group.members.get(key[2])
-            if member is not None:
-                if member.join_waiter is not None and not member.is_new:
-                    # It is waiting on us: keep it until the join phase ends.
-                    self.timers.set(member.session_key, fx.now + member.session_timeout_ms)
-                else:
-                    self._remove_and_update(fx, group, member, "session timeout")
-        elif kind == "grace":
-            member_id = key[2]
-            if member_id in group.pending:
-                self._drop_pending(fx, group, member_id, "connection closed")
-            elif member_id in group.members:
-                self._remove_and_update(fx, group, group.members[member_id], "connection closed")
+        match key:
+            case JoinPhaseEnds():
+                self._join_deadline(fx, group)
+            case SyncPhaseEnds():
+                self._sync_deadline(fx, group)
+            case PendingMemberExpires(member_id=member_id):
+                if member_id in group.pending:
+                    self._drop_pending(fx, group, member_id, "did not join again in time")
+            case SessionExpires(member_id=member_id):
+                member = group.members.get(member_id)
+                if member is not None:
+                    if member.join_waiter is not None and not member.is_new:
+                        # It is waiting on us: keep it until the join phase ends.
+                        self.timers.set(member.session_key, fx.now + member.session_timeout_ms)
+                    else:
+                        self._remove_and_update(fx, group, member, "session timeout")
+            case DisconnectGraceEnds(member_id=member_id):
+                if member_id in group.pending:
+                    self._drop_pending(fx, group, member_id, "connection closed")
+                elif member_id in group.members:
+                    gone = group.members[member_id]
+                    self._remove_and_update(fx, group, gone, "connection closed")
         self.collect(group)
 
     def connection_closed(self, fx: Effects, conn_id: int) -> None:
@@ -152,7 +158,7 @@ class Membership(Joining):
             if member is not None and member.instance_id is None and member.conn_id == conn_id:
                 self.timers.set(member.grace_key, fx.now + grace)
             elif member is None and member_id in group.pending:
-                self.timers.set(("grace", group_id, member_id), fx.now + grace)
+                self.timers.set(DisconnectGraceEnds(group_id, member_id), fx.now + grace)
 
 
 _OK_HEARTBEAT = HeartbeatResponse()

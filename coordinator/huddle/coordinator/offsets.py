@@ -10,6 +10,7 @@ from huddle.coordinator.membership import Membership
 from huddle.coordinator.records import OffsetRecord, Record
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.topics import TopicRegistry
+from huddle.coordinator.values import Refusal
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     FetchedOffset,
@@ -45,7 +46,9 @@ class Offsets:
         waiter = (peer.conn_id, cid)
         group, error = self._check_commit(fx, peer, req)
         if error is not None:
-            fx.reply(waiter, OffsetCommitResponse(error_code=error[0], error_message=error[1]))
+            fx.reply(
+                waiter, OffsetCommitResponse(error_code=error.code, error_message=error.message)
+            )
             if group is not None:
                 self.membership.collect(group)
             return
@@ -76,35 +79,35 @@ class Offsets:
 
     def _check_commit(
         self, fx: Effects, peer: Peer, req: OffsetCommitRequest
-    ) -> tuple[Group | None, tuple[ErrorCode, str] | None]:
+    ) -> tuple[Group | None, Refusal | None]:
         if not req.group_id:
-            return None, (E.INVALID_GROUP_ID, "group id must not be empty")
+            return None, Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
         groups = self.membership.groups
         group = groups.get(req.group_id)
         simple = req.generation_id < 0 and not req.member_id
         if group is None:
             if req.generation_id >= 0:
-                return None, (E.ILLEGAL_GENERATION, f"no group {req.group_id!r} is running")
+                return None, Refusal(E.ILLEGAL_GENERATION, f"no group {req.group_id!r} is running")
             group = groups[req.group_id] = Group(req.group_id)
         if group.is_(S.DEAD):
-            return group, (E.COORDINATOR_NOT_AVAILABLE, "group is dead")
+            return group, Refusal(E.COORDINATOR_NOT_AVAILABLE, "group is dead")
         if simple and group.is_(S.EMPTY):
             return group, None
         member = self.membership.identify(group, req.member_id, req.group_instance_id)
         if not isinstance(member, Member):
             if simple:
-                return group, (
+                return group, Refusal(
                     E.UNKNOWN_MEMBER_ID,
                     "commits without a member id are allowed only while the group is empty",
                 )
             return group, member
         if req.generation_id != group.generation:
-            return group, (
+            return group, Refusal(
                 E.ILLEGAL_GENERATION,
                 f"generation {req.generation_id} is not the group's {group.generation}",
             )
         if group.is_(S.COMPLETING_REBALANCE):
-            return group, (E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
+            return group, Refusal(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
         self.membership.touch(fx, member, peer)
         return group, None
 

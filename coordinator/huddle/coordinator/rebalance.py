@@ -8,6 +8,7 @@ from __future__ import annotations
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
 from huddle.coordinator.sessions import E, S, Sessions, log, sync_error
+from huddle.coordinator.values import Refusal
 from huddle.protocol.messages import (
     JoinGroupResponse,
     RebalanceStarted,
@@ -122,14 +123,13 @@ class Rebalancing(Sessions):
 
     def sync(self, fx: Effects, conn: Peer, cid: int, req: SyncGroupRequest) -> None:
         waiter = (conn.conn_id, cid)
-        group, member, error = self._validate_member_request(
+        found = self._validate_member_request(
             req.group_id, req.member_id, req.group_instance_id, req.generation_id
         )
-        if error is not None:
-            fx.reply(waiter, sync_error(*error))
+        if isinstance(found, Refusal):
+            fx.reply(waiter, sync_error(found.code, found.message))
             return
-        assert group is not None
-        assert member is not None
+        group, member = found
         if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
             req.protocol_name is not None and req.protocol_name != group.protocol_name
         ):

@@ -16,6 +16,12 @@ from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.timers import TimerQueue
+from huddle.coordinator.values import (
+    Deadline,
+    DisconnectGraceEnds,
+    PendingMemberExpires,
+    Refusal,
+)
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
 
@@ -24,7 +30,6 @@ log = structlog.get_logger("huddle.membership")
 E = ErrorCode
 S = GroupState
 MemberKey = tuple[str, str]  # (group_id, member_id)
-Problem = tuple[ErrorCode, str]  # an error code and its message
 
 
 def uuid_member_id(client_id: str) -> str:
@@ -37,7 +42,7 @@ class Sessions:
     def __init__(
         self,
         config: GroupConfig,
-        timers: TimerQueue,
+        timers: TimerQueue[Deadline],
         new_member_id: Callable[[str], str] = uuid_member_id,
     ) -> None:
         self.config = config
@@ -46,43 +51,39 @@ class Sessions:
         self.by_conn: dict[int, set[MemberKey]] = {}
         self._new_member_id = new_member_id
 
-    def identify(self, group: Group, member_id: str, instance_id: str | None) -> Member | Problem:
+    def identify(self, group: Group, member_id: str, instance_id: str | None) -> Member | Refusal:
         """The member a request speaks for, or why it speaks for none (fencing first)."""
         if instance_id is not None:
             owner = group.static.get(instance_id)
             if owner is None:
-                return E.UNKNOWN_MEMBER_ID, f"unknown static member {instance_id!r}"
+                return Refusal(E.UNKNOWN_MEMBER_ID, f"unknown static member {instance_id!r}")
             if owner != member_id:
-                return (
+                return Refusal(
                     E.FENCED_INSTANCE_ID,
                     f"instance {instance_id!r} now belongs to another member id",
                 )
         member = group.members.get(member_id)
         if member is None:
-            return E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group"
+            return Refusal(E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group")
         return member
 
     def _validate_member_request(
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
-    ) -> tuple[Group | None, Member | None, Problem | None]:
+    ) -> tuple[Group, Member] | Refusal:
         group = self.groups.get(group_id)
         if group is None:
-            return None, None, (E.UNKNOWN_MEMBER_ID, f"no group {group_id!r}")
+            return Refusal(E.UNKNOWN_MEMBER_ID, f"no group {group_id!r}")
         if group.state is S.DEAD:
-            return None, None, (E.COORDINATOR_NOT_AVAILABLE, "group is dead")
+            return Refusal(E.COORDINATOR_NOT_AVAILABLE, "group is dead")
         member = self.identify(group, member_id, instance_id)
-        if not isinstance(member, Member):
-            return None, None, member
+        if isinstance(member, Refusal):
+            return member
         if generation != group.generation:
-            return (
-                None,
-                None,
-                (
-                    E.ILLEGAL_GENERATION,
-                    f"generation {generation} is not the group's {group.generation}",
-                ),
+            return Refusal(
+                E.ILLEGAL_GENERATION,
+                f"generation {generation} is not the group's {group.generation}",
             )
-        return group, member, None
+        return group, member
 
     # --- forgetting ---------------------------------------------------------------
 
@@ -107,12 +108,12 @@ class Sessions:
     def _forget(self, member: Member) -> None:
         self.timers.cancel(member.session_key)
         self.timers.cancel(member.grace_key)
-        self._unbind_key(member.conn_id, (member.session_key[1], member.member_id))
+        self._unbind_key(member.conn_id, (member.session_key.group_id, member.member_id))
 
     def _forget_pending(self, group: Group, member_id: str) -> None:
         conn_id = group.pending.pop(member_id)
-        self.timers.cancel(("pending", group.group_id, member_id))
-        self.timers.cancel(("grace", group.group_id, member_id))
+        self.timers.cancel(PendingMemberExpires(group.group_id, member_id))
+        self.timers.cancel(DisconnectGraceEnds(group.group_id, member_id))
         self._unbind_key(conn_id, (group.group_id, member_id))
 
     def collect(self, group: Group) -> None:
@@ -133,7 +134,7 @@ class Sessions:
 
     def _bind(self, member: Member, conn: Peer) -> None:
         if member.conn_id != conn.conn_id:
-            key = (member.session_key[1], member.member_id)
+            key = (member.session_key.group_id, member.member_id)
             self._unbind_key(member.conn_id, key)
             self._bind_key(conn.conn_id, key)
             member.conn_id = conn.conn_id

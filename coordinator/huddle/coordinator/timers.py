@@ -10,34 +10,37 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-class TimerQueue:
+class TimerQueue(Generic[K]):
     __slots__ = ("_armed", "_due", "_heap", "_seq")
 
     def __init__(self) -> None:
-        self._due: dict[Hashable, float] = {}  # key -> the deadline that counts
-        self._armed: dict[Hashable, float] = {}  # key -> the earliest heap entry's time
-        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[K, float] = {}  # key -> the deadline that counts
+        self._armed: dict[K, float] = {}  # key -> the earliest heap entry's time
+        self._heap: list[tuple[float, int, K]] = []
         self._seq = itertools.count()
 
     def __len__(self) -> int:
         return len(self._due)
 
-    def __contains__(self, key: Hashable) -> bool:
+    def __contains__(self, key: K) -> bool:
         return key in self._due
 
-    def deadline(self, key: Hashable) -> float | None:
+    def deadline(self, key: K) -> float | None:
         return self._due.get(key)
 
-    def set(self, key: Hashable, deadline: float) -> None:
+    def set(self, key: K, deadline: float) -> None:
         self._due[key] = deadline
         armed = self._armed.get(key)
         if armed is None or deadline < armed:
             self._armed[key] = deadline
             heapq.heappush(self._heap, (deadline, next(self._seq), key))
 
-    def extend(self, key: Hashable, deadline: float) -> None:
+    def extend(self, key: K, deadline: float) -> None:
         """Move a deadline out to ``deadline``; never earlier. The cheap path of ``set``."""
         due = self._due.get(key)
         if due is None or deadline > due:
@@ -47,7 +50,7 @@ class TimerQueue:
                 self._armed[key] = deadline
                 heapq.heappush(self._heap, (deadline, next(self._seq), key))
 
-    def cancel(self, key: Hashable) -> None:
+    def cancel(self, key: K) -> None:
         self._due.pop(key, None)
 
     def next_deadline(self) -> float | None:
@@ -63,7 +66,7 @@ class TimerQueue:
             return when
         return None
 
-    def pop_next(self, now: float) -> Hashable | None:
+    def pop_next(self, now: float) -> K | None:
         """Remove and return the key with the earliest deadline at or before ``now``.
 
         One at a time on purpose: acting on a key may move another key's deadline, and a key
@@ -86,9 +89,9 @@ class TimerQueue:
             return key
         return None
 
-    def pop_due(self, now: float) -> list[Hashable]:
+    def pop_due(self, now: float) -> list[K]:
         """Remove and return every key due at or before ``now``, earliest deadline first."""
-        fired: list[Hashable] = []
+        fired: list[K] = []
         while (key := self.pop_next(now)) is not None:
             fired.append(key)
         return fired
