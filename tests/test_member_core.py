@@ -71,7 +71,7 @@ def joined(c: MemberCore, generation: int = 1, leader: str = "m-1") -> None:
 
 def synced(c: MemberCore, *partitions: int) -> Next:
     assignment = encode(Assignment(assigned=grouped(TP("t", p) for p in partitions)))
-    return c.on_sync(SyncGroupResponse(assignment=assignment)).next
+    return c.on_sync(SyncGroupResponse(assignment=assignment), 0).next
 
 
 def test_protocol_is_the_highest_all_assignors_support() -> None:
@@ -114,7 +114,7 @@ def test_cooperative_member_reports_owned_and_revokes_only_what_moves() -> None:
     assert sub.generation == 1
     joined(c, generation=2)
     assignment = encode(Assignment(assigned=grouped([TP("t", 1), TP("t", 2)])))
-    step = c.on_sync(SyncGroupResponse(assignment=assignment))
+    step = c.on_sync(SyncGroupResponse(assignment=assignment), 0)
     assert step.revoked == {TP("t", 0)}
     assert step.assigned == frozenset({TP("t", 2)})  # only what is new
     assert step.next is Next.JOIN  # it gave something up: rejoin so it can move
@@ -127,7 +127,7 @@ def test_cooperative_member_with_nothing_revoked_stays_and_is_told_of_empty_assi
     synced(c, 0)
     joined(c, generation=2)
     step = c.on_sync(
-        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 0)]))))
+        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 0)])))), 0
     )
     assert step.revoked == frozenset()
     assert step.assigned == frozenset()  # on_partitions_assigned is always called
@@ -146,7 +146,7 @@ def test_eager_member_revokes_everything_before_joining() -> None:
     assert sub.owned == {TP("t", 0), TP("t", 1)}
     joined(c, generation=2)
     step = c.on_sync(
-        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 1)]))))
+        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped([TP("t", 1)])))), 0
     )
     assert step.revoked == frozenset()
     assert step.assigned == frozenset({TP("t", 1)})  # the whole new assignment
@@ -231,21 +231,21 @@ def test_scheduled_rebalance_delay_is_passed_on() -> None:
     c = core(Both())
     joined(c)
     assignment = encode(Assignment(scheduled_rebalance_delay_ms=2_500))
-    assert c.on_sync(SyncGroupResponse(assignment=assignment)).rejoin_after_ms == 2_500
+    assert c.on_sync(SyncGroupResponse(assignment=assignment), 0).rejoin_after_ms == 2_500
 
 
 def test_heartbeat_timer_session_counts_from_the_send_of_the_last_answered_request() -> None:
     timer = HeartbeatTimer(session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
     assert not timer.expired(1e9)  # no session yet
-    timer.sent(100.0)
-    timer.answered(100.0)
-    assert timer.next_heartbeat() == 101.0
-    assert not timer.expired(109.9)
-    assert timer.expired(110.0)
-    timer.answered(99.0)  # an older answer does not move it back
-    assert timer.session_deadline() == 110.0
-    timer.shorten(100.5)  # e.g. the connection closed: gone sooner
-    assert timer.session_deadline() == 100.5
+    timer.sent(100_000)  # milliseconds, as the member core counts
+    timer.answered(100_000)
+    assert timer.next_heartbeat() == 101_000
+    assert not timer.expired(109_999)
+    assert timer.expired(110_000)
+    timer.answered(99_000)  # an older answer does not move it back
+    assert timer.session_deadline() == 110_000
+    timer.shorten(100_500)  # e.g. the connection closed: gone sooner
+    assert timer.session_deadline() == 100_500
     with pytest.raises(ValueError, match="below the session timeout"):
         HeartbeatTimer(session_timeout_ms=1_000, heartbeat_interval_ms=1_000)
 
@@ -267,8 +267,8 @@ def test_standby_and_warmup_changes_are_reported_once() -> None:
             warmup=grouped([TP("t", 2)]),
         )
     )
-    step = c.on_sync(SyncGroupResponse(assignment=assignment))
+    step = c.on_sync(SyncGroupResponse(assignment=assignment), 0)
     assert step.replicas == (frozenset({TP("t", 1)}), frozenset({TP("t", 2)}))
     assert (c.standby, c.warmup) == (frozenset({TP("t", 1)}), frozenset({TP("t", 2)}))
     joined(c, generation=2)
-    assert c.on_sync(SyncGroupResponse(assignment=assignment)).replicas is None  # unchanged
+    assert c.on_sync(SyncGroupResponse(assignment=assignment), 0).replicas is None  # unchanged

@@ -1,5 +1,6 @@
 """When to heartbeat, and when a member must assume it has been dropped: one small object
-that is given the time (seconds, monotonic) rather than reading a clock."""
+that is given the time (milliseconds, monotonic, as the member core) rather than reading a
+clock."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ class HeartbeatTimer:
     last one, has therefore been expired (or is about to be) and must treat its partitions
     as lost before the coordinator can hand them to anyone else."""
 
-    __slots__ = ("interval_s", "last_ok_sent", "last_sent", "session_s")
+    __slots__ = ("interval_ms", "last_ok_sent", "last_sent", "session_ms")
 
     def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
         if heartbeat_interval_ms <= 0 or heartbeat_interval_ms >= session_timeout_ms:
@@ -19,8 +20,8 @@ class HeartbeatTimer:
                 f"heartbeat interval ({heartbeat_interval_ms} ms) must be positive and below "
                 f"the session timeout ({session_timeout_ms} ms)"
             )
-        self.session_s = session_timeout_ms / 1000
-        self.interval_s = heartbeat_interval_ms / 1000
+        self.session_ms: float = session_timeout_ms
+        self.interval_ms: float = heartbeat_interval_ms
         self.last_sent = float("-inf")
         self.last_ok_sent: float | None = None  # None: no session to protect
 
@@ -39,15 +40,15 @@ class HeartbeatTimer:
 
     def shorten(self, deadline: float) -> None:
         """The session may end sooner than the timeout says (e.g. a closed connection)."""
-        if self.last_ok_sent is not None and deadline < self.last_ok_sent + self.session_s:
-            self.last_ok_sent = deadline - self.session_s
+        if self.last_ok_sent is not None and deadline < self.last_ok_sent + self.session_ms:
+            self.last_ok_sent = deadline - self.session_ms
 
     def next_heartbeat(self) -> float:
-        return self.last_sent + self.interval_s
+        return self.last_sent + self.interval_ms
 
     def session_deadline(self) -> float | None:
         """When the coordinator may have expired this member, if it holds a session."""
-        return None if self.last_ok_sent is None else self.last_ok_sent + self.session_s
+        return None if self.last_ok_sent is None else self.last_ok_sent + self.session_ms
 
     def expired(self, now: float) -> bool:
         deadline = self.session_deadline()

@@ -1,9 +1,12 @@
 """The member's protocol logic, sans-IO: what to send, and what a response means.
 
-``MemberCore`` keeps the member's state (member id, generation, owned partitions) and turns
-each JoinGroup / SyncGroup / Heartbeat / commit answer into a ``Step``: the callbacks to
-run, in KIP-429 order, and what to do next. It never awaits, never reads a clock, and never
-touches a socket; ``huddle.client.member.Member`` is the thin async runtime around it.
+``MemberCore`` keeps the member's state (member id, generation, owned partitions, its
+session clock, a scheduled rejoin) and turns each JoinGroup / SyncGroup / Heartbeat / commit
+answer into a ``Step``: the callbacks to run, in KIP-429 order, and what to do next. It is
+the only writer of that state. It never awaits, never reads a clock (it is given ``now_ms``
+where time matters, and its assignors read the time it was given), and never touches a
+socket; ``huddle.client.member.Member`` is the thin async runtime around it, which feeds it
+answers and deadlines: ``next_deadline()`` says when ``on_deadline(now_ms)`` must be called.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from huddle.client.assignors.base import Assignor, MemberAssignment, RebalanceProtocol
+from huddle.client.assignors.base import (
+    Assignor,
+    MemberAssignment,
+    MemberSubscription,
+    RebalanceProtocol,
+)
+from huddle.client.heartbeat import HeartbeatTimer
+from huddle.client.leader import assign, decode_members
 from huddle.protocol.embedded import (
     Subscription,
     TaskLag,
@@ -30,6 +40,7 @@ from huddle.protocol.messages import (
     LeaveGroupRequest,
     MemberIdentity,
     Protocol,
+    SyncGroupAssignment,
     SyncGroupResponse,
 )
 
@@ -130,12 +141,27 @@ class MemberCore:
     join_members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
     skip_assignment: bool = False
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
+    now_ms: float = 0.0  # the latest time the core was given
+    rejoin_at_ms: float | None = None  # a scheduled rebalance (Design II) is due then
+    session: HeartbeatTimer = field(init=False)
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
         names = [a.name for a in self.assignors]
         if len(set(names)) != len(names):
             raise ValueError(f"assignors repeat: {names}")
+        self.session = HeartbeatTimer(
+            self.config.session_timeout_ms, self.config.heartbeat_interval_ms
+        )
+        for a in self.assignors:  # assignors that keep time read the time the core is given
+            a.now_ms = self._clock
+
+    def _clock(self) -> float:
+        return self.now_ms
+
+    def tick(self, now_ms: float) -> None:
+        """The time is ``now_ms`` (never goes back)."""
+        self.now_ms = max(self.now_ms, now_ms)
 
     @property
     def cooperative(self) -> bool:
@@ -157,6 +183,7 @@ class MemberCore:
 
     def before_join(self) -> Step:
         """Eager members give everything up before they join; cooperative ones keep it."""
+        self.rejoin_at_ms = None  # this is the rebalance that was scheduled, if one was
         if self.cooperative or not self.owned:
             return Step(next=Next.JOIN)
         revoked = self.owned
@@ -218,7 +245,8 @@ class MemberCore:
 
     # --- syncing ---------------------------------------------------------------------
 
-    def on_sync(self, response: SyncGroupResponse) -> Step:
+    def on_sync(self, response: SyncGroupResponse, now_ms: float) -> Step:
+        self.tick(now_ms)
         code = response.error_code
         if code == E.REBALANCE_IN_PROGRESS:
             self.state = MemberState.UNJOINED
@@ -251,6 +279,8 @@ class MemberCore:
         follow_up = Next.JOIN if (revoked and self.cooperative) else Next.STAY
         if follow_up is Next.JOIN:
             self.state = MemberState.UNJOINED
+        delay = assignment.scheduled_rebalance_delay_ms
+        self.rejoin_at_ms = self.now_ms + delay if delay > 0 else None
         return Step(
             revoked=revoked if self.cooperative else frozenset(),
             assigned=added if self.cooperative else assigned,
@@ -283,6 +313,67 @@ class MemberCore:
             return Step()
         return self._on_error(code, "")
 
+    # --- the leader's assignment ------------------------------------------------------
+
+    def subscriptions(self) -> dict[str, MemberSubscription]:
+        """The leader's view of the group it must assign (from its JoinGroup answer)."""
+        return decode_members(self.join_members)
+
+    def assign(
+        self,
+        subscriptions: Mapping[str, MemberSubscription],
+        partitions_per_topic: Mapping[str, int],
+        now_ms: float,
+    ) -> list[SyncGroupAssignment]:
+        """The leader runs the group's assignor: each member's encoded assignment."""
+        self.tick(now_ms)
+        encoded = assign(self.assignor(self.protocol_name), partitions_per_topic, subscriptions)
+        return [SyncGroupAssignment(member_id=m, assignment=a) for m, a in encoded.items()]
+
+    # --- deadlines -------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When ``on_deadline`` has something to do (ms, the clock ``now_ms`` is on)."""
+        deadlines = [self.session.session_deadline()]
+        if self.state is MemberState.STABLE:
+            deadlines.append(self.rejoin_at_ms)
+        due = [d for d in deadlines if d is not None]
+        return min(due) if due else None
+
+    def on_deadline(self, now_ms: float) -> Step | None:
+        """Act on what is due at ``now_ms``: the session may have expired (zombie safety:
+        everything owned is lost), or a scheduled rebalance is due (rejoin)."""
+        self.tick(now_ms)
+        if self.session.expired(now_ms):
+            self.session.reset()
+            if self.owned or self.state is MemberState.STABLE:
+                return self.lose_all(E.NONE, "no answer from the coordinator in a session")
+            return None
+        due = self.rejoin_at_ms
+        if self.state is MemberState.STABLE and due is not None and now_ms >= due:
+            self.rejoin_at_ms = None
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.JOIN)
+        return None
+
+    def request_rejoin(self) -> bool:
+        """The application or the runtime wants a rebalance; True if a rejoin follows."""
+        if self.state is not MemberState.STABLE:
+            return False
+        self.state = MemberState.UNJOINED
+        return True
+
+    def join_abandoned(self) -> None:
+        """The JoinGroup in flight was given up (the member is closing)."""
+        if self.state is MemberState.JOINING:
+            self.state = MemberState.UNJOINED
+
+    def leaving(self) -> frozenset[TopicPartition]:
+        """The member leaves: what it owned, to revoke; it owns nothing after this."""
+        revoked, self.owned = self.owned, frozenset()
+        self.standby = self.warmup = frozenset()
+        return revoked
+
     def on_rebalance_notice(self, generation: int) -> Step:
         """The coordinator says the group left ``generation``: rejoin now if that is ours."""
         if generation == self.generation and self.state is MemberState.STABLE:
@@ -312,6 +403,8 @@ class MemberCore:
         self.owned_generation = NO_GENERATION
         self.generation = NO_GENERATION
         self.state = MemberState.UNJOINED
+        self.rejoin_at_ms = None
+        self.session.reset()
         return Step(lost=lost, next=Next.JOIN, error=reason, message=message)
 
     def on_disconnected(self) -> None:

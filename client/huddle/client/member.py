@@ -34,8 +34,7 @@ from huddle.client.events import (
     Rejoin,
     SessionExpired,
 )
-from huddle.client.heartbeat import HeartbeatTimer
-from huddle.client.leader import assign, decode_members, subscribed_topics
+from huddle.client.leader import subscribed_topics
 from huddle.client.listener import RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
@@ -106,7 +105,7 @@ class Member:
             ),
             resolved,
         )
-        self._timer = HeartbeatTimer(session_timeout_ms, heartbeat_interval_ms)
+        self._timer = self._core.session  # the core's session clock, in milliseconds
         self._listener = listener or RebalanceListener()
         self._lags = lags
         self._backoff_s = retry_backoff_ms / 1000
@@ -123,7 +122,6 @@ class Member:
         self._closed = False
         self._close_requested = anyio.Event()
         self._grace_ms: int | None = None
-        self._rejoin_at: float | None = None  # a scheduled rebalance (Design II)
         self._metadata: dict[str, int] = {}  # the partition counts the leader assigned with
         self._counts = PartitionCounts()  # kept between rebalances, updated by notices
         self._group_topics: set[str] = set()
@@ -140,7 +138,7 @@ class Member:
         pause) and wakes up must not process anything before it finds out it was dropped.
         """
         try:
-            now = anyio.current_time()
+            now = _now_ms()
         except RuntimeError:  # not in the event loop: no clock to judge by
             return self._core.owned
         if self._timer.expired(now):
@@ -192,7 +190,7 @@ class Member:
             self._core.state is MemberState.STABLE
             and self._conn is not None
             and self._events.statistics().current_buffer_used == 0
-            and self._rejoin_at is None
+            and self._core.rejoin_at_ms is None
         )
 
     async def wait_stable(self, timeout: float | None = None) -> None:
@@ -226,7 +224,7 @@ class Member:
             group_instance_id=core.config.instance_id,
             topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )
-        sent = anyio.current_time()
+        sent = _now_ms()
         response = await self._request(conn, request, OffsetCommitResponse)
         if response.error_code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
             message = response.error_message or ""
@@ -375,17 +373,19 @@ class Member:
                 continue
             self._notify()
             event = await self._next_event()
-            step = self._on_event(event)
+            step = event if isinstance(event, Step) else self._on_event(event)
             if step is not None:
                 await self._apply(step)
 
-    async def _next_event(self) -> Event:
-        if self._rejoin_at is None:
+    async def _next_event(self) -> Event | Step:
+        """The next event for the core, or what the core did at a deadline it gave."""
+        due = self._core.rejoin_at_ms
+        if due is None:
             return await self._events.receive()
-        with anyio.move_on_at(self._rejoin_at):
+        with anyio.move_on_at(due / 1000):
             return await self._events.receive()
-        self._rejoin_at = None
-        return Rejoin("scheduled rebalance")
+        step = self._core.on_deadline(_now_ms())
+        return step if step is not None else Rejoin("a deadline passed")
 
     def _on_event(self, event: Event) -> Step | None:
         core = self._core
@@ -411,13 +411,12 @@ class Member:
                 if self._closing or core.state is not MemberState.STABLE:
                     return None
                 self._log.info("rejoin_requested", reason=reason, member_id=core.member_id)
-                core.state = MemberState.UNJOINED
+                core.request_rejoin()
                 return None
         return None
 
     async def _rebalance(self, conn: Connection) -> None:
         core = self._core
-        self._rejoin_at = None
         await self._apply(core.before_join())
         while core.state is MemberState.UNJOINED and not self._closing:
             request = core.join_request(self._lags() if self._lags is not None else None)
@@ -433,11 +432,11 @@ class Member:
                 self._join_in_flight = False
                 self._join_scope = None
             if response is None:  # cancelled: the member is closing
-                core.state = MemberState.UNJOINED
+                core.join_abandoned()
                 return
             step = core.on_join(response)
             if step.next is Next.SYNC:
-                self._timer.answered(anyio.current_time())
+                self._timer.answered(_now_ms())
                 await self._sync(conn)
                 return
             await self._apply(step)
@@ -446,13 +445,10 @@ class Member:
         core = self._core
         assignments: list[SyncGroupAssignment] = []
         if core.leader == core.member_id and not core.skip_assignment:
-            subscriptions = decode_members(core.join_members)
+            subscriptions = core.subscriptions()
             self._group_topics = subscribed_topics(subscriptions)
             self._metadata = await self._partition_counts(conn, self._group_topics)
-            encoded = assign(core.assignor(core.protocol_name), self._metadata, subscriptions)
-            assignments = [
-                SyncGroupAssignment(member_id=m, assignment=a) for m, a in encoded.items()
-            ]
+            assignments = core.assign(subscriptions, self._metadata, _now_ms())
             self._log.info(
                 "assignment_computed",
                 generation=core.generation,
@@ -468,11 +464,11 @@ class Member:
             protocol_name=core.protocol_name,
             assignments=assignments,
         )
-        sent = anyio.current_time()
+        sent = _now_ms()
         response = await self._request(conn, request, SyncGroupResponse)
         if response.error_code == E.NONE:
             self._timer.answered(sent)
-        step = core.on_sync(response)
+        step = core.on_sync(response, _now_ms())
         if response.error_code == E.NONE:
             self._log.info(
                 "member_synced",
@@ -483,8 +479,6 @@ class Member:
                 leader=core.leader,
             )
         await self._apply(step)
-        if step.rejoin_after_ms > 0:
-            self._rejoin_at = anyio.current_time() + step.rejoin_after_ms / 1000
 
     async def _apply(self, step: Step) -> None:
         await self._callbacks(step)
@@ -540,8 +534,8 @@ class Member:
 
     async def _leave(self, conn: Connection) -> None:
         core = self._core
-        if core.owned:
-            revoked, core.owned = core.owned, frozenset()
+        revoked = core.leaving()
+        if revoked:
             await self._call_listener("on_partitions_revoked", revoked)
         request = core.leave_request()
         if request is not None:
@@ -556,18 +550,19 @@ class Member:
     async def _heartbeats(self, conn: Connection) -> None:
         core, timer = self._core, self._timer
         while True:
-            now = anyio.current_time()
+            now = _now_ms()
             if core.state is not MemberState.STABLE:
                 await self._changed.wait()
                 continue
             due = timer.next_heartbeat()
             if now < due:
-                with anyio.move_on_after(due - now):
+                with anyio.move_on_after((due - now) / 1000):
                     await self._changed.wait()
                 continue
             generation = core.generation
             timer.sent(now)
-            response = await conn.request(core.heartbeat_request(), timeout=timer.session_s)
+            timeout_s = timer.session_ms / 1000
+            response = await conn.request(core.heartbeat_request(), timeout=timeout_s)
             code = response.error_code if isinstance(response, HeartbeatResponse) else E.NONE
             if isinstance(response, ErrorResponse):
                 code = response.error_code
@@ -603,12 +598,12 @@ class Member:
         while True:
             deadline = self._timer.session_deadline()
             if deadline is None or self._join_in_flight:
-                with anyio.move_on_after(self._timer.interval_s):
+                with anyio.move_on_after(self._timer.interval_ms / 1000):
                     await self._changed.wait()
                 continue
-            now = anyio.current_time()
+            now = _now_ms()
             if now < deadline:
-                with anyio.move_on_after(deadline - now):
+                with anyio.move_on_after((deadline - now) / 1000):
                     await self._changed.wait()
                 continue
             self._timer.reset()
@@ -620,7 +615,7 @@ class Member:
         is back. Static members keep session-timeout semantics."""
         grace_ms = self._grace_ms
         if self._core.config.instance_id is None and grace_ms is not None and grace_ms >= 0:
-            self._timer.shorten(anyio.current_time() + grace_ms / 2000)
+            self._timer.shorten(_now_ms() + grace_ms / 2)
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -683,3 +678,8 @@ def _first_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
+
+
+def _now_ms() -> float:
+    """The runtime's clock for the core: the event loop's, in milliseconds."""
+    return anyio.current_time() * 1000
