@@ -11,21 +11,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final, Protocol, cast
 
 import structlog
 
+from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.effects import Peer
 from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
 from huddle.protocol.framing import FrameReader, ServerCodec
 from huddle.protocol.messages import PROTOCOL_VERSION, ProtocolError, ServerFrame, known_in
 
-if TYPE_CHECKING:
-    from huddle.coordinator.server import CoordinatorServer
-
 log = structlog.get_logger("huddle.server")
 
 _DEFAULT_HIGH_WATER: Final = 64 * 1024
+
+
+class ConnectionHost(Protocol):
+    """What a connection needs of the server that accepted it: its settings and loop, and
+    four things to tell it. The server implements this; a connection knows nothing else of
+    it (and this module does not import the server)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def connection_made(self, conn: Connection) -> None:
+        """The connection is up: register it (or refuse it)."""
+
+    def connection_lost(self, conn: Connection) -> None:
+        """The connection is gone."""
+
+    def frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
+        """Whole frame bodies arrived, in order."""
+
+    def watch(self, conn: Connection, watched: bool) -> None:
+        """Whether the connection is to be watched for a stalled handshake or frame."""
+
+    def flush_later(self, conn: Connection) -> None:
+        """The connection has frames queued: flush it at the end of this event."""
 
 
 class Connection(asyncio.Protocol):
@@ -52,7 +77,7 @@ class Connection(asyncio.Protocol):
         "write_paused",
     )
 
-    def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
+    def __init__(self, server: ConnectionHost, conn_id: int) -> None:
         self.server = server
         self.conn_id = conn_id
         self.reader = FrameReader(server.config.max_frame_bytes)
@@ -89,7 +114,7 @@ class Connection(asyncio.Protocol):
         limit = self.server.config.max_write_buffer_bytes
         if limit < 2 * _DEFAULT_HIGH_WATER:
             transport.set_write_buffer_limits(high=max(limit // 2, 1))
-        self.server._connection_made(self)
+        self.server.connection_made(self)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -101,17 +126,17 @@ class Connection(asyncio.Protocol):
             self.fail(exc.code, exc.message, event="bad_frame")
             return
         if bodies:
-            server._frames_received(self, bodies)
+            server.frames_received(self, bodies)
         if self.closing:
             return
         if self.reader.mid_frame:
             if bodies or self.frame_started is None:
                 self.frame_started = server.loop.time()
-                server._watch.add(self)
+                server.watch(self, True)
         elif self.frame_started is not None:
             self.frame_started = None
             if self.handshaken:
-                server._watch.discard(self)
+                server.watch(self, False)
 
     def eof_received(self) -> bool:
         if self.reader.mid_frame and not self.closing:
@@ -127,7 +152,7 @@ class Connection(asyncio.Protocol):
         if self.linger is not None:
             self.linger.cancel()
             self.linger = None
-        self.server._connection_lost(self)
+        self.server.connection_lost(self)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -153,7 +178,7 @@ class Connection(asyncio.Protocol):
             self.log.debug("frame_withheld", frame=type(frame).__name__, version=self.version)
             return
         if not self.pending:
-            self.server._dirty.append(self)
+            self.server.flush_later(self)
         self.codec.encode_into(frame, self.pending)
 
     def flush(self) -> None:
@@ -185,7 +210,7 @@ class Connection(asyncio.Protocol):
         self.flush()
         self.closing = True
         self.close_reason = reason
-        self.server._watch.discard(self)
+        self.server.watch(self, False)
         transport = self.transport
         transport.close()
         linger = self.server.config.shutdown_timeout_ms / 1000
@@ -198,5 +223,5 @@ class Connection(asyncio.Protocol):
             self.closing = True
             self.close_reason = reason
         self.pending = bytearray()
-        self.server._watch.discard(self)
+        self.server.watch(self, False)
         self.transport.abort()

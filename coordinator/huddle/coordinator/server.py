@@ -210,14 +210,14 @@ class CoordinatorServer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    # --- connections ------------------------------------------------------------------
+    # --- connections: what a Connection may ask of its ConnectionHost -----------------
 
     def _new_connection(self) -> Connection:
         conn_id = self._next_conn_id
         self._next_conn_id += 1
         return Connection(self, conn_id)
 
-    def _connection_made(self, conn: Connection) -> None:
+    def connection_made(self, conn: Connection) -> None:
         limit = self.config.max_connections
         if self._stopping:
             conn.fail(
@@ -238,7 +238,16 @@ class CoordinatorServer:
         self._watch.add(conn)
         conn.log.info("connection_opened", connections=len(self._conns))
 
-    def _connection_lost(self, conn: Connection) -> None:
+    def watch(self, conn: Connection, watched: bool) -> None:
+        if watched:
+            self._watch.add(conn)
+        else:
+            self._watch.discard(conn)
+
+    def flush_later(self, conn: Connection) -> None:
+        self._dirty.append(conn)
+
+    def connection_lost(self, conn: Connection) -> None:
         self._watch.discard(conn)
         if self._conns.pop(conn.conn_id, None) is None:
             return  # refused at the door: never registered, the core never saw it
@@ -255,7 +264,7 @@ class CoordinatorServer:
         if not self._conns and self._all_gone is not None:
             self._all_gone.set()
 
-    def _frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
+    def frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
         tokens = structlog.contextvars.bind_contextvars(
             conn_id=conn.conn_id, client_id=conn.client_id
         )

@@ -61,7 +61,9 @@ class Assignor(ABC):
     Most assignors are pure functions of their arguments. Those that must remember across
     rounds (a running scheduled-rebalance delay, the previous assignment, when a probing
     rebalance is due) keep that in the instance, which lives as long as its member, and
-    read time only through ``self.now_ms`` so tests can drive them with a fake clock.
+    read time only through ``self.now_ms``. A member's core sets ``now_ms`` to return the
+    time the core was last given, so an assignor never reads a clock of its own when a member
+    runs it; an instance therefore belongs to one member (give each member its own).
     """
 
     name: ClassVar[str]
