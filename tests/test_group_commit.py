@@ -3,8 +3,10 @@ acknowledged change survives; a failed batch is refused whole."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -13,21 +15,32 @@ import pytest
 
 from huddle.client.connection import Connection, ConnectionClosedError, connect
 from huddle.coordinator import group_commit
+from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.journal import COMPACT_MIN_RECORDS, Journal
 from huddle.coordinator.records import OffsetRecord, TopicRecord
 from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.messages import (
+    Call,
     CreateTopicsRequest,
     ErrorResponse,
+    JoinGroupResponse,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    Reply,
     TopicSpec,
 )
-from tests.helpers import fast_server_config, running_server, wait_until, within
+from tests.helpers import (
+    RawClient,
+    fast_server_config,
+    join_request,
+    running_server,
+    wait_until,
+    within,
+)
 
 COMMITTERS = 50
 
@@ -242,3 +255,107 @@ async def test_changes_made_while_the_compaction_copies_the_state_are_kept(
     async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
         assert await fetch(conn, "g0") == 2
         assert [await fetch(conn, f"g{i}") for i in range(1, groups)] == [1] * (groups - 1)
+
+
+async def test_a_waiting_join_held_behind_a_failed_batch_is_answered_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The core still holds the JoinGroup (its phase has not ended): the storage failure must
+    not answer it, the core's shutdown does, once."""
+    group = GroupConfig(initial_rebalance_delay_ms=60_000)  # the join phase outlasts the test
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True, group=group)
+    writing, release = threading.Event(), threading.Event()
+
+    def stuck_then_failing(fd: int, data: bytes, offset: int) -> int:
+        writing.set()
+        release.wait(10)
+        raise OSError(errno.EIO, "Input/output error")
+
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        member = await RawClient.open(server.port)
+        await member.handshake()
+        first = await member.call(join_request())
+        assert isinstance(first, JoinGroupResponse)
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        monkeypatch.setattr(os, "pwrite", stuck_then_failing)
+        async with connect(bootstrap) as committer, anyio.create_task_group() as tg:
+
+            async def commit_it() -> None:
+                try:
+                    response = await committer.request(commit("g0", 1), timeout=10)
+                except ConnectionClosedError:  # the answer lost the race with the close
+                    return
+                assert isinstance(response, ErrorResponse)
+
+            tg.start_soon(commit_it)
+            await anyio.to_thread.run_sync(writing.wait, 10)
+            commits = server._commits
+            assert commits is not None
+            await member.send(Call(correlation_id=99, request=join_request(first.member_id)))
+            await wait_until(lambda: len(commits._held) == 1, what="the join to be held")
+            release.set()
+        frames = await member.frames_until_closed()
+        answers = [f for f in frames if isinstance(f, Reply) and f.correlation_id == 99]
+        assert len(answers) == 1, answers
+        await member.close()
+
+
+async def test_closing_while_the_compaction_copies_the_state_abandons_it_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(group_commit, "COPY_SLICE_S", 0.0)  # one group a loop pass
+    loop_errors: list[object] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(ctx))
+    interval = sys.getswitchinterval()
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config) as server:
+        await create_topic(f"127.0.0.1:{server.port}")
+        server.core.restore([OffsetRecord(f"g{i}", "t", 0, i) for i in range(5_000)])
+        commits, journal = server._commits, server.journal
+        assert commits is not None
+        assert journal is not None
+        journal.written = 10 * COMPACT_MIN_RECORDS
+        commits._maybe_compact()  # five thousand passes to copy: the close comes first
+    await wait_until(lambda: commits._copying is None, what="the copy to stop")
+    assert loop_errors == []  # nothing handed to the stopped writer thread
+    assert not commits._compacting
+    assert sys.getswitchinterval() == interval
+    async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
+        assert await fetch(conn, "g0") == -1  # restored into memory only: never written
+        assert server.journal is not None
+
+
+async def test_a_write_that_never_returns_does_not_keep_the_server_from_closing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True, shutdown_timeout_ms=200)
+    writing, release = threading.Event(), threading.Event()
+    real_pwrite = os.pwrite
+
+    def stuck(fd: int, data: bytes, offset: int) -> int:
+        writing.set()
+        release.wait(30)
+        return real_pwrite(fd, data, offset)
+
+    server_ = None
+    try:
+        async with running_server(config) as server:
+            server_ = server
+            bootstrap = f"127.0.0.1:{server.port}"
+            await create_topic(bootstrap)
+            monkeypatch.setattr(os, "pwrite", stuck)
+            async with connect(bootstrap) as conn, anyio.create_task_group() as tg:
+
+                async def commit_it() -> None:
+                    with pytest.raises(ConnectionClosedError):
+                        await conn.request(commit("g0", 1), timeout=10)
+
+                tg.start_soon(commit_it)
+                await anyio.to_thread.run_sync(writing.wait, 10)
+                await within(server.close())  # the commit is never acknowledged
+    finally:
+        release.set()  # let the writer thread finish
+    assert server_ is not None
+    assert server_.storage_failure is None

@@ -9,7 +9,9 @@ would cost more than it saves; while a compaction runs, writes go to the thread 
 order behind it.) The
 answers of a batch go out only once its write has finished. Answers of requests that changed
 nothing but were handled after a change wait behind it too: no answer ever shows a change the
-data dir does not hold yet, and a connection's answers keep their order.
+data dir does not hold yet, and the answers of requests handled in order go out in that order.
+(Frames that show nothing kept are not held: a malformed request's refusal, answers the
+core's timers produce, notices. Clients match answers by correlation id.)
 
 If a write fails, every request of that batch and of the one gathering behind it is answered
 KAFKA_STORAGE_ERROR, nothing more is written, and ``on_failure`` stops the node.
@@ -76,6 +78,7 @@ class GroupCommit:
         self._compaction_done = asyncio.Event()
         self._compaction_done.set()
         self.failed = False
+        self._closed = False
         self.batches = 0  # writes done, for tests and benchmarks
 
     @property
@@ -155,7 +158,7 @@ class GroupCommit:
     def _copy_slice(self) -> None:
         """Copy state for a few milliseconds; when done, hand the compaction to the writer."""
         assert self._copying is not None
-        if self.failed:
+        if self.failed or self._closed:  # abandoned: the journal stays as it is, whole
             self._copying = self._tail = None
             self._compacted()
             return
@@ -195,6 +198,9 @@ class GroupCommit:
         self.submit()
         await self._idle.wait()
 
-    def close(self) -> None:
-        """Stop the writer thread after what it was given (compaction included)."""
-        self._executor.shutdown(wait=True)
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the writer thread after what it was given (a compaction it was handed
+        included); a compaction still copying the state is abandoned. ``wait=False``: do
+        not wait for a write that is stuck (the process is giving up on it)."""
+        self._closed = True
+        self._executor.shutdown(wait=wait)

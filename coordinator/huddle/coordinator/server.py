@@ -161,8 +161,15 @@ class CoordinatorServer:
             if handle is not None:
                 handle.cancel()
         self._timer = self._sweeper = None
-        if self._commits is not None:
-            await self._commits.drain()  # what was accepted is kept and answered first
+        stuck = False
+        if self._commits is not None:  # what was accepted is kept and answered first
+            try:
+                await asyncio.wait_for(
+                    self._commits.drain(), self.config.shutdown_timeout_ms / 1000
+                )
+            except TimeoutError:  # a write that does not return: its requests stay unanswered
+                stuck = True
+                log.error("journal_write_stuck", timeout_ms=self.config.shutdown_timeout_ms)
         try:
             out = self.core.shutdown()
         except Exception:
@@ -192,8 +199,8 @@ class CoordinatorServer:
         if self._server is not None:
             await self._server.wait_closed()
         if self._commits is not None:
-            self._commits.close()
-        if self.journal is not None:
+            self._commits.close(wait=not stuck)
+        if self.journal is not None and not stuck:  # a stuck write still holds the file
             self.journal.close()
         log.info("server_stopped")
         self._closed.set()
@@ -406,11 +413,13 @@ class CoordinatorServer:
         self._flush()
 
     def _not_kept(self, held: list[Held]) -> None:
-        """A batch could not be kept: no acknowledgement, no notices, a storage error each."""
+        """A batch could not be kept: no acknowledgement, no notices, a storage error for
+        each request that was answered. A request the core still holds (a JoinGroup or
+        SyncGroup waiting for its phase to end) is answered by the core, once: at shutdown."""
         conns = self._conns
-        for conn_id, call, _ in held:
+        for conn_id, call, out in held:
             conn = conns.get(conn_id)
-            if conn is not None:
+            if conn is not None and _answers(out, conn_id, call):
                 conn.send(_not_kept(call))
         self._flush()
 
@@ -497,6 +506,14 @@ class CoordinatorServer:
                     event="bad_frame",
                 )
         self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
+
+
+def _answers(out: list[Outgoing], conn_id: int, call: Call) -> bool:
+    """Whether ``out`` holds the answer to ``call`` from connection ``conn_id``."""
+    return any(
+        to == conn_id and type(frame) is Reply and frame.correlation_id == call.correlation_id
+        for to, frame in out
+    )
 
 
 def _not_kept(call: Call) -> Reply:
