@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from huddle.coordinator.records import OffsetRecord
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     CreateTopicsRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopic,
@@ -131,3 +136,45 @@ def test_fetch_for_an_unknown_group_returns_no_offsets() -> None:
     d = driver_with_topic()
     assert fetched(d, group="ghost", t=[0]) == {("t", 0): -1}
     assert "ghost" not in d.core.groups
+
+
+def test_each_partition_of_a_commit_is_checked_and_only_the_valid_ones_are_kept() -> None:
+    d = driver_with_topic()
+    d.core.take_changes()
+    too_long = "x" * (d.config.offset_metadata_max_bytes + 1)
+    request = OffsetCommitRequest(
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        topics=[
+            OffsetCommitTopic(
+                name="t",
+                partitions=[
+                    OffsetCommitPartition(partition=0, offset=5),
+                    OffsetCommitPartition(partition=4, offset=5),  # t has partitions 0..3
+                    OffsetCommitPartition(partition=-1, offset=5),
+                    OffsetCommitPartition(partition=1, offset=-2),
+                    OffsetCommitPartition(partition=2, offset=5, metadata=too_long),
+                    OffsetCommitPartition(partition=3, offset=6, metadata="ok"),
+                ],
+            ),
+            OffsetCommitTopic(
+                name="nope", partitions=[OffsetCommitPartition(partition=0, offset=5)]
+            ),
+        ],
+    )
+    response = d.response(d.send(9, request))
+    assert isinstance(response, OffsetCommitResponse)
+    codes = {(t.name, p.partition): p.error_code for t in response.topics for p in t.partitions}
+    assert codes == {
+        ("t", 0): E.NONE,
+        ("t", 4): E.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t", -1): E.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t", 1): E.INVALID_REQUEST,
+        ("t", 2): E.OFFSET_METADATA_TOO_LARGE,
+        ("t", 3): E.NONE,
+        ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert fetched(d, t=[0, 1, 2, 3]) == {("t", 0): 5, ("t", 1): -1, ("t", 2): -1, ("t", 3): 6}
+    kept = d.core.take_changes()  # what goes to the data dir: the accepted ones only
+    assert kept == [OffsetRecord("g", "t", 0, 5), OffsetRecord("g", "t", 3, 6, "ok")]

@@ -55,18 +55,27 @@ class Offsets:
         assert group is not None
         results = []
         stored = 0
+        offsets, changes, group_id = group.offsets, self.changes, req.group_id
+        counts, metadata_max = self.topics.partitions, self.metadata_max
         for topic in req.topics:
+            name = topic.name
+            count = counts.get(name, 0)  # 0: no such topic, every partition is unknown
             partitions = []
             for p in topic.partitions:
-                code = self._partition_problem(topic.name, p.partition, p.offset, p.metadata)
-                if code is E.NONE:
-                    group.offsets[(topic.name, p.partition)] = (p.offset, p.metadata)
-                    self.changes.append(
-                        OffsetRecord(req.group_id, topic.name, p.partition, p.offset, p.metadata)
-                    )
+                partition, offset, metadata = p.partition, p.offset, p.metadata
+                if not 0 <= partition < count:
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION
+                elif offset < 0:
+                    code = E.INVALID_REQUEST
+                elif metadata is not None and len(metadata.encode()) > metadata_max:
+                    code = E.OFFSET_METADATA_TOO_LARGE
+                else:
+                    code = E.NONE
+                    offsets[(name, partition)] = (offset, metadata)
+                    changes.append(OffsetRecord(group_id, name, partition, offset, metadata))
                     stored += 1
-                partitions.append(PartitionResult(partition=p.partition, error_code=code))
-            results.append(OffsetCommitTopicResult(name=topic.name, partitions=partitions))
+                partitions.append(PartitionResult(partition=partition, error_code=code))
+            results.append(OffsetCommitTopicResult(name=name, partitions=partitions))
         log.debug(
             "offsets_committed",
             group_id=req.group_id,
@@ -110,17 +119,6 @@ class Offsets:
             return group, Refusal(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
         self.membership.touch(fx, member, peer)
         return group, None
-
-    def _partition_problem(
-        self, topic: str, partition: int, offset: int, metadata: str | None
-    ) -> ErrorCode:
-        if not self.topics.has_partition(topic, partition):
-            return E.UNKNOWN_TOPIC_OR_PARTITION
-        if offset < 0:
-            return E.INVALID_REQUEST
-        if metadata is not None and len(metadata.encode()) > self.metadata_max:
-            return E.OFFSET_METADATA_TOO_LARGE
-        return E.NONE
 
     def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:
         group = self.membership.groups.get(req.group_id)

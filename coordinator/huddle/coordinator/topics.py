@@ -135,7 +135,3 @@ class TopicRegistry:
     def list(self, req: ListTopicsRequest) -> ListTopicsResponse:
         names = sorted(self.partitions) if req.topics is None else req.topics
         return ListTopicsResponse(topics=self.describe(names))
-
-    def has_partition(self, topic: str, partition: int) -> bool:
-        count = self.partitions.get(topic)
-        return count is not None and 0 <= partition < count
