@@ -33,13 +33,15 @@ def test_classes_are_distinct() -> None:
 
 def test_retriable_codes() -> None:
     retriable = {c for c in ErrorCode if c != ErrorCode.NONE and error_class(c).retriable}
-    assert retriable == {
+    assert retriable == {  # as Kafka's RetriableException subclasses
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.KAFKA_STORAGE_ERROR,  # a write to the data dir failed: try again
     }
-    assert {int(c) for c in retriable} == {14, 15, 16, 56}
+    assert {int(c) for c in retriable} == {2, 3, 14, 15, 16, 56}
     assert CoordinatorLoadInProgressError.retriable
     assert CoordinatorNotAvailableError.retriable
     assert NotCoordinatorError.retriable

@@ -14,6 +14,7 @@ from huddle.client.assignors.base import (
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.client.generation import Generation
 from huddle.client.heartbeat import HeartbeatTimer
 from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, choose_protocol
 from huddle.protocol.embedded import (
@@ -23,7 +24,7 @@ from huddle.protocol.embedded import (
     encode,
     grouped,
 )
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, to_code
 from huddle.protocol.messages import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
 
 E = ErrorCode
@@ -55,7 +56,7 @@ def core(*assignors: Assignor, instance: str | None = None) -> MemberCore:
 
 
 def joined(c: MemberCore, generation: int = 1, leader: str = "m-1") -> None:
-    c.member_id = "m-1"
+    c.current = Generation(member_id="m-1")  # as after MEMBER_ID_REQUIRED
     step = c.on_join(
         JoinGroupResponse(
             generation_id=generation,
@@ -170,7 +171,7 @@ def test_falling_out_loses_everything_and_rejoins(code: ErrorCode, keeps_member_
     c = core(Both())
     joined(c)
     synced(c, 0, 1)
-    step = c.on_heartbeat(code, 1)
+    step = c.on_heartbeat(code, c.current)
     assert step.lost == {TP("t", 0), TP("t", 1)}
     assert step.next is Next.JOIN
     assert c.owned == frozenset()
@@ -182,7 +183,7 @@ def test_fatal_errors_stop_the_member() -> None:
     c = core(Both(), instance="i-1")
     joined(c)
     synced(c, 0)
-    step = c.on_heartbeat(E.FENCED_INSTANCE_ID, 1)
+    step = c.on_heartbeat(E.FENCED_INSTANCE_ID, c.current)
     assert step.next is Next.FAIL
     assert step.lost == {TP("t", 0)}
     assert c.state is MemberState.FAILED
@@ -192,7 +193,7 @@ def test_coordinator_errors_mean_find_it_again_keeping_ownership() -> None:
     c = core(Both())
     joined(c)
     synced(c, 0)
-    step = c.on_heartbeat(E.NOT_COORDINATOR, 1)
+    step = c.on_heartbeat(E.NOT_COORDINATOR, c.current)
     assert step.next is Next.RECONNECT
     assert c.owned == {TP("t", 0)}
     assert c.member_id == "m-1"
@@ -202,18 +203,46 @@ def test_stale_heartbeat_answers_and_notices_change_nothing() -> None:
     c = core(Both())
     joined(c, generation=5)
     synced(c, 0)
-    assert c.on_heartbeat(E.ILLEGAL_GENERATION, 4).next is Next.STAY
+    assert c.on_heartbeat(E.ILLEGAL_GENERATION, Generation(4, "m-1", "both")).next is Next.STAY
     assert c.on_rebalance_notice(4).next is Next.STAY
     assert c.owned == {TP("t", 0)}
     assert c.on_rebalance_notice(5).next is Next.JOIN
     assert c.state is MemberState.UNJOINED
 
 
+def test_answers_about_a_generation_of_the_same_number_before_a_restart_change_nothing() -> None:
+    # A coordinator without a data dir restarts and numbers generations from 1 again; the
+    # member rejoined with a new id. An answer to a heartbeat or commit sent before is stale.
+    c = core(Both())
+    joined(c, generation=1)
+    synced(c, 0)
+    before = c.current
+    c.on_heartbeat(E.UNKNOWN_MEMBER_ID, before)
+    assert c.member_id == ""
+    c.current = Generation(member_id="m-2")
+    c.on_join(
+        JoinGroupResponse(
+            generation_id=1,
+            protocol_type="consumer",
+            protocol_name="both",
+            leader="m-2",
+            member_id="m-2",
+            members=[JoinGroupMember(member_id="m-2")],
+        )
+    )
+    synced(c, 0)
+    assert c.generation == before.id
+    assert c.on_heartbeat(E.ILLEGAL_GENERATION, before).next is Next.STAY
+    assert c.on_commit_error(E.ILLEGAL_GENERATION, "", before).next is Next.STAY
+    assert c.owned == {TP("t", 0)}
+    assert c.on_commit_error(E.ILLEGAL_GENERATION, "", c.current).lost == {TP("t", 0)}
+
+
 def test_rebalance_in_progress_from_a_heartbeat_means_rejoin() -> None:
     c = core(Both())
     joined(c)
     synced(c, 0)
-    assert c.on_heartbeat(E.REBALANCE_IN_PROGRESS, 1).next is Next.JOIN
+    assert c.on_heartbeat(E.REBALANCE_IN_PROGRESS, c.current).next is Next.JOIN
     assert c.owned == {TP("t", 0)}
 
 
@@ -272,3 +301,18 @@ def test_standby_and_warmup_changes_are_reported_once() -> None:
     assert (c.standby, c.warmup) == (frozenset({TP("t", 1)}), frozenset({TP("t", 2)}))
     joined(c, generation=2)
     assert c.on_sync(SyncGroupResponse(assignment=assignment), 0).replicas is None  # unchanged
+
+
+@pytest.mark.parametrize("number", [E.KAFKA_STORAGE_ERROR.value, E.UNKNOWN_SERVER_ERROR.value, 58])
+def test_an_unexpected_heartbeat_error_fails_that_heartbeat_only(number: int) -> None:
+    """Kafka's heartbeat thread retries after such an answer; the member keeps its
+    generation and partitions (an eager member rejoining would revoke everything)."""
+    c = core(Eager())
+    joined(c)
+    synced(c, 0, 1)
+    step = c.on_heartbeat(to_code(number), c.current)
+    assert step.next is Next.STAY
+    assert (step.lost, step.revoked) == (frozenset(), frozenset())
+    assert c.state is MemberState.STABLE
+    assert c.owned == {TP("t", 0), TP("t", 1)}
+    assert c.generation == 1

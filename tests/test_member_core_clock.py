@@ -9,6 +9,7 @@ the assignor counts the delay on the time the core was given.
 from __future__ import annotations
 
 from huddle.client.assignors.deferred import DeferredAssignor
+from huddle.client.generation import Generation
 from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.messages import (
@@ -25,9 +26,8 @@ ALL = frozenset(TopicPartition("t", p) for p in range(4))
 
 def member(member_id: str) -> MemberCore:
     config = MemberConfig(group_id="g", topics=["t"], session_timeout_ms=10_000)
-    core = MemberCore(config, [DeferredAssignor(scheduled_rebalance_max_delay_ms=DELAY_MS)])
-    core.member_id = member_id
-    return core
+    assignor = DeferredAssignor(scheduled_rebalance_max_delay_ms=DELAY_MS)
+    return MemberCore(config, [assignor], current=Generation(member_id=member_id))
 
 
 def rebalance(cores: list[MemberCore], generation: int, now_ms: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from huddle.client.generation import Generation
 from huddle.protocol.errors import ClientError, ErrorCode, HuddleError
 
 
@@ -43,19 +44,19 @@ class Rejoin:
 @dataclass(frozen=True, slots=True)
 class HeartbeatAnswer:
     code: ErrorCode
-    generation: int
+    generation: Generation  # the one the heartbeat was sent in
 
 
 @dataclass(frozen=True, slots=True)
 class RebalanceNotice:
-    generation: int
+    generation: int  # the number of the generation the group left
 
 
 @dataclass(frozen=True, slots=True)
 class FellOut:
     code: ErrorCode
     message: str
-    generation: int
+    generation: Generation  # the one the commit was made in
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from huddle.client.assignors.base import (
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.client.generation import NOT_JOINED, Generation
 from huddle.client.heartbeat import HeartbeatTimer
 from huddle.client.leader import assign, decode_members
 from huddle.protocol.embedded import (
@@ -128,10 +129,8 @@ def choose_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:
 class MemberCore:
     config: MemberConfig
     assignors: Sequence[Assignor]
-    member_id: str = ""
-    generation: int = NO_GENERATION
+    current: Generation = NOT_JOINED  # the generation the member is in, or only its id
     leader: str = ""
-    protocol_name: str | None = None
     state: MemberState = MemberState.UNJOINED
     owned: frozenset[TopicPartition] = frozenset()
     owned_generation: int = NO_GENERATION
@@ -158,6 +157,18 @@ class MemberCore:
 
     def _clock(self) -> float:
         return self.now_ms
+
+    @property
+    def member_id(self) -> str:
+        return self.current.member_id
+
+    @property
+    def generation(self) -> int:
+        return self.current.id
+
+    @property
+    def protocol_name(self) -> str | None:
+        return self.current.protocol
 
     def tick(self, now_ms: float) -> None:
         """The time is ``now_ms`` (never goes back)."""
@@ -224,10 +235,10 @@ class MemberCore:
     def on_join(self, response: JoinGroupResponse) -> Step:
         code = response.error_code
         if code == E.NONE:
-            self.member_id = response.member_id
-            self.generation = response.generation_id
+            self.current = Generation(
+                response.generation_id, response.member_id, response.protocol_name
+            )
             self.leader = response.leader
-            self.protocol_name = response.protocol_name
             self.skip_assignment = response.skip_assignment
             self.join_members = [
                 (m.member_id, m.group_instance_id, m.metadata) for m in response.members
@@ -235,7 +246,7 @@ class MemberCore:
             self.state = MemberState.SYNCING
             return Step(next=Next.SYNC)
         if code == E.MEMBER_ID_REQUIRED:
-            self.member_id = response.member_id
+            self.current = Generation(member_id=response.member_id)
             self.state = MemberState.UNJOINED
             return Step(next=Next.JOIN)
         if code == E.REBALANCE_IN_PROGRESS:
@@ -299,10 +310,10 @@ class MemberCore:
             group_instance_id=self.config.instance_id,
         )
 
-    def on_heartbeat(self, code: ErrorCode, generation: int) -> Step:
-        """``generation`` is the one the heartbeat carried: an answer about an older
+    def on_heartbeat(self, code: ErrorCode, generation: Generation) -> Step:
+        """``generation`` is the one the heartbeat carried: an answer about another
         generation than the member's current one is stale and changes nothing."""
-        if generation != self.generation or self.state is MemberState.FAILED:
+        if generation != self.current or self.state is MemberState.FAILED:
             return Step()
         if code == E.NONE:
             return Step()
@@ -311,7 +322,11 @@ class MemberCore:
                 self.state = MemberState.UNJOINED
                 return Step(next=Next.JOIN)
             return Step()
-        return self._on_error(code, "")
+        if code in FATAL or code in FELL_OUT or code in REDISCOVER:
+            return self._on_error(code, "")
+        # Anything else (a storage error, a code newer than this client) fails this heartbeat
+        # only, as in Kafka's heartbeat thread: the member stays and heartbeats again.
+        return Step(error=code, message="the heartbeat was refused")
 
     # --- the leader's assignment ------------------------------------------------------
 
@@ -381,7 +396,10 @@ class MemberCore:
             return Step(next=Next.JOIN)
         return Step()
 
-    def on_commit_error(self, code: ErrorCode, message: str) -> Step:
+    def on_commit_error(self, code: ErrorCode, message: str, generation: Generation) -> Step:
+        """A commit made in ``generation`` was refused with ``code``."""
+        if generation != self.current:
+            return Step()  # about a generation the member has already left
         if code in FELL_OUT or code in FATAL:
             return self._on_error(code, message)
         return Step(error=code, message=message)
@@ -401,7 +419,7 @@ class MemberCore:
         self.standby = self.warmup = frozenset()
         self.previous = frozenset()
         self.owned_generation = NO_GENERATION
-        self.generation = NO_GENERATION
+        self.current = self.current.left()
         self.state = MemberState.UNJOINED
         self.rejoin_at_ms = None
         self.session.reset()
@@ -422,7 +440,7 @@ class MemberCore:
             self.state = MemberState.FAILED
             return Step(lost=lost, next=Next.FAIL, error=code, message=message)
         if code == E.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
+            self.current = NOT_JOINED  # the coordinator does not know this id: a new one
             return self.lose_all(code, message)
         if code == E.ILLEGAL_GENERATION:
             return self.lose_all(code, message)

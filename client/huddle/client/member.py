@@ -39,7 +39,7 @@ from huddle.client.listener import RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import ErrorCode, raise_for, to_code
+from huddle.protocol.errors import ErrorCode, error_name, raise_for, to_code
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
@@ -216,10 +216,10 @@ class Member:
             by_topic.setdefault(tp.topic, []).append(
                 OffsetCommitPartition(partition=tp.partition, offset=offset, metadata=metadata)
             )
-        generation = core.generation
+        generation = core.current
         request = OffsetCommitRequest(
             group_id=core.config.group_id,
-            generation_id=generation,
+            generation_id=generation.id,
             member_id=core.member_id,
             group_instance_id=core.config.instance_id,
             topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
@@ -395,9 +395,7 @@ class Member:
             case RebalanceNotice(generation):
                 return core.on_rebalance_notice(generation)
             case FellOut(code, message, generation):
-                if generation == core.generation:
-                    return core.on_commit_error(code, message)
-                return None
+                return core.on_commit_error(code, message, generation)
             case SessionExpired():
                 if core.owned or core.state is MemberState.STABLE:
                     self._log.warning(
@@ -559,7 +557,7 @@ class Member:
                 with anyio.move_on_after((due - now) / 1000):
                     await self._changed.wait()
                 continue
-            generation = core.generation
+            generation = core.current
             timer.sent(now)
             timeout_s = timer.session_ms / 1000
             response = await conn.request(core.heartbeat_request(), timeout=timeout_s)
@@ -568,6 +566,8 @@ class Member:
                 code = response.error_code
             if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
                 timer.answered(now)
+            else:
+                self._log.info("heartbeat_error", error_code=code, error=error_name(code))
             if code != E.NONE:
                 self._post(HeartbeatAnswer(to_code(code), generation))
 

@@ -110,10 +110,12 @@ class UnknownServerError(ServerError):
 
 class CorruptMessageError(ServerError):
     code = ErrorCode.CORRUPT_MESSAGE
+    retriable = True  # as Kafka's CorruptRecordException: sending it again may work
 
 
 class UnknownTopicOrPartitionError(ServerError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True  # as in Kafka: the topic may be being created
 
 
 class MessageTooLargeError(ServerError):

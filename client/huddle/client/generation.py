@@ -1,0 +1,36 @@
+"""The generation of the group a member is in, as that member knows it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from huddle.protocol.messages import NO_GENERATION
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One generation of the group as the member was told it in a JoinGroup answer: its
+    number, the member id the member holds in it and the embedded protocol the group chose.
+
+    An answer, a notice or a commit refusal concerns the member only if it is about the
+    generation the member is in now. Comparing the whole value, not the number alone,
+    keeps an answer from before a coordinator restart (when numbers start again at 1 and
+    the member has a new id) from being taken for one about the current generation.
+    """
+
+    id: int = NO_GENERATION
+    member_id: str = ""
+    protocol: str | None = None
+
+    @property
+    def joined(self) -> bool:
+        """Whether the member is in a generation (not only holding a member id)."""
+        return self.id != NO_GENERATION
+
+    def left(self) -> Generation:
+        """No generation any more; the member id is kept, to rejoin with (Kafka does so
+        for a member that falls out with ILLEGAL_GENERATION or a lost session)."""
+        return Generation(member_id=self.member_id)
+
+
+NOT_JOINED = Generation()
