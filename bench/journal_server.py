@@ -1,6 +1,6 @@
 """``huddle serve`` for ``bench.journal``, with the data dir written either off the loop in
-batches (what huddle does) or inline: one write (and fsync) per request on the event loop, as
-huddle did before group commit, to measure both in one run.
+batches (what huddle does) or inline: one write (and fsync, where huddle now uses fdatasync)
+per request on the event loop, as huddle did before group commit, to measure both in one run.
 
 ``python -m bench.journal_server --port P --data-dir D [--fsync] [--inline]``
 """
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from bench.common import quiet_logs
-from huddle.coordinator import group_commit, server
+from huddle.coordinator import group_commit, journal, server
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.records import Record
@@ -52,6 +53,7 @@ def main() -> None:
     quiet_logs()
     if args.inline:
         setattr(server, "GroupCommit", InlineCommit)  # noqa: B010 - swap the class the server uses
+        setattr(journal, "_sync_data", os.fsync)  # noqa: B010 - and fsync, as before
     config = ServerConfig(
         host="127.0.0.1",
         port=args.port,

@@ -92,13 +92,13 @@ async def test_concurrent_commits_are_all_acknowledged_batched_and_kept(
 ) -> None:
     config = fast_server_config(data_dir=str(tmp_path), fsync=True)
     fsyncs: list[str] = []
-    real_fsync = os.fsync
+    real_sync = os.fdatasync
 
-    def counting_fsync(fd: int) -> None:
+    def counting_sync(fd: int) -> None:
         fsyncs.append(threading.current_thread().name)
-        real_fsync(fd)
+        real_sync(fd)
 
-    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "fdatasync", counting_sync)
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
         await create_topic(bootstrap)
@@ -224,7 +224,7 @@ async def test_answers_wait_for_the_write_of_changes_made_before_them(
                 commits = server._commits
                 assert commits is not None
                 # the fetch arrived and waits behind the commit's write
-                await wait_until(lambda: len(commits._held) == 1, what="the fetch to be held")
+                await wait_until(lambda: commits.waiting() == 2, what="the fetch to be held")
                 assert order == []  # the write is stuck: nothing was answered
                 release.set()
         assert sorted(order) == ["commit acknowledged", "fetched 8"]
@@ -294,7 +294,7 @@ async def test_a_waiting_join_held_behind_a_failed_batch_is_answered_once(
             commits = server._commits
             assert commits is not None
             await member.send(Call(correlation_id=99, request=join_request(first.member_id)))
-            await wait_until(lambda: len(commits._held) == 1, what="the join to be held")
+            await wait_until(lambda: commits.waiting() == 2, what="the join to be held")
             release.set()
         frames = await member.frames_until_closed()
         answers = [f for f in frames if isinstance(f, Reply) and f.correlation_id == 99]
@@ -359,3 +359,30 @@ async def test_a_write_that_never_returns_does_not_keep_the_server_from_closing(
         release.set()  # let the writer thread finish
     assert server_ is not None
     assert server_.storage_failure is None
+
+
+async def test_commits_acknowledged_while_a_compaction_runs_on_the_writer_thread_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fsync every batch goes through the writer thread: batches queued before, during
+    and after the compaction (which the writer runs between two of them) all survive."""
+    monkeypatch.setattr(group_commit, "COPY_SLICE_S", 0.0)
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        commits, journal = server._commits, server.journal
+        assert commits is not None
+        assert journal is not None
+        server.core.restore([OffsetRecord(f"old{i}", "t", 0, i) for i in range(2_000)])
+        journal.written = 10 * COMPACT_MIN_RECORDS
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit_concurrently, bootstrap, 30)
+            await wait_until(lambda: commits.batches > 0, what="a first batch")
+            commits._maybe_compact()
+            assert commits._compacting
+        await within(commits.compacted())
+        assert journal.written < 10 * COMPACT_MIN_RECORDS  # it did compact
+    async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
+        assert [await fetch(conn, f"g{i}") for i in range(COMMITTERS)] == [30] * COMMITTERS
+        assert await fetch(conn, "old1999") == 1999  # in memory only: kept by the snapshot

@@ -1,42 +1,50 @@
 """Group commit: changes go to the data dir in batches, on one writer thread, off the loop.
 
 The server hands over the records of each request it handled together with the answers that
-request produced (``hold``). Records accumulate while a write is in flight; at the end of each
-loop pass (``submit``) the next batch — every change made since the last write began — goes
-to the journal in one write and, with ``--fsync``, one fsync, on the writer thread. (Without
-``--fsync`` the write only copies into the page cache, and is made on the loop: a thread hop
-would cost more than it saves; while a compaction runs, writes go to the thread too, in
-order behind it.) The
-answers of a batch go out only once its write has finished. Answers of requests that changed
-nothing but were handled after a change wait behind it too: no answer ever shows a change the
-data dir does not hold yet, and the answers of requests handled in order go out in that order.
-(Frames that show nothing kept are not held: a malformed request's refusal, answers the
-core's timers produce, notices. Clients match answers by correlation id.)
+request produced (``hold``). At the end of each loop pass (``submit``, once every read of
+the pass is handled) the records gathered become one batch: encoded on the loop and queued
+for the writer thread (``huddle.coordinator.writer``), which writes everything queued in one
+write and, with ``--fsync``, one fdatasync, then takes what queued meanwhile. (Without
+``--fsync`` a write only copies into the page cache and is made on the loop, one per pass: a
+thread hop would cost more than it saves; while a compaction runs or the thread still has
+writes, batches go to the thread, in order.) The answers of a batch go out only once it is
+written. Answers of requests that changed nothing but were handled after a change wait
+behind it too: no answer ever shows a change the data dir does not hold yet, and the answers
+of requests handled in order go out in that order. (Frames that show nothing kept are not
+held: a malformed request's refusal, answers the core's timers produce, notices. Clients
+match answers by correlation id.)
 
-If a write fails, every request of that batch and of the one gathering behind it is answered
-KAFKA_STORAGE_ERROR, nothing more is written, and ``on_failure`` stops the node.
+If a write fails, every request waiting for a batch not yet written is answered
+KAFKA_STORAGE_ERROR (if the core answered it; one the core still holds, a JoinGroup waiting
+for its phase to end, is answered by the core), nothing more is written, and ``on_failure``
+stops the node.
 
 Compaction: when the journal is due, the loop copies the state one group at a time, in slices
 of a few milliseconds between which other work runs (``Coordinator.copy_state``); the writer
 thread then builds the snapshot, adds the records written while the copy was being taken
-(records set values, so replaying them over the copy is exact), writes and renames it, in
-order with the appends.
+(records set values, so replaying them over the copy is exact), writes and renames it. The
+writer takes no new batch meanwhile; batches queued behind the compaction go to the new
+journal (a batch the snapshot already covers is written again: replaying it sets the same
+values).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.journal import Journal
-from huddle.coordinator.records import Record
+from huddle.coordinator.records import Record, encode_frames
+from huddle.coordinator.writer import Writer
 from huddle.protocol.messages import Call
 
 log = structlog.get_logger("huddle.group_commit")
@@ -68,9 +76,12 @@ class GroupCommit:
         self._copying: StateCopy | None = None
         self._tail: list[Record] | None = None  # records written while the copy is taken
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-journal")
+        self._writer = Writer(journal.write, self._executor.submit, self._from_thread)
         self._records: list[Record] = []  # the next batch
-        self._held: list[Held] = []  # answers waiting for the next batch (or the current one)
-        self._writing: list[Held] | None = None  # answers of the batch being written
+        self._held: list[Held] = []  # answers waiting for the next batch
+        self._batch = 0  # the number of the last batch handed to the writer thread
+        # batches handed to the writer thread, oldest first, with the answers waiting for them
+        self._in_flight: deque[tuple[int, list[Held]]] = deque()
         self._idle = asyncio.Event()
         self._idle.set()
         self._compacting = False
@@ -79,12 +90,17 @@ class GroupCommit:
         self._compaction_done.set()
         self.failed = False
         self._closed = False
+        self._submit_due = False  # a submit is scheduled for the end of this loop pass
         self.batches = 0  # writes done, for tests and benchmarks
 
     @property
     def busy(self) -> bool:
         """Whether answers must wait: a write in flight or changes not yet written."""
-        return self._writing is not None or bool(self._records) or bool(self._held)
+        return bool(self._in_flight) or bool(self._records) or bool(self._held)
+
+    def waiting(self) -> int:
+        """How many handled requests wait for a write before they are answered."""
+        return len(self._held) + sum(len(held) for _, held in self._in_flight)
 
     def hold(self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]) -> None:
         """A handled request: its changes (maybe none) and its answers, to send once kept."""
@@ -95,49 +111,82 @@ class GroupCommit:
         self._held.append((conn_id, call, out))
         self._idle.clear()
 
+    def submit_soon(self) -> None:
+        """A read was handled: write once every read of this loop pass is (the loop runs
+        the callbacks it is given after the I/O callbacks of the pass)."""
+        if not self._submit_due:
+            self._submit_due = True
+            self._loop.call_soon(self._submit_now)
+
+    def _submit_now(self) -> None:
+        self._submit_due = False
+        self.submit()
+
     def submit(self) -> None:
-        """End of a loop pass: start writing the next batch unless a write is in flight."""
-        if self._writing is not None or self.failed:
+        """End of a loop pass: the changes gathered go to the writer as one batch."""
+        if self.failed:
             return
-        if not self._records:  # answers that only waited for an earlier batch
-            held, self._held = self._held, []
-            self._release([frame for _, _, out in held for frame in out])
-            self._idle.set()
+        held, self._held = self._held, []
+        if not self._records:  # answers that only wait for earlier batches, if any
+            if self._in_flight:
+                self._in_flight[-1][1].extend(held)
+            else:
+                self._release([frame for _, _, out in held for frame in out])
+            self._settle()
             return
         records, self._records = self._records, []
-        self._writing, self._held = self._held, []
         if self._tail is not None:
             self._tail.extend(records)
-        if self.journal.fsync or self._compacting:
-            future = self._executor.submit(self.journal.append, records)
-            future.add_done_callback(self._from_thread)
+        if self.journal.fsync or self._compacting or self._in_flight:
+            self._batch += 1
+            self._in_flight.append((self._batch, held))
+            self._writer.put(encode_frames(records), len(records), self._batch)
             return
         # Without fsync a write only copies into the page cache (microseconds): handing it to
         # the thread would cost more than it saves. Still one write per batch.
         try:
             self.journal.append(records)
         except OSError as exc:
-            self._written(exc)
-        else:
-            self._written(None)
-
-    def _from_thread(self, future: Future[None]) -> None:
-        self._loop.call_soon_threadsafe(self._written, future.exception())
-
-    def _written(self, error: BaseException | None) -> None:
-        held, self._writing = self._writing or [], None
-        if error is not None:
-            log.error("journal_write_failed", error=str(error), requests=len(held))
-            self.failed = True
-            pending, self._held, self._records = self._held, [], []
-            self._refuse(held + pending)
-            self._idle.set()
-            self._on_failure()
+            self._fail(exc, held)
             return
+        self._kept(held)
+
+    def _from_thread(self, upto: int, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            self._loop.call_soon_threadsafe(self._written, upto, error)
+
+    def _written(self, upto: int, error: BaseException | None) -> None:
+        """On the loop: every batch up to ``upto`` is written, or a write failed."""
+        if self.failed:
+            return
+        if error is not None:
+            self._fail(error, [])
+            return
+        held: list[Held] = []
+        while self._in_flight and self._in_flight[0][0] <= upto:
+            held += self._in_flight.popleft()[1]
+        self._kept(held)
+
+    def _kept(self, held: list[Held]) -> None:
         self.batches += 1
         self._release([frame for _, _, out in held for frame in out])
         self._maybe_compact()
-        self.submit()
+        self._settle()
+
+    def _fail(self, error: BaseException, held: list[Held]) -> None:
+        self._writer.stop()
+        for _, waiting in self._in_flight:
+            held += waiting
+        self._in_flight.clear()
+        held += self._held
+        self._held, self._records = [], []
+        log.error("journal_write_failed", error=str(error), requests=len(held))
+        self.failed = True
+        self._refuse(held)
+        self._idle.set()
+        self._on_failure()
+
+    def _settle(self) -> None:
         if not self.busy:
             self._idle.set()
 
@@ -175,6 +224,7 @@ class GroupCommit:
             # interpreter back to the loop every millisecond instead of every five.
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._switch_interval, 0.001))
+            self._writer.pause()  # the writes queued from now on go after the compaction
             future = self._executor.submit(
                 self.journal.compact, lambda: itertools.chain(records(), tail)
             )
@@ -188,6 +238,8 @@ class GroupCommit:
             self._switch_interval = None
         self._compacting = False
         self._compaction_done.set()
+        if not self._closed:
+            self._writer.resume()
 
     async def compacted(self) -> None:
         """Until no compaction is running."""
@@ -203,4 +255,6 @@ class GroupCommit:
         included); a compaction still copying the state is abandoned. ``wait=False``: do
         not wait for a write that is stuck (the process is giving up on it)."""
         self._closed = True
+        if not wait:
+            self._writer.stop()
         self._executor.shutdown(wait=wait)

@@ -110,16 +110,22 @@ class Journal:
     def append(self, records: Sequence[Record]) -> None:
         """Write ``records`` (raises OSError if they could not be written, after cutting
         whatever part was written back off the file)."""
+        self.write(encode_frames(records), len(records))
+
+    def write(self, frames: bytes | bytearray, count: int) -> None:
+        """Write ``count`` records already encoded as ``frames`` (``encode_frames``); with
+        ``fsync``, return once they are on the disk. Needs no Python objects but the
+        buffer, so a writer thread hardly needs the interpreter."""
         fd = self._fd
         if fd is None:
             raise OSError("the journal is closed")
-        data = memoryview(encode_frames(records))
+        data = memoryview(frames)
         try:
             written = 0
             while written < len(data):
                 written += os.pwrite(fd, data[written:], self._end + written)
             if self.fsync:
-                os.fsync(fd)
+                _sync_data(fd)
         except OSError:
             self.broken = True
             try:
@@ -128,7 +134,7 @@ class Journal:
                 log.error("journal_cut_back_failed", error=str(exc))
             raise
         self._end += len(data)
-        self.written += len(records)
+        self.written += count
 
     def keep(
         self,
@@ -220,3 +226,10 @@ class Journal:
             if fd is not None:
                 os.close(fd)
         self._fd = self._lock_fd = None
+
+
+def _sync_data(fd: int) -> None:
+    """The data written to ``fd`` and what it takes to read it back (the file's new size)
+    onto the disk: ``fdatasync`` where there is one (it skips timestamps, which a journal
+    does not need: about 40% quicker on an ext4 virtual disk), else ``fsync``."""
+    getattr(os, "fdatasync", os.fsync)(fd)

@@ -312,7 +312,7 @@ class CoordinatorServer:
             if calls:
                 self._reschedule()
             if self._commits is not None:
-                self._commits.submit()  # the changes of this pass, in one write
+                self._commits.submit_soon()  # the changes of this pass, in one write
             self._flush()
 
     def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
