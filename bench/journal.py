@@ -292,7 +292,7 @@ def main() -> None:
         stall_section(args.records, 3)
     pin_to_cpu(0, 1)  # this process (the client) on CPU 1; the servers on CPU 0
     if "concurrent" in sections:
-        concurrent_section(3, args.seconds)
+        concurrent_section(args.rounds, args.seconds)
     if "commit" in sections:
         commit_section(args.rounds, args.commits)
     if "replay" in sections:

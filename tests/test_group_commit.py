@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import sys
 import threading
@@ -249,8 +250,10 @@ async def test_changes_made_while_the_compaction_copies_the_state_are_kept(
             assert journal is not None
             journal.written = 10 * COMPACT_MIN_RECORDS  # as if it had grown past the state
             commits._maybe_compact()  # g0 is copied in the next pass, g49 fifty passes later
+            assert not gc.isenabled()  # no collection walks the copy while it is taken
             await conn.call(commit("g0", 2), OffsetCommitResponse)
             await within(commits.compacted())
+            assert gc.isenabled()
             assert journal.written < 10 * COMPACT_MIN_RECORDS  # it did compact
     async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
         assert await fetch(conn, "g0") == 2
@@ -322,6 +325,7 @@ async def test_closing_while_the_compaction_copies_the_state_abandons_it_cleanly
     assert loop_errors == []  # nothing handed to the stopped writer thread
     assert not commits._compacting
     assert sys.getswitchinterval() == interval
+    assert gc.isenabled()
     async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
         assert await fetch(conn, "g0") == -1  # restored into memory only: never written
         assert server.journal is not None
