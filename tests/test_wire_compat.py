@@ -142,7 +142,7 @@ async def test_the_coordinator_withholds_a_message_type_newer_than_the_peers_ver
         peer.send(older)
         peer.flush()
         assert await within(conn.notices.receive()) == older  # the first notice to arrive
-        peer.version = 2
+        peer.handshook(2)
         peer.send(newer)
         peer.flush()
         assert await within(conn.notices.receive()) == newer

@@ -19,7 +19,13 @@ from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.effects import Peer
 from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
 from huddle.protocol.framing import FrameReader, ServerCodec
-from huddle.protocol.messages import PROTOCOL_VERSION, ProtocolError, ServerFrame, known_in
+from huddle.protocol.messages import (
+    PROTOCOL_VERSION,
+    Message,
+    ProtocolError,
+    ServerFrame,
+    unknown_to,
+)
 
 log = structlog.get_logger("huddle.server")
 
@@ -74,6 +80,7 @@ class Connection(asyncio.Protocol):
         "server",
         "transport",
         "version",
+        "withheld",
         "write_paused",
     )
 
@@ -88,6 +95,7 @@ class Connection(asyncio.Protocol):
         self.peer = Peer(conn_id)
         self.handshaken = False
         self.version = PROTOCOL_VERSION  # the protocol version its handshake named
+        self.withheld: frozenset[type[Message]] = frozenset()  # types that version lacks
         self.closing = False
         self.close_reason = "closed by peer"
         self.write_paused = False
@@ -166,6 +174,11 @@ class Connection(asyncio.Protocol):
 
     # --- sending and closing ----------------------------------------------------------
 
+    def handshook(self, version: int) -> None:
+        """The peer speaks protocol ``version``: frames of newer types are not sent to it."""
+        self.version = version
+        self.withheld = unknown_to(version)
+
     def send(self, frame: ServerFrame) -> None:
         """Queue a frame; the server flushes every connection's queue once per event.
 
@@ -174,7 +187,7 @@ class Connection(asyncio.Protocol):
         """
         if self.closing or self.transport is None:
             return
-        if not known_in(self.version, type(frame)):
+        if self.withheld and type(frame) in self.withheld:
             self.log.debug("frame_withheld", frame=type(frame).__name__, version=self.version)
             return
         if not self.pending:

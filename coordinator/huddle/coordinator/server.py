@@ -357,7 +357,7 @@ class CoordinatorServer:
             conn.close(f"unsupported protocol version {hello.version}")
             return
         conn.handshaken = True
-        conn.version = hello.version
+        conn.handshook(hello.version)
         conn.client_id = hello.client_id
         conn.peer = Peer(conn.conn_id, hello.client_id, conn.host)
         conn.log = conn.log.bind(client_id=hello.client_id)

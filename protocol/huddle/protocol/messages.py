@@ -423,6 +423,11 @@ def known_in(version: int, message: type[Message]) -> bool:
     return INTRODUCED_IN.get(message, 1) <= version
 
 
+def unknown_to(version: int) -> frozenset[type[Message]]:
+    """The message types a peer that handshook with ``version`` does not know."""
+    return frozenset(t for t in INTRODUCED_IN if not known_in(version, t))
+
+
 class Tagged(Struct, kw_only=True):
     """Reads only the ``type`` tag of a frame body (any other fields are ignored)."""
 
