@@ -178,3 +178,15 @@ def test_each_partition_of_a_commit_is_checked_and_only_the_valid_ones_are_kept(
     assert fetched(d, t=[0, 1, 2, 3]) == {("t", 0): 5, ("t", 1): -1, ("t", 2): -1, ("t", 3): 6}
     kept = d.core.take_changes()  # what goes to the data dir: the accepted ones only
     assert kept == [OffsetRecord("g", "t", 0, 5), OffsetRecord("g", "t", 3, 6, "ok")]
+
+
+def test_generation_minus_one_with_a_member_id_commits_to_an_empty_group() -> None:
+    """An Empty group only stores offsets: Kafka's doCommitOffsets takes generation -1 from
+    anyone, whatever member id the request carries (e.g. one left over from an old run)."""
+    d = driver_with_topic()
+    response = d.commit(1, {("t", 0): 11}, member_id="left-over-id", generation=-1)
+    assert response.error_code == E.NONE
+    assert fetched(d, t=[0]) == {("t", 0): 11}
+    d.form(2)  # not Empty any more: the id must be a member's
+    assert d.commit(1, {("t", 0): 12}, member_id="left-over-id").error_code == E.UNKNOWN_MEMBER_ID
+    assert fetched(d, t=[0]) == {("t", 0): 11}

@@ -135,3 +135,15 @@ def test_unknown_static_member_with_member_id_is_rejected() -> None:
     stable_static_pair(d)
     response = d.join_response(d.join(3, "made-up", instance="s9", session_ms=LONG))
     assert response.error_code == E.UNKNOWN_MEMBER_ID
+
+
+def test_a_static_members_heartbeat_without_its_instance_id_renews_its_session() -> None:
+    """Kafka checks the instance id only when the request names one (validateMember)."""
+    d = Driver()
+    id1, id2, generation = stable_static_pair(d)
+    for _ in range(3):  # three half-sessions: the session lives only if these renew it
+        d.advance(LONG / 2)
+        assert d.heartbeat(1, id1, generation) == E.NONE
+        assert d.heartbeat(2, id2, generation, instance="s2") == E.NONE
+    assert set(d.group().members) == {id1, id2}
+    assert d.heartbeat(1, id1, generation, instance="s2") == E.FENCED_INSTANCE_ID

@@ -45,26 +45,27 @@ class Membership(Joining):
         path; anything else goes through the full validation for its exact error."""
         group = self.groups.get(req.group_id)
         member = group.members.get(req.member_id) if group is not None else None
-        if (
+        if not (
             member is not None
             and group is not None
             and member.instance_id == req.group_instance_id
             and req.generation_id == group.generation
             and group.state is not S.DEAD
         ):
-            if member.conn_id != conn.conn_id:
-                self._bind(member, conn)
-            self.timers.extend(member.session_key, now + member.session_timeout_ms)
-            if group.state is S.PREPARING_REBALANCE:
-                response = _REBALANCING_HEARTBEAT
-            else:
-                response = _OK_HEARTBEAT
-        else:
-            refusal = self._validate_member_request(
+            # The full validation, for its exact error; it also accepts what the short path
+            # does not check for (a static member that does not name its instance id: Kafka
+            # checks the instance id only when one is given).
+            checked = self._validate_member_request(
                 req.group_id, req.member_id, req.group_instance_id, req.generation_id
             )
-            assert isinstance(refusal, Refusal)  # in order requests took the short path
-            response = HeartbeatResponse(error_code=refusal.code, error_message=refusal.message)
+            if isinstance(checked, Refusal):
+                response = HeartbeatResponse(error_code=checked.code, error_message=checked.message)
+                return conn.conn_id, Reply(correlation_id=cid, response=response)
+            group, member = checked
+        if member.conn_id != conn.conn_id:
+            self._bind(member, conn)
+        self.timers.extend(member.session_key, now + member.session_timeout_ms)
+        response = _REBALANCING_HEARTBEAT if group.state is S.PREPARING_REBALANCE else _OK_HEARTBEAT
         return conn.conn_id, Reply(correlation_id=cid, response=response)
 
     # --- LeaveGroup ------------------------------------------------------------------

@@ -100,7 +100,9 @@ class Offsets:
             group = groups[req.group_id] = Group(req.group_id)
         if group.is_(S.DEAD):
             return group, Refusal(E.COORDINATOR_NOT_AVAILABLE, "group is dead")
-        if simple and group.is_(S.EMPTY):
+        if req.generation_id < 0 and group.is_(S.EMPTY):
+            # The group only stores offsets (an admin tool, a manual commit): any member id,
+            # as Kafka's doCommitOffsets.
             return group, None
         member = self.membership.identify(group, req.member_id, req.group_instance_id)
         if not isinstance(member, Member):
