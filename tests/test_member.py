@@ -22,6 +22,8 @@ from huddle.client import (
     RebalanceListener,
     TopicPartition,
 )
+from huddle.client.assignors.base import MemberAssignment
+from huddle.client.assignors.sticky import CooperativeStickyAssignor
 from huddle.client.describe import compact
 from huddle.client.running import MemberTask
 from huddle.coordinator.server import CoordinatorServer
@@ -130,6 +132,39 @@ async def test_cooperative_callback_order_is_kip429s(bootstrap: str) -> None:
             revoked_at = a_calls.calls[1][2]
             arrived_at = b_calls.calls[1][2]
             assert revoked_at <= arrived_at
+
+
+async def test_the_assignor_hears_of_its_assignment_between_revoked_and_assigned(
+    bootstrap: str,
+) -> None:
+    """KIP-429: on_partitions_revoked, then the assignor's on_assignment, then
+    on_partitions_assigned."""
+
+    class Told(CooperativeStickyAssignor):
+        def __init__(self, calls: Recorder) -> None:
+            super().__init__()
+            self.calls = calls
+
+        def on_assignment(self, assignment: MemberAssignment, generation: int) -> None:
+            self.calls.calls.append(("on_assignment", assignment.partitions, time.monotonic()))
+
+    a_calls = Recorder()
+    async with (
+        topic(bootstrap, 4),
+        member(bootstrap, listener=a_calls, assignors=[Told(a_calls)]) as a,
+    ):
+        await wait_settled([a], partitions(4))
+        async with member(bootstrap) as b:
+            await wait_settled([a, b], partitions(4))
+            kept = sorted(tp.partition for tp in a.assignment)
+            moved = sorted(set(range(4)) - set(kept))
+            assert a_calls.names()[:4] == [
+                ("on_assignment", [0, 1, 2, 3]),
+                ("assigned", [0, 1, 2, 3]),
+                ("revoked", moved),
+                ("on_assignment", kept),
+            ]
+            assert a_calls.names()[4] == ("assigned", [])
 
 
 async def test_eager_callback_order(bootstrap: str) -> None:

@@ -55,7 +55,9 @@ def rebalance(cores: list[MemberCore], generation: int, now_ms: float) -> None:
     assignments: list[SyncGroupAssignment] = lead.assign(lead.subscriptions(), PARTITIONS, now_ms)
     by_member = {a.member_id: a.assignment for a in assignments}
     for c in cores:
-        c.on_sync(SyncGroupResponse(assignment=by_member[c.member_id]), now_ms)
+        c.assignment_received(
+            c.on_sync(SyncGroupResponse(assignment=by_member[c.member_id]), now_ms)
+        )
 
 
 def test_the_deferred_delay_runs_on_the_cores_clock_and_ends_with_a_rejoin() -> None:

@@ -99,6 +99,9 @@ class Step:
     rejoin_after_ms: int = 0  # a scheduled rebalance (Design II): rejoin after this delay
     # KIP-441: the new (standby, warm-up) sets, when they changed
     replicas: tuple[frozenset[TopicPartition], frozenset[TopicPartition]] | None = None
+    # for the assignor's on_assignment, after on_partitions_revoked and before
+    # on_partitions_assigned (KIP-429): the runtime calls MemberCore.assignment_received
+    assignment: tuple[MemberAssignment, int] | None = None
 
 
 @dataclass
@@ -268,16 +271,13 @@ class MemberCore:
         assigned = assignment.partitions
         revoked = self.owned - assigned
         added = assigned - self.owned
-        self.assignor(self.protocol_name).on_assignment(
-            MemberAssignment(
-                partitions=assigned,
-                revoked=assignment.revoked_partitions,
-                scheduled_rebalance_delay_ms=assignment.scheduled_rebalance_delay_ms,
-                user_data=assignment.user_data,
-                standby=assignment.standby_partitions,
-                warmup=assignment.warmup_partitions,
-            ),
-            self.generation,
+        received = MemberAssignment(
+            partitions=assigned,
+            revoked=assignment.revoked_partitions,
+            scheduled_rebalance_delay_ms=assignment.scheduled_rebalance_delay_ms,
+            user_data=assignment.user_data,
+            standby=assignment.standby_partitions,
+            warmup=assignment.warmup_partitions,
         )
         self.owned = assigned
         self.previous = frozenset()
@@ -298,7 +298,16 @@ class MemberCore:
             next=follow_up,
             rejoin_after_ms=assignment.scheduled_rebalance_delay_ms,
             replicas=replicas if changed else None,
+            assignment=(received, self.generation),
         )
+
+    def assignment_received(self, step: Step) -> None:
+        """Hand a synced assignment to the assignor (its ``on_assignment``). The runtime
+        calls this once ``on_partitions_revoked`` has run and before
+        ``on_partitions_assigned``, the order KIP-429 gives."""
+        if step.assignment is not None:
+            received, generation = step.assignment
+            self.assignor(self.protocol_name).on_assignment(received, generation)
 
     # --- heartbeats, commits, leaving ------------------------------------------------
 

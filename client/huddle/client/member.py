@@ -504,6 +504,7 @@ class Member:
         ):
             if partitions:
                 await self._call_listener(name, partitions)
+        self._core.assignment_received(step)  # the assignor's on_assignment, in between
         if step.assigned is not None:
             await self._call_listener("on_partitions_assigned", step.assigned)
         if step.replicas is not None:
