@@ -167,6 +167,69 @@ async def test_the_assignor_hears_of_its_assignment_between_revoked_and_assigned
             assert a_calls.names()[4] == ("assigned", [])
 
 
+class SlowRevocation(Recorder):
+    """A revocation that commits for 1.5 session timeouts (less than the rebalance timeout)."""
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        await super().on_partitions_revoked(revoked)
+        await anyio.sleep(1.5 * SESSION_MS / 1000)  # the work the callback stands for
+
+
+@pytest.mark.parametrize("assignors", [COOP, ["range"]], ids=["cooperative", "eager"])
+async def test_a_revocation_longer_than_the_session_keeps_the_membership(
+    bootstrap: str, assignors: list[str]
+) -> None:
+    """The member heartbeats while on_partitions_revoked runs, as Kafka's does; the callback
+    is bounded by the rebalance timeout (Kafka's max.poll.interval.ms), not the session."""
+    slow = SlowRevocation()
+    async with (
+        topic(bootstrap, 4),
+        member(bootstrap, listener=slow, assignors=assignors) as a,
+    ):
+        await wait_settled([a], partitions(4))
+        first_id = a.member_id
+        async with member(bootstrap, assignors=assignors) as b:
+            await wait_settled([a, b], partitions(4))
+            assert a.member_id == first_id
+            assert [name for name, _ in slow.names()].count("revoked") >= 1
+            assert "lost" not in [name for name, _ in slow.names()]
+            assert len(a.assignment) == len(b.assignment) == 2
+
+
+async def test_a_revocation_longer_than_the_rebalance_timeout_gives_the_membership_up(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """Past the rebalance timeout the member stops heartbeating: the group goes on without
+    it, and once the callback returns it finds it fell out (lost) and joins anew."""
+    released = anyio.Event()
+
+    class Stuck(Recorder):
+        async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+            await super().on_partitions_revoked(revoked)
+            await released.wait()
+
+    stuck = Stuck()
+    settings = {"session_timeout_ms": 1_000, "rebalance_timeout_ms": 1_500}
+    async with (
+        topic(bootstrap, 4),
+        member(bootstrap, listener=stuck, **settings) as a,
+    ):
+        await wait_settled([a], partitions(4))
+        first_id = a.member_id
+        async with member(bootstrap) as b:
+
+            def removed() -> bool:
+                group = server.core.groups.get("g")
+                return group is not None and first_id not in group.members
+
+            await wait_until(removed, what="the group to go on without the stuck member")
+            await wait_until(lambda: b.assignment == partitions(4), what="b to take all")
+            released.set()
+            await wait_settled([a, b], partitions(4))
+            assert a.member_id != first_id
+            assert "lost" in [name for name, _ in stuck.names()]
+
+
 async def test_eager_callback_order(bootstrap: str) -> None:
     a_calls, b_calls = Recorder(), Recorder()
     async with (

@@ -443,3 +443,20 @@ def test_superseded_join_is_answered() -> None:
     assert d.join_response(first).error_code == E.REBALANCE_IN_PROGRESS
     d.join(2, b)
     assert d.join_response(second).generation_id == 3
+
+
+def test_a_member_waiting_for_its_sync_answer_needs_no_heartbeats() -> None:
+    """Kafka's hasSatisfiedHeartbeat: members awaiting JoinGroup *or SyncGroup* answers are
+    alive; the phase's own deadline (the rebalance timeout) bounds the wait."""
+    d = Driver()
+    a, b = d.form(1, 2)
+    _ja, jb = d.join(1, a), d.join(2, b)
+    generation = d.join_response(jb).generation_id
+    follower_sync = d.sync(2, b, generation)
+    for _ in range(3):  # the leader assigns slowly (1.8 sessions), heartbeating meanwhile
+        d.advance(SESSION_MS * 0.6)
+        assert d.heartbeat(1, a, generation) == E.NONE
+    assert set(d.group().members) == {a, b}
+    d.sync(1, a, generation, {a: b"A", b: b"B"})
+    assert d.sync_response(follower_sync).assignment == b"B"
+    assert d.group().state is S.STABLE

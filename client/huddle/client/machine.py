@@ -178,6 +178,14 @@ class MemberCore:
         self.now_ms = max(self.now_ms, now_ms)
 
     @property
+    def heartbeats_due(self) -> bool:
+        """Whether the member must heartbeat: it holds a generation and has no JoinGroup or
+        SyncGroup under way (the coordinator keeps a member alive while it waits on one). A
+        member that is to rejoin heartbeats until its JoinGroup goes out, so its session
+        lives while its revocation callback runs, as in Kafka."""
+        return self.current.joined and self.state in (MemberState.STABLE, MemberState.UNJOINED)
+
+    @property
     def cooperative(self) -> bool:
         return self.rebalance_protocol is RebalanceProtocol.COOPERATIVE
 

@@ -117,6 +117,8 @@ class Member:
         self._tg: TaskGroup | None = None
         self._closing = False
         self._failure: MemberFailedError | None = None
+        self._listener_since: float | None = None  # when the running callback began (ms)
+        self._overdue_logged = False
         self._join_in_flight = False
         self._join_scope: anyio.CancelScope | None = None
         self._closed = False
@@ -498,6 +500,7 @@ class Member:
 
     async def _callbacks(self, step: Step) -> None:
         listener = self._listener
+        self._notify()  # the step changed the state: heartbeats may be due while these run
         for name, partitions in (
             ("on_partitions_lost", step.lost),
             ("on_partitions_revoked", step.revoked),
@@ -525,11 +528,29 @@ class Member:
         self._log.info(
             "listener_called", callback=name, partitions=len(partitions), generation=self.generation
         )
+        self._listener_since = _now_ms()
+        self._overdue_logged = False
         try:
             await getattr(self._listener, name)(partitions)
         except Exception:
             self._log.exception("listener_failed", callback=name)
             raise  # the member stops: MemberFailedError, this as its cause
+        finally:
+            self._listener_since = None
+            self._notify()
+
+    def _listener_overdue(self, now: float) -> bool:
+        """A callback has run longer than the rebalance timeout (Kafka's
+        max.poll.interval.ms): heartbeats stop, so the group goes on without this member."""
+        since = self._listener_since
+        if since is None or now - since <= self._core.config.rebalance_timeout_ms:
+            return False
+        if not self._overdue_logged:
+            self._overdue_logged = True
+            self._log.warning(
+                "listener_too_slow", waited_ms=int(now - since), member_id=self.member_id
+            )
+        return True
 
     async def _leave(self, conn: Connection) -> None:
         core = self._core
@@ -550,7 +571,7 @@ class Member:
         core, timer = self._core, self._timer
         while True:
             now = _now_ms()
-            if core.state is not MemberState.STABLE:
+            if not core.heartbeats_due or self._listener_overdue(now):
                 await self._changed.wait()
                 continue
             due = timer.next_heartbeat()

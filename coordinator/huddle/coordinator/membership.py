@@ -131,8 +131,10 @@ class Membership(Joining):
             case SessionExpires(member_id=member_id):
                 member = group.members.get(member_id)
                 if member is not None:
-                    if member.join_waiter is not None and not member.is_new:
-                        # It is waiting on us: keep it until the join phase ends.
+                    awaiting = member.join_waiter is not None or member.sync_waiter is not None
+                    if awaiting and not member.is_new:
+                        # It is waiting on us (Kafka's hasSatisfiedHeartbeat): keep it until
+                        # the phase it waits on ends.
                         self.timers.set(member.session_key, fx.now + member.session_timeout_ms)
                     else:
                         self._remove_and_update(fx, group, member, "session timeout")
