@@ -18,6 +18,7 @@ from huddle.client.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
+from huddle.client.leader import AssignmentError, check_cooperative
 from huddle.protocol.embedded import TopicPartition
 from tests.builders import group, tps
 from tests.builders import subscription as member
@@ -145,18 +146,40 @@ def test_members_keep_what_they_owned_when_it_is_balanced(cls: type[StickyAssign
     assert all(not a.revoked for a in result.values())
 
 
-def test_a_partition_claimed_twice_in_one_generation_belongs_to_neither() -> None:
-    # Both claim t-1 in generation 5: neither owns it by right, so it is not revoked from
-    # either and goes straight to whoever balance wants (b).
+def test_a_partition_claimed_twice_in_one_generation_moves_only_once_both_revoked() -> None:
+    # Both claim t-1 in generation 5: neither owns it by right, so both revoke it and nobody
+    # gets it this round (Kafka's partitionsTransferringOwnership); the follow-up places it.
     subs = group(
         member("a", ["t"], owned="t-0 t-1", generation=5),
         member("b", ["t"], owned="t-1", generation=5),
     )
     result = CooperativeStickyAssignor().assign({"t": 2}, subs)
     assert result == {
-        "a": MemberAssignment(partitions=tps("t-0")),
-        "b": MemberAssignment(partitions=tps("t-1")),
+        "a": MemberAssignment(partitions=tps("t-0"), revoked=tps("t-1")),
+        "b": MemberAssignment(partitions=frozenset(), revoked=tps("t-1")),
     }
+    check_cooperative(subs, result)
+    follow_up = group(
+        member("a", ["t"], owned="t-0", generation=6),
+        member("b", ["t"], owned="", generation=6),
+    )
+    assert assigned(CooperativeStickyAssignor().assign({"t": 2}, follow_up)) == {
+        "a": tps("t-0"),
+        "b": tps("t-1"),
+    }
+
+
+def test_the_leaders_check_refuses_a_tied_partition_handed_to_anyone() -> None:
+    subs = group(
+        member("a", ["t"], owned="t-0 t-1", generation=5),
+        member("b", ["t"], owned="t-1", generation=5),
+        member("c", ["t"], owned="", generation=5),
+    )
+    for taker in ("a", "b", "c"):
+        result = {m: MemberAssignment() for m in subs}
+        result[taker] = MemberAssignment(partitions=tps("t-1"))
+        with pytest.raises(AssignmentError, match="still claim"):
+            check_cooperative(subs, result)
 
 
 def test_a_doubled_claim_is_not_kept_by_either_claimant() -> None:
@@ -181,9 +204,9 @@ def test_the_higher_generation_wins_a_claim() -> None:
         member("b", ["t"], owned="t-1", generation=2),
     )
     result = CooperativeStickyAssignor().assign({"t": 2}, subs)
-    assert result == {
+    assert result == {  # b revokes its stale claim too: it may still be working on t-1
         "a": MemberAssignment(partitions=tps("t-0"), revoked=tps("t-1")),
-        "b": MemberAssignment(partitions=frozenset()),
+        "b": MemberAssignment(partitions=frozenset(), revoked=tps("t-1")),
     }
 
 
@@ -214,8 +237,8 @@ def test_cooperative_revokes_a_partition_its_owner_no_longer_subscribes_to_first
         member("b", ["t", "t1"], owned="t-1", generation=2),
     )
     result = CooperativeStickyAssignor().assign({"t": 2, "t1": 1}, subs)
-    assert result == {
-        "a": MemberAssignment(partitions=tps("t-0"), revoked=tps("t1-0")),
+    assert result == {  # a gives up every claim it does not keep (t-5 and gone-0 are gone)
+        "a": MemberAssignment(partitions=tps("t-0"), revoked=tps("t1-0 t-5 gone-0")),
         "b": MemberAssignment(partitions=tps("t-1")),
     }
 

@@ -111,6 +111,15 @@ def claim_winners(group: Group) -> dict[TopicPartition, str]:
     return owners
 
 
+def tied_claims(group: Group) -> set[TopicPartition]:
+    """Partitions two members claim at the highest generation claimed for them."""
+    claims: defaultdict[TopicPartition, list[int]] = defaultdict(list)
+    for sub in group.subscriptions.values():
+        for tp in sub.owned & group.wanted():
+            claims[tp].append(sub.generation)
+    return {tp for tp, found in claims.items() if found.count(max(found)) > 1}
+
+
 def rightful_owners(group: Group) -> dict[TopicPartition, str]:
     """The winning claims the claimant may keep: on topics it still subscribes to."""
     subs = group.subscriptions
@@ -242,20 +251,29 @@ def test_sticky_never_trades_a_claim_for_another_partition_of_its_topic(group: G
 @FAST
 @given(group=groups())
 def test_cooperative_never_revokes_and_assigns_a_partition_in_one_round(group: Group) -> None:
+    """KIP-429, ties and stale claims included: what any member revokes this round is in no
+    other member's assigned set (what it gets and did not claim); it moves in a follow-up."""
     owners = claim_winners(group)
     result = run(CooperativeStickyAssignor(), group)
     check_valid(group, result, complete=False)
-    given_out = set(holders(result))
+    subs = group.subscriptions
+    revoked_by: dict[TopicPartition, set[str]] = defaultdict(set)
     for m, a in result.items():
-        assert not a.revoked & given_out, m
-        # What a member gives up is exactly what it owned by right and no longer has
-        # (including partitions of topics it stopped subscribing to).
-        assert a.revoked == {tp for tp, owner in owners.items() if owner == m} - a.partitions
-    # Nothing still owned by someone else is handed over: only revoked partitions wait.
-    waiting = group.wanted() - given_out
-    assert waiting == set().union(*(a.revoked for a in result.values()))
+        # A member gives up every claim it does not keep (stale, tied, of topics it no
+        # longer subscribes to or that are gone).
+        assert a.revoked == subs[m].owned - a.partitions, m
+        for tp in a.revoked:
+            revoked_by[tp].add(m)
     for m, a in result.items():
+        added = a.partitions - subs[m].owned
+        for tp in added:
+            assert not revoked_by[tp] - {m}, (tp, m, revoked_by[tp])
+        # Nothing another member owns by right is handed over, and no tied partition.
         assert all(owners.get(tp, m) == m for tp in a.partitions), m
+        assert not a.partitions & tied_claims(group), m
+    # Only partitions someone still claims wait for the follow-up.
+    waiting = group.wanted() - set(holders(result))
+    assert waiting <= set().union(*(sub.owned for sub in subs.values()))
 
 
 @FAST

@@ -61,21 +61,28 @@ def subscribed_topics(subscriptions: Mapping[str, MemberSubscription]) -> set[st
 def check_cooperative(
     subscriptions: Mapping[str, MemberSubscription], result: GroupAssignment
 ) -> None:
-    """A round must never hand a member a partition that another member still owns and is
-    keeping or only now revoking (KIP-429): the old owner revokes first, then it moves."""
-    owner_of: dict[TopicPartition, str] = {}
+    """A round must never hand a member a partition that another member claims, unless the
+    receiver owns it by right (a strictly higher generation): every other claimant revokes
+    it this round and may still be working on it (KIP-429). That covers claims tied in one
+    generation too: neither claimant owns such a partition, both revoke it, and it moves in
+    the follow-up round (Kafka's partitionsTransferringOwnership)."""
+    claims: dict[TopicPartition, list[tuple[str, int]]] = {}
     for member_id, sub in subscriptions.items():
         for tp in sub.owned:
-            owner_of.setdefault(tp, member_id)
+            claims.setdefault(tp, []).append((member_id, sub.generation))
     for member_id, assignment in result.items():
         for tp in assignment.partitions:
-            owner = owner_of.get(tp)
-            if owner is not None and owner != member_id:
-                claims = [m for m, s in subscriptions.items() if tp in s.owned]
-                if len(claims) == 1:
-                    raise AssignmentError(
-                        f"{tp} is assigned to {member_id} while {owner} still owns it"
-                    )
+            held = claims.get(tp)
+            if held is None:
+                continue
+            others = [(m, g) for m, g in held if m != member_id]
+            if not others:
+                continue
+            mine = [g for m, g in held if m == member_id]
+            if mine and all(g < mine[0] for _, g in others):
+                continue  # its claim wins: it keeps it, the stale claimants revoke
+            owners = ", ".join(sorted(m for m, _ in others))
+            raise AssignmentError(f"{tp} is assigned to {member_id} while {owners} still claim it")
 
 
 def assign(

@@ -2,8 +2,9 @@
 
 Claims on topics that no longer exist (or that nobody subscribes to) and on partition
 indexes out of range are dropped. Of the remaining claims on one partition the highest
-generation wins; two claims tied at the highest generation cancel out, and the partition
-counts as unowned. Generation -1 (no generation) is lower than every real one.
+generation wins; two claims tied at the highest generation cancel out: neither member
+keeps the partition, and a cooperative round gives it to nobody until both have revoked it
+(it is contested, not unowned). Generation -1 (no generation) is lower than every real one.
 
 A winning claim on a topic the claimant no longer subscribes to is *stray*: the member
 cannot keep it, but it may still be working on it, so a cooperative round revokes it

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from huddle.client.assignors._claims import Ownership
+from huddle.client.assignors._claims import NOBODY, Ownership
 from huddle.client.assignors._equal import plan_equal
 from huddle.client.assignors._general import plan_general
 from huddle.client.assignors._layout import Layout
@@ -58,7 +58,7 @@ def plan_round(
     assigned: list[list[int]] = []
     moves: list[list[int]] = []
     for number in range(len(members)):
-        dealt = [pid for pid in plan.dealt[number] if real[pid] < 0]
+        dealt = [pid for pid in plan.dealt[number] if real[pid] == NOBODY]  # none claims it
         assigned.append(plan.kept[number] + dealt)
         moves.append([pid for pid in plan.released[number] if real[pid] == number])
     return Targets(assigned=assigned, moves=moves, stray=ownership.stray)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain
 
-from huddle.client.assignors._claims import Ownership, resolve
+from huddle.client.assignors._claims import NOBODY, Ownership, resolve
 from huddle.client.assignors._equal import plan_equal
 from huddle.client.assignors._general import plan_general
 from huddle.client.assignors._layout import Layout
@@ -60,14 +60,16 @@ def _build(
         dealt = plan.dealt[number]
         released = plan.released[number] + ownership.stray[number]
         if cooperative:
-            # Withheld until its owner has revoked it; the owner's rejoin hands it over.
-            dealt = [pid for pid in dealt if owner[pid] < 0]
+            # Withheld until whoever claims it has revoked it (its owner, or both members of
+            # a claim tied in one generation: Kafka's partitionsTransferringOwnership); the
+            # revoker's rejoin hands it over.
+            dealt = [pid for pid in dealt if owner[pid] == NOBODY]
         if not dealt and not released and ownership.intact[number]:
             partitions = sub.owned
         else:
             partitions = frozenset(map(objects.__getitem__, chain(plan.kept[number], dealt)))
         revoked: frozenset[TopicPartition] = frozenset()
-        if cooperative and released:
-            revoked = frozenset(map(objects.__getitem__, released))
+        if cooperative:  # all it gives up: released, stray, contested or gone
+            revoked = sub.owned - partitions
         result[member] = MemberAssignment(partitions=partitions, revoked=revoked)
     return result
