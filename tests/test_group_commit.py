@@ -4,9 +4,11 @@ acknowledged change survives; a failed batch is refused whole."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import gc
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -390,3 +392,137 @@ async def test_commits_acknowledged_while_a_compaction_runs_on_the_writer_thread
     async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
         assert [await fetch(conn, f"g{i}") for i in range(COMMITTERS)] == [30] * COMMITTERS
         assert await fetch(conn, "old1999") == 1999  # in memory only: kept by the snapshot
+
+
+async def answer_to(client: RawClient, correlation_id: int) -> object:
+    """The response to ``correlation_id`` (other frames skipped); AssertionError if closed."""
+    while True:
+        frame = await client.read_frame()
+        assert frame is not None, f"closed before the answer to {correlation_id}"
+        if isinstance(frame, Reply) and frame.correlation_id == correlation_id:
+            return frame.response
+
+
+async def member_id_for(client: RawClient) -> str:
+    """The id MEMBER_ID_REQUIRED hands out (KIP-394)."""
+    first = await client.call(join_request())
+    assert isinstance(first, JoinGroupResponse)
+    return first.member_id
+
+
+async def test_answers_a_failed_batch_held_for_other_members_become_storage_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b's JoinGroup waits in the core; a's rejoin ends the join phase, so a's request
+    produces b's answer too, and it is held behind a write that then fails: b must get
+    KAFKA_STORAGE_ERROR, not silence (the core no longer holds b's request)."""
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)
+    writing, release = threading.Event(), threading.Event()
+
+    def stuck_then_failing(fd: int, data: bytes, offset: int) -> int:
+        writing.set()
+        release.wait(10)
+        raise OSError(errno.EIO, "Input/output error")
+
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        a, b = await RawClient.open(server.port), await RawClient.open(server.port)
+        await a.handshake(client_id="a")
+        await b.handshake(client_id="b")
+        a_id = await member_id_for(a)
+        await a.send(Call(correlation_id=10, request=join_request(a_id)))
+        joined = await answer_to(a, 10)
+        assert isinstance(joined, JoinGroupResponse)
+        assert joined.error_code == ErrorCode.NONE
+        b_id = await member_id_for(b)
+        await b.send(Call(correlation_id=20, request=join_request(b_id)))
+        group = server.core.groups["g"]
+        await wait_until(lambda: b_id in group.members, what="b to wait in the join phase")
+        monkeypatch.setattr(os, "pwrite", stuck_then_failing)
+        commits = server._commits
+        assert commits is not None
+        async with connect(bootstrap) as committer, anyio.create_task_group() as tg:
+
+            async def commit_it() -> None:
+                with contextlib.suppress(ConnectionClosedError):
+                    await committer.request(commit("g0", 1), timeout=10)
+
+            tg.start_soon(commit_it)
+            await anyio.to_thread.run_sync(writing.wait, 10)
+            await a.send(Call(correlation_id=11, request=join_request(a_id)))
+            await wait_until(lambda: commits.waiting() == 2, what="a's rejoin to be held")
+            release.set()
+        for client, cid in ((a, 11), (b, 20)):
+            answer = await answer_to(client, cid)
+            assert isinstance(answer, ErrorResponse)
+            assert answer.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        await a.close()
+        await b.close()
+
+
+STUCK_WRITE = """
+import asyncio, os, sys, threading
+from huddle.client.connection import connect
+from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.messages import (
+    CreateTopicsRequest, OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic,
+    TopicSpec,
+)
+
+async def main() -> None:
+    config = ServerConfig(
+        host="127.0.0.1", port=0, data_dir=sys.argv[1], fsync=True, shutdown_timeout_ms=200
+    )
+    server = CoordinatorServer(config)
+    await server.start()
+    bootstrap = f"127.0.0.1:{server.port}"
+    async with connect(bootstrap) as conn:
+        await conn.request(CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    writing = threading.Event()
+
+    def stuck(fd: int, data: bytes, offset: int) -> int:
+        writing.set()
+        threading.Event().wait()  # a hung disk: never returns
+        return 0
+
+    os.pwrite = stuck
+    partition = OffsetCommitPartition(partition=0, offset=1)
+    commit = OffsetCommitRequest(
+        group_id="g", generation_id=-1, member_id="",
+        topics=[OffsetCommitTopic(name="t", partitions=[partition])],
+    )
+
+    async def commit_it() -> None:
+        try:
+            async with connect(bootstrap) as conn:
+                await conn.request(commit, timeout=30)
+        except Exception:  # the server closes the connection: never acknowledged
+            pass
+
+    task = asyncio.ensure_future(commit_it())
+    await asyncio.to_thread(writing.wait, 10)
+    await server.close()
+    await task
+    print("closed", flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.e2e
+def test_a_process_whose_write_never_returns_still_exits(tmp_path: Path) -> None:
+    """The writer thread is a daemon: once the server has given up on a stuck write (after
+    its shutdown timeout), the process can exit; `huddle serve` must stop on SIGTERM."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", STUCK_WRITE, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("the process did not exit after the server closed") from exc
+    assert done.stdout.splitlines()[-1:] == ["closed"], done.stderr
+    assert done.returncode == 0, done.stderr

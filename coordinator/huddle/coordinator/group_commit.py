@@ -38,14 +38,13 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.journal import Journal
 from huddle.coordinator.records import Record, encode_frames
-from huddle.coordinator.writer import Writer
+from huddle.coordinator.writer import Writer, WriterThread
 from huddle.protocol.messages import Call
 
 log = structlog.get_logger("huddle.group_commit")
@@ -76,7 +75,7 @@ class GroupCommit:
         self._copy_state = copy_state
         self._copying: StateCopy | None = None
         self._tail: list[Record] | None = None  # records written while the copy is taken
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-journal")
+        self._executor = WriterThread("huddle-journal")
         self._writer = Writer(journal.write, self._executor.submit, self._from_thread)
         self._records: list[Record] = []  # the next batch
         self._held: list[Held] = []  # answers waiting for the next batch
@@ -235,17 +234,27 @@ class GroupCommit:
             future = self._executor.submit(
                 self.journal.compact, lambda: itertools.chain(records(), tail)
             )
-            future.add_done_callback(lambda _: self._loop.call_soon_threadsafe(self._compacted))
+            future.add_done_callback(self._compaction_finished)
             return
         self._loop.call_soon(self._copy_slice)
 
-    def _compacted(self) -> None:
+    def _compaction_finished(self, _: object) -> None:
+        """On the writer thread."""
+        try:
+            self._loop.call_soon_threadsafe(self._compacted)
+        except RuntimeError:  # the loop is closed: put the interpreter's settings back here
+            self._restore_interpreter()
+
+    def _restore_interpreter(self) -> None:
         if self._gc_was_enabled:
             gc.enable()
             self._gc_was_enabled = False
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
+
+    def _compacted(self) -> None:
+        self._restore_interpreter()
         self._compacting = False
         self._compaction_done.set()
         if not self._closed:

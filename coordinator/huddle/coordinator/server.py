@@ -413,14 +413,17 @@ class CoordinatorServer:
         self._flush()
 
     def _not_kept(self, held: list[Held]) -> None:
-        """A batch could not be kept: no acknowledgement, no notices, a storage error for
-        each request that was answered. A request the core still holds (a JoinGroup or
-        SyncGroup waiting for its phase to end) is answered by the core, once: at shutdown."""
+        """A batch could not be kept: no acknowledgement and no notices. Every answer the
+        held requests produced becomes a storage error to whoever it was for: the caller,
+        or members whose JoinGroup or SyncGroup the request completed. A request the core
+        still holds (a JoinGroup waiting for its phase to end) is answered by the core,
+        once: at shutdown."""
         conns = self._conns
-        for conn_id, call, out in held:
-            conn = conns.get(conn_id)
-            if conn is not None and _answers(out, conn_id, call):
-                conn.send(_not_kept(call))
+        for *_, out in held:
+            for conn_id, frame in out:
+                conn = conns.get(conn_id)
+                if conn is not None and type(frame) is Reply:
+                    conn.send(_not_kept(frame.correlation_id))
         self._flush()
 
     def _storage_failed(self) -> None:
@@ -508,21 +511,12 @@ class CoordinatorServer:
         self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
 
 
-def _answers(out: list[Outgoing], conn_id: int, call: Call) -> bool:
-    """Whether ``out`` holds the answer to ``call`` from connection ``conn_id``."""
-    return any(
-        to == conn_id and type(frame) is Reply and frame.correlation_id == call.correlation_id
-        for to, frame in out
-    )
-
-
-def _not_kept(call: Call) -> Reply:
-    kind = type(call.request).__struct_config__.tag
+def _not_kept(correlation_id: int) -> Reply:
     return Reply(
-        correlation_id=call.correlation_id,
+        correlation_id=correlation_id,
         response=ErrorResponse(
             error_code=ErrorCode.KAFKA_STORAGE_ERROR,
-            error_message=f"the coordinator could not keep the {kind} change in its data dir",
+            error_message="the coordinator could not keep this change in its data dir",
         ),
     )
 

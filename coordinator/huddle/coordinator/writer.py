@@ -6,13 +6,18 @@ queue is empty: no round trip through the loop between two writes, so while one 
 under way the next batch only grows. ``pause`` stops it taking more after the write under
 way (a compaction goes next, in order, on the same thread); ``resume`` starts it again.
 
-The thread touches only this queue (under its lock) and the journal's file.
+The thread touches only this queue (under its lock) and the journal's file. It is a daemon
+(``WriterThread``): a write stuck in the kernel (a hung disk) must not keep the process from
+exiting once the server has given up on it.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 # done(upto, error): every batch up to ``upto`` is written (error None), or a write failed.
 Done = Callable[[int, BaseException | None], None]
@@ -85,3 +90,56 @@ class Writer:
                 self._done(upto, exc)
                 return
             self._done(upto, None)
+
+
+Job = tuple[Callable[..., Any], tuple[Any, ...], "Future[Any]"]
+
+
+class WriterThread:
+    """One daemon thread that runs the jobs it is given in order (what a one-worker
+    ThreadPoolExecutor does, except that the interpreter does not wait for it at exit)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[..., Any], tuple[Any, ...], Future[Any]] | None
+        ]
+        self._jobs = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("the writer thread is shut down")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._jobs.put((fn, args, future))
+        return future
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        """No more jobs; with ``wait``, until the ones given are done."""
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
+            thread = self._thread
+            self._jobs.put(None)
+        if wait and thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to whoever waits on the future
+                future.set_exception(exc)
