@@ -512,8 +512,10 @@ class GroupMachine(RuleBasedStateMachine):
             simple = slot.generation < 0 and not slot.member_id
             if GROUP not in self.driver.core.groups and slot.generation >= 0:
                 expected = E.ILLEGAL_GENERATION  # no group is running (Kafka's answer too)
+            elif slot.generation < 0 and state is S.EMPTY:
+                expected = E.NONE  # an Empty group only stores offsets: any member id
             elif simple:
-                expected = E.NONE if state is S.EMPTY else E.UNKNOWN_MEMBER_ID
+                expected = E.UNKNOWN_MEMBER_ID
             elif (problem := identity_problem(group, slot.member_id, slot.instance)) != E.NONE:
                 expected = problem
             elif slot.generation != generation:
