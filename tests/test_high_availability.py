@@ -244,10 +244,19 @@ def test_standbys_prefer_the_members_with_local_state() -> None:
     assert result["b"].standby == frozenset()
 
 
-def test_no_standbys_for_stateless_tasks() -> None:
-    subs = group(member("a", owned="t-0"), member("b"))
-    result = HighAvailabilityAssignor(num_standby_replicas=1).assign({TOPIC: 1}, subs)
-    assert all(not a.standby for a in result.values())
+def test_a_fresh_group_gets_its_standbys_at_once() -> None:
+    """Nobody has state yet, so nobody reports a lag: every task still gets its standbys
+    (a balanced result schedules no probing rebalance that could add them later)."""
+    tasks = tps(" ".join(f"t-{p}" for p in range(6)))
+    subs = group(*(member(m) for m in "abc"))
+    result = HighAvailabilityAssignor(num_standby_replicas=1).assign({TOPIC: 6}, subs)
+    for tp in tasks:
+        holders = [m for m, a in result.items() if tp in a.standby]
+        assert len(holders) == 1
+        assert tp not in result[holders[0]].partitions
+    assert sorted(len(a.standby) for a in result.values()) == [2, 2, 2]
+    lone = HighAvailabilityAssignor(num_standby_replicas=1).assign({TOPIC: 6}, group(member("a")))
+    assert lone["a"].standby == frozenset()  # no other member to keep one
 
 
 def test_more_standbys_than_members_allow() -> None:

@@ -181,8 +181,8 @@ class Cluster:
         assert max(loads) - min(loads) <= 1, self.fail(f"unbalanced: {sorted(loads)}")
         want = min(self.standbys, len(result) - 1)
         standbys = Counter(tp for a in result.values() for tp in a.standby)
-        short = [tp for tp in self.tasks if standbys[tp] != (want if tp in self.stateful else 0)]
-        assert not short, self.fail(f"{short} without {want} standbys (stateless: none)")
+        short = [tp for tp in self.tasks if standbys[tp] != want]
+        assert not short, self.fail(f"{short} without {want} standbys")
 
 
 def _caught_up(sub: MemberSubscription, tp: TopicPartition) -> bool:

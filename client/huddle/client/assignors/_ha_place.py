@@ -80,16 +80,25 @@ def _actives(view: View, target: list[int]) -> tuple[list[int], list[int]]:
 
 
 def _standbys(view: View, active: list[int], per_task: int) -> list[set[int]]:
-    """``per_task`` standbys for every stateful task, on distinct members other than its
-    active: the most caught up first (everyone within the acceptable lag ties), then the
-    member with the fewest standbys."""
+    """``per_task`` standbys for every task (as many as there are other members that
+    subscribe to it), on distinct members other than its active: the most caught up first
+    (everyone within the acceptable lag ties), then the member with the fewest standbys.
+    Asking for standbys says the tasks keep state: a fresh group, where nobody has any yet
+    and so nobody reports a lag, gets them too."""
     standby: list[set[int]] = [set() for _ in range(view.members)]
     if per_task <= 0:
         return standby
     loads = [0] * view.members
+    # Tasks taken in turns across their actives (each member's first task, then each one's
+    # second, ...): a member never keeps a standby of its own tasks, so going through one
+    # member's tasks in a row would pile the standbys up on the others.
+    seen: dict[int, int] = {}
+    turns: list[tuple[int, int, int]] = []
     for pid in range(view.layout.total):
-        if not view.stateful[pid]:
-            continue
+        turn = seen.get(active[pid], 0)
+        seen[active[pid]] = turn + 1
+        turns.append((turn, active[pid], pid))
+    for _, _, pid in sorted(turns):
         candidates = [m for m in range(view.members) if m != active[pid] and view.eligible(m, pid)]
         candidates.sort(key=lambda m: (view.rank(m, pid), loads[m], m))
         for m in candidates[:per_task]:
