@@ -57,7 +57,9 @@ def test_pause_between_batches_is_scheduled() -> None:
     group = scale_out(max_moves_per_round=4, move_pause_ms=10_000)
     batch = group.rebalance()
     assert len(batch["A"].revoked) == 4
-    assert delays(batch) == {10_000}  # more to move: come back after the pause
+    assert batch["A"].scheduled_rebalance_delay_ms == 0  # revoking: it rejoins at once
+    others = {m: a for m, a in batch.items() if m != "A"}
+    assert delays(others) == {10_000}  # more to move: come back after the pause
     group.advance(1_000)
     handover = group.rebalance()  # A rejoins at once after revoking
     assert revoked(handover) == {}
@@ -144,8 +146,10 @@ def check_round(group: Group, result: GroupAssignment) -> None:
     assert all(n == 1 for n in counts.values())
     every = subscribed(group)
     unassigned = every - set(counts) - frozenset().union(*(a.revoked for a in result.values()))
+    for a in result.values():  # the seed: a delay only where nothing is revoked
+        assert not (a.revoked and a.scheduled_rebalance_delay_ms > 0)
     if unassigned and group.members:
-        assert all(a.scheduled_rebalance_delay_ms > 0 for a in result.values())
+        assert all(a.scheduled_rebalance_delay_ms > 0 for a in result.values() if not a.revoked)
 
 
 @settings(max_examples=60, deadline=None)

@@ -191,7 +191,8 @@ class DeferredAssignor(Assignor):
             result[member_id] = MemberAssignment(
                 partitions=partitions,
                 revoked=revoked,
-                scheduled_rebalance_delay_ms=held_ms,
+                # a member that revokes rejoins at once: a delay goes only with no revocation
+                scheduled_rebalance_delay_ms=0 if revoked else held_ms,
                 user_data=user_data,
             )
             origin = Origin(member_id, sub.group_instance_id)
@@ -209,6 +210,8 @@ class DeferredAssignor(Assignor):
         """The group comes back after ``delay_ms`` at the latest."""
         for member_id, a in result.items():
             current = a.scheduled_rebalance_delay_ms
+            if a.revoked:
+                continue  # it rejoins at once anyway (the seed: no delay with a revocation)
             if current <= 0 or delay_ms < current:
                 result[member_id] = MemberAssignment(
                     partitions=a.partitions,
