@@ -225,3 +225,55 @@ def test_a_leader_that_leaves_is_a_lost_member_even_for_a_leader_with_a_stale_re
     assigned = frozenset().union(*(a.partitions for a in result.values()))
     assert assigned == ts(1, 2, 3, 4) - b_had
     assert delays(result) == {MAX_DELAY}
+
+
+def test_a_new_leader_does_not_hold_partitions_that_were_moving() -> None:
+    """A revoked T3 and T4 to hand them to B and C, then left before the hand-over, and B
+    leads: T3 and T4 were in flight, not lost, and go out at once; A's own T1 and T2 are
+    lost and held."""
+    group = Group({"T": 6})
+    group.join("A", ts(1, 2, 3, 4))
+    group.join("B", ts(5))
+    group.join("C", ts(6))
+    first = group.rebalance(leader="A")
+    assert revoked(first) == {"A": ts(3, 4)}
+    group.leave("A")
+    follow_up = group.rebalance(leader="B")
+    handed = frozenset().union(*(a.partitions for a in follow_up.values()))
+    assert handed == ts(3, 4, 5, 6)
+    assert delays(follow_up) == {MAX_DELAY}  # T1 and T2 are held for A
+
+
+def test_a_member_owning_nothing_is_not_taken_for_a_returning_one_when_there_are_too_many() -> None:
+    """Three partitions, four members: D owning nothing is just the spare member, not A
+    coming back, so A's lost partition is held for A rather than handed to D."""
+    group = Group({"T": 3})
+    group.join("A", ts(1))
+    group.join("B", ts(2))
+    group.join("C", ts(3))
+    group.join("D")
+    group.rebalance(leader="B")
+    group.leave("A")
+    group.join("E")
+    held = group.rebalance(leader="B")
+    assert {m: a.partitions for m, a in held.items()} == {
+        "B": ts(2),
+        "C": ts(3),
+        "D": ts(),
+        "E": ts(),
+    }
+    assert delays(held) == {MAX_DELAY}
+
+
+def test_the_leader_state_of_an_earlier_version_is_still_read() -> None:
+    import msgspec
+
+    from huddle.client.assignors._deferred_wire import decode_state, encode_state
+
+    older = b"deferred/2:" + msgspec.msgpack.encode([5_000, {"T": 4}])
+    state = decode_state(older)
+    assert state is not None
+    assert (state.lost_delay_ms, state.partitions, state.moving) == (5_000, {"T": 4}, [])
+    now = decode_state(encode_state(7, {"T": 4}, [("T", 2)]))
+    assert now is not None
+    assert [tuple(tp) for tp in now.moving] == [("T", 2)]

@@ -3,9 +3,11 @@
 A partition is lost when the previous round (this instance's own record, as leader) gave
 it to a member that is not here now, or held it for one, and no present member owns it.
 Partitions the record does not know (new topics, grown partition counts, partitions in
-flight between two members) are never lost. Without a record nothing is lost, unless the
-instance learned of a running delay as a follower: then the unowned partitions of topics
-that present members own are held as lost, origin unknown.
+flight between two members) are never lost. Without a record, a follower that learned the
+previous leader's partition counts takes the unowned partitions among them as lost, except
+those that leader's round revoked to hand over (in flight); one that only learned of a
+running delay holds the unowned partitions of topics that present members own, origin
+unknown.
 """
 
 from __future__ import annotations
@@ -67,12 +69,19 @@ def find_lost(
     *,
     deadline_running: bool,
     known: Mapping[str, int] | None = None,
+    moving: frozenset[TopicPartition] = frozenset(),
 ) -> dict[int, Origin]:
     """pid -> origin of every lost partition. ``known``: the partition counts the previous
-    leader assigned, as a follower learned them (None: this instance never had them)."""
+    leader assigned, as a follower learned them (None: this instance never had them);
+    ``moving``: what that leader's round revoked to hand over: in flight, not lost."""
     if record is None:
         if known is not None:
-            return _previously_assigned_unowned(layout, owner, known)
+            unowned = _previously_assigned_unowned(layout, owner, known)
+            for tp in moving:
+                pid = pid_of(layout, tp)
+                if pid is not None:
+                    unowned.pop(pid, None)
+            return unowned
         return _assumed_lost(layout, owner) if deadline_running else {}
     lost: dict[int, Origin] = {}
     present = {sub.member_id for sub in members}

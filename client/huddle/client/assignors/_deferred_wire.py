@@ -4,34 +4,40 @@
 every member separately how long lost partitions are still held for, and the partition
 count of every topic it assigned. A member that becomes leader later keeps the running
 delay, and can tell partitions that existed but are now owned by nobody (lost: their
-owner left, perhaps the old leader itself) from new ones.
+owner left, perhaps the old leader itself) from new ones, and from partitions in flight: the
+ones that round revoked to hand over in the next (``moving``), which are not lost.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-_TAG = b"deferred/2:"
+_TAG = b"deferred/3:"
+_TAG_2 = b"deferred/2:"  # before ``moving``: still read
 
 
 class LeaderState(msgspec.Struct, frozen=True, array_like=True):
     lost_delay_ms: int
     partitions: dict[str, int]
+    moving: list[tuple[str, int]] = []  # (topic, partition) revoked for a hand-over
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(LeaderState)
 
 
-def encode_state(remaining_ms: int, partitions: dict[str, int]) -> bytes:
-    return _TAG + _encoder.encode(LeaderState(remaining_ms, partitions))
+def encode_state(
+    remaining_ms: int, partitions: dict[str, int], moving: list[tuple[str, int]]
+) -> bytes:
+    return _TAG + _encoder.encode(LeaderState(remaining_ms, partitions, moving))
 
 
 def decode_state(user_data: bytes) -> LeaderState | None:
     """The leader's state, or None when the bytes are not ours."""
-    if not user_data.startswith(_TAG):
-        return None
-    try:
-        return _decoder.decode(user_data[len(_TAG) :])
-    except msgspec.MsgspecError:
-        return None
+    for tag in (_TAG, _TAG_2):
+        if user_data.startswith(tag):
+            try:
+                return _decoder.decode(user_data[len(tag) :])
+            except msgspec.MsgspecError:
+                return None
+    return None

@@ -70,6 +70,8 @@ class DeferredAssignor(Assignor):
         """when lost partitions stop being held (None: no delay running)."""
         self.known: dict[str, int] | None = None
         """partition counts the last leader assigned (learned as a follower)."""
+        self.moving: frozenset[TopicPartition] = frozenset()
+        """what the last leader's round revoked to hand over (learned as a follower)."""
         self._issued: set[tuple[frozenset[TopicPartition], int, bytes]] = set()
         """what our last round handed out, until ``on_assignment`` brings one of them."""
 
@@ -87,6 +89,7 @@ class DeferredAssignor(Assignor):
         else:
             remaining = state.lost_delay_ms
             self.known = dict(state.partitions)
+            self.moving = frozenset(TopicPartition(t, p) for t, p in state.moving)
         self.deadline = self.now_ms() + remaining if remaining > 0 else None
 
     # --- the leader -------------------------------------------------------------------
@@ -138,6 +141,7 @@ class DeferredAssignor(Assignor):
             record,
             deadline_running=running,
             known=self.known,
+            moving=self.moving,
         )
         if lost and self.deadline is None:
             self.deadline = now + self.max_delay_ms
@@ -150,6 +154,9 @@ class DeferredAssignor(Assignor):
                 for n, sub in enumerate(members)
                 if not sub.owned and sub.member_id not in record.members
             ]
+        # A member that owns nothing is taken for a returning one only where enough
+        # partitions exist that it would have had some; otherwise it is a spare member.
+        candidates = [n for n in candidates if _would_have_work(layout, members, n)]
         routing = route(lost, layout, members, candidates, expired=expired)
         if not routing.held:
             self.deadline = None
@@ -178,16 +185,22 @@ class DeferredAssignor(Assignor):
     ) -> GroupAssignment:
         objects = layout.complete(list(ownership.objects))
         held_ms = math.ceil(self.deadline - now) if self.deadline is not None else 0
-        user_data = encode_state(held_ms, dict(layout.count))
         result: GroupAssignment = {}
         holders: dict[TopicPartition, Origin] = {}
-        for number, (member_id, sub) in enumerate(zip(order, members, strict=True)):
+        rounds: list[tuple[frozenset[TopicPartition], frozenset[TopicPartition]]] = []
+        for number in range(len(members)):
             moves = targets.moves[number]
             keep = [pid for pid in moves if pid not in revoking]
             partitions = frozenset(objects[pid] for pid in (*targets.assigned[number], *keep))
             revoked = frozenset(
                 objects[pid] for pid in (*targets.stray[number], *moves) if pid not in keep
             )
+            rounds.append((partitions, revoked))
+        moving = sorted({tp for _, revoked in rounds for tp in revoked})
+        user_data = encode_state(held_ms, dict(layout.count), [(t, p) for t, p in moving])
+        for (member_id, sub), (partitions, revoked) in zip(
+            zip(order, members, strict=True), rounds, strict=True
+        ):
             result[member_id] = MemberAssignment(
                 partitions=partitions,
                 revoked=revoked,
@@ -204,6 +217,7 @@ class DeferredAssignor(Assignor):
         )
         self._issued = {_key(a) for a in result.values()}
         self.known = None  # our own record says more
+        self.moving = frozenset()
         return result
 
     def _delay_all(self, result: GroupAssignment, delay_ms: int) -> None:
@@ -220,6 +234,15 @@ class DeferredAssignor(Assignor):
                     user_data=a.user_data,
                 )
         self._issued = {_key(a) for a in result.values()}
+
+
+def _would_have_work(layout: Layout, members: Sequence[MemberSubscription], number: int) -> bool:
+    """Whether member ``number`` would get a partition if its topics were shared evenly by
+    every member that subscribes to any of them."""
+    topics = members[number].topics & frozenset(layout.topics)
+    partitions = sum(layout.count[topic] for topic in topics)
+    sharers = sum(1 for sub in members if sub.topics & topics)
+    return sharers <= partitions
 
 
 def _key(assignment: MemberAssignment) -> tuple[frozenset[TopicPartition], int, bytes]:
