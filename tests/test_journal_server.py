@@ -5,18 +5,24 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from huddle.client.admin import Admin
 from huddle.client.connection import connect
+from huddle.coordinator import journal as journal_module
 from huddle.coordinator.journal import DataDirError
-from huddle.coordinator.server import StorageFailedError, serve
-from huddle.protocol.errors import ErrorCode
+from huddle.coordinator.server import CoordinatorServer, StorageFailedError, serve
+from huddle.protocol.errors import ErrorCode, error_class
 from huddle.protocol.messages import (
     CreateTopicsRequest,
     ErrorResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -136,3 +142,39 @@ def test_data_dir_and_fsync_settings() -> None:
     assert (config.data_dir, config.fsync) == ("/var/lib/huddle", True)
     config = settings_for([], {"HUDDLE_DATA_DIR": "/d", "HUDDLE_FSYNC": "true"})
     assert (config.data_dir, config.fsync) == ("/d", True)
+
+
+async def test_requests_while_the_data_dir_loads_get_load_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator listens while it replays its data dir and answers
+    COORDINATOR_LOAD_IN_PROGRESS (retriable) meanwhile, as Kafka does while it loads a
+    coordinator partition; then it answers from the whole state."""
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
+        await conn.request(CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
+    reading, release = threading.Event(), threading.Event()
+    real_open = journal_module.Journal.open
+
+    def slow_open(*args: Any, **kwargs: Any) -> journal_module.Journal:
+        reading.set()
+        release.wait(10)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(journal_module.Journal, "open", slow_open)
+    server = CoordinatorServer(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.start)
+        await anyio.to_thread.run_sync(reading.wait, 10)
+        await wait_until(lambda: server.port != 0, what="the server to listen")
+        async with connect(f"127.0.0.1:{server.port}") as conn:
+            early = await conn.request(ListTopicsRequest(topics=None))
+            assert isinstance(early, ErrorResponse)
+            assert early.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            assert error_class(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS).retriable
+            release.set()
+            await wait_until(lambda: not server.loading, what="the load to finish")
+            loaded = await conn.request(ListTopicsRequest(topics=None))
+            assert isinstance(loaded, ListTopicsResponse)
+            assert [(t.name, t.partitions) for t in loaded.topics] == [("t", 2)]
+    await server.close()

@@ -71,6 +71,7 @@ class CoordinatorServer:
         self._commits: GroupCommit | None = None  # writes the journal off the loop
         self.storage_failure: str | None = None  # why the server stopped by itself
         self._refusing = False  # after a storage failure: no more requests
+        self.loading = False  # replaying the data dir: requests get COORDINATOR_LOAD_IN_PROGRESS
         self._shutdown: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -106,24 +107,6 @@ class CoordinatorServer:
         self._closed = asyncio.Event()
         self._all_gone = asyncio.Event()
         cfg = self.config
-        if cfg.data_dir and self.journal is None:
-            self.journal = Journal.open(cfg.data_dir, fsync=cfg.fsync)  # DataDirError
-            try:
-                self.core.restore(self.journal.records)
-            except Exception as exc:
-                self.journal.close()
-                self.journal = None
-                raise DataDirError(f"cannot replay {cfg.data_dir}: {exc!r}") from exc
-            self.journal.records = []
-            self._commits = GroupCommit(
-                self.journal,
-                self._loop,
-                release=self._kept,
-                refuse=self._not_kept,
-                on_failure=self._storage_failed,
-                state_size=self.core.kept_size,
-                copy_state=self.core.copy_state,
-            )
         try:
             self._server = await self._loop.create_server(
                 self._new_connection, host=cfg.host, port=cfg.port, backlog=1024
@@ -133,18 +116,46 @@ class CoordinatorServer:
                 reason = str(exc.strerror or exc).lower()
             else:
                 reason = os.strerror(exc.errno).lower()
-            if self.journal is not None:  # another coordinator may take the directory
-                if self._commits is not None:
-                    self._commits.close()
-                    self._commits = None
-                self.journal.close()
-                self.journal = None
             raise ListenError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
         sockets = self._server.sockets
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
+        if cfg.data_dir and self.journal is None:
+            # Listening already: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS (as
+            # Kafka answers while it loads a coordinator partition), not a refused connection.
+            self.loading = True
+            try:
+                await self._load(cfg.data_dir, cfg.fsync)
+            except BaseException:
+                self._server.close()
+                for conn in list(self._conns.values()):
+                    conn.abort("the coordinator could not load its data dir")
+                raise
+            finally:
+                self.loading = False
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         log.info("server_listening", host=cfg.host, port=self.port)
+
+    async def _load(self, data_dir: str, fsync: bool) -> None:
+        """Read and check the journal off the loop, then replay it into the core."""
+        assert self._loop is not None
+        journal = await asyncio.to_thread(Journal.open, data_dir, fsync=fsync)  # DataDirError
+        try:
+            self.core.restore(journal.records)
+        except Exception as exc:
+            journal.close()
+            raise DataDirError(f"cannot replay {data_dir}: {exc!r}") from exc
+        journal.records = []
+        self.journal = journal
+        self._commits = GroupCommit(
+            journal,
+            self._loop,
+            release=self._kept,
+            refuse=self._not_kept,
+            on_failure=self._storage_failed,
+            state_size=self.core.kept_size,
+            copy_state=self.core.copy_state,
+        )
 
     async def close(self) -> None:
         """Graceful shutdown; idempotent. Returns once every connection is closed."""
@@ -379,6 +390,17 @@ class CoordinatorServer:
     def _call(self, conn: Connection, call: Call, now: float) -> None:
         """One request through the core; the caller reschedules the timer afterwards."""
         if self._stopping or self._refusing:
+            return
+        if self.loading:
+            conn.send(
+                Reply(
+                    correlation_id=call.correlation_id,
+                    response=ErrorResponse(
+                        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                        error_message="the coordinator is loading its data dir",
+                    ),
+                )
+            )
             return
         try:
             out = self.core.handle(conn.peer, call.correlation_id, call.request, now)
