@@ -146,6 +146,7 @@ class MemberCore:
     now_ms: float = 0.0  # the latest time the core was given
     rejoin_at_ms: float | None = None  # a scheduled rebalance (Design II) is due then
     session: HeartbeatTimer = field(init=False)
+    joined_topics: frozenset[str] | None = None  # the subscription the last JoinGroup sent
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
@@ -203,10 +204,28 @@ class MemberCore:
 
     # --- joining ---------------------------------------------------------------------
 
-    def before_join(self) -> Step:
-        """Eager members give everything up before they join; cooperative ones keep it."""
+    def subscribe(self, topics: Sequence[str]) -> bool:
+        """From now on the member subscribes to ``topics``; True if that changed anything
+        (the member must rejoin: at once if stable, else after the rebalance under way)."""
+        wanted = sorted(set(topics))
+        if wanted == sorted(set(self.config.topics)):
+            return False
+        self.config.topics = wanted
+        return True
+
+    def before_join(self, gone: frozenset[str] = frozenset()) -> Step:
+        """Eager members give everything up before they join. Cooperative ones keep what
+        they own, except partitions of topics they no longer subscribe to or that were
+        deleted (``gone``): those are revoked before the join (KIP-429)."""
         self.rejoin_at_ms = None  # this is the rebalance that was scheduled, if one was
-        if self.cooperative or not self.owned:
+        if self.cooperative:
+            wanted = set(self.config.topics)
+            dropped = frozenset(
+                tp for tp in self.owned if tp.topic not in wanted or tp.topic in gone
+            )
+            self.owned -= dropped
+            return Step(revoked=dropped, next=Next.JOIN)
+        if not self.owned:
             return Step(next=Next.JOIN)
         revoked = self.owned
         self.previous, self.owned = self.owned, frozenset()
@@ -215,6 +234,7 @@ class MemberCore:
     def join_request(self, lags: Mapping[TopicPartition, int] | None = None) -> JoinGroupRequest:
         """``lags``: the lag of the member's local state per task (KIP-441), if it keeps any."""
         topics = sorted(set(self.config.topics))
+        self.joined_topics = frozenset(topics)
         task_lags = [
             TaskLag(tp.topic, tp.partition, lag) for tp, lag in sorted((lags or {}).items())
         ]
@@ -294,8 +314,11 @@ class MemberCore:
         changed = replicas != (self.standby, self.warmup)
         self.standby, self.warmup = replicas
         self.state = MemberState.STABLE
-        # A cooperative member that gave something up rejoins so it can go to its new owner.
-        follow_up = Next.JOIN if (revoked and self.cooperative) else Next.STAY
+        # A cooperative member that gave something up rejoins so it can go to its new owner;
+        # one whose subscription changed while it joined rejoins with the new one.
+        joined = self.joined_topics
+        resubscribe = joined is not None and joined != frozenset(self.config.topics)
+        follow_up = Next.JOIN if (revoked and self.cooperative) or resubscribe else Next.STAY
         if follow_up is Next.JOIN:
             self.state = MemberState.UNJOINED
         delay = assignment.scheduled_rebalance_delay_ms

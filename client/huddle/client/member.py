@@ -10,6 +10,7 @@ returns with nothing left running.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
@@ -38,6 +39,7 @@ from huddle.client.leader import subscribed_topics
 from huddle.client.listener import RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
+from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, error_name, raise_for, to_code
 from huddle.protocol.messages import (
@@ -75,7 +77,8 @@ class Member:
         bootstrap: str,
         *,
         group_id: str,
-        topics: Sequence[str],
+        topics: Sequence[str] | None = None,
+        pattern: str | re.Pattern[str] | None = None,
         assignors: Sequence[str | Assignor] = ("cooperative-sticky",),
         instance_id: str | None = None,
         session_timeout_ms: int = 10_000,
@@ -89,14 +92,13 @@ class Member:
     ) -> None:
         if not group_id:
             raise ValueError("group_id must not be empty")
-        if isinstance(topics, str):
-            raise TypeError("topics is a sequence of topic names, not one string")
+        self._subscription = Subscription(topics, pattern)  # ValueError, TypeError
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
         self._bootstrap = bootstrap
         self._core = MemberCore(
             MemberConfig(
                 group_id=group_id,
-                topics=list(topics),
+                topics=self._subscription.current(),
                 instance_id=instance_id,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
@@ -204,6 +206,23 @@ class Member:
                 if self._stable():
                     return
                 await self._changed.wait()
+
+    @property
+    def subscription(self) -> list[str]:
+        """The topics the member subscribes to now (with a pattern: those it matches)."""
+        return list(self._core.config.topics)
+
+    async def subscribe(self, topics: Sequence[str]) -> None:
+        """Subscribe to ``topics`` instead (a pattern given before is dropped). The member
+        rejoins with the new subscription; partitions of topics it drops are revoked
+        through the listener before it joins."""
+        self._resubscribe(self._subscription.use(topics), "the subscription changed")
+        await anyio.lowlevel.checkpoint()
+
+    def _resubscribe(self, topics: Sequence[str], reason: str) -> None:
+        if self._core.subscribe(topics):
+            self._log.info("subscription_changed", topics=sorted(topics), reason=reason)
+            self._post(Rejoin(reason))
 
     async def commit(
         self, offsets: Mapping[TopicPartition, int], *, metadata: str | None = None
@@ -417,7 +436,12 @@ class Member:
 
     async def _rebalance(self, conn: Connection) -> None:
         core = self._core
-        await self._apply(core.before_join())
+        if self._subscription.pattern is not None:  # the topics it matches now
+            listed = await self._request(conn, ListTopicsRequest(topics=None), ListTopicsResponse)
+            if listed.error_code == E.NONE:
+                self._subscription.listed(t.name for t in listed.topics if t.error_code == E.NONE)
+                core.subscribe(self._subscription.current())
+        await self._apply(core.before_join(self._subscription.gone()))
         while core.state is MemberState.UNJOINED and not self._closing:
             request = core.join_request(self._lags() if self._lags is not None else None)
             self._join_in_flight = True
@@ -599,9 +623,13 @@ class Member:
             if isinstance(notice, RebalanceStarted) and notice.group_id == group_id:
                 self._post(RebalanceNotice(notice.generation_id))
             elif isinstance(notice, TopicMetadataChanged):
-                self._counts.changed(
-                    {t.name: t.partitions if t.error_code == E.NONE else 0 for t in notice.topics}
-                )
+                counts = {
+                    t.name: t.partitions if t.error_code == E.NONE else 0 for t in notice.topics
+                }
+                self._counts.changed(counts)
+                self._subscription.changed(counts)
+                if self._subscription.pattern is not None:
+                    self._resubscribe(self._subscription.current(), "topics matching changed")
                 if not self._core.is_leader:
                     continue
                 changed = [
