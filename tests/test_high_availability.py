@@ -120,13 +120,33 @@ def test_a_new_empty_member_warms_up_stateful_tasks_instead_of_running_them() ->
     assert {a.scheduled_rebalance_delay_ms for a in result.values()} == {600_000}
 
 
-def test_a_new_empty_member_gets_stateless_tasks_at_once() -> None:
+def test_a_new_empty_member_gets_stateless_tasks_at_once_and_warms_up_its_stateful_share() -> None:
+    """Each topic is spread over the members (subtopology balance): b takes its share of
+    stateless u at once, and warms up its share of stateful t before a probing rebalance
+    hands it over."""
     subs = group(member("a", lags=caught_up("t-0 t-1")), member("b"))
     result = HighAvailabilityAssignor().assign({TOPIC: 2, "u": 2}, _subscribe_all(subs, "t u"))
-    assert result["a"].partitions == tps("t-0 t-1")
-    assert result["b"].partitions == tps("u-0 u-1")
-    assert all(not a.warmup for a in result.values())
-    assert {a.scheduled_rebalance_delay_ms for a in result.values()} == {0}
+    assert result["a"].partitions == tps("t-0 t-1 u-0")
+    assert result["b"].partitions == tps("u-1")
+    assert result["b"].warmup == tps("t-1")
+    assert {a.scheduled_rebalance_delay_ms for a in result.values()} == {600_000}
+
+
+def test_each_topic_is_spread_over_the_members() -> None:
+    """KIP-441's subtopology balance: a running all of x and b all of y is balanced per
+    member but not per topic; the tasks move (stateless here: at once, cooperatively)."""
+    subs = group(member("a", owned="x-0 x-1"), member("b", owned="y-0 y-1"))
+    both = _subscribe_all(subs, "x y")
+    first = HighAvailabilityAssignor().assign({"x": 2, "y": 2}, both)
+    check_cooperative(both, first)
+    assert len(first["a"].revoked) == len(first["b"].revoked) == 1
+    lenient = HighAvailabilityAssignor(balance_factor=2).assign({"x": 2, "y": 2}, both)
+    assert {m: a.partitions for m, a in lenient.items()} == {  # within the factor: kept
+        "a": tps("x-0 x-1"),
+        "b": tps("y-0 y-1"),
+    }
+    with pytest.raises(ValueError, match="balance_factor"):
+        HighAvailabilityAssignor(balance_factor=0)
 
 
 def test_stateless_tasks_move_cooperatively_without_warm_ups() -> None:

@@ -44,6 +44,7 @@ class HighAvailabilityAssignor(Assignor):
         num_standby_replicas: int = 0,
         max_warmup_replicas: int = 2,
         probing_rebalance_interval_ms: int = 600_000,
+        balance_factor: int = 1,
     ) -> None:
         if acceptable_recovery_lag < 0:
             raise ValueError("acceptable_recovery_lag must be >= 0")
@@ -53,6 +54,9 @@ class HighAvailabilityAssignor(Assignor):
             raise ValueError("max_warmup_replicas must be >= 1")
         if probing_rebalance_interval_ms < 1:
             raise ValueError("probing_rebalance_interval_ms must be >= 1")
+        if balance_factor < 1:
+            raise ValueError("balance_factor must be >= 1")
+        self.balance_factor = balance_factor
         self.acceptable_recovery_lag = acceptable_recovery_lag
         self.num_standby_replicas = num_standby_replicas
         self.max_warmup_replicas = max_warmup_replicas
@@ -66,7 +70,7 @@ class HighAvailabilityAssignor(Assignor):
         if not subscriptions:
             return {}
         view = build_view(partitions_per_topic, subscriptions, self.acceptable_recovery_lag)
-        target = balanced_target(view)
+        target = balanced_target(view, self.balance_factor)
         placement = place(view, target, self.num_standby_replicas, self.max_warmup_replicas)
         delay = self.probing_rebalance_interval_ms if placement.warming else 0
         return _assignments(view, placement, delay)
