@@ -99,6 +99,16 @@ class Cluster:
         for tp in list(member.lags):  # its state fell behind while it was away
             member.lags[tp] += self.rng.randint(0, 2 * ACCEPTABLE_LAG)
         self.live[name] = member
+        owners = [m for m in self.live.values() if m.owned and m is not member]
+        if owners and self.rng.random() < 0.5:
+            # A zombie that believes it still holds another member's tasks in the current
+            # generation: a claim tied with the owner's (both must revoke; nobody runs it
+            # twice).
+            victim = self.rng.choice(owners)
+            member.owned = frozenset(self.rng.sample(sorted(victim.owned), 1))
+            member.generation = victim.generation
+            self.log.append(f"resurrect {name} claiming {sorted(member.owned)}")
+            return
         self.log.append(f"resurrect {name}")
 
     def perturb(self) -> None:
