@@ -224,6 +224,7 @@ async def test_a_revocation_longer_than_the_rebalance_timeout_gives_the_membersh
 
             await wait_until(removed, what="the group to go on without the stuck member")
             await wait_until(lambda: b.assignment == partitions(4), what="b to take all")
+            assert a.assignment == frozenset()  # still in its callback, but owns nothing
             released.set()
             await wait_settled([a, b], partitions(4))
             assert a.member_id != first_id
@@ -486,3 +487,24 @@ async def test_assignment_is_empty_once_the_session_may_have_expired() -> None:
     assert m.assignment == frozenset()
     m._timer.answered(anyio.current_time() * 1000)
     assert m.assignment == partitions(2)
+
+
+async def test_a_member_cut_off_owns_nothing_once_its_session_expired(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """Zombie safety while it reconnects: once the other member has its partitions, the
+    cut-off member lists none (its session clock had run out, and stays run out until
+    on_partitions_lost has run), never the same partitions as the other."""
+    async with (
+        topic(bootstrap, 4),
+        fault_proxy("127.0.0.1", server.port) as proxy,
+        member(bootstrap) as b,
+        member(f"127.0.0.1:{proxy.port}") as a,
+    ):
+        await wait_settled([a, b], partitions(4))
+        assert a.assignment
+        await proxy.partition()
+        await wait_until(lambda: b.assignment == partitions(4), what="b to take all")
+        assert a.assignment == frozenset()
+        proxy.heal()
+        await wait_settled([a, b], partitions(4))

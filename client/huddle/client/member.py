@@ -120,6 +120,7 @@ class Member:
         self._closing = False
         self._failure: MemberFailedError | None = None
         self._listener_since: float | None = None  # when the running callback began (ms)
+        self._zombie = False  # the session expired locally: owns nothing until that is handled
         self._overdue_logged = False
         self._join_in_flight = False
         self._join_scope: anyio.CancelScope | None = None
@@ -145,7 +146,7 @@ class Member:
             now = _now_ms()
         except RuntimeError:  # not in the event loop: no clock to judge by
             return self._core.owned
-        if self._timer.expired(now):
+        if self._zombie or self._timer.expired(now) or self._listener_overdue(now):
             return frozenset()
         return self._core.owned
 
@@ -418,6 +419,7 @@ class Member:
             case FellOut(code, message, generation):
                 return core.on_commit_error(code, message, generation)
             case SessionExpired():
+                self._zombie = False  # what it owned is lost just below
                 if core.owned or core.state is MemberState.STABLE:
                     self._log.warning(
                         "session_expired_locally",
@@ -571,6 +573,8 @@ class Member:
             return False
         if not self._overdue_logged:
             self._overdue_logged = True
+            self._zombie = True  # the group goes on without it: it owns nothing any more
+            self._post(SessionExpired())
             self._log.warning(
                 "listener_too_slow", waited_ms=int(now - since), member_id=self.member_id
             )
@@ -656,6 +660,9 @@ class Member:
                 with anyio.move_on_after((deadline - now) / 1000):
                     await self._changed.wait()
                 continue
+            # Owns nothing from now on, even before the main loop (maybe inside a callback,
+            # or reconnecting) has run on_partitions_lost.
+            self._zombie = True
             self._timer.reset()
             self._post(SessionExpired())
 
