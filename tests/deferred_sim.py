@@ -84,6 +84,7 @@ class Group:
                 owned=m.owned,
                 generation=m.generation,
                 group_instance_id=m.instance,
+                user_data=m.assignor.subscription_user_data(m.topics, m.owned),
             )
             for member_id, m in self.members.items()
         }

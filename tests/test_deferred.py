@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from huddle.client.assignors import ASSIGNORS, RebalanceProtocol
 from huddle.client.assignors.deferred import DeferredAssignor
+from huddle.protocol.embedded import TopicPartition
 from tests.deferred_sim import Group, T, delays, newly_assigned, revoked, ts
 
 MAX_DELAY = 300_000
@@ -277,3 +278,39 @@ def test_the_leader_state_of_an_earlier_version_is_still_read() -> None:
     now = decode_state(encode_state(7, {"T": 4}, [("T", 2)]))
     assert now is not None
     assert [tuple(tp) for tp in now.moving] == [("T", 2)]
+
+
+def test_a_new_leader_does_not_hold_a_tied_partition_that_was_in_flight() -> None:
+    """B and C both claim T5 in one generation: the round gives it to nobody and both
+    revoke it. The leader leaves; the new leader must deal T5, not hold it as lost."""
+    group = Group({"T": 6})
+    group.join("L", ts(1, 2))
+    group.join("B", ts(3, 4, 5))
+    group.join("C", ts(5, 6))  # the same generation as B's claim: a tie
+    first = group.rebalance(leader="L")
+    assert all(T(5) not in a.partitions for a in first.values())
+    group.leave("L")
+    follow_up = group.rebalance(leader="B")
+    handed = frozenset().union(*(a.partitions for a in follow_up.values()))
+    assert T(5) in handed  # in flight, not lost
+    assert not handed & ts(1, 2)  # L's own partitions are lost: held for it
+
+
+def test_a_new_leader_does_not_hold_partitions_a_member_gave_up_before_its_join() -> None:
+    """B drops topic U and revokes U0 before it joins; the leader changes in that round:
+    U0 was given up by a member that is still here, not lost with a member that left."""
+    group = Group({"T": 2, "U": 1})
+    group.join("A", ts(1), topics=("T", "U"))
+    group.join("B", [T(2), TopicPartition("U", 0)], topics=("T", "U"))
+    group.join("C", topics=("T", "U"))
+    group.rebalance(leader="A")
+    group.settle()
+    holder = next(m for m, x in group.members.items() if TopicPartition("U", 0) in x.owned)
+    dropper = group.members[holder]
+    dropper.topics = frozenset({"T"})  # it unsubscribes from U ...
+    dropper.owned = frozenset(tp for tp in dropper.owned if tp.topic == "T")  # ... revoking U0
+    leader = next(m for m in group.members if m not in (holder, "A"))  # A led so far
+    result = group.rebalance(leader=leader)
+    handed = frozenset().union(*(a.partitions for a in result.values()))
+    assert TopicPartition("U", 0) in handed
+    assert delays(result) == {0}

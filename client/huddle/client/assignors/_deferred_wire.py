@@ -41,3 +41,23 @@ def decode_state(user_data: bytes) -> LeaderState | None:
             except msgspec.MsgspecError:
                 return None
     return None
+
+
+# In each member's subscription: the partitions of its last assignment. One it gave up
+# since (it dropped the topic before this join) was not lost: its holder is here.
+_SUB_TAG = b"deferred-sub/1:"
+_held_decoder = msgspec.msgpack.Decoder(list[tuple[str, int]])
+
+
+def encode_last_assigned(partitions: list[tuple[str, int]]) -> bytes:
+    return _SUB_TAG + _encoder.encode(partitions)
+
+
+def decode_last_assigned(user_data: bytes) -> list[tuple[str, int]]:
+    """The partitions a member says it was last assigned ([] when the bytes are not ours)."""
+    if not user_data.startswith(_SUB_TAG):
+        return []
+    try:
+        return _held_decoder.decode(user_data[len(_SUB_TAG) :])
+    except msgspec.MsgspecError:
+        return []

@@ -22,7 +22,12 @@ from huddle.client.assignors._claims import Ownership, resolve
 from huddle.client.assignors._deferred_lost import Origin, Record, Routing, find_lost, route
 from huddle.client.assignors._deferred_pace import Pacer, pick
 from huddle.client.assignors._deferred_plan import Targets, plan_round
-from huddle.client.assignors._deferred_wire import decode_state, encode_state
+from huddle.client.assignors._deferred_wire import (
+    decode_last_assigned,
+    decode_state,
+    encode_last_assigned,
+    encode_state,
+)
 from huddle.client.assignors._layout import Layout
 from huddle.client.assignors._order import member_order
 from huddle.client.assignors.base import (
@@ -71,13 +76,21 @@ class DeferredAssignor(Assignor):
         self.known: dict[str, int] | None = None
         """partition counts the last leader assigned (learned as a follower)."""
         self.moving: frozenset[TopicPartition] = frozenset()
+        self.last_assigned: frozenset[TopicPartition] = frozenset()
+        """this member's partitions in its last assignment (told in its subscription)."""
         """what the last leader's round revoked to hand over (learned as a follower)."""
         self._issued: set[tuple[frozenset[TopicPartition], int, bytes]] = set()
         """what our last round handed out, until ``on_assignment`` brings one of them."""
 
     # --- members ----------------------------------------------------------------------
 
+    def subscription_user_data(
+        self, topics: frozenset[str], owned: frozenset[TopicPartition]
+    ) -> bytes:
+        return encode_last_assigned(sorted((tp.topic, tp.partition) for tp in self.last_assigned))
+
     def on_assignment(self, assignment: MemberAssignment, generation: int) -> None:
+        self.last_assigned = frozenset(assignment.partitions)
         issued, self._issued = self._issued, set()
         if _key(assignment) in issued:  # our own round: the record is now the group's
             if self.record is not None:
@@ -141,7 +154,7 @@ class DeferredAssignor(Assignor):
             record,
             deadline_running=running,
             known=self.known,
-            moving=self.moving,
+            moving=self.moving | _given_up(members),
         )
         if lost and self.deadline is None:
             self.deadline = now + self.max_delay_ms
@@ -196,7 +209,11 @@ class DeferredAssignor(Assignor):
                 objects[pid] for pid in (*targets.stray[number], *moves) if pid not in keep
             )
             rounds.append((partitions, revoked))
-        moving = sorted({tp for _, revoked in rounds for tp in revoked})
+        # In flight: everything this round leaves to nobody that is not held as lost (moves
+        # revoked now, claims tied in one generation, partitions given up before the join).
+        given = {tp for partitions, _ in rounds for tp in partitions}
+        held = {objects[pid] for pid in routing.held}
+        moving = sorted(tp for tp in objects if tp is not None and tp not in given | held)
         user_data = encode_state(held_ms, dict(layout.count), [(t, p) for t, p in moving])
         for (member_id, sub), (partitions, revoked) in zip(
             zip(order, members, strict=True), rounds, strict=True
@@ -234,6 +251,18 @@ class DeferredAssignor(Assignor):
                     user_data=a.user_data,
                 )
         self._issued = {_key(a) for a in result.values()}
+
+
+def _given_up(members: Sequence[MemberSubscription]) -> frozenset[TopicPartition]:
+    """Partitions present members were last assigned and no longer claim: they gave
+    them up (a topic dropped before the join), so those are in flight, not lost."""
+    gone: set[TopicPartition] = set()
+    for sub in members:
+        for topic, partition in decode_last_assigned(sub.user_data):
+            tp = TopicPartition(topic, partition)
+            if tp not in sub.owned:
+                gone.add(tp)
+    return frozenset(gone)
 
 
 def _would_have_work(layout: Layout, members: Sequence[MemberSubscription], number: int) -> bool:
