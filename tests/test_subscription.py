@@ -12,6 +12,8 @@ from huddle.client import Admin, TopicPartition
 from huddle.client.assignors.sticky import CooperativeStickyAssignor
 from huddle.client.machine import MemberConfig, MemberCore, Next
 from huddle.client.subscription import Subscription
+from huddle.protocol.embedded import Assignment, encode, grouped
+from huddle.protocol.messages import JoinGroupResponse, SyncGroupResponse
 from tests.helpers import settled, wait_until
 from tests.test_member import Recorder, member, partitions
 
@@ -99,3 +101,25 @@ async def test_a_pattern_member_takes_new_topics_and_gives_up_deleted_ones(
             assert revoked
             assert partitions(2, "orders-1") <= revoked[0]
             assert "lost" not in [name for name, _, _ in calls.calls]
+
+
+def test_an_assignment_made_for_an_old_subscription_is_not_applied() -> None:
+    config = MemberConfig(group_id="g", topics=["a", "b"])
+    core = MemberCore(config, [CooperativeStickyAssignor()])
+    core.join_request()
+    core.on_join(
+        JoinGroupResponse(
+            generation_id=1,
+            protocol_type="consumer",
+            protocol_name="cooperative-sticky",
+            leader="m",
+            member_id="m",
+            members=[],
+        )
+    )
+    assert core.subscribe(["a"])  # changed while the JoinGroup was out
+    stale = encode(Assignment(assigned=grouped([TP("a", 0), TP("b", 0)])))
+    step = core.on_sync(SyncGroupResponse(assignment=stale), 0)
+    assert step.next is Next.JOIN
+    assert step.assigned is None  # no on_partitions_assigned for a dropped topic
+    assert core.owned == frozenset()

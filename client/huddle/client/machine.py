@@ -297,6 +297,12 @@ class MemberCore:
             return self._on_error(to_code(code), response.error_message or "")
         assignment = decode_assignment(response.assignment)
         assigned = assignment.partitions
+        wanted = frozenset(self.config.topics)
+        if any(tp.topic not in wanted for tp in assigned):
+            # Made for a subscription this member has changed since it joined: apply
+            # nothing and rejoin with the current one (Kafka's onJoinComplete does so).
+            self.state = MemberState.UNJOINED
+            return Step(next=Next.JOIN)
         revoked = self.owned - assigned
         added = assigned - self.owned
         received = MemberAssignment(
