@@ -23,6 +23,7 @@ from huddle.client import (
     TopicPartition,
 )
 from huddle.client.assignors.base import MemberAssignment
+from huddle.client.assignors.high_availability import HighAvailabilityAssignor
 from huddle.client.assignors.sticky import CooperativeStickyAssignor
 from huddle.client.describe import compact
 from huddle.client.running import MemberTask
@@ -508,3 +509,38 @@ async def test_a_member_cut_off_owns_nothing_once_its_session_expired(
         assert a.assignment == frozenset()
         proxy.heal()
         await wait_settled([a, b], partitions(4))
+
+
+async def test_a_stuck_replicas_callback_is_bounded_like_the_others(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    released = anyio.Event()
+
+    class StuckOnReplicas(RebalanceListener):
+        async def on_replicas_assigned(
+            self, standby: frozenset[TopicPartition], warmup: frozenset[TopicPartition]
+        ) -> None:
+            if standby:
+                await released.wait()
+
+    def ha() -> list[HighAvailabilityAssignor]:
+        return [HighAvailabilityAssignor(num_standby_replicas=1)]
+
+    settings = {"session_timeout_ms": 1_000, "rebalance_timeout_ms": 1_500}
+    async with (
+        topic(bootstrap, 2),
+        member(bootstrap, listener=StuckOnReplicas(), assignors=ha(), **settings) as a,
+    ):
+        await wait_settled([a], partitions(2))
+        first_id = a.member_id
+        async with member(bootstrap, assignors=ha()) as b:
+
+            def removed() -> bool:
+                group = server.core.groups.get("g")
+                return group is not None and first_id not in group.members
+
+            await wait_until(removed, what="the group to go on without the stuck member")
+            assert a.assignment == frozenset()
+            released.set()
+            await wait_settled([a, b], partitions(2))
+            assert a.member_id != first_id

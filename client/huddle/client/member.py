@@ -544,11 +544,16 @@ class Member:
                 standby=len(standby),
                 warmup=len(warmup),
             )
+            self._listener_since = _now_ms()  # bounded like the other callbacks
+            self._overdue_logged = False
             try:
                 await listener.on_replicas_assigned(standby, warmup)
             except Exception:
                 self._log.exception("listener_failed", callback="on_replicas_assigned")
                 raise  # the member stops: MemberFailedError, this as its cause
+            finally:
+                self._listener_since = None
+                self._notify()
 
     async def _call_listener(self, name: str, partitions: frozenset[TopicPartition]) -> None:
         self._log.info(
