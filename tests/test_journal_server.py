@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from huddle.client import Member, TopicPartition
 from huddle.client.admin import Admin
 from huddle.client.connection import connect
 from huddle.coordinator import journal as journal_module
@@ -178,3 +179,42 @@ async def test_requests_while_the_data_dir_loads_get_load_in_progress(
             assert isinstance(loaded, ListTopicsResponse)
             assert [(t.name, t.partitions) for t in loaded.topics] == [("t", 2)]
     await server.close()
+
+
+async def test_clients_wait_for_a_loading_coordinator_instead_of_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admin calls, commits and fetches retry COORDINATOR_LOAD_IN_PROGRESS, as Kafka's
+    clients do: they get their answer once the coordinator has loaded."""
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("t", 1)
+        async with member_for(bootstrap) as m:
+            await wait_until(lambda: m.assignment == frozenset({TopicPartition("t", 0)}))
+            await m.commit({TopicPartition("t", 0): 42})
+            server.loading = True  # as while a restart replays the data dir
+            async with Admin(bootstrap) as admin, anyio.create_task_group() as tg:
+                results: list[object] = []
+
+                async def calls() -> None:
+                    results.append(await m.committed([TopicPartition("t", 0)]))
+                    await admin.create_topic("u", 2)
+                    results.append(await admin.list_topics())
+
+                tg.start_soon(calls)
+                await wait_until(lambda: server.refused_loading > 0, what="a call to be refused")
+                server.loading = False
+            assert results == [{TopicPartition("t", 0): 42}, {"t": 1, "u": 2}]
+
+
+def member_for(bootstrap: str) -> Member:
+    return Member(
+        bootstrap,
+        group_id="g",
+        topics=["t"],
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=3_000,  # no heartbeat in the short loading window
+        rebalance_timeout_ms=5_000,
+    )

@@ -56,6 +56,10 @@ DEFAULT_NOTICE_BUFFER = 256
 R = TypeVar("R")
 
 
+LOADING_WAIT_S = 30.0  # how long a call waits for a loading coordinator without a timeout
+LOADING_BACKOFF_S = (0.05, 1.0)  # first and longest pause between tries
+
+
 class ConnectionClosedError(ClientError, ConnectionError):
     """The connection to the coordinator is closed; ``error_code`` says why, if it said."""
 
@@ -189,14 +193,32 @@ class Connection:
         *,
         timeout: float | None = None,
     ) -> R:
-        """``request``, then raise for an ErrorResponse or a top-level error code; typed."""
-        response = await self.request(request, timeout=timeout)
+        """``request``, then raise for an ErrorResponse or a top-level error code; typed.
+        COORDINATOR_LOAD_IN_PROGRESS (the coordinator is replaying its data dir) is retried
+        with backoff until ``timeout`` (30 s without one) runs out, as Kafka's clients do."""
+        response = await self.request_loaded(request, timeout=timeout)
         if isinstance(response, ErrorResponse):
             raise_for(response.error_code, response.error_message)
         if not isinstance(response, expect):
             kind = type(response).__name__
             raise UnknownServerError(f"expected a {expect.__name__}, got a {kind}")
         return check(response)
+
+    async def request_loaded(self, request: Request, *, timeout: float | None = None) -> Response:
+        """``request``, sent again while the answer is COORDINATOR_LOAD_IN_PROGRESS."""
+        deadline = anyio.current_time() + (timeout if timeout is not None else LOADING_WAIT_S)
+        delay = LOADING_BACKOFF_S[0]
+        while True:
+            left = deadline - anyio.current_time()
+            response = await self.request(request, timeout=max(left, 0.001))
+            code = getattr(response, "error_code", None)
+            if (
+                code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                or anyio.current_time() + delay >= deadline
+            ):
+                return response
+            await anyio.sleep(delay)
+            delay = min(delay * 2, LOADING_BACKOFF_S[1])
 
     async def aclose(self) -> None:
         """Close the connection; pending requests fail with ConnectionClosedError."""

@@ -247,7 +247,7 @@ class Member:
             topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )
         sent = _now_ms()
-        response = await self._request(conn, request, OffsetCommitResponse)
+        response = await self._request(conn, request, OffsetCommitResponse, loaded=True)
         if response.error_code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
             message = response.error_message or ""
             code = to_code(response.error_code)
@@ -273,7 +273,8 @@ class Member:
             group_id=self._core.config.group_id,
             topics=[OffsetFetchTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )
-        response = await self._request(conn, request, OffsetFetchResponse)
+        response = await self._request(conn, request, OffsetFetchResponse, loaded=True)
+        raise_for(response.error_code, response.error_message)
         return {
             TopicPartition(t.name, p.partition): (p.offset if p.offset >= 0 else None)
             for t in response.topics
@@ -704,10 +705,15 @@ class Member:
         expect: type[R],
         *,
         timeout: float | None = None,
+        loaded: bool = False,
     ) -> R:
-        """Send a request; an ErrorResponse becomes the expected type carrying its code."""
+        """Send a request; an ErrorResponse becomes the expected type carrying its code.
+        With ``loaded``, COORDINATOR_LOAD_IN_PROGRESS is retried within the timeout."""
         wait = timeout if timeout is not None else self._core.config.session_timeout_ms / 1000
-        response = await conn.request(request, timeout=wait)
+        if loaded:
+            response = await conn.request_loaded(request, timeout=wait)
+        else:
+            response = await conn.request(request, timeout=wait)
         if isinstance(response, ErrorResponse):
             failed: R = expect(  # every response type carries these two fields
                 error_code=response.error_code,

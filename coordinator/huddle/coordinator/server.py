@@ -72,6 +72,7 @@ class CoordinatorServer:
         self.storage_failure: str | None = None  # why the server stopped by itself
         self._refusing = False  # after a storage failure: no more requests
         self.loading = False  # replaying the data dir: requests get COORDINATOR_LOAD_IN_PROGRESS
+        self.refused_loading = 0  # requests answered so meanwhile
         self._shutdown: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -392,6 +393,7 @@ class CoordinatorServer:
         if self._stopping or self._refusing:
             return
         if self.loading:
+            self.refused_loading += 1
             conn.send(
                 Reply(
                     correlation_id=call.correlation_id,
