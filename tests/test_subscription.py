@@ -8,10 +8,12 @@ import re
 
 import pytest
 
+from huddle.chaos.proxy import fault_proxy
 from huddle.client import Admin, TopicPartition
 from huddle.client.assignors.sticky import CooperativeStickyAssignor
 from huddle.client.machine import MemberConfig, MemberCore, Next
 from huddle.client.subscription import Subscription
+from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import Assignment, encode, grouped
 from huddle.protocol.messages import JoinGroupResponse, SyncGroupResponse
 from tests.helpers import settled, wait_until
@@ -123,3 +125,23 @@ def test_an_assignment_made_for_an_old_subscription_is_not_applied() -> None:
     assert step.next is Next.JOIN
     assert step.assigned is None  # no on_partitions_assigned for a dropped topic
     assert core.owned == frozenset()
+
+
+async def test_a_pattern_member_catches_up_on_topics_created_while_it_was_away(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """The notice for orders-2 went to nobody on its connection: it was cut off. On its
+    next connection it lists the topics again and takes orders-2 in."""
+    async with (
+        Admin(bootstrap) as admin,
+        fault_proxy("127.0.0.1", server.port) as proxy,
+    ):
+        await admin.create_topic("orders-1", 1)
+        async with member(f"127.0.0.1:{proxy.port}", topics=None, pattern=r"orders-.*") as m:
+            await wait_until(lambda: settled([m], partitions(1, "orders-1")), what="orders-1")
+            await proxy.partition()
+            await admin.create_topic("orders-2", 1)
+            proxy.heal()
+            both = partitions(1, "orders-1") | partitions(1, "orders-2")
+            await wait_until(lambda: settled([m], both), what="orders-2 to be taken in")
+            assert m.subscription == ["orders-1", "orders-2"]

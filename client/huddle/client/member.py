@@ -384,9 +384,22 @@ class Member:
         self._closed = True
         self._notify()
 
+    async def _refresh_pattern(self, conn: Connection) -> None:
+        """With a pattern: match it against every topic the coordinator has now (on each
+        connection and before each join: notices missed while away are made up for)."""
+        if self._subscription.pattern is None:
+            return
+        listed = await self._request(
+            conn, ListTopicsRequest(topics=None), ListTopicsResponse, loaded=True
+        )
+        if listed.error_code == E.NONE:
+            self._subscription.listed(t.name for t in listed.topics if t.error_code == E.NONE)
+            self._resubscribe(self._subscription.current(), "topics matching the pattern changed")
+
     async def _serve(self, conn: Connection) -> None:
         """Rebalance whenever needed; between rebalances, act on events. Returns on close."""
         core = self._core
+        await self._refresh_pattern(conn)
         while True:
             if self._closing:
                 await self._leave(conn)
@@ -439,11 +452,7 @@ class Member:
 
     async def _rebalance(self, conn: Connection) -> None:
         core = self._core
-        if self._subscription.pattern is not None:  # the topics it matches now
-            listed = await self._request(conn, ListTopicsRequest(topics=None), ListTopicsResponse)
-            if listed.error_code == E.NONE:
-                self._subscription.listed(t.name for t in listed.topics if t.error_code == E.NONE)
-                core.subscribe(self._subscription.current())
+        await self._refresh_pattern(conn)
         await self._apply(core.before_join(self._subscription.gone()))
         while core.state is MemberState.UNJOINED and not self._closing:
             request = core.join_request(self._lags() if self._lags is not None else None)
