@@ -544,3 +544,17 @@ async def test_a_stuck_replicas_callback_is_bounded_like_the_others(
             released.set()
             await wait_settled([a, b], partitions(2))
             assert a.member_id != first_id
+
+
+async def test_the_callbacks_of_one_step_share_one_rebalance_timeout() -> None:
+    """Revoked, assigned and replicas callbacks of one rebalance run on one clock (Kafka
+    bounds one poll by max.poll.interval.ms): a later callback does not restart it."""
+    m = member("127.0.0.1:1", rebalance_timeout_ms=1_000)  # never started: no I/O
+    with m._timed():
+        started = m._listener_since
+        assert started is not None
+        with m._timed():  # the next callback of the same step
+            assert m._listener_since == started
+            assert not m._listener_overdue(started + 999)
+            assert m._listener_overdue(started + 1_001)
+    assert m._listener_since is None

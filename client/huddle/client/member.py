@@ -10,8 +10,9 @@ returns with nothing left running.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -537,48 +538,55 @@ class Member:
     async def _callbacks(self, step: Step) -> None:
         listener = self._listener
         self._notify()  # the step changed the state: heartbeats may be due while these run
-        for name, partitions in (
-            ("on_partitions_lost", step.lost),
-            ("on_partitions_revoked", step.revoked),
-        ):
-            if partitions:
-                await self._call_listener(name, partitions)
-        self._core.assignment_received(step)  # the assignor's on_assignment, in between
-        if step.assigned is not None:
-            await self._call_listener("on_partitions_assigned", step.assigned)
-        if step.replicas is not None:
-            standby, warmup = step.replicas
-            self._log.info(
-                "listener_called",
-                callback="on_replicas_assigned",
-                standby=len(standby),
-                warmup=len(warmup),
-            )
-            self._listener_since = _now_ms()  # bounded like the other callbacks
-            self._overdue_logged = False
-            try:
-                await listener.on_replicas_assigned(standby, warmup)
-            except Exception:
-                self._log.exception("listener_failed", callback="on_replicas_assigned")
-                raise  # the member stops: MemberFailedError, this as its cause
-            finally:
-                self._listener_since = None
-                self._notify()
+        with self._timed():  # one bound for the whole step, as Kafka's for one poll
+            for name, partitions in (
+                ("on_partitions_lost", step.lost),
+                ("on_partitions_revoked", step.revoked),
+            ):
+                if partitions:
+                    await self._call_listener(name, partitions)
+            self._core.assignment_received(step)  # the assignor's on_assignment, in between
+            if step.assigned is not None:
+                await self._call_listener("on_partitions_assigned", step.assigned)
+            if step.replicas is not None:
+                standby, warmup = step.replicas
+                self._log.info(
+                    "listener_called",
+                    callback="on_replicas_assigned",
+                    standby=len(standby),
+                    warmup=len(warmup),
+                )
+                try:
+                    await listener.on_replicas_assigned(standby, warmup)
+                except Exception:
+                    self._log.exception("listener_failed", callback="on_replicas_assigned")
+                    raise  # the member stops: MemberFailedError, this as its cause
 
     async def _call_listener(self, name: str, partitions: frozenset[TopicPartition]) -> None:
         self._log.info(
             "listener_called", callback=name, partitions=len(partitions), generation=self.generation
         )
-        self._listener_since = _now_ms()
-        self._overdue_logged = False
+        with self._timed():
+            try:
+                await getattr(self._listener, name)(partitions)
+            except Exception:
+                self._log.exception("listener_failed", callback=name)
+                raise  # the member stops: MemberFailedError, this as its cause
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        """Callbacks run on one clock, started by the outermost: together they may take
+        the rebalance timeout (``_listener_overdue``)."""
+        outer = self._listener_since is None
+        if outer:
+            self._listener_since = _now_ms()
+            self._overdue_logged = False
         try:
-            await getattr(self._listener, name)(partitions)
-        except Exception:
-            self._log.exception("listener_failed", callback=name)
-            raise  # the member stops: MemberFailedError, this as its cause
+            yield
         finally:
-            self._listener_since = None
-            self._notify()
+            if outer:
+                self._listener_since = None
+                self._notify()
 
     def _listener_overdue(self, now: float) -> bool:
         """A callback has run longer than the rebalance timeout (Kafka's
