@@ -238,3 +238,42 @@ def test_refused_commits_and_topic_requests_record_nothing() -> None:
     d.send(1, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=3)]))  # exists
     d.send(1, AlterTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))  # unchanged
     assert d.core.take_changes() == []
+
+
+def test_a_flipped_bit_in_any_length_field_never_loses_a_record_silently(
+    tmp_path: Path,
+) -> None:
+    """Only a crash during the last write may cut records off (a torn tail). A damaged
+    length field, wherever it is, must refuse to start or keep every record: never read
+    as a torn tail that drops the intact records after it (nor the last, whole record)."""
+    records: list[Record] = [OffsetRecord("g", "t", i, 1_000 + i) for i in range(12)]
+    frames = [encode_frames([record]) for record in records]
+    clean = b"".join(frames)
+    starts = [sum(map(len, frames[:i])) for i in range(len(frames))]
+    cases = 0
+    for start in starts:
+        for byte in range(4):  # the big-endian length
+            for bit in range(8):
+                data = bytearray(clean)
+                data[start + byte] ^= 1 << bit
+                (tmp_path / JOURNAL).write_bytes(bytes(data))
+                kept = _open_or_refuse(tmp_path)
+                if kept is None:  # refused: the file is left as it was, for a repair
+                    assert (tmp_path / JOURNAL).read_bytes() == bytes(data)
+                else:
+                    assert kept == records, (start, byte, bit)
+                cases += 1
+    assert cases == len(records) * 32
+
+
+def _open_or_refuse(directory: Path) -> list[Record] | None:
+    """The records a start replays, or None if it refuses (a damaged journal)."""
+    try:
+        journal = Journal.open(directory)
+    except DataDirError as exc:
+        if "damaged" not in str(exc):
+            raise
+        return None
+    kept = journal.records
+    journal.close()
+    return kept

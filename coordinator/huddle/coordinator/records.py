@@ -15,7 +15,9 @@ On disk every record is a frame: a 4-byte big-endian length of the body, a 4-byt
 of the body, then the body (msgpack, array-like). ``decode_frames`` stops at the first
 frame that is cut short, fails its checksum or cannot be read, and says whether that is
 only the torn tail a crash in the middle of a write leaves, or damage with intact frames
-after it.
+after it. A frame whose length claims more than the file holds is a torn tail only when no
+whole, checksummed record starts anywhere after its header (nor is its own body whole): a
+damaged length must not pass for a tear and drop the records after it.
 """
 
 from __future__ import annotations
@@ -62,6 +64,32 @@ def encode_frames(records: Iterable[Record]) -> bytearray:
     return out
 
 
+MAX_BODY = 64 << 20  # no record is larger: a longer length field is damage
+_ARRAY = range(0x90, 0xA0)  # a record body opens with a short msgpack array (array_like)
+
+
+def _intact_frame_in(data: bytes | bytearray, begin: int) -> bool:
+    """Whether a whole frame with a matching checksum and a readable record starts
+    anywhere at or after ``begin``: a crash during the last write leaves none there."""
+    end = len(data)
+    view = memoryview(data)
+    for pos in range(begin, end - HEADER.size + 1):
+        if data[pos + HEADER.size] not in _ARRAY if pos + HEADER.size < end else True:
+            continue
+        length, crc = HEADER.unpack_from(data, pos)
+        if not 0 < length <= MAX_BODY or pos + HEADER.size + length > end:
+            continue
+        body = view[pos + HEADER.size : pos + HEADER.size + length]
+        if zlib.crc32(body) != crc:
+            continue
+        try:
+            _decoder.decode(body)
+        except msgspec.DecodeError:
+            continue
+        return True
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Decoded:
     records: list[Record]
@@ -81,7 +109,15 @@ def decode_frames(data: bytes | bytearray) -> Decoded:
             return Decoded(records, pos, f"a frame header cut short at byte {pos}", True)
         length, crc = HEADER.unpack_from(data, pos)
         start = pos + HEADER.size
-        if start + length > end:  # a frame the write did not finish
+        if start + length > end:  # a frame the write did not finish, or a damaged length
+            if zlib.crc32(data[start:end]) == crc or _intact_frame_in(data, pos + 1):
+                return Decoded(
+                    records,
+                    pos,
+                    f"the frame at byte {pos} claims {length} bytes, more than the file holds, "
+                    "yet what follows it is intact: its length is damaged (not a torn write)",
+                    False,
+                )
             return Decoded(records, pos, f"a frame cut short at byte {pos}", True)
         body = data[start : start + length]
         problem = None
