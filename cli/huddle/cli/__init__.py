@@ -55,6 +55,12 @@ COMMANDS: dict[str, Command] = {
         "create, alter, delete and list topics", "huddle.cli.admin", add="add_topics"
     ),
     "groups": Command("list and describe groups", "huddle.cli.admin", add="add_groups"),
+    "data": Command(
+        "check or repair a coordinator's data dir",
+        "huddle.cli.data",
+        "check: what is wrong with DIR's journal (exit 1 if damaged). repair: keep every "
+        "intact record in a new journal; the damaged one stays beside it as a backup.",
+    ),
     "chaos": Command(
         "run fault-injection scenarios against real member processes", "huddle.chaos.cli"
     ),

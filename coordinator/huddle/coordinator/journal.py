@@ -89,7 +89,8 @@ class Journal:
         if decoded.problem is not None and not decoded.torn_tail:
             raise DataDirError(
                 f"{path} is damaged ({decoded.problem}) and intact records follow; "
-                "move it aside to start with what a snapshot or backup holds"
+                f"`huddle data repair {self.directory}` keeps every intact record (the "
+                "damaged file stays beside it), `huddle data check` says what it would keep"
             )
         if decoded.problem is not None:
             log.warning(

@@ -68,13 +68,13 @@ MAX_BODY = 64 << 20  # no record is larger: a longer length field is damage
 _ARRAY = range(0x90, 0xA0)  # a record body opens with a short msgpack array (array_like)
 
 
-def _intact_frame_in(data: bytes | bytearray, begin: int) -> bool:
-    """Whether a whole frame with a matching checksum and a readable record starts
-    anywhere at or after ``begin``: a crash during the last write leaves none there."""
+def next_intact_frame(data: bytes | bytearray, begin: int) -> int | None:
+    """Where the first whole frame with a matching checksum and a readable record starts,
+    at or after ``begin`` (None: nowhere; a crash during the last write leaves none)."""
     end = len(data)
     view = memoryview(data)
-    for pos in range(begin, end - HEADER.size + 1):
-        if data[pos + HEADER.size] not in _ARRAY if pos + HEADER.size < end else True:
+    for pos in range(begin, end - HEADER.size):
+        if data[pos + HEADER.size] not in _ARRAY:
             continue
         length, crc = HEADER.unpack_from(data, pos)
         if not 0 < length <= MAX_BODY or pos + HEADER.size + length > end:
@@ -86,8 +86,8 @@ def _intact_frame_in(data: bytes | bytearray, begin: int) -> bool:
             _decoder.decode(body)
         except msgspec.DecodeError:
             continue
-        return True
-    return False
+        return pos
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ def decode_frames(data: bytes | bytearray) -> Decoded:
         length, crc = HEADER.unpack_from(data, pos)
         start = pos + HEADER.size
         if start + length > end:  # a frame the write did not finish, or a damaged length
-            if zlib.crc32(data[start:end]) == crc or _intact_frame_in(data, pos + 1):
+            if zlib.crc32(data[start:end]) == crc or next_intact_frame(data, pos + 1) is not None:
                 return Decoded(
                     records,
                     pos,

@@ -1,0 +1,61 @@
+"""``huddle data check|repair DIR``: what is wrong with a data dir's journal, and a repair.
+
+``check`` exits 0 when the journal is intact (a torn tail, which a start cuts off, counts
+as intact), 1 when it is damaged (a coordinator refuses to start on it). ``repair`` keeps
+every intact record in a new journal and the damaged file beside it as a backup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+
+from huddle.coordinator.journal import DataDirError
+from huddle.coordinator.salvage import Salvage, check, repair
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (
+        ("check", "say what is wrong with the journal and what a repair would keep"),
+        ("repair", "keep every intact record; the damaged journal stays as a backup"),
+    ):
+        sub = actions.add_parser(name, help=text, description=text)
+        sub.add_argument("directory", metavar="DIR", help="the coordinator's --data-dir")
+
+
+def _describe(found: Salvage) -> list[str]:
+    lines = [f"journal: {found.size:,} bytes, {len(found.records):,} intact records"]
+    for at, skipped, why in found.damaged:
+        lines.append(f"damaged: {skipped:,} bytes at byte {at:,}: {why}")
+    if found.torn_tail:
+        lines.append(f"torn tail: {found.torn_tail:,} bytes (a start cuts them off)")
+    if found.clean and not found.torn_tail:
+        lines.append("intact")
+    return lines
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    try:
+        if args.action == "check":
+            found = check(args.directory)
+            print("\n".join(_describe(found)))
+            if not found.clean:
+                print(
+                    f"a repair keeps the {len(found.records):,} intact records: "
+                    f"huddle data repair {args.directory}"
+                )
+            return 0 if found.clean else 1
+        found, backup = repair(args.directory)
+    except (DataDirError, OSError) as exc:
+        print(f"huddle data: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(_describe(found)))
+    if backup is None:
+        print("nothing to repair")
+    else:
+        print(f"repaired: kept {len(found.records):,} records; the old journal is {backup}")
+    return 0
