@@ -48,6 +48,26 @@ from tests.helpers import (
 COMMITTERS = 50
 
 
+class GatedWrite:
+    """``os.pwrite`` for a disk that hangs: it says a write began, waits to be released,
+    then writes (or fails with EIO). Install with monkeypatch; release in a finally."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.began, self.release = threading.Event(), threading.Event()
+        self.fail = fail
+        self._pwrite = os.pwrite
+
+    def __call__(self, fd: int, data: bytes, offset: int) -> int:
+        self.began.set()
+        self.release.wait(30)
+        if self.fail:
+            raise OSError(errno.EIO, "Input/output error")
+        return self._pwrite(fd, data, offset)
+
+    async def started(self) -> None:
+        await anyio.to_thread.run_sync(self.began.wait, 10)
+
+
 def commit(group: str, offset: int) -> OffsetCommitRequest:
     return OffsetCommitRequest(
         group_id=group,
@@ -194,20 +214,12 @@ async def test_answers_wait_for_the_write_of_changes_made_before_them(
 ) -> None:
     """A fetch handled after a commit is not answered before that commit is on disk."""
     config = fast_server_config(data_dir=str(tmp_path), fsync=True)  # writes on the thread
-    written = threading.Event()
-    release = threading.Event()
-    real_pwrite = os.pwrite
+    gate = GatedWrite()
 
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
         await create_topic(bootstrap)
-
-        def slow_pwrite(fd: int, data: bytes, offset: int) -> int:
-            written.set()
-            release.wait(10)
-            return real_pwrite(fd, data, offset)
-
-        monkeypatch.setattr(os, "pwrite", slow_pwrite)
+        monkeypatch.setattr(os, "pwrite", gate)
         async with connect(bootstrap) as writer, connect(bootstrap) as reader:
             order: list[str] = []
 
@@ -216,20 +228,20 @@ async def test_answers_wait_for_the_write_of_changes_made_before_them(
                 order.append("commit acknowledged")
 
             async def fetch_it() -> None:
-                await anyio.to_thread.run_sync(written.wait, 10)
+                await gate.started()
                 offset = await fetch(reader, "g0")
                 order.append(f"fetched {offset}")
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(commit_it)
                 tg.start_soon(fetch_it)
-                await anyio.to_thread.run_sync(written.wait, 10)
+                await gate.started()
                 commits = server._commits
                 assert commits is not None
                 # the fetch arrived and waits behind the commit's write
                 await wait_until(lambda: commits.waiting() == 2, what="the fetch to be held")
                 assert order == []  # the write is stuck: nothing was answered
-                release.set()
+                gate.release.set()
         assert sorted(order) == ["commit acknowledged", "fetched 8"]
 
 
@@ -269,12 +281,7 @@ async def test_a_waiting_join_held_behind_a_failed_batch_is_answered_once(
     not answer it, the core's shutdown does, once."""
     group = GroupConfig(initial_rebalance_delay_ms=60_000)  # the join phase outlasts the test
     config = fast_server_config(data_dir=str(tmp_path), fsync=True, group=group)
-    writing, release = threading.Event(), threading.Event()
-
-    def stuck_then_failing(fd: int, data: bytes, offset: int) -> int:
-        writing.set()
-        release.wait(10)
-        raise OSError(errno.EIO, "Input/output error")
+    gate = GatedWrite(fail=True)
 
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
@@ -284,7 +291,7 @@ async def test_a_waiting_join_held_behind_a_failed_batch_is_answered_once(
         first = await member.call(join_request())
         assert isinstance(first, JoinGroupResponse)
         assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
-        monkeypatch.setattr(os, "pwrite", stuck_then_failing)
+        monkeypatch.setattr(os, "pwrite", gate)
         async with connect(bootstrap) as committer, anyio.create_task_group() as tg:
 
             async def commit_it() -> None:
@@ -295,12 +302,12 @@ async def test_a_waiting_join_held_behind_a_failed_batch_is_answered_once(
                 assert isinstance(response, ErrorResponse)
 
             tg.start_soon(commit_it)
-            await anyio.to_thread.run_sync(writing.wait, 10)
+            await gate.started()
             commits = server._commits
             assert commits is not None
             await member.send(Call(correlation_id=99, request=join_request(first.member_id)))
             await wait_until(lambda: commits.waiting() == 2, what="the join to be held")
-            release.set()
+            gate.release.set()
         frames = await member.frames_until_closed()
         answers = [f for f in frames if isinstance(f, Reply) and f.correlation_id == 99]
         assert len(answers) == 1, answers
@@ -337,21 +344,14 @@ async def test_a_write_that_never_returns_does_not_keep_the_server_from_closing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = fast_server_config(data_dir=str(tmp_path), fsync=True, shutdown_timeout_ms=200)
-    writing, release = threading.Event(), threading.Event()
-    real_pwrite = os.pwrite
-
-    def stuck(fd: int, data: bytes, offset: int) -> int:
-        writing.set()
-        release.wait(30)
-        return real_pwrite(fd, data, offset)
-
+    gate = GatedWrite()
     server_ = None
     try:
         async with running_server(config) as server:
             server_ = server
             bootstrap = f"127.0.0.1:{server.port}"
             await create_topic(bootstrap)
-            monkeypatch.setattr(os, "pwrite", stuck)
+            monkeypatch.setattr(os, "pwrite", gate)
             async with connect(bootstrap) as conn, anyio.create_task_group() as tg:
 
                 async def commit_it() -> None:
@@ -359,10 +359,10 @@ async def test_a_write_that_never_returns_does_not_keep_the_server_from_closing(
                         await conn.request(commit("g0", 1), timeout=10)
 
                 tg.start_soon(commit_it)
-                await anyio.to_thread.run_sync(writing.wait, 10)
+                await gate.started()
                 await within(server.close())  # the commit is never acknowledged
     finally:
-        release.set()  # let the writer thread finish
+        gate.release.set()  # let the writer thread finish
     assert server_ is not None
     assert server_.storage_failure is None
 
@@ -417,12 +417,7 @@ async def test_answers_a_failed_batch_held_for_other_members_become_storage_erro
     produces b's answer too, and it is held behind a write that then fails: b must get
     KAFKA_STORAGE_ERROR, not silence (the core no longer holds b's request)."""
     config = fast_server_config(data_dir=str(tmp_path), fsync=True)
-    writing, release = threading.Event(), threading.Event()
-
-    def stuck_then_failing(fd: int, data: bytes, offset: int) -> int:
-        writing.set()
-        release.wait(10)
-        raise OSError(errno.EIO, "Input/output error")
+    gate = GatedWrite(fail=True)
 
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
@@ -439,7 +434,7 @@ async def test_answers_a_failed_batch_held_for_other_members_become_storage_erro
         await b.send(Call(correlation_id=20, request=join_request(b_id)))
         group = server.core.groups["g"]
         await wait_until(lambda: b_id in group.members, what="b to wait in the join phase")
-        monkeypatch.setattr(os, "pwrite", stuck_then_failing)
+        monkeypatch.setattr(os, "pwrite", gate)
         commits = server._commits
         assert commits is not None
         async with connect(bootstrap) as committer, anyio.create_task_group() as tg:
@@ -449,10 +444,10 @@ async def test_answers_a_failed_batch_held_for_other_members_become_storage_erro
                     await committer.request(commit("g0", 1), timeout=10)
 
             tg.start_soon(commit_it)
-            await anyio.to_thread.run_sync(writing.wait, 10)
+            await gate.started()
             await a.send(Call(correlation_id=11, request=join_request(a_id)))
             await wait_until(lambda: commits.waiting() == 2, what="a's rejoin to be held")
-            release.set()
+            gate.release.set()
         for client, cid in ((a, 11), (b, 20)):
             answer = await answer_to(client, cid)
             assert isinstance(answer, ErrorResponse)
