@@ -590,18 +590,20 @@ class Member:
 
     def _listener_overdue(self, now: float) -> bool:
         """A callback has run longer than the rebalance timeout (Kafka's
-        max.poll.interval.ms): heartbeats stop, so the group goes on without this member."""
+        max.poll.interval.ms): the member owns nothing and stops heartbeating."""
         since = self._listener_since
-        if since is None or now - since <= self._core.config.rebalance_timeout_ms:
-            return False
-        if not self._overdue_logged:
-            self._overdue_logged = True
-            self._zombie = True  # the group goes on without it: it owns nothing any more
-            self._post(SessionExpired())
-            self._log.warning(
-                "listener_too_slow", waited_ms=int(now - since), member_id=self.member_id
-            )
-        return True
+        return since is not None and now - since > self._core.config.rebalance_timeout_ms
+
+    def _give_up(self, now: float) -> None:
+        """Once per overrun callback: the group goes on without this member; it handles
+        the loss (on_partitions_lost, a new member id) when the callback returns."""
+        if self._overdue_logged:
+            return
+        self._overdue_logged = True
+        self._zombie = True
+        self._post(SessionExpired())
+        since = self._listener_since if self._listener_since is not None else now
+        self._log.warning("listener_too_slow", waited_ms=int(now - since), member_id=self.member_id)
 
     async def _leave(self, conn: Connection) -> None:
         core = self._core
@@ -622,7 +624,11 @@ class Member:
         core, timer = self._core, self._timer
         while True:
             now = _now_ms()
-            if not core.heartbeats_due or self._listener_overdue(now):
+            if self._listener_overdue(now):
+                self._give_up(now)
+                await self._changed.wait()
+                continue
+            if not core.heartbeats_due:
                 await self._changed.wait()
                 continue
             due = timer.next_heartbeat()
