@@ -26,7 +26,9 @@ try:
 except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
     UVLOOP = None
 
-ON_BOTH_LOOPS = frozenset({"test_server.py", "test_server_badinput.py", "test_connection.py"})
+ON_BOTH_LOOPS = frozenset(
+    {"test_server.py", "test_server_badinput.py", "test_connection.py", "test_fairness.py"}
+)
 
 
 def pytest_asyncio_loop_factories(

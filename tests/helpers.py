@@ -21,6 +21,7 @@ from huddle.client.member import Member
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import ClientCodec, FrameReader, frame_header
 from huddle.protocol.messages import (
     PROTOCOL_VERSION,
@@ -28,12 +29,15 @@ from huddle.protocol.messages import (
     Handshake,
     HandshakeResult,
     JoinGroupRequest,
+    JoinGroupResponse,
     Message,
     Protocol,
     Reply,
     Request,
     Response,
     ServerFrame,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 
 FAST_GROUP = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
@@ -196,3 +200,27 @@ def join_request(
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout_ms,
     )
+
+
+async def raw_member(
+    port: int, group_id: str, *, session_timeout_ms: int = 6_000
+) -> tuple[RawClient, str, int]:
+    """A one-member group joined and synced over a ``RawClient``: (client, member id,
+    generation). The member is the leader and assigns itself nothing."""
+    client = await RawClient.open(port)
+    await client.handshake(client_id=f"raw-{group_id}")
+    request = join_request(group_id=group_id, session_timeout_ms=session_timeout_ms)
+    joined = await client.call(request)
+    assert isinstance(joined, JoinGroupResponse), joined
+    if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+        joined = await client.call(msgspec.structs.replace(request, member_id=joined.member_id))
+        assert isinstance(joined, JoinGroupResponse), joined
+    assert joined.error_code == ErrorCode.NONE, joined
+    synced = await client.call(
+        SyncGroupRequest(
+            group_id=group_id, generation_id=joined.generation_id, member_id=joined.member_id
+        )
+    )
+    assert isinstance(synced, SyncGroupResponse), synced
+    assert synced.error_code == ErrorCode.NONE, synced
+    return client, joined.member_id, joined.generation_id

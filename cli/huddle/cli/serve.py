@@ -72,6 +72,13 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ),
     ServeFlag("max-partitions", "int", _G, "max_partitions", "partitions per topic at most"),
     ServeFlag(
+        "max-request-partitions",
+        "int",
+        _G,
+        "max_request_partitions",
+        "partitions one offset commit or fetch may name",
+    ),
+    ServeFlag(
         "offset-metadata-max-bytes",
         "int",
         _G,
@@ -114,6 +121,13 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         _S,
         "max_write_buffer_bytes",
         "close a connection that leaves this much unread",
+    ),
+    ServeFlag(
+        "input-slice-ms",
+        "int",
+        _S,
+        "input_slice_ms",
+        "handle one connection's requests this long, then let the others have their turn",
     ),
     ServeFlag(
         "shutdown-timeout-ms",

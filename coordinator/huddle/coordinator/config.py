@@ -18,6 +18,7 @@ class GroupConfig:
     new_member_join_timeout_ms: int = 300_000
     offset_metadata_max_bytes: int = 4_096
     max_partitions: int = 1_000_000  # per topic
+    max_request_partitions: int = 20_000  # partitions one OffsetCommit/OffsetFetch may name
     # Beyond Kafka, both on by default:
     rebalance_notices: bool = True  # push RebalanceStarted so members rejoin at once
     disconnect_grace_ms: int = 500  # <0 disables; dynamic members gone this long are removed
@@ -33,6 +34,8 @@ class GroupConfig:
                 problems.append(f"{name} must not be negative")
         if self.max_partitions < 1:
             problems.append("max partitions must be positive")
+        if self.max_request_partitions < 1:
+            problems.append("max request partitions must be positive")
         if self.new_member_join_timeout_ms < 1:
             problems.append("new member join timeout must be positive")
         if problems:
@@ -50,6 +53,7 @@ class ServerConfig:
     handshake_timeout_ms: int = 10_000  # a connection must say hello within this
     stalled_frame_timeout_ms: int = 30_000  # a frame begun must be finished within this
     max_write_buffer_bytes: int = 64 * 1024 * 1024  # a client that never reads is dropped
+    input_slice_ms: int = 5  # one connection's frames are handled this long, then others go
     shutdown_timeout_ms: int = 5_000
     data_dir: str = ""  # keep topics and committed offsets here; "": in memory only
     fsync: bool = False  # force every kept change to disk before answering

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections import deque
 from typing import Final, Protocol, cast
 
 import structlog
@@ -49,8 +50,11 @@ class ConnectionHost(Protocol):
     def connection_lost(self, conn: Connection) -> None:
         """The connection is gone."""
 
-    def frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
-        """Whole frame bodies arrived, in order."""
+    def frames_received(self, conn: Connection) -> None:
+        """Whole frame bodies arrived in ``conn.inbox``, in order."""
+
+    def backlogged(self, conn: Connection) -> None:
+        """Frames wait in ``conn.inbox`` that were not handled yet."""
 
     def watch(self, conn: Connection, watched: bool) -> None:
         """Whether the connection is to be watched for a stalled handshake or frame."""
@@ -71,12 +75,14 @@ class Connection(asyncio.Protocol):
         "frame_started",
         "handshaken",
         "host",
+        "inbox",
         "linger",
         "log",
         "opened_at",
         "peer",
         "pending",
         "reader",
+        "reading",
         "server",
         "transport",
         "version",
@@ -103,6 +109,8 @@ class Connection(asyncio.Protocol):
         self.frame_started: float | None = None  # loop time the buffered partial frame began
         self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
         self.pending = bytearray()  # encoded frames not yet written
+        self.inbox: deque[bytes] = deque()  # whole frame bodies read and not yet handled
+        self.reading = True  # False while reading is paused (backlog or a full write buffer)
         self.log = log.bind(conn_id=conn_id)
 
     # --- asyncio.Protocol -------------------------------------------------------------
@@ -134,7 +142,8 @@ class Connection(asyncio.Protocol):
             self.fail(exc.code, exc.message, event="bad_frame")
             return
         if bodies:
-            server.frames_received(self, bodies)
+            self.inbox.extend(bodies)
+            server.frames_received(self)
         if self.closing:
             return
         if self.reader.mid_frame:
@@ -157,6 +166,7 @@ class Connection(asyncio.Protocol):
             self.close_reason = f"connection lost: {exc}"
         self.closing = True
         self.pending = bytearray()
+        self.inbox.clear()
         if self.linger is not None:
             self.linger.cancel()
             self.linger = None
@@ -164,12 +174,27 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
-        if self.transport is not None and not self.closing:
-            self.transport.pause_reading()
+        self.hold_input()
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self.inbox:
+            self.server.backlogged(self)  # it resumes reading once they are handled
+        else:
+            self.release_input()
+
+    def hold_input(self) -> None:
+        """Read nothing more from the socket for now."""
+        if self.reading and self.transport is not None and not self.closing:
+            self.reading = False
+            self.transport.pause_reading()
+
+    def release_input(self) -> None:
+        """Read on, unless answers are still unread by the peer or frames wait."""
+        if self.reading or self.write_paused or self.inbox:
+            return
         if self.transport is not None and not self.closing:
+            self.reading = True
             self.transport.resume_reading()
 
     # --- sending and closing ----------------------------------------------------------

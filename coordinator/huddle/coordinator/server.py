@@ -17,6 +17,8 @@ import asyncio
 import os
 import signal
 import socket
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
@@ -45,6 +47,7 @@ _TIMER_SLACK_S: Final = 0.001  # arm timers a hair late so they never fire befor
 _SWEEP_MIN_S: Final = 0.02
 _SWEEP_MAX_S: Final = 1.0
 _ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
+_PASS_OUTPUT_BYTES: Final = 1024 * 1024  # answers queued for one connection before it yields
 
 
 class ListenError(HuddleError):
@@ -79,9 +82,14 @@ class CoordinatorServer:
         self._conns: dict[int, Connection] = {}
         self._watch: set[Connection] = set()  # not yet handshaken, or mid-frame
         self._dirty: list[Connection] = []  # connections with frames queued to write
+        self._backlog: deque[Connection] = deque()  # connections with frames left to handle
+        self._backlog_set: set[Connection] = set()
+        self._pump: asyncio.Handle | None = None
+        self._slice_s = config.input_slice_ms / 1000
         self._next_conn_id = 1
         self._timer: asyncio.TimerHandle | None = None
         self._deadline: float | None = None
+        self._expiring = False  # a deadline passed: expiry waits for one read of the sockets
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopping = False
         self._closed: asyncio.Event | None = None
@@ -283,17 +291,71 @@ class CoordinatorServer:
         if not self._conns and self._all_gone is not None:
             self._all_gone.set()
 
-    def frames_received(self, conn: Connection, bodies: list[bytes]) -> None:
+    def frames_received(self, conn: Connection) -> None:
+        """Frames arrived in ``conn.inbox``: handle them now, up to a slice of time; what is
+        left waits in the backlog for the next loop pass, with the connection's reading
+        paused, so one connection's burst never holds the loop (and everyone else) up."""
+        calls = self._serve(conn)
+        if conn.inbox and not conn.closing:
+            self.backlogged(conn)
+        if calls:
+            self._reschedule()
+        if self._commits is not None:
+            self._commits.submit_soon()  # the changes of this pass, in one write
+        self._flush()
+
+    def backlogged(self, conn: Connection) -> None:
+        """``conn`` has frames waiting that it may not handle yet: take them in turn."""
+        conn.hold_input()
+        if conn in self._backlog_set:
+            return
+        self._backlog_set.add(conn)
+        self._backlog.append(conn)
+        if self._pump is None:
+            self._pump = self.loop.call_soon(self._pump_backlog)
+
+    def _pump_backlog(self) -> None:
+        """One loop pass's turn for each connection with frames waiting, in arrival order.
+        It runs once per loop pass, after the pass's reads: every connection, the quiet ones
+        included, gets its turn between two slices of a busy one."""
+        self._pump = None
+        backlog, members = self._backlog, self._backlog_set
+        calls = 0
+        for _ in range(len(backlog)):
+            conn = backlog.popleft()
+            if not conn.closing and not conn.write_paused:
+                calls += self._serve(conn)
+            if conn.closing or conn.write_paused:
+                members.discard(conn)  # gone; or back (resume_writing) once it reads again
+            elif conn.inbox:
+                backlog.append(conn)
+            else:
+                members.discard(conn)
+                conn.release_input()
+        if calls:
+            self._reschedule()
+        if self._commits is not None:
+            self._commits.submit_soon()
+        self._flush()
+        if backlog and not self._stopping:
+            self._pump = self.loop.call_soon(self._pump_backlog)
+
+    def _serve(self, conn: Connection) -> int:
+        """Handle frames of ``conn.inbox`` for up to one slice; return how many were calls.
+        It stops early while the connection's answers are not being read."""
+        inbox = conn.inbox
+        if not inbox:
+            return 0
         tokens = structlog.contextvars.bind_contextvars(
             conn_id=conn.conn_id, client_id=conn.client_id
         )
         calls = 0
         now = self._now()  # one read, one instant: every frame in it arrived together
+        until = time.perf_counter() + self._slice_s
+        decode = conn.codec.decode
         try:
-            decode = conn.codec.decode
-            for body in bodies:
-                if conn.closing:
-                    return
+            while inbox and not conn.closing and not conn.write_paused:
+                body = inbox.popleft()
                 try:
                     frame = decode(body)
                 except msgspec.ValidationError as exc:
@@ -305,7 +367,7 @@ class CoordinatorServer:
                         f"frame body is not msgpack: {exc}",
                         event="bad_frame",
                     )
-                    return
+                    break
                 if type(frame) is Call:
                     if conn.handshaken:
                         self._call(conn, frame, now)
@@ -316,16 +378,16 @@ class CoordinatorServer:
                             "expected a handshake first",
                             event="handshake_failed",
                         )
-                        return
+                        break
                 elif type(frame) is Handshake:
                     self._handshake(conn, frame)
+                if len(conn.pending) >= _PASS_OUTPUT_BYTES or time.perf_counter() >= until:
+                    break
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
-            if calls:
-                self._reschedule()
-            if self._commits is not None:
-                self._commits.submit_soon()  # the changes of this pass, in one write
-            self._flush()
+        if conn.closing:
+            inbox.clear()
+        return calls
 
     def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
         correlation_id = conn.codec.correlation_id(body) if conn.handshaken else None
@@ -476,7 +538,7 @@ class CoordinatorServer:
                 conn.send(frame)
 
     def _reschedule(self, not_before: float | None = None) -> None:
-        if self._stopping:
+        if self._stopping or self._expiring:
             return
         try:
             deadline = self.core.next_deadline()
@@ -496,7 +558,19 @@ class CoordinatorServer:
             self._timer = self.loop.call_at(deadline / 1000 + _TIMER_SLACK_S, self._on_timer)
 
     def _on_timer(self) -> None:
+        """A deadline passed. Read what waits on the sockets before acting on it: after a
+        stall (a paused process, a slow disk, a long request) the heartbeats sent meanwhile
+        sit in the kernel's buffers, and an event loop runs its due timers before it polls.
+        Two hops through the ready queue put one poll in between on asyncio's loop and on
+        uvloop's alike."""
         self._timer = None
+        if self._stopping:
+            return
+        self._expiring = True  # _reschedule arms nothing until _expire has run
+        self.loop.call_soon(self.loop.call_soon, self._expire)
+
+    def _expire(self) -> None:
+        self._expiring = False
         self._deadline = None
         if self._stopping:
             return

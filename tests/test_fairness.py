@@ -1,0 +1,161 @@
+"""One client's burst of requests must not starve anyone else (issue 11, item 2).
+
+The attack: a group with 10,000 committed offsets, and one connection that sends hundreds of
+"fetch every offset of the group" requests in one write. Before, the server handled every frame
+of that read in one go; the loop was blocked for seconds, and a member of another group whose
+heartbeats queued up meanwhile was evicted. Now a connection's input is handled one slice
+(``input_slice_ms``) per loop pass, and the others get their turn in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import ClientCodec, FrameReader
+from huddle.protocol.messages import (
+    Call,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    TopicSpec,
+)
+from tests.helpers import (
+    RawClient,
+    raw_member,
+    wait_until,
+    within,
+)
+
+OFFSETS = 10_000
+FETCHES = 150
+HEARTBEAT_BOUND_S = 0.5  # a bystander's heartbeat is answered within this, attack or not
+
+
+async def _group_with_offsets(port: int, group_id: str) -> None:
+    admin = await RawClient.open(port)
+    await admin.handshake(client_id="admin")
+    created = await admin.call(
+        CreateTopicsRequest(topics=[TopicSpec(name="wide", partitions=OFFSETS)])
+    )
+    assert isinstance(created, CreateTopicsResponse), created
+    committed = await admin.call(
+        OffsetCommitRequest(
+            group_id=group_id,
+            topics=[
+                OffsetCommitTopic(
+                    name="wide",
+                    partitions=[
+                        OffsetCommitPartition(partition=p, offset=p) for p in range(OFFSETS)
+                    ],
+                )
+            ],
+        )
+    )
+    assert isinstance(committed, OffsetCommitResponse), committed
+    assert committed.error_code == ErrorCode.NONE, committed
+    await admin.close()
+
+
+def _burst(group_id: str, count: int) -> bytes:
+    """``count`` fetches of every offset of ``group_id``, as one write."""
+    codec = ClientCodec()
+    return b"".join(
+        codec.encode(Call(correlation_id=i, request=OffsetFetchRequest(group_id=group_id)))
+        for i in range(1, count + 1)
+    )
+
+
+async def _heartbeat_until(
+    client: RawClient, member_id: str, generation: int, done: asyncio.Event
+) -> list[float]:
+    """Heartbeat every 50 ms until ``done``; the round trip of each, in seconds. Every answer
+    must be NONE: the member is still in its group."""
+    request = HeartbeatRequest(group_id="calm", generation_id=generation, member_id=member_id)
+    round_trips = []
+    while not done.is_set():
+        sent = time.monotonic()
+        answer = await client.call(request)
+        round_trips.append(time.monotonic() - sent)
+        assert isinstance(answer, HeartbeatResponse), answer
+        assert answer.error_code == ErrorCode.NONE, answer
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 0.05)
+    return round_trips
+
+
+async def test_a_burst_of_large_requests_does_not_hold_up_another_groups_member(
+    server: CoordinatorServer,
+) -> None:
+    await _group_with_offsets(server.port, "big")
+    bystander, member_id, generation = await raw_member(server.port, "calm")
+    attacker = await RawClient.open(server.port)
+    await attacker.handshake(client_id="attacker")
+
+    done = asyncio.Event()
+    beats = asyncio.create_task(_heartbeat_until(bystander, member_id, generation, done))
+    await within(wait_until(lambda: bool(server.core.groups["calm"].members)))
+    attacker.writer.write(_burst("big", FETCHES))
+
+    replies = 0
+    frames = FrameReader()
+    deadline = time.monotonic() + 120
+    while replies < FETCHES:  # read the answers without decoding them (cheap for the test)
+        data = await asyncio.wait_for(attacker.reader.read(1 << 20), deadline - time.monotonic())
+        assert data, "the server closed the attacker's connection"
+        replies += len(frames.feed(data))
+    done.set()
+    round_trips = await within(beats)
+
+    assert len(round_trips) >= 3, "the attack ended before the bystander could heartbeat"
+    assert max(round_trips) < HEARTBEAT_BOUND_S, (
+        f"a heartbeat waited {max(round_trips):.3f} s behind another connection's requests"
+    )
+    await attacker.close()
+    await bystander.close()
+
+
+async def test_a_client_that_does_not_read_its_answers_is_not_served_past_its_buffer(
+    server: CoordinatorServer,
+) -> None:
+    """While a client leaves its answers unread, the server stops handling its requests (they
+    wait, nothing is lost) instead of building hundreds of megabytes of answers; the others
+    are served meanwhile. Once it reads, every request is answered."""
+    await _group_with_offsets(server.port, "big")
+    bystander, member_id, generation = await raw_member(server.port, "calm")
+    attacker = await RawClient.open(server.port)
+    await attacker.handshake(client_id="attacker")
+    conn = next(c for c in server._conns.values() if c.client_id == "attacker")
+
+    attacker.writer.write(_burst("big", FETCHES))
+    await within(wait_until(lambda: conn.write_paused))
+    one_answer = 10 * OFFSETS * 4  # generous: one "every offset" answer is ~300 KB
+    buffered = len(conn.pending) + (conn.transport.get_write_buffer_size() if conn.transport else 0)
+    assert buffered < 4 * 1024 * 1024 + one_answer, f"{buffered} bytes buffered for one client"
+    assert conn.inbox, "the requests not yet answered should be waiting, not dropped"
+
+    request = HeartbeatRequest(group_id="calm", generation_id=generation, member_id=member_id)
+    for _ in range(3):
+        answer = await bystander.call(request)
+        assert isinstance(answer, HeartbeatResponse), answer
+        assert answer.error_code == ErrorCode.NONE
+
+    replies = 0
+    frames = FrameReader()
+    deadline = time.monotonic() + 120
+    while replies < FETCHES:
+        data = await asyncio.wait_for(attacker.reader.read(1 << 20), deadline - time.monotonic())
+        assert data, "the server closed the attacker's connection"
+        replies += len(frames.feed(data))
+    assert replies == FETCHES
+    await attacker.close()
+    await bystander.close()

@@ -1,0 +1,121 @@
+"""A coordinator paused past its members' session timeout evicts nobody who kept
+heartbeating (issue 11, item 2).
+
+A process stopped with SIGSTOP and woken with SIGCONT returns from its ``epoll_wait`` with
+EINTR; both asyncio's loop and uvloop then run the timers that came due before they poll the
+sockets again. Before, every member was evicted the moment the coordinator resumed, although
+their heartbeats were waiting in its socket buffers. Now the coordinator reads what is waiting
+before it acts on a passed deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    Call,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Reply,
+)
+from tests.helpers import DEADLINE_S, raw_member
+
+pytestmark = pytest.mark.e2e
+
+SESSION_MS = 1_000
+
+
+@asynccontextmanager
+async def serve_process() -> AsyncIterator[
+    tuple[asyncio.subprocess.Process, int, list[dict[str, Any]]]
+]:
+    """``huddle serve`` (uvloop, as users run it) on a free port: (process, port, its log)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "huddle",
+        "serve",
+        "--port",
+        "0",
+        "--log-format",
+        "json",
+        "--min-session-timeout-ms",
+        "100",
+        "--initial-rebalance-delay-ms",
+        "0",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    events: list[dict[str, Any]] = []
+    listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def read_log() -> None:
+        assert process.stderr is not None
+        async for line in process.stderr:
+            event = json.loads(line)
+            events.append(event)
+            if event["event"] == "server_listening" and not listening.done():
+                listening.set_result(int(event["port"]))
+
+    reader = asyncio.create_task(read_log())
+    try:
+        port = await asyncio.wait_for(asyncio.shield(listening), DEADLINE_S)
+        yield process, port, events
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            await asyncio.wait_for(process.wait(), DEADLINE_S)
+        await asyncio.wait_for(reader, DEADLINE_S)
+
+
+async def test_members_that_kept_heartbeating_through_a_coordinator_pause_stay() -> None:
+    async with serve_process() as (process, port, events):
+        members = [
+            (f"g{i}", *await raw_member(port, f"g{i}", session_timeout_ms=SESSION_MS))
+            for i in range(3)
+        ]
+        os.kill(process.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        sent = 0
+        try:
+            # Each member heartbeats every 100 ms for twice its session timeout, as a live
+            # member does; the heartbeats wait in the paused coordinator's socket buffers.
+            while time.monotonic() < paused + 2 * SESSION_MS / 1000:
+                sent += 1
+                for group_id, client, member_id, generation in members:
+                    request = HeartbeatRequest(
+                        group_id=group_id, generation_id=generation, member_id=member_id
+                    )
+                    await client.send(Call(correlation_id=1_000 + sent, request=request))
+                await asyncio.sleep(SESSION_MS / 10_000)  # the members' heartbeat interval
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        for group_id, client, member_id, generation in members:
+            for _ in range(sent):
+                reply = await client.read_frame()
+                assert isinstance(reply, Reply), reply
+                assert isinstance(reply.response, HeartbeatResponse), reply
+                assert reply.response.error_code == ErrorCode.NONE, (group_id, reply)
+            described = await client.call(DescribeGroupsRequest(groups=[group_id]))
+            assert isinstance(described, DescribeGroupsResponse), described
+            (group,) = described.groups
+            assert (group.state, group.generation_id) == ("Stable", generation)
+            assert [m.member_id for m in group.members] == [member_id]
+            await client.close()
+        assert not [e for e in events if e["event"] == "member_removed"]
