@@ -13,6 +13,7 @@ import anyio
 import anyio.abc
 import pytest
 
+import huddle.client.member as member_module
 from huddle.chaos.proxy import fault_proxy
 from huddle.cli.admin import render_group
 from huddle.client import (
@@ -459,6 +460,23 @@ async def test_commits_are_fenced_and_fetched(bootstrap: str) -> None:
         await wait_settled([m], partitions(2))
         await m.commit({TP("t", 0): 10, TP("t", 1): 20})
         assert await m.committed([TP("t", 0), TP("t", 1)]) == {TP("t", 0): 10, TP("t", 1): 20}
+
+
+async def test_commits_and_fetches_larger_than_one_request_are_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The coordinator bounds the partitions one request may name; a member commits and
+    fetches any number of partitions, in requests within that bound."""
+    monkeypatch.setattr(member_module, "REQUEST_PARTITIONS", 3)
+    config = fast_server_config(group=replace(FAST_GROUP, max_request_partitions=4))
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with topic(bootstrap, 10), topic(bootstrap, 2, "u"), member(bootstrap) as m:
+            await wait_settled([m], partitions(10))
+            offsets = {TP("t", p): 100 + p for p in range(10)} | {TP("u", 1): 5}
+            await m.commit(offsets)
+            wanted = [*offsets, TP("u", 0), TP("t", 0)]
+            assert await m.committed(wanted) == offsets | {TP("u", 0): None}
 
 
 async def test_revoked_partitions_are_committed_before_the_rejoin(bootstrap: str) -> None:

@@ -190,3 +190,43 @@ def test_generation_minus_one_with_a_member_id_commits_to_an_empty_group() -> No
     d.form(2)  # not Empty any more: the id must be a member's
     assert d.commit(1, {("t", 0): 12}, member_id="left-over-id").error_code == E.UNKNOWN_MEMBER_ID
     assert fetched(d, t=[0]) == {("t", 0): 11}
+
+
+# --- bounded requests (issue 11, item 2) ------------------------------------------------
+
+
+def test_a_fetch_names_each_partition_once_however_often_it_is_asked_for() -> None:
+    """A fetch naming partition 0 many times gets one answer for it (its answer is not a
+    multiple of the request)."""
+    d = driver_with_topic()
+    d.commit(1, {("t", 0): 42})
+    request = OffsetFetchRequest(
+        group_id="g",
+        topics=[
+            OffsetFetchTopic(name="t", partitions=[0] * 500 + [2, 0]),
+            OffsetFetchTopic(name="t", partitions=[1, 0]),
+        ],
+    )
+    response = d.response(d.send(9, request))
+    assert isinstance(response, OffsetFetchResponse)
+    assert [(t.name, [(p.partition, p.offset) for p in t.partitions]) for t in response.topics] == [
+        ("t", [(0, 42), (2, -1), (1, -1)])
+    ]
+
+
+def test_requests_naming_more_partitions_than_the_limit_are_refused_whole() -> None:
+    d = Driver(max_request_partitions=3)
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=10)]))
+    refused = d.commit(1, {("t", p): p for p in range(4)})
+    assert refused.error_code == E.INVALID_REQUEST
+    assert "4 partitions in one request is over the limit of 3" in (refused.error_message or "")
+    assert "g" not in d.core.groups  # nothing of it was stored
+    assert d.commit(1, {("t", p): p for p in range(3)}).error_code == E.NONE
+    assert d.commit(1, {("t", 3): 3}).error_code == E.NONE
+
+    for topics in ([OffsetFetchTopic(name="t", partitions=[0, 0, 0, 0])], None):
+        response = d.response(d.send(9, OffsetFetchRequest(group_id="g", topics=topics)))
+        assert isinstance(response, OffsetFetchResponse)
+        assert response.error_code == E.INVALID_REQUEST, topics
+        assert response.topics == []
+    assert fetched(d, t=[0, 1, 2]) == {("t", 0): 0, ("t", 1): 1, ("t", 2): 2}

@@ -68,6 +68,8 @@ from huddle.protocol.messages import (
 log = structlog.get_logger("huddle.member")
 E = ErrorCode
 R = TypeVar("R", bound=Response)
+V = TypeVar("V")
+REQUEST_PARTITIONS = 10_000  # partitions per offset commit or fetch request, at most
 
 
 class Member:
@@ -231,56 +233,67 @@ class Member:
     ) -> None:
         """Commit offsets in the member's current generation. Raises CommitFailedError if
         the member is no longer in that generation (its partitions are then lost), and
-        the registered HuddleError for other refusals (e.g. REBALANCE_IN_PROGRESS)."""
+        the registered HuddleError for other refusals (e.g. REBALANCE_IN_PROGRESS).
+
+        More than ``REQUEST_PARTITIONS`` offsets go in several requests, one after another
+        (a coordinator bounds the partitions one request may name)."""
         conn = self._require_connection()
         core = self._core
-        by_topic: dict[str, list[OffsetCommitPartition]] = {}
-        for tp, offset in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitPartition(partition=tp.partition, offset=offset, metadata=metadata)
-            )
         generation = core.current
-        request = OffsetCommitRequest(
-            group_id=core.config.group_id,
-            generation_id=generation.id,
-            member_id=core.member_id,
-            group_instance_id=core.config.instance_id,
-            topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
-        )
-        sent = _now_ms()
-        response = await self._request(conn, request, OffsetCommitResponse, loaded=True)
-        if response.error_code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
-            message = response.error_message or ""
-            code = to_code(response.error_code)
-            self._post(FellOut(code, message, generation))
-            raise CommitFailedError(code, message)
-        if response.error_code != E.NONE:
-            raise_for(response.error_code, response.error_message)
-        self._timer.answered(sent)
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code != E.NONE:
-                    raise_for(p.error_code, f"{topic.name}-{p.partition}")
+        for chunk in _by_topic(list(offsets.items()), REQUEST_PARTITIONS):
+            request = OffsetCommitRequest(
+                group_id=core.config.group_id,
+                generation_id=generation.id,
+                member_id=core.member_id,
+                group_instance_id=core.config.instance_id,
+                topics=[
+                    OffsetCommitTopic(
+                        name=topic,
+                        partitions=[
+                            OffsetCommitPartition(partition=p, offset=offset, metadata=metadata)
+                            for p, offset in partitions
+                        ],
+                    )
+                    for topic, partitions in chunk.items()
+                ],
+            )
+            sent = _now_ms()
+            response = await self._request(conn, request, OffsetCommitResponse, loaded=True)
+            if response.error_code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
+                message = response.error_message or ""
+                code = to_code(response.error_code)
+                self._post(FellOut(code, message, generation))
+                raise CommitFailedError(code, message)
+            if response.error_code != E.NONE:
+                raise_for(response.error_code, response.error_message)
+            self._timer.answered(sent)
+            for topic in response.topics:
+                for p in topic.partitions:
+                    if p.error_code != E.NONE:
+                        raise_for(p.error_code, f"{topic.name}-{p.partition}")
 
     async def committed(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int | None]:
-        """The committed offset of each partition, None where nothing is committed."""
+        """The committed offset of each partition, None where nothing is committed (in
+        requests of at most ``REQUEST_PARTITIONS`` partitions)."""
         conn = self._require_connection()
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = OffsetFetchRequest(
-            group_id=self._core.config.group_id,
-            topics=[OffsetFetchTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
-        )
-        response = await self._request(conn, request, OffsetFetchResponse, loaded=True)
-        raise_for(response.error_code, response.error_message)
-        return {
-            TopicPartition(t.name, p.partition): (p.offset if p.offset >= 0 else None)
-            for t in response.topics
-            for p in t.partitions
-        }
+        found: dict[TopicPartition, int | None] = {}
+        wanted = [(tp, None) for tp in dict.fromkeys(partitions)]
+        for chunk in _by_topic(wanted, REQUEST_PARTITIONS):
+            request = OffsetFetchRequest(
+                group_id=self._core.config.group_id,
+                topics=[
+                    OffsetFetchTopic(name=t, partitions=[p for p, _ in ps])
+                    for t, ps in chunk.items()
+                ],
+            )
+            response = await self._request(conn, request, OffsetFetchResponse, loaded=True)
+            raise_for(response.error_code, response.error_message)
+            for t in response.topics:
+                for p in t.partitions:
+                    found[TopicPartition(t.name, p.partition)] = p.offset if p.offset >= 0 else None
+        return found
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -774,3 +787,14 @@ def _first_error(exc: BaseException) -> BaseException:
 def _now_ms() -> float:
     """The runtime's clock for the core: the event loop's, in milliseconds."""
     return anyio.current_time() * 1000
+
+
+def _by_topic(
+    items: list[tuple[TopicPartition, V]], size: int
+) -> Iterator[dict[str, list[tuple[int, V]]]]:
+    """``items`` grouped by topic, in chunks of at most ``size`` partitions."""
+    for start in range(0, max(len(items), 1), size):  # nothing: one empty request
+        chunk: dict[str, list[tuple[int, V]]] = {}
+        for tp, value in items[start : start + size]:
+            chunk.setdefault(tp.topic, []).append((tp.partition, value))
+        yield chunk

@@ -70,7 +70,11 @@ class Coordinator:
         self.topics = TopicRegistry(self.config.max_partitions)
         self.changes: list[Record] = []  # since take_changes(): what to keep across restarts
         self.offsets = Offsets(
-            self.membership, self.topics, self.config.offset_metadata_max_bytes, self.changes
+            self.membership,
+            self.topics,
+            self.config.offset_metadata_max_bytes,
+            self.changes,
+            self.config.max_request_partitions,
         )
 
     @property

@@ -36,14 +36,24 @@ class Offsets:
         topics: TopicRegistry,
         metadata_max: int,
         changes: list[Record],
+        request_max: int = 20_000,
     ) -> None:
         self.membership = membership
         self.topics = topics
         self.metadata_max = metadata_max
+        self.request_max = request_max  # partitions one request may name
         self.changes = changes  # what to keep across restarts (see coordinator.records)
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
+        named = sum(len(topic.partitions) for topic in req.topics)
+        if named > self.request_max:
+            too_many = self._too_many(named, "commit them in smaller requests")
+            fx.reply(
+                waiter,
+                OffsetCommitResponse(error_code=too_many.code, error_message=too_many.message),
+            )
+            return
         group, error = self._check_commit(fx, peer, req)
         if error is not None:
             fx.reply(
@@ -123,27 +133,48 @@ class Offsets:
         return group, None
 
     def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:
+        """The committed offsets asked for (each partition once, in the order first asked),
+        or every committed offset of the group. A request naming more partitions than a
+        request may (or asking for all of a group that has more) is refused: its answer
+        would hold the loop, and everyone else, up."""
+        waiter = (peer.conn_id, cid)
         group = self.membership.groups.get(req.group_id)
         offsets = group.offsets if group is not None else {}
         topics: dict[str, list[FetchedOffset]] = {}
         if req.topics is None:
+            if len(offsets) > self.request_max:
+                too_many = self._too_many(len(offsets), "fetch them by partition instead")
+                fx.reply(waiter, _fetch_refused(too_many))
+                return
             for (name, partition), (offset, metadata) in sorted(offsets.items()):
                 topics.setdefault(name, []).append(
                     FetchedOffset(partition=partition, offset=offset, metadata=metadata)
                 )
         else:
+            named = sum(len(topic.partitions) for topic in req.topics)
+            if named > self.request_max:
+                fx.reply(waiter, _fetch_refused(self._too_many(named, "ask in smaller requests")))
+                return
+            wanted: dict[str, dict[int, None]] = {}
             for topic in req.topics:
-                fetched = topics.setdefault(topic.name, [])
-                for partition in topic.partitions:
-                    offset, metadata = offsets.get((topic.name, partition), (-1, None))
-                    fetched.append(
-                        FetchedOffset(partition=partition, offset=offset, metadata=metadata)
-                    )
+                wanted.setdefault(topic.name, {}).update(dict.fromkeys(topic.partitions))
+            for name, partitions in wanted.items():
+                topics[name] = [
+                    FetchedOffset(partition=partition, offset=offset, metadata=metadata)
+                    for partition in partitions
+                    for offset, metadata in (offsets.get((name, partition), (-1, None)),)
+                ]
         fx.reply(
-            (peer.conn_id, cid),
+            waiter,
             OffsetFetchResponse(
                 topics=[OffsetFetchTopicResult(name=n, partitions=ps) for n, ps in topics.items()]
             ),
+        )
+
+    def _too_many(self, named: int, advice: str) -> Refusal:
+        return Refusal(
+            E.INVALID_REQUEST,
+            f"{named} partitions in one request is over the limit of {self.request_max}; {advice}",
         )
 
     def restore(self, record: OffsetRecord) -> None:
@@ -161,3 +192,7 @@ class Offsets:
             for key in doomed:
                 del group.offsets[key]
             self.membership.collect(group)
+
+
+def _fetch_refused(error: Refusal) -> OffsetFetchResponse:
+    return OffsetFetchResponse(error_code=error.code, error_message=error.message)
