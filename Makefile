@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.members
 	$(BIN)/python -m bench.assignors
 	$(BIN)/python -m bench.journal
+	$(BIN)/python -m bench.fairness
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
 
