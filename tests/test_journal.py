@@ -197,6 +197,26 @@ def test_compaction_keeps_the_state_and_shrinks_the_journal(
     again.close()
 
 
+def test_restarts_do_not_put_compaction_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coordinator restarted before its journal reached the compaction threshold must still
+    compact it once it is due: restarting used to double the threshold every time (490,001
+    records for a 2-record state after 5 restarts)."""
+    monkeypatch.setattr(journal_module, "COMPACT_MIN_RECORDS", 10)
+    state: list[Record] = [TopicRecord("t", 1), OffsetRecord("g", "t", 0, 0)]
+    offset = 0
+    for batch in (9, 8, 16, 32):  # each stops just short of where the old code compacted
+        j = Journal.open(tmp_path)
+        for _ in range(batch):
+            offset += 1
+            state[1] = OffsetRecord("g", "t", 0, offset)
+            assert j.keep([state[1]], lambda: len(state), lambda: list(state))
+        j.close()
+    assert len(_read_back(tmp_path)) < 10, "65 records for a 2-record state: not compacted"
+    assert _read_back(tmp_path)[-1] == state[1]
+
+
 def test_a_failed_write_is_reported_not_acknowledged(tmp_path: Path) -> None:
     j = Journal.open(tmp_path)
     j.close()

@@ -105,7 +105,10 @@ class Journal:
         self._end = decoded.valid_bytes
         self.records = decoded.records
         self.written = len(decoded.records)
-        self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
+        # The state it holds is not known yet: ask at the first write past the minimum (a
+        # threshold derived from what was read would grow with every restart, and a
+        # coordinator restarted often would never compact).
+        self._compact_at = COMPACT_MIN_RECORDS
         log.info("journal_opened", path=str(path), records=self.written)
 
     def append(self, records: Sequence[Record]) -> None:
@@ -164,7 +167,7 @@ class Journal:
 
     def postpone_compaction(self, state_size: int) -> None:
         """Not before the journal is COMPACT_FACTOR times a state of this size."""
-        self._compact_at = COMPACT_FACTOR * state_size
+        self._compact_at = max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size)
 
     def due(self, state_size: int) -> bool:
         """Whether the journal has grown enough past a state of ``state_size`` records."""
