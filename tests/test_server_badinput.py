@@ -21,6 +21,9 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     Call,
     CreateTopicsRequest,
+    CreateTopicsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     ErrorResponse,
     Handshake,
     HandshakeResult,
@@ -380,6 +383,63 @@ async def test_client_that_does_not_read_is_dropped(
         raw.writer.close()
     assert any(e["event"] == "write_buffer_overflow" for e in logs)
     assert_clean(logs, caplog)
+
+
+async def test_the_write_buffer_limit_is_checked_as_answers_are_queued(
+    logs: list[EventDict], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that reads nothing is dropped once what waits for it passes the limit, not
+    after a whole batch of answers many times the limit was built (181 MB against 1 MiB)."""
+    limit = 256 * 1024
+    config = fast_server_config(max_write_buffer_bytes=limit)
+    async with running_server(config) as server, well_behaved(server) as good:
+        topics = [TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(1_000)]
+        await good.request(CreateTopicsRequest(topics=topics), timeout=10)
+        answer = len(msgspec.msgpack.encode(await good.request(ListTopicsRequest())))
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        call = frame(msgspec.msgpack.encode(Call(correlation_id=1, request=ListTopicsRequest())))
+        raw.writer.write(call * 200)  # 200 answers of ~30 KB, never read
+        await wait_until(lambda: server.connection_count == 1, what="the non-reader to be dropped")
+        raw.writer.close()
+    (overflow,) = [e for e in logs if e["event"] == "write_buffer_overflow"]
+    assert overflow["buffered_bytes"] <= limit + answer + 64 * 1024, overflow
+    assert_clean(logs, caplog)
+
+
+async def test_an_answer_over_the_response_limit_is_an_error_and_the_connection_goes_on(
+    logs: list[EventDict],
+) -> None:
+    config = fast_server_config(max_response_bytes=20_000)
+    async with running_server(config) as server:
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        for start in range(0, 1_000, 100):  # answers within the limit
+            topics = [
+                TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(start, start + 100)
+            ]
+            created = await raw.call(CreateTopicsRequest(topics=topics))
+            assert isinstance(created, CreateTopicsResponse), created
+        too_large = await raw.call(ListTopicsRequest())
+        assert isinstance(too_large, ErrorResponse), too_large
+        assert too_large.error_code == ErrorCode.MESSAGE_TOO_LARGE
+        assert "over the limit of 20000" in (too_large.error_message or "")
+        small = await raw.call(ListTopicsRequest(topics=["topic-0001"]))
+        assert isinstance(small, ListTopicsResponse), small
+        assert [t.name for t in small.topics] == ["topic-0001"]
+        await raw.close()
+    assert [e["response"] for e in logs if e["event"] == "response_too_large"] == [
+        "ListTopicsResponse"
+    ]
+
+
+async def test_describing_one_group_many_times_answers_it_once(server: CoordinatorServer) -> None:
+    raw = await RawClient.open(server.port)
+    await raw.handshake()
+    described = await raw.call(DescribeGroupsRequest(groups=["g"] * 40 + ["h", "g"]))
+    assert isinstance(described, DescribeGroupsResponse), described
+    assert [g.group_id for g in described.groups] == ["g", "h"]
+    await raw.close()
 
 
 async def test_bad_input_from_many_clients_at_once(

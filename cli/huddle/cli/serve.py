@@ -100,6 +100,13 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "push RebalanceStarted notices so members rejoin at once (default on)",
     ),
     ServeFlag("max-frame-bytes", "int", _S, "max_frame_bytes", "largest frame accepted"),
+    ServeFlag(
+        "max-response-bytes",
+        "int",
+        _S,
+        "max_response_bytes",
+        "largest answer sent; a request whose answer is larger gets MESSAGE_TOO_LARGE",
+    ),
     ServeFlag("max-connections", "int", _S, "max_connections", "connections accepted at once"),
     ServeFlag(
         "handshake-timeout-ms",

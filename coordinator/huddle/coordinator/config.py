@@ -49,6 +49,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 9292
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES  # a larger answer becomes an error
     max_connections: int = 10_000
     handshake_timeout_ms: int = 10_000  # a connection must say hello within this
     stalled_frame_timeout_ms: int = 30_000  # a frame begun must be finished within this

@@ -19,11 +19,13 @@ import structlog
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.effects import Peer
 from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
-from huddle.protocol.framing import FrameReader, ServerCodec
+from huddle.protocol.framing import HEADER_SIZE, FrameReader, ServerCodec
 from huddle.protocol.messages import (
     PROTOCOL_VERSION,
+    ErrorResponse,
     Message,
     ProtocolError,
+    Reply,
     ServerFrame,
     unknown_to,
 )
@@ -31,6 +33,7 @@ from huddle.protocol.messages import (
 log = structlog.get_logger("huddle.server")
 
 _DEFAULT_HIGH_WATER: Final = 64 * 1024
+_CHECK_BUFFER_FROM: Final = 64 * 1024  # queued bytes past which each send checks the limit
 
 
 class ConnectionHost(Protocol):
@@ -215,9 +218,51 @@ class Connection(asyncio.Protocol):
         if self.withheld and type(frame) in self.withheld:
             self.log.debug("frame_withheld", frame=type(frame).__name__, version=self.version)
             return
-        if not self.pending:
+        pending = self.pending
+        if not pending:
             self.server.flush_later(self)
-        self.codec.encode_into(frame, self.pending)
+        start = len(pending)
+        self.codec.encode_into(frame, pending)
+        size = len(pending) - start - HEADER_SIZE
+        config = self.server.config
+        if size > config.max_response_bytes:
+            del pending[start:]
+            self._too_large(frame, size, config.max_response_bytes)
+        if len(pending) > _CHECK_BUFFER_FROM and not self.closing:
+            self._check_buffer(len(pending))
+
+    def _too_large(self, frame: ServerFrame, size: int, limit: int) -> None:
+        """An answer larger than any client takes: the caller gets an error saying so; a
+        notice that large is not sent (logged)."""
+        kind = type(frame).__name__
+        if type(frame) is not Reply:
+            self.log.warning("notice_too_large", frame=kind, size=size, limit=limit)
+            return
+        kind = type(frame.response).__name__
+        self.log.warning("response_too_large", response=kind, size=size, limit=limit)
+        self.codec.encode_into(
+            Reply(
+                correlation_id=frame.correlation_id,
+                response=ErrorResponse(
+                    error_code=ErrorCode.MESSAGE_TOO_LARGE,
+                    error_message=(
+                        f"the answer would be {size} bytes, over the limit of {limit} "
+                        "(--max-response-bytes); ask for less in one request"
+                    ),
+                ),
+            ),
+            self.pending,
+        )
+
+    def _check_buffer(self, queued: int) -> None:
+        """Whether what waits for the client, queued here and in the transport, is over the
+        write buffer limit: then the client is not reading, and is dropped."""
+        transport = self.transport
+        buffered = queued + (transport.get_write_buffer_size() if transport is not None else 0)
+        limit = self.server.config.max_write_buffer_bytes
+        if buffered > limit:
+            self.log.warning("write_buffer_overflow", buffered_bytes=buffered, limit=limit)
+            self.abort(f"write buffer over {limit} bytes: the client is not reading")
 
     def flush(self) -> None:
         """One write (one syscall) for every frame queued since the last flush."""
@@ -227,11 +272,7 @@ class Connection(asyncio.Protocol):
         self.pending = bytearray()
         transport.write(pending)
         if self.write_paused:
-            size = transport.get_write_buffer_size()
-            limit = self.server.config.max_write_buffer_bytes
-            if size > limit:
-                self.log.warning("write_buffer_overflow", buffered_bytes=size, limit=limit)
-                self.abort(f"write buffer over {limit} bytes: the client is not reading")
+            self._check_buffer(0)
 
     def fail(self, code: ErrorCode, message: str, *, event: str, **details: object) -> None:
         """Log a warning, tell the client why in a ProtocolError, then close."""

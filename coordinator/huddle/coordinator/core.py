@@ -243,7 +243,7 @@ class Coordinator:
 
     def _describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
         described = []
-        for group_id in request.groups:
+        for group_id in dict.fromkeys(request.groups):  # each group once
             group = self.groups.get(group_id)
             if group is None:
                 described.append(
