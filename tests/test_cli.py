@@ -20,7 +20,15 @@ from huddle.cli import main, parse_args
 from huddle.cli.admin import DEFAULT_BOOTSTRAP, bootstrap_of
 from huddle.cli.serve import SERVE_FLAGS, serve_settings
 from huddle.cli.usage import UsageError
+from huddle.client.connection import connect
 from huddle.coordinator.config import GroupConfig, ServerConfig
+from huddle.protocol.messages import (
+    CreateTopicsRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    TopicSpec,
+)
 
 HUDDLE = Path(sys.executable).with_name("huddle")
 CLI_TIMEOUT_S = 30.0
@@ -220,6 +228,29 @@ async def test_admin_commands(bootstrap: str, capsys: pytest.CaptureFixture[str]
     code, _, err = await huddle("groups", "describe", "nope")
     assert code == 1
     assert err.endswith("(GROUP_ID_NOT_FOUND)\n")
+
+
+async def test_names_from_clients_are_shown_escaped(
+    bootstrap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A group id with ESC and RLO characters must not drive the operator's terminal."""
+    hostile = "g\x1b[31m\u202etxt.exe"
+    async with connect(bootstrap) as conn:
+        await conn.request(CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+        offset = OffsetCommitPartition(partition=0, offset=1)
+        await conn.request(  # an Empty group that only stores offsets
+            OffsetCommitRequest(
+                group_id=hostile, topics=[OffsetCommitTopic(name="t", partitions=[offset])]
+            ),
+            timeout=10,
+        )
+        for argv in (["groups", "list"], ["groups", "describe", hostile]):
+            code = await asyncio.to_thread(main, [*argv, "--bootstrap", bootstrap], {})
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            assert "\x1b" not in out
+            assert "\u202e" not in out
+            assert "g\\x1b[31m\\u202etxt.exe" in out
 
 
 # --- huddle serve as a process --------------------------------------------------------------

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from huddle.logs import configure_logging, parse_level
+from huddle.logs import LogFormat, configure_logging, parse_level, printable
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +106,34 @@ def test_bad_level_and_format() -> None:
     with pytest.raises(ValueError, match="unknown log format"):
         configure_logging("xml", stream=io.StringIO())  # type: ignore[arg-type]
     assert parse_level("WARNING") == logging.WARNING
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_client_strings_are_escaped_and_cut_in_log_lines(fmt: LogFormat) -> None:
+    """Ids and names come from clients: a log line shows them with control characters and
+    bidirectional overrides escaped, and cut (a 10 MiB client id once wrote 147 MB of log
+    from one join)."""
+    out = io.StringIO()
+    configure_logging(fmt, stream=out)
+    hostile = "evil\x1b[2J\u202egnp.exe\n"
+    with structlog.contextvars.bound_contextvars(client_id="c" * 10_000_000):
+        structlog.get_logger("huddle.test").info(
+            "member_added", group_id=hostile, topics=[hostile, "t"], count=3
+        )
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "\u202e" not in text
+    assert text.count("\n") == 1, "one line"
+    assert len(text) < 2_000
+    if fmt == "json":
+        (event,) = lines(out)
+        assert event["group_id"] == "evil\\x1b[2J\\u202egnp.exe\\n"
+        assert event["topics"] == ["evil\\x1b[2J\\u202egnp.exe\\n", "t"]
+        assert event["client_id"] == "c" * 256 + "…(9999744 more characters)"
+        assert event["count"] == 3
+
+
+def test_printable_leaves_ordinary_text_alone() -> None:
+    assert printable("orders-1 ümlaut 日本") == "orders-1 ümlaut 日本"
+    assert printable("a\tb") == "a\\tb"
+    assert printable("abcdef", 3) == "abc…(3 more characters)"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -316,3 +316,14 @@ def test_an_unexpected_heartbeat_error_fails_that_heartbeat_only(number: int) ->
     assert c.state is MemberState.STABLE
     assert c.owned == {TP("t", 0), TP("t", 1)}
     assert c.generation == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("group_id", "g" * 256), ("instance_id", "i" * 250), ("client_id", "c" * 256)],
+)
+def test_ids_over_the_coordinators_bounds_are_refused_at_once(field: str, value: str) -> None:
+    """The coordinator would refuse every request; the member says so when it is made."""
+    settings: dict[str, Any] = {"group_id": "g", "topics": ["t"], field: value}
+    with pytest.raises(ValueError, match="characters, over"):
+        MemberConfig(**settings)

@@ -27,6 +27,7 @@ from huddle.protocol.messages import (
     ErrorResponse,
     Handshake,
     HandshakeResult,
+    JoinGroupResponse,
     ListTopicsRequest,
     ListTopicsResponse,
     ProtocolError,
@@ -39,6 +40,7 @@ from tests.helpers import (
     error_events,
     fast_server_config,
     frame,
+    join_request,
     packed,
     running_server,
     wait_until,
@@ -464,3 +466,43 @@ async def test_bad_input_from_many_clients_at_once(
     async with well_behaved(server):
         await within(asyncio.gather(*(bad(p) for p in payloads * 20)), wait_s=60)
     assert_clean(logs, caplog)
+
+
+async def test_a_huge_client_id_is_refused_at_the_handshake(
+    server: CoordinatorServer, logs: list[EventDict]
+) -> None:
+    raw = await RawClient.open(server.port)
+    await raw.send(Handshake(version=1, client_id="c" * 10 * 1024 * 1024))
+    error = single_protocol_error(await raw.frames_until_closed(), ErrorCode.INVALID_REQUEST)
+    assert "length <= 255" in error.error_message
+    assert "client_id" in error.error_message
+    assert max(len(str(e)) for e in logs) < 2_000, "the id is not copied into the log"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("group_id", "g" * 256),
+        ("member_id", "m" * 513),
+        ("group_instance_id", "i" * 250),
+        ("protocol_type", "p" * 256),
+        ("reason", "r" * 256),
+    ],
+)
+async def test_ids_over_their_bounds_are_invalid_requests(
+    server: CoordinatorServer, field: str, value: str
+) -> None:
+    raw = await RawClient.open(server.port)
+    await raw.handshake()
+    request = msgspec.structs.replace(join_request(), **{field: value})
+    refused = await raw.call(request)
+    assert isinstance(refused, ErrorResponse), refused
+    assert refused.error_code == ErrorCode.INVALID_REQUEST
+    assert f"$.request.{field}" in (refused.error_message or "")
+    bound = {"group_id": "g" * 255, "group_instance_id": "i" * 249}  # at the bound: accepted
+    if field in bound:
+        request = msgspec.structs.replace(join_request(), **{field: bound[field]})
+        joined = await raw.call(request)
+        assert isinstance(joined, JoinGroupResponse), joined
+        assert joined.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED), joined
+    await raw.close()

@@ -55,6 +55,37 @@ def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventD
     return event_dict
 
 
+LOGGED_CHARS = 256  # a string value longer than this is cut in a log line
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` safe to show on a terminal or in a log line: characters that are not
+    printable (control characters such as ESC, bidirectional overrides such as RLO, line
+    separators) escaped as in Python's ``repr``; cut to ``limit`` characters, saying how
+    many more there were."""
+    cut = ""
+    if limit is not None and len(text) > limit:
+        cut = f"…({len(text) - limit} more characters)"
+        text = text[:limit]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text + cut
+
+
+def _printable_values(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Every string value (also inside lists and tuples) of an event made ``printable``
+    and cut to LOGGED_CHARS: ids and names come from clients."""
+    for key, value in event_dict.items():
+        if type(value) is str:
+            if len(value) > LOGGED_CHARS or not value.isprintable():
+                event_dict[key] = printable(value, LOGGED_CHARS)
+        elif type(value) in (list, tuple) and not all(
+            type(v) is not str or (len(v) <= LOGGED_CHARS and v.isprintable()) for v in value
+        ):
+            event_dict[key] = [printable(v, LOGGED_CHARS) if type(v) is str else v for v in value]
+    return event_dict
+
+
 def parse_level(level: str) -> int:
     """The numeric level for a name such as ``info``; ValueError for an unknown name."""
     try:
@@ -95,6 +126,7 @@ def configure_logging(
         processors=[
             *shared,
             _add_logger_name,
+            _printable_values,
             structlog.processors.StackInfoRenderer(),
             *tail,
         ],

@@ -21,6 +21,7 @@ from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin
 from huddle.client.connection import ConnectionClosedError, connect, parse_bootstrap
 from huddle.client.describe import GroupView, compact
+from huddle.logs import printable
 from huddle.protocol.errors import ServerError, error_name
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
@@ -94,10 +95,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         else:
             output = anyio.run(run_admin_command, args, bootstrap, timeout)
     except ServerError as exc:
-        print(f"huddle: {exc.message} ({error_name(exc.error_code)})", file=sys.stderr)
+        message = printable(exc.message)
+        print(f"huddle: {message} ({error_name(exc.error_code)})", file=sys.stderr)
         return 1
     except ConnectionClosedError as exc:
-        print(f"huddle: connection to {bootstrap} closed: {exc.message}", file=sys.stderr)
+        closed = printable(exc.message)
+        print(f"huddle: connection to {bootstrap} closed: {closed}", file=sys.stderr)
         return 1
     except TimeoutError:
         print(f"huddle: no answer from {bootstrap} within {timeout:g} s", file=sys.stderr)
@@ -132,7 +135,10 @@ async def _ping(bootstrap: str, wait_s: float) -> str:
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Left-aligned columns separated by two spaces; trailing spaces trimmed."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [
+        [printable(str(h)) for h in headers],
+        *[[printable(str(c)) for c in row] for row in rows],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

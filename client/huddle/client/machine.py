@@ -34,6 +34,9 @@ from huddle.protocol.embedded import (
 )
 from huddle.protocol.errors import ErrorCode, to_code
 from huddle.protocol.messages import (
+    MAX_CLIENT_ID,
+    MAX_GROUP_ID,
+    MAX_INSTANCE_ID,
     NO_GENERATION,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -113,6 +116,16 @@ class MemberConfig:
     heartbeat_interval_ms: int = 1_000
     rebalance_timeout_ms: int = 30_000
     client_id: str = "huddle-member"
+
+    def __post_init__(self) -> None:
+        bounds = (
+            ("group id", self.group_id, MAX_GROUP_ID),
+            ("group instance id", self.instance_id or "", MAX_INSTANCE_ID),
+            ("client id", self.client_id, MAX_CLIENT_ID),
+        )
+        for what, value, bound in bounds:
+            if len(value) > bound:
+                raise ValueError(f"the {what} has {len(value)} characters, over {bound}")
 
 
 def choose_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:

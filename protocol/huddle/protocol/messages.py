@@ -19,13 +19,34 @@ version or a later one; a client skips (and logs) a notice type it does not know
 
 from __future__ import annotations
 
-from msgspec import Struct, field
+from typing import Annotated
+
+from msgspec import Meta, Struct, field
 
 from huddle.protocol.errors import ErrorCode
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 NO_GENERATION = -1
+
+# Bounds on the names and ids a client sends (a frame over them is INVALID_REQUEST, naming
+# the field). Kafka's own: 249 characters for topic names and group instance ids; the others
+# are bounded so that an id copied into member ids, answers and log lines stays small.
+MAX_GROUP_ID = 255
+MAX_CLIENT_ID = 255
+MAX_MEMBER_ID = 512  # generated ones are the client id, "-", and a UUID
+MAX_INSTANCE_ID = 249
+MAX_PROTOCOL_NAME = 255  # protocol types and embedded protocol names
+MAX_REASON = 255
+MAX_TOPIC_NAME_ON_WIRE = 1_024  # a topic name over 249 is refused per topic, saying why
+
+GroupId = Annotated[str, Meta(max_length=MAX_GROUP_ID)]
+ClientId = Annotated[str, Meta(max_length=MAX_CLIENT_ID)]
+MemberId = Annotated[str, Meta(max_length=MAX_MEMBER_ID)]
+InstanceId = Annotated[str, Meta(max_length=MAX_INSTANCE_ID)]
+ProtocolName = Annotated[str, Meta(max_length=MAX_PROTOCOL_NAME)]
+Reason = Annotated[str, Meta(max_length=MAX_REASON)]
+TopicName = Annotated[str, Meta(max_length=MAX_TOPIC_NAME_ON_WIRE)]
 
 
 class Message(Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -37,7 +58,7 @@ class Message(Struct, frozen=True, kw_only=True, tag_field="type"):
 
 class Handshake(Message, tag="handshake", frozen=True, kw_only=True):
     version: int
-    client_id: str = ""
+    client_id: ClientId = ""
 
 
 class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True):
@@ -57,19 +78,19 @@ class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True
 class Protocol(Struct, frozen=True, kw_only=True):
     """One embedded protocol a member supports, with its member metadata."""
 
-    name: str
+    name: ProtocolName
     metadata: bytes = b""
 
 
 class JoinGroupRequest(Message, tag="join_group", frozen=True, kw_only=True):
-    group_id: str
-    member_id: str = ""
-    group_instance_id: str | None = None
-    protocol_type: str
+    group_id: GroupId
+    member_id: MemberId = ""
+    group_instance_id: InstanceId | None = None
+    protocol_type: ProtocolName
     protocols: list[Protocol]
     session_timeout_ms: int
     rebalance_timeout_ms: int = -1
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 class JoinGroupMember(Struct, frozen=True, kw_only=True):
@@ -91,17 +112,17 @@ class JoinGroupResponse(Message, tag="join_group_response", frozen=True, kw_only
 
 
 class SyncGroupAssignment(Struct, frozen=True, kw_only=True):
-    member_id: str
+    member_id: MemberId
     assignment: bytes = b""
 
 
 class SyncGroupRequest(Message, tag="sync_group", frozen=True, kw_only=True):
-    group_id: str
+    group_id: GroupId
     generation_id: int
-    member_id: str
-    group_instance_id: str | None = None
-    protocol_type: str | None = None
-    protocol_name: str | None = None
+    member_id: MemberId
+    group_instance_id: InstanceId | None = None
+    protocol_type: ProtocolName | None = None
+    protocol_name: ProtocolName | None = None
     assignments: list[SyncGroupAssignment] = field(default_factory=list)
 
 
@@ -114,10 +135,10 @@ class SyncGroupResponse(Message, tag="sync_group_response", frozen=True, kw_only
 
 
 class HeartbeatRequest(Message, tag="heartbeat", frozen=True, kw_only=True):
-    group_id: str
+    group_id: GroupId
     generation_id: int
-    member_id: str
-    group_instance_id: str | None = None
+    member_id: MemberId
+    group_instance_id: InstanceId | None = None
 
 
 class HeartbeatResponse(Message, tag="heartbeat_response", frozen=True, kw_only=True):
@@ -128,13 +149,13 @@ class HeartbeatResponse(Message, tag="heartbeat_response", frozen=True, kw_only=
 class MemberIdentity(Struct, frozen=True, kw_only=True):
     """A member to remove: by member id, or (static members) by instance id with member id ""."""
 
-    member_id: str = ""
-    group_instance_id: str | None = None
-    reason: str | None = None
+    member_id: MemberId = ""
+    group_instance_id: InstanceId | None = None
+    reason: Reason | None = None
 
 
 class LeaveGroupRequest(Message, tag="leave_group", frozen=True, kw_only=True):
-    group_id: str
+    group_id: GroupId
     members: list[MemberIdentity]
 
 
@@ -160,15 +181,15 @@ class OffsetCommitPartition(Struct, frozen=True, kw_only=True):
 
 
 class OffsetCommitTopic(Struct, frozen=True, kw_only=True):
-    name: str
+    name: TopicName
     partitions: list[OffsetCommitPartition]
 
 
 class OffsetCommitRequest(Message, tag="offset_commit", frozen=True, kw_only=True):
-    group_id: str
+    group_id: GroupId
     generation_id: int = NO_GENERATION
-    member_id: str = ""
-    group_instance_id: str | None = None
+    member_id: MemberId = ""
+    group_instance_id: InstanceId | None = None
     topics: list[OffsetCommitTopic]
 
 
@@ -191,12 +212,12 @@ class OffsetCommitResponse(Message, tag="offset_commit_response", frozen=True, k
 
 
 class OffsetFetchTopic(Struct, frozen=True, kw_only=True):
-    name: str
+    name: TopicName
     partitions: list[int]
 
 
 class OffsetFetchRequest(Message, tag="offset_fetch", frozen=True, kw_only=True):
-    group_id: str
+    group_id: GroupId
     topics: list[OffsetFetchTopic] | None = None  # None: every committed offset of the group
 
 
@@ -222,7 +243,7 @@ class OffsetFetchResponse(Message, tag="offset_fetch_response", frozen=True, kw_
 
 
 class TopicSpec(Struct, frozen=True, kw_only=True):
-    name: str
+    name: TopicName
     partitions: int
 
 
@@ -255,7 +276,7 @@ class AlterTopicsResponse(Message, tag="alter_topics_response", frozen=True, kw_
 
 
 class DeleteTopicsRequest(Message, tag="delete_topics", frozen=True, kw_only=True):
-    topics: list[str]
+    topics: list[TopicName]
 
 
 class DeleteTopicsResponse(Message, tag="delete_topics_response", frozen=True, kw_only=True):
@@ -271,7 +292,7 @@ class TopicMetadata(Struct, frozen=True, kw_only=True):
 
 
 class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
-    topics: list[str] | None = None  # None: every topic
+    topics: list[TopicName] | None = None  # None: every topic
 
 
 class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_only=True):
@@ -284,7 +305,7 @@ class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_on
 
 
 class DescribeGroupsRequest(Message, tag="describe_groups", frozen=True, kw_only=True):
-    groups: list[str]
+    groups: list[GroupId]
 
 
 class DescribedMember(Struct, frozen=True, kw_only=True):
@@ -315,7 +336,7 @@ class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=Tru
 
 
 class ListGroupsRequest(Message, tag="list_groups", frozen=True, kw_only=True):
-    states: list[str] | None = None  # None: every state
+    states: list[Annotated[str, Meta(max_length=64)]] | None = None  # None: every state
 
 
 class ListedGroup(Struct, frozen=True, kw_only=True):
