@@ -44,6 +44,34 @@ def test_session_timeout_outside_bounds_is_rejected() -> None:
     assert "g" not in d.core.groups
 
 
+def test_a_rebalance_timeout_over_the_bound_is_rejected() -> None:
+    """One member cannot hold its group's join phase for ever (2**64 - 1 ms was accepted)."""
+    d = Driver(max_rebalance_timeout_ms=60_000)
+    for rebalance_ms in (60_001, 2**63 - 1):
+        response = d.join_response(d.join(1, rebalance_ms=rebalance_ms))
+        assert response.error_code == E.INVALID_SESSION_TIMEOUT
+        assert f"rebalance timeout {rebalance_ms} ms" in (response.error_message or "")
+    assert "g" not in d.core.groups
+    assert d.join_response(d.join(1, rebalance_ms=60_000)).error_code == E.MEMBER_ID_REQUIRED
+
+
+def test_one_connection_holds_a_bounded_number_of_members() -> None:
+    """One connection once kept 20,000 held joins, and so 20,000 groups, alive."""
+    d = Driver(max_members_per_connection=2)
+    first = d.join_response(d.join(1, group="a"))
+    second = d.join_response(d.join(1, group="b"))
+    assert (first.error_code, second.error_code) == (E.MEMBER_ID_REQUIRED,) * 2
+    refused = d.join_response(d.join(1, group="c"))
+    assert refused.error_code == E.INVALID_REQUEST
+    assert "holds 2 members" in (refused.error_message or "")
+    assert "c" not in d.core.groups
+    # the members it has go on; another connection is not affected
+    assert d.join_response(d.join(1, first.member_id, group="a")).error_code == E.NONE
+    assert d.join_response(d.join(2, group="c")).error_code == E.MEMBER_ID_REQUIRED
+    d.leave(1, first.member_id, group="a")
+    assert d.join_response(d.join(1, group="c")).error_code == E.MEMBER_ID_REQUIRED
+
+
 def test_empty_group_id_is_invalid() -> None:
     d = Driver()
     assert d.join_response(d.join(1, group="")).error_code == E.INVALID_GROUP_ID

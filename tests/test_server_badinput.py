@@ -18,6 +18,7 @@ from structlog.typing import EventDict
 from huddle.client.connection import Connection, connect
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import ClientCodec
 from huddle.protocol.messages import (
     Call,
     CreateTopicsRequest,
@@ -42,6 +43,7 @@ from tests.helpers import (
     frame,
     join_request,
     packed,
+    raw_member,
     running_server,
     wait_until,
     within,
@@ -506,3 +508,50 @@ async def test_ids_over_their_bounds_are_invalid_requests(
         assert isinstance(joined, JoinGroupResponse), joined
         assert joined.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED), joined
     await raw.close()
+
+
+async def test_idle_connections_holding_no_member_are_closed(logs: list[EventDict]) -> None:
+    """Handshaken idle connections could hold every --max-connections slot for ever."""
+    async with running_server(fast_server_config(idle_timeout_ms=300)) as server:
+        member, _, _ = await raw_member(server.port, "g", session_timeout_ms=10_000)
+        assert member is not None
+        member_conn = next(c for c in server._conns.values() if c.client_id == "raw-g")
+        for _ in range(2):  # idle twice in a row: the member's connection outlives both
+            idle = await RawClient.open(server.port)
+            await idle.handshake(client_id="idle")
+            assert await idle.frames_until_closed() == []  # closed, without an error frame
+            await idle.close()
+        assert not member_conn.closing
+        assert server.connection_count == 1
+    idled = [e for e in logs if e["event"] == "connection_idle"]
+    assert len(idled) == 2
+    assert all(e["idle_ms"] >= 300 for e in idled)
+
+
+async def test_unfinished_frames_are_bounded_over_all_connections(
+    logs: list[EventDict],
+) -> None:
+    """Stalled partial frames could each hold up to --max-frame-bytes for the stalled-frame
+    timeout; the bytes held for them over all connections are bounded."""
+    topics = [TopicSpec(name=f"topic-{i:05}", partitions=1) for i in range(3_000)]
+    whole = ClientCodec().encode(Call(correlation_id=7, request=CreateTopicsRequest(topics=topics)))
+    assert 50_000 < len(whole) < 100_000
+    async with running_server(fast_server_config(max_partial_frame_bytes=120_000)) as server:
+        first, second = await RawClient.open(server.port), await RawClient.open(server.port)
+        for client in (first, second):
+            await client.handshake()
+        await first.send_bytes(whole[:-1])
+        await wait_until(lambda: server.partial_bytes == len(whole) - 1, what="the first frame")
+        await second.send_bytes(whole[:-1])
+        error = single_protocol_error(
+            await second.frames_until_closed(), ErrorCode.COORDINATOR_NOT_AVAILABLE
+        )
+        assert "unfinished frames" in error.error_message
+        await second.close()
+        await first.send_bytes(whole[-1:])  # the first finishes its frame and is answered
+        reply = await first.read_frame()
+        assert isinstance(reply, Reply), reply
+        assert isinstance(reply.response, CreateTopicsResponse), reply
+        assert server.partial_bytes == 0
+        await first.close()
+    assert any(e["event"] == "partial_frames_over_limit" for e in logs)

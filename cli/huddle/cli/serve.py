@@ -64,6 +64,20 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ),
     ServeFlag("max-group-size", "int", _G, "max_group_size", "members per group, 0: no limit"),
     ServeFlag(
+        "max-rebalance-timeout-ms",
+        "int",
+        _G,
+        "max_rebalance_timeout_ms",
+        "a JoinGroup with a longer rebalance timeout gets INVALID_SESSION_TIMEOUT",
+    ),
+    ServeFlag(
+        "max-members-per-connection",
+        "int",
+        _G,
+        "max_members_per_connection",
+        "members and member ids one connection may hold",
+    ),
+    ServeFlag(
         "new-member-join-timeout-ms",
         "int",
         _G,
@@ -135,6 +149,20 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         _S,
         "input_slice_ms",
         "handle one connection's requests this long, then let the others have their turn",
+    ),
+    ServeFlag(
+        "idle-timeout-ms",
+        "int",
+        _S,
+        "idle_timeout_ms",
+        "close a connection that holds no member and has sent nothing for this long",
+    ),
+    ServeFlag(
+        "max-partial-frame-bytes",
+        "int",
+        _S,
+        "max_partial_frame_bytes",
+        "bytes of unfinished frames held over all connections; past it a connection is refused",
     ),
     ServeFlag(
         "shutdown-timeout-ms",

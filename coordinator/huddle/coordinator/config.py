@@ -13,12 +13,14 @@ class GroupConfig:
 
     min_session_timeout_ms: int = 6_000
     max_session_timeout_ms: int = 1_800_000
+    max_rebalance_timeout_ms: int = 1_800_000  # a member may hold a join phase this long
     initial_rebalance_delay_ms: int = 3_000
     max_group_size: int = 0  # 0: unlimited
     new_member_join_timeout_ms: int = 300_000
     offset_metadata_max_bytes: int = 4_096
     max_partitions: int = 1_000_000  # per topic
     max_request_partitions: int = 20_000  # partitions one OffsetCommit/OffsetFetch may name
+    max_members_per_connection: int = 1_000  # members (and member ids handed out) per conn
     # Beyond Kafka, both on by default:
     rebalance_notices: bool = True  # push RebalanceStarted so members rejoin at once
     disconnect_grace_ms: int = 500  # <0 disables; dynamic members gone this long are removed
@@ -36,6 +38,10 @@ class GroupConfig:
             problems.append("max partitions must be positive")
         if self.max_request_partitions < 1:
             problems.append("max request partitions must be positive")
+        if self.max_members_per_connection < 1:
+            problems.append("max members per connection must be positive")
+        if self.max_rebalance_timeout_ms < 1:
+            problems.append("max rebalance timeout must be positive")
         if self.new_member_join_timeout_ms < 1:
             problems.append("new member join timeout must be positive")
         if problems:
@@ -55,6 +61,8 @@ class ServerConfig:
     stalled_frame_timeout_ms: int = 30_000  # a frame begun must be finished within this
     max_write_buffer_bytes: int = 64 * 1024 * 1024  # a client that never reads is dropped
     input_slice_ms: int = 5  # one connection's frames are handled this long, then others go
+    idle_timeout_ms: int = 600_000  # a connection holding no member and silent this long closes
+    max_partial_frame_bytes: int = 256 * 1024 * 1024  # unfinished frames, all connections
     shutdown_timeout_ms: int = 5_000
     data_dir: str = ""  # keep topics and committed offsets here; "": in memory only
     fsync: bool = False  # force every kept change to disk before answering

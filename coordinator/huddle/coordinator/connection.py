@@ -62,6 +62,10 @@ class ConnectionHost(Protocol):
     def watch(self, conn: Connection, watched: bool) -> None:
         """Whether the connection is to be watched for a stalled handshake or frame."""
 
+    def partial_frame(self, conn: Connection, change: int) -> bool:
+        """The bytes of the connection's unfinished frame changed by ``change``; False if
+        the server holds too many such bytes to take this connection's."""
+
     def flush_later(self, conn: Connection) -> None:
         """The connection has frames queued: flush it at the end of this event."""
 
@@ -79,9 +83,11 @@ class Connection(asyncio.Protocol):
         "handshaken",
         "host",
         "inbox",
+        "last_active",
         "linger",
         "log",
         "opened_at",
+        "partial",
         "peer",
         "pending",
         "reader",
@@ -114,6 +120,8 @@ class Connection(asyncio.Protocol):
         self.pending = bytearray()  # encoded frames not yet written
         self.inbox: deque[bytes] = deque()  # whole frame bodies read and not yet handled
         self.reading = True  # False while reading is paused (backlog or a full write buffer)
+        self.last_active = 0.0  # loop time of the last read
+        self.partial = 0  # bytes of an unfinished frame, as counted by the server
         self.log = log.bind(conn_id=conn_id)
 
     # --- asyncio.Protocol -------------------------------------------------------------
@@ -139,11 +147,17 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         server = self.server
+        reader = self.reader
+        self.last_active = server.loop.time()
         try:
-            bodies = self.reader.feed(data)
+            bodies = reader.feed(data)
         except (MessageTooLargeError, CorruptMessageError) as exc:
             self.fail(exc.code, exc.message, event="bad_frame")
             return
+        if reader.buffered != self.partial:
+            change, self.partial = reader.buffered - self.partial, reader.buffered
+            if not server.partial_frame(self, change):
+                return
         if bodies:
             self.inbox.extend(bodies)
             server.frames_received(self)
@@ -280,18 +294,33 @@ class Connection(asyncio.Protocol):
             return
         self.log.warning(event, error_code=code.name, error_message=message, **details)
         self.send(ProtocolError(error_code=code, error_message=message))
-        self.close(f"{code.name}: {message}")
+        self.close(f"{code.name}: {message}", drain=True)
 
-    def close(self, reason: str) -> None:
-        """Close after flushing what is buffered; abort if that takes too long."""
+    def close(self, reason: str, *, drain: bool = False) -> None:
+        """Close after flushing what is buffered; abort if that takes too long.
+
+        With ``drain`` (the peer is still sending what we will not read), only our side is
+        shut, and what arrives meanwhile is read and dropped until the peer closes too:
+        closing a socket with unread input resets it, and the reset can overtake the
+        ProtocolError that says why."""
         if self.closing or self.transport is None:
             return
         self.flush()
         self.closing = True
         self.close_reason = reason
+        self.inbox.clear()
+        if self.partial:  # what it began will not be read: the server no longer holds it
+            self.server.partial_frame(self, -self.partial)
+            self.partial = 0
         self.server.watch(self, False)
         transport = self.transport
-        transport.close()
+        if drain and transport.can_write_eof():
+            transport.write_eof()
+            if not self.reading:
+                self.reading = True
+                transport.resume_reading()
+        else:
+            transport.close()
         linger = self.server.config.shutdown_timeout_ms / 1000
         self.linger = self.server.loop.call_later(linger, transport.abort)
 

@@ -24,7 +24,7 @@ class Joining(Rebalancing):
 
     def join(self, fx: Effects, conn: Peer, cid: int, req: JoinGroupRequest) -> None:
         waiter = (conn.conn_id, cid)
-        refusal = self._check_join_request(req)
+        refusal = self._check_join_request(req) or self._check_connection(conn, req)
         if refusal is not None:
             fx.reply(waiter, join_error(refusal.code, refusal.message, req.member_id))
             return
@@ -64,6 +64,12 @@ class Joining(Rebalancing):
                 f"session timeout {req.session_timeout_ms} ms is outside "
                 f"[{cfg.min_session_timeout_ms}, {cfg.max_session_timeout_ms}]",
             )
+        if req.rebalance_timeout_ms > cfg.max_rebalance_timeout_ms:
+            return Refusal(  # as Kafka's code for a timeout out of the broker's range
+                E.INVALID_SESSION_TIMEOUT,
+                f"rebalance timeout {req.rebalance_timeout_ms} ms is over the most allowed, "
+                f"{cfg.max_rebalance_timeout_ms} ms",
+            )
         if not req.protocol_type or not req.protocols:
             return Refusal(
                 E.INCONSISTENT_GROUP_PROTOCOL, "protocol type and protocols must not be empty"
@@ -74,6 +80,21 @@ class Joining(Rebalancing):
         if req.group_instance_id == "":
             return Refusal(E.INVALID_REQUEST, "group instance id must be null or non-empty")
         return None
+
+    def _check_connection(self, conn: Peer, req: JoinGroupRequest) -> Refusal | None:
+        """A new member from a connection that holds as many as one may is refused: one
+        connection cannot keep thousands of held joins (and so groups) alive."""
+        if req.member_id:
+            return None  # known (or pending) already: counted
+        limit = self.config.max_members_per_connection
+        held = len(self.by_conn.get(conn.conn_id, ()))
+        if held < limit:
+            return None
+        return Refusal(
+            E.INVALID_REQUEST,
+            f"this connection holds {held} members and member ids, the most one may; "
+            "use another connection",
+        )
 
     def _accepts(self, group: Group, member_id: str) -> bool:
         limit = self.config.max_group_size

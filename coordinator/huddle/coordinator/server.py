@@ -86,6 +86,8 @@ class CoordinatorServer:
         self._backlog_set: set[Connection] = set()
         self._pump: asyncio.Handle | None = None
         self._slice_s = config.input_slice_ms / 1000
+        self.partial_bytes = 0  # of unfinished frames, over every connection
+        self._idle_sweeper: asyncio.TimerHandle | None = None
         self._next_conn_id = 1
         self._timer: asyncio.TimerHandle | None = None
         self._deadline: float | None = None
@@ -143,6 +145,7 @@ class CoordinatorServer:
             finally:
                 self.loading = False
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
+        self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
         log.info("server_listening", host=cfg.host, port=self.port)
 
     async def _load(self, data_dir: str, fsync: bool) -> None:
@@ -177,10 +180,10 @@ class CoordinatorServer:
         log.info("server_stopping", connections=len(self._conns))
         if self._server is not None:
             self._server.close()
-        for handle in (self._timer, self._sweeper):
+        for handle in (self._timer, self._sweeper, self._idle_sweeper):
             if handle is not None:
                 handle.cancel()
-        self._timer = self._sweeper = None
+        self._timer = self._sweeper = self._idle_sweeper = None
         stuck = False
         if self._commits is not None:  # what was accepted is kept and answered first
             try:
@@ -261,7 +264,7 @@ class CoordinatorServer:
             )
             return
         self._conns[conn.conn_id] = conn
-        conn.opened_at = self.loop.time()
+        conn.opened_at = conn.last_active = self.loop.time()
         self._watch.add(conn)
         conn.log.info("connection_opened", connections=len(self._conns))
 
@@ -274,8 +277,23 @@ class CoordinatorServer:
     def flush_later(self, conn: Connection) -> None:
         self._dirty.append(conn)
 
+    def partial_frame(self, conn: Connection, change: int) -> bool:
+        self.partial_bytes += change
+        limit = self.config.max_partial_frame_bytes
+        if change <= 0 or self.partial_bytes <= limit:
+            return True
+        conn.fail(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"the coordinator holds {self.partial_bytes} bytes of unfinished frames, over its "
+            f"limit of {limit}; send frames whole, or later",
+            event="partial_frames_over_limit",
+        )
+        return False
+
     def connection_lost(self, conn: Connection) -> None:
         self._watch.discard(conn)
+        self.partial_bytes -= conn.partial
+        conn.partial = 0
         if self._conns.pop(conn.conn_id, None) is None:
             return  # refused at the door: never registered, the core never saw it
         conn.log.info("connection_closed", reason=conn.close_reason)
@@ -607,6 +625,29 @@ class CoordinatorServer:
                     event="bad_frame",
                 )
         self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
+
+    def _sweep_idle(self) -> None:
+        """Close connections that hold no member and have sent nothing for the idle timeout
+        (as Kafka's connections.max.idle.ms): idle connections cannot hold every slot."""
+        cfg = self.config
+        now = self.loop.time()
+        idle_s = cfg.idle_timeout_ms / 1000
+        holding = self.core.membership.by_conn
+        for conn in list(self._conns.values()):
+            if (
+                conn.handshaken
+                and not conn.closing
+                and now - conn.last_active > idle_s
+                and conn.conn_id not in holding
+                and not conn.inbox
+            ):
+                conn.log.info("connection_idle", idle_ms=int((now - conn.last_active) * 1000))
+                conn.close(f"idle for over {cfg.idle_timeout_ms} ms, holding no member")
+        self._idle_sweeper = self.loop.call_later(_idle_interval(cfg), self._sweep_idle)
+
+
+def _idle_interval(config: ServerConfig) -> float:
+    return min(max(config.idle_timeout_ms / 1000 / 10, _SWEEP_MIN_S), 10.0)
 
 
 def _not_kept(correlation_id: int) -> Reply:

@@ -36,6 +36,11 @@ class FrameReader:
         self._max = max_frame_bytes
 
     @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished frame held."""
+        return len(self._buffer)
+
+    @property
     def mid_frame(self) -> bool:
         """True while part of a frame (header or body) is buffered."""
         return bool(self._buffer)
