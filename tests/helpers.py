@@ -8,6 +8,9 @@ with a fast group configuration, on the test's own event loop.
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -224,3 +227,52 @@ async def raw_member(
     assert isinstance(synced, SyncGroupResponse), synced
     assert synced.error_code == ErrorCode.NONE, synced
     return client, joined.member_id, joined.generation_id
+
+
+@asynccontextmanager
+async def serve_process(
+    *flags: str, preexec_fn: Callable[[], None] | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, list[dict[str, Any]]]]:
+    """``huddle serve`` (uvloop, as users run it) on a free port, with fast group rules and
+    ``flags``: (process, port, its log events, read as they come)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "huddle",
+        "serve",
+        "--port",
+        "0",
+        "--log-format",
+        "json",
+        "--min-session-timeout-ms",
+        "100",
+        "--initial-rebalance-delay-ms",
+        "0",
+        *flags,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=preexec_fn,
+    )
+    assert process.stderr is not None
+    events: list[dict[str, Any]] = []
+    listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def read_log() -> None:
+        assert process.stderr is not None
+        async for line in process.stderr:
+            event = json.loads(line)
+            events.append(event)
+            if event["event"] == "server_listening" and not listening.done():
+                listening.set_result(int(event["port"]))
+
+    reader = asyncio.create_task(read_log())
+    try:
+        port = await asyncio.wait_for(asyncio.shield(listening), DEADLINE_S)
+        yield process, port, events
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            await asyncio.wait_for(process.wait(), DEADLINE_S)
+        await asyncio.wait_for(reader, DEADLINE_S)

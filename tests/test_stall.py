@@ -11,14 +11,9 @@ before it acts on a passed deadline.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 
@@ -31,57 +26,11 @@ from huddle.protocol.messages import (
     HeartbeatResponse,
     Reply,
 )
-from tests.helpers import DEADLINE_S, raw_member
+from tests.helpers import raw_member, serve_process
 
 pytestmark = pytest.mark.e2e
 
 SESSION_MS = 1_000
-
-
-@asynccontextmanager
-async def serve_process() -> AsyncIterator[
-    tuple[asyncio.subprocess.Process, int, list[dict[str, Any]]]
-]:
-    """``huddle serve`` (uvloop, as users run it) on a free port: (process, port, its log)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "huddle",
-        "serve",
-        "--port",
-        "0",
-        "--log-format",
-        "json",
-        "--min-session-timeout-ms",
-        "100",
-        "--initial-rebalance-delay-ms",
-        "0",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    events: list[dict[str, Any]] = []
-    listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-    async def read_log() -> None:
-        assert process.stderr is not None
-        async for line in process.stderr:
-            event = json.loads(line)
-            events.append(event)
-            if event["event"] == "server_listening" and not listening.done():
-                listening.set_result(int(event["port"]))
-
-    reader = asyncio.create_task(read_log())
-    try:
-        port = await asyncio.wait_for(asyncio.shield(listening), DEADLINE_S)
-        yield process, port, events
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-            await asyncio.wait_for(process.wait(), DEADLINE_S)
-        await asyncio.wait_for(reader, DEADLINE_S)
 
 
 async def test_members_that_kept_heartbeating_through_a_coordinator_pause_stay() -> None:

@@ -288,13 +288,16 @@ class Connection(asyncio.Protocol):
         if self.write_paused:
             self._check_buffer(0)
 
-    def fail(self, code: ErrorCode, message: str, *, event: str, **details: object) -> None:
-        """Log a warning, tell the client why in a ProtocolError, then close."""
+    def fail(
+        self, code: ErrorCode, message: str, *, event: str, drain: bool = True, **details: object
+    ) -> None:
+        """Log a warning, tell the client why in a ProtocolError, then close (by default
+        reading and dropping what the client still sends, see ``close``)."""
         if self.closing:
             return
         self.log.warning(event, error_code=code.name, error_message=message, **details)
         self.send(ProtocolError(error_code=code, error_message=message))
-        self.close(f"{code.name}: {message}", drain=True)
+        self.close(f"{code.name}: {message}", drain=drain)
 
     def close(self, reason: str, *, drain: bool = False) -> None:
         """Close after flushing what is buffered; abort if that takes too long.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import socket
 import time
@@ -48,6 +49,41 @@ _SWEEP_MIN_S: Final = 0.02
 _SWEEP_MAX_S: Final = 1.0
 _ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
 _PASS_OUTPUT_BYTES: Final = 1024 * 1024  # answers queued for one connection before it yields
+
+
+FD_RESERVE: Final = 32  # descriptors kept for all but connections (journal, stdio, refusing)
+
+
+def raise_fd_limit() -> None:
+    """Raise this process's soft limit on open files to its hard limit (a coordinator holds
+    one per connection; the common soft limit of 1,024 is below the default
+    --max-connections)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as exc:  # pragma: no cover - the hard limit is allowed
+        log.warning("fd_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+        return
+    log.info("fd_limit_raised", soft=hard, was=soft)
+
+
+def connections_allowed(wanted: int) -> int:
+    """``wanted``, or fewer if the open-file limit could not hold that many connections (a
+    warning says so): past the limit a connection cannot even be refused with a reason."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or wanted + FD_RESERVE <= soft:
+        return wanted
+    allowed = max(soft - FD_RESERVE, 1)
+    log.warning(
+        "max_connections_over_fd_limit",
+        max_connections=wanted,
+        fd_limit=soft,
+        allowed=allowed,
+        hint="raise the open-file limit (ulimit -n, or the container's nofile ulimit)",
+    )
+    return allowed
 
 
 class ListenError(HuddleError):
@@ -98,6 +134,7 @@ class CoordinatorServer:
         self._all_gone: asyncio.Event | None = None
         self.port = config.port
         self.host = config.host
+        self.max_connections = config.max_connections  # lowered to what the fd limit allows
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -115,6 +152,7 @@ class CoordinatorServer:
         if self._loop is not None:
             raise RuntimeError("the server is already started")
         self._loop = asyncio.get_running_loop()
+        self.max_connections = connections_allowed(self.config.max_connections)
         self._closed = asyncio.Event()
         self._all_gone = asyncio.Event()
         cfg = self.config
@@ -248,19 +286,23 @@ class CoordinatorServer:
         return Connection(self, conn_id)
 
     def connection_made(self, conn: Connection) -> None:
-        limit = self.config.max_connections
+        # Refused at the door: closed at once (not drained), so a flood of refused
+        # connections does not hold the file descriptors kept for refusing them.
         if self._stopping:
             conn.fail(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 "the coordinator is shutting down",
                 event="connection_refused",
+                drain=False,
             )
             return
+        limit = self.max_connections
         if len(self._conns) >= limit:
             conn.fail(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 f"connection limit of {limit} reached",
                 event="connection_refused",
+                drain=False,
             )
             return
         self._conns[conn.conn_id] = conn
@@ -674,6 +716,7 @@ async def serve(
     """
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
+    raise_fd_limit()
     server = CoordinatorServer(config, core=core)
     await server.start()
     installed: list[signal.Signals] = []
