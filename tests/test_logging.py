@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -137,3 +138,23 @@ def test_printable_leaves_ordinary_text_alone() -> None:
     assert printable("orders-1 ümlaut 日本") == "orders-1 ümlaut 日本"
     assert printable("a\tb") == "a\\tb"
     assert printable("abcdef", 3) == "abc…(3 more characters)"
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_tracebacks_carry_no_local_variables(fmt: LogFormat) -> None:
+    """A traceback's local variables would put what a client sent into the log."""
+    out = io.StringIO()
+    configure_logging(fmt, stream=out)
+
+    def handle(body: bytes) -> None:
+        raise ValueError("cannot handle it")
+
+    secret = os.urandom(16).hex()
+    try:
+        handle(secret.encode())
+    except ValueError:
+        structlog.get_logger("huddle.test").exception("core_failed")
+    text = out.getvalue()
+    assert "cannot handle it" in text
+    assert "handle" in text  # the frames are there
+    assert secret not in text

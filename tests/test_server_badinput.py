@@ -108,6 +108,39 @@ async def test_body_that_is_not_msgpack(
     assert_clean(logs, caplog)
 
 
+DEEPLY_NESTED = b"\x81\xa1a" * 100_000 + b"\xc0"  # {"a": {"a": ... }} 100,000 deep
+TAG_NOT_UTF8 = b"\x82\xa4type\xa4\xff\xfe\xfd\xfc\xa7version\x01"
+VALUE_NOT_UTF8 = b"\x83\xa4type\xa9handshake\xa7version\x01\xa9client_id\xa2\xff\xfe"
+
+
+@pytest.mark.parametrize("handshaken", [True, False], ids=["handshaken", "first-frame"])
+@pytest.mark.parametrize(
+    "body",
+    [DEEPLY_NESTED, TAG_NOT_UTF8, VALUE_NOT_UTF8],
+    ids=["nested-too-deep", "tag-not-utf8", "value-not-utf8"],
+)
+async def test_bodies_the_decoder_chokes_on_are_corrupt_messages(
+    server: CoordinatorServer,
+    logs: list[EventDict],
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+    handshaken: bool,
+) -> None:
+    """Deep nesting (RecursionError) and invalid UTF-8 (UnicodeDecodeError) escaped the
+    decode handling: the connection closed without a ProtocolError and an ERROR traceback
+    holding the client's bytes was logged."""
+    async with well_behaved(server):
+        raw = await RawClient.open(server.port)
+        if handshaken:
+            await raw.handshake()
+        await raw.send_bytes(frame(body))
+        error = single_protocol_error(await raw.frames_until_closed(), ErrorCode.CORRUPT_MESSAGE)
+        assert "MessagePack data" in error.error_message
+        await raw.close()
+    assert_clean(logs, caplog)
+    assert max(len(repr(e)) for e in logs) < 2_000, "no client bytes in the logs"
+
+
 async def test_oversized_frame(logs: list[EventDict], caplog: pytest.LogCaptureFixture) -> None:
     config = fast_server_config(max_frame_bytes=1_024)
     async with running_server(config) as server, well_behaved(server):

@@ -18,6 +18,7 @@ import sys
 from typing import Any, Literal, TextIO
 
 import structlog
+import structlog.tracebacks
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 LogFormat = Literal["auto", "json", "console"]
@@ -115,12 +116,18 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: Processor
+    # Tracebacks without local variables: they would hold what clients sent.
     if console:
-        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=out.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
         tail: list[Processor] = [structlog.dev.set_exc_info, renderer]
     else:
         renderer = structlog.processors.JSONRenderer(default=repr)
-        tail = [structlog.processors.dict_tracebacks, renderer]
+        tracebacks = structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        )
+        tail = [tracebacks, renderer]
 
     structlog.configure(
         processors=[

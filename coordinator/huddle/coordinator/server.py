@@ -428,6 +428,13 @@ class CoordinatorServer:
                         event="bad_frame",
                     )
                     break
+                except Exception as exc:  # anything else the decoder raises on hostile input
+                    conn.fail(
+                        ErrorCode.CORRUPT_MESSAGE,
+                        f"frame body cannot be read ({type(exc).__name__})",
+                        event="bad_frame",
+                    )
+                    break
                 if type(frame) is Call:
                     if conn.handshaken:
                         self._call(conn, frame, now)

@@ -18,6 +18,9 @@ HEADER_SIZE = 4
 _HEADER = struct.Struct(">I")
 _NO_HEADER = bytes(HEADER_SIZE)
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+# What msgspec raises, besides its own errors, for some malformed input.
+_UNREADABLE: tuple[type[Exception], ...] = (RecursionError, UnicodeDecodeError)
+_NOT_READ: tuple[type[Exception], ...] = (msgspec.MsgspecError, *_UNREADABLE)
 
 
 def frame_header(length: int) -> bytes:
@@ -86,14 +89,14 @@ class _Codec:
         """The correlation id of a call or reply whose content did not validate, if readable."""
         try:
             return self._call_id.decode(body).correlation_id
-        except msgspec.MsgspecError:
+        except _NOT_READ:
             return None
 
     def tag(self, body: bytes) -> str | None:
         """The ``type`` of a frame body that did not validate, if it can be read."""
         try:
             return self._tagged.decode(body).type
-        except msgspec.MsgspecError:
+        except _NOT_READ:
             return None
 
     def encode(self, message: Message) -> bytes:
@@ -119,8 +122,12 @@ class ServerCodec(_Codec):
         self._decoder: msgspec.msgpack.Decoder[ClientFrame] = msgspec.msgpack.Decoder(ClientFrame)
 
     def decode(self, body: bytes) -> ClientFrame:
-        """Raises msgspec.DecodeError (not msgpack) or msgspec.ValidationError (wrong shape)."""
-        return self._decoder.decode(body)
+        """Raises msgspec.DecodeError (not msgpack, nested too deeply, a string that is not
+        UTF-8) or msgspec.ValidationError (wrong shape)."""
+        try:
+            return self._decoder.decode(body)
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from None
 
 
 class ClientCodec(_Codec):
@@ -133,4 +140,14 @@ class ClientCodec(_Codec):
         self._decoder: msgspec.msgpack.Decoder[ServerFrame] = msgspec.msgpack.Decoder(ServerFrame)
 
     def decode(self, body: bytes) -> ServerFrame:
-        return self._decoder.decode(body)
+        """Raises as ``ServerCodec.decode`` does."""
+        try:
+            return self._decoder.decode(body)
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from None
+
+
+def _unreadable(exc: Exception) -> msgspec.DecodeError:
+    if isinstance(exc, RecursionError):
+        return msgspec.DecodeError("MessagePack data is nested too deeply")
+    return msgspec.DecodeError("MessagePack data holds a string that is not valid UTF-8")
