@@ -172,6 +172,30 @@ def test_a_second_coordinator_cannot_use_the_same_directory(tmp_path: Path) -> N
     Journal.open(tmp_path).close()  # free again
 
 
+def test_deleting_files_in_the_directory_does_not_break_the_lock(tmp_path: Path) -> None:
+    """The lock was a separate file: deleting it let a second coordinator start on the same
+    directory, and the two overwrote each other's records (4 acknowledged partitions lost)."""
+    first = Journal.open(tmp_path)
+    first.append(RECORDS)
+    for leftover in tmp_path.iterdir():
+        leftover.unlink()
+    with pytest.raises(DataDirError, match="in use by another coordinator"):
+        Journal.open(tmp_path)
+    first.close()
+    Journal.open(tmp_path).close()  # free again
+
+
+def test_what_a_killed_compaction_left_is_removed_at_open(tmp_path: Path) -> None:
+    j = Journal.open(tmp_path)
+    j.append(RECORDS)
+    j.close()
+    (tmp_path / (JOURNAL + ".tmp")).write_bytes(b"half a snapshot")
+    again = Journal.open(tmp_path)
+    assert again.records == RECORDS
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL]
+    again.close()
+
+
 def test_an_unusable_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -1,9 +1,11 @@
 """The coordinator's data directory: a journal of records (``huddle.coordinator.records``).
 
-``Journal.open(directory)`` takes an exclusive lock (a second coordinator on the same
-directory is refused) and reads ``journal.bin`` back. A torn tail (what a crash in the
-middle of a write leaves) is cut off and logged; damage with intact records after it is
-not something a crash does, and the coordinator refuses to start rather than drop them.
+``Journal.open(directory)`` takes an exclusive lock on the directory itself (a second
+coordinator on the same directory is refused, whatever was deleted inside it), removes what
+a compaction or repair killed halfway left behind, and reads ``journal.bin`` back. A torn
+tail (what a crash in the middle of a write leaves) is cut off and logged; damage with
+intact records after it is not something a crash does, and the coordinator refuses to start
+rather than drop them.
 
 ``append`` writes a batch of records with ``os.pwrite`` before the coordinator answers the
 requests that made them (``huddle.coordinator.group_commit`` runs it on a writer thread):
@@ -34,7 +36,6 @@ from huddle.protocol.errors import HuddleError
 log = structlog.get_logger("huddle.journal")
 
 JOURNAL: Final = "journal.bin"
-LOCK: Final = "lock"
 COMPACT_MIN_RECORDS: Final = 100_000  # never compact a journal smaller than this
 COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the state
 
@@ -42,6 +43,18 @@ COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the 
 class DataDirError(HuddleError):
     """The data directory cannot be used: not writable, damaged, or in use by another
     coordinator."""
+
+
+def lock_directory(directory: Path) -> int:
+    """An exclusive lock on the directory itself (its open descriptor, returned): no file
+    inside it can be deleted to break it. DataDirError if another process holds it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirError(f"data directory {directory} is in use by another coordinator") from None
+    return fd
 
 
 class Journal:
@@ -76,13 +89,11 @@ class Journal:
 
     def _open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o640)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirError(
-                f"data directory {self.directory} is in use by another coordinator"
-            ) from None
+        self._lock_fd = lock_directory(self.directory)
+        for stale in (JOURNAL + ".tmp", JOURNAL + ".repair"):  # a compaction or repair killed
+            if (self.directory / stale).exists():
+                (self.directory / stale).unlink()
+                log.warning("journal_leftover_removed", path=str(self.directory / stale))
         path = self.path
         data = path.read_bytes() if path.exists() else b""
         decoded = decode_frames(data)

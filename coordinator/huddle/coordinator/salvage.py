@@ -10,13 +10,12 @@ lost: an offset commit there falls back to the one before it).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huddle.coordinator.journal import JOURNAL, LOCK, DataDirError
+from huddle.coordinator.journal import JOURNAL, DataDirError, lock_directory
 from huddle.coordinator.records import Record, decode_frames, encode_frames, next_intact_frame
 
 
@@ -73,12 +72,11 @@ def repair(directory: str | Path) -> tuple[Salvage, Path | None]:
     found = check(folder)
     if found.clean and not found.torn_tail:
         return found, None
-    lock = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o640)
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirError(f"{folder} is in use by a coordinator: stop it first") from None
+        lock = lock_directory(folder)
+    except DataDirError:
+        raise DataDirError(f"{folder} is in use by a coordinator: stop it first") from None
+    try:
         path = folder / JOURNAL
         backup = folder / f"{JOURNAL}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
         tmp = folder / f"{JOURNAL}.repair"
