@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.assignors
 	$(BIN)/python -m bench.journal
 	$(BIN)/python -m bench.fairness
+	$(BIN)/python -m bench.fuzz
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
 

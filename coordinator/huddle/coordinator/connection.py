@@ -89,6 +89,7 @@ class Connection(asyncio.Protocol):
         "opened_at",
         "partial",
         "peer",
+        "peer_done",
         "pending",
         "reader",
         "reading",
@@ -122,6 +123,7 @@ class Connection(asyncio.Protocol):
         self.reading = True  # False while reading is paused (backlog or a full write buffer)
         self.last_active = 0.0  # loop time of the last read
         self.partial = 0  # bytes of an unfinished frame, as counted by the server
+        self.peer_done = False  # the peer shut its side with frames still to handle
         self.log = log.bind(conn_id=conn_id)
 
     # --- asyncio.Protocol -------------------------------------------------------------
@@ -176,6 +178,9 @@ class Connection(asyncio.Protocol):
         if self.reader.mid_frame and not self.closing:
             self.log.warning("bad_frame", reason="connection ended in the middle of a frame")
             self.close_reason = "closed by peer mid-frame"
+        if self.inbox and not self.closing:
+            self.peer_done = True  # answer what it sent first; the server closes after
+            return True
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:

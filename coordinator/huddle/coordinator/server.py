@@ -454,6 +454,8 @@ class CoordinatorServer:
             structlog.contextvars.reset_contextvars(**tokens)
         if conn.closing:
             inbox.clear()
+        elif conn.peer_done and not inbox:
+            conn.close("closed by peer")
         return calls
 
     def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
