@@ -159,3 +159,19 @@ async def test_a_client_that_does_not_read_its_answers_is_not_served_past_its_bu
     assert replies == FETCHES
     await attacker.close()
     await bystander.close()
+
+
+async def test_a_client_that_shuts_its_side_gets_every_answer(server: CoordinatorServer) -> None:
+    """Requests sent before the client's FIN are answered, however long they take to
+    handle (a burst handled over several loop passes included), then the server closes."""
+    await _group_with_offsets(server.port, "big")
+    client = await RawClient.open(server.port)
+    await client.handshake(client_id="half-closer")
+    client.writer.write(_burst("big", 40))
+    client.writer.write_eof()
+    frames = FrameReader()
+    replies = 0
+    while data := await asyncio.wait_for(client.reader.read(1 << 20), 60):
+        replies += len(frames.feed(data))
+    assert replies == 40
+    await client.close()
