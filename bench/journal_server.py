@@ -37,7 +37,7 @@ class InlineCommit(group_commit.GroupCommit):
             self._refuse([(conn_id, call, out)])
             self._on_failure()
             return
-        self._release(out)
+        self._release([(conn_id, call, out)])
 
     def submit(self) -> None:
         pass

@@ -7,6 +7,7 @@ inboxes that tests read. Time moves only when a test says so.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -74,15 +75,16 @@ class Driver:
         self._collect(self.core.handle(peer, cid, request, self.now))
         return cid
 
-    def advance(self, ms: float) -> None:
-        """Move the clock, firing every deadline on the way in order."""
+    def advance(self, ms: float, unread: Callable[[int], bool] | None = None) -> None:
+        """Move the clock, firing every deadline on the way in order (``unread``: as the
+        transport would say, which connections have input not yet handed over)."""
         target = self.now + ms
         while True:
             deadline = self.core.next_deadline()
             if deadline is None or deadline > target:
                 break
             self.now = max(self.now, deadline)
-            self._collect(self.core.advance(self.now))
+            self._collect(self.core.advance(self.now, unread))
         self.now = target
         self._collect(self.core.advance(self.now))
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
+
+import pytest
+from structlog.typing import EventDict
 
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import ErrorCode
@@ -27,10 +31,13 @@ from huddle.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitTopic,
     OffsetFetchRequest,
+    Reply,
     TopicSpec,
 )
 from tests.helpers import (
+    DEADLINE_S,
     RawClient,
+    join_request,
     raw_member,
     wait_until,
     within,
@@ -175,3 +182,73 @@ async def test_a_client_that_shuts_its_side_gets_every_answer(server: Coordinato
         replies += len(frames.feed(data))
     assert replies == 40
     await client.close()
+
+
+async def test_a_stall_between_the_read_and_the_expiry_is_read_past_too(
+    server: CoordinatorServer, logs: list[EventDict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deadline passed, the sockets were read, and then the loop stalled (a slow request
+    handled in that same pass) before the sessions were looked at: the heartbeats that
+    arrived meanwhile must be read first, or a member that kept heartbeating is evicted."""
+    ready, sent_through, stop = threading.Event(), threading.Event(), threading.Event()
+    answers: list[int] = []
+
+    def bystander() -> None:  # its own thread and loop: it goes on while the server stalls
+        async def body() -> None:
+            client, member_id, generation = await raw_member(
+                server.port, "calm", session_timeout_ms=1_000
+            )
+            request = HeartbeatRequest(
+                group_id="calm", generation_id=generation, member_id=member_id
+            )
+            ready.set()
+            stall_seen = None
+            sent = 0
+            while not stop.is_set():
+                sent += 1
+                await client.send(Call(correlation_id=sent, request=request))
+                if stalled.is_set():
+                    stall_seen = stall_seen or time.monotonic()
+                    if time.monotonic() - stall_seen > 2.0:  # twice the session, heartbeating
+                        sent_through.set()
+                await asyncio.sleep(0.1)  # the member's heartbeat interval
+            for _ in range(sent):
+                reply = await client.read_frame()
+                assert isinstance(reply, Reply), reply
+                assert isinstance(reply.response, HeartbeatResponse), reply
+                answers.append(reply.response.error_code)
+            await client.close()
+
+        asyncio.run(body())
+
+    stalled = threading.Event()
+    hopped = CoordinatorServer._hopped
+
+    def stall_then_hopped(self: CoordinatorServer) -> None:
+        if not stalled.is_set() and ready.is_set():
+
+            def block() -> None:  # runs after this read and before the expiry, same pass
+                stalled.set()
+                sent_through.wait(DEADLINE_S)
+
+            self.loop.call_soon(block)
+        hopped(self)
+
+    thread = threading.Thread(target=bystander)
+    thread.start()
+    try:
+        await wait_until(ready.is_set, what="the bystander to join")
+        monkeypatch.setattr(CoordinatorServer, "_hopped", stall_then_hopped)
+        other = await RawClient.open(server.port)  # a deadline 100 ms ahead: a pending id
+        await other.handshake(client_id="other")
+        await other.call(join_request(group_id="other", session_timeout_ms=100))
+        await wait_until(sent_through.is_set, what="the stall to be over")
+        await wait_until(lambda: "other" not in server.core.groups, what="the pending id to expire")
+    finally:
+        sent_through.set()
+        stop.set()
+        await asyncio.to_thread(thread.join, DEADLINE_S)
+    assert answers, "the bystander heard nothing back"
+    assert set(answers) == {ErrorCode.NONE}, answers
+    assert not [e for e in logs if e["event"] == "member_removed" and e["group_id"] == "calm"]
+    await other.close()

@@ -18,10 +18,12 @@ import pytest
 
 from huddle.client.connection import Connection, ConnectionClosedError, connect
 from huddle.coordinator import group_commit
+from huddle.coordinator import server as server_module
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.journal import COMPACT_MIN_RECORDS, Journal
 from huddle.coordinator.records import OffsetRecord, TopicRecord
 from huddle.protocol.errors import ErrorCode, error_name
+from huddle.protocol.framing import ClientCodec
 from huddle.protocol.messages import (
     Call,
     CreateTopicsRequest,
@@ -521,3 +523,69 @@ def test_a_process_whose_write_never_returns_still_exits(tmp_path: Path) -> None
         raise AssertionError("the process did not exit after the server closed") from exc
     assert done.stdout.splitlines()[-1:] == ["closed"], done.stderr
     assert done.returncode == 0, done.stderr
+
+
+async def test_a_client_that_shuts_its_side_gets_the_answers_waiting_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends requests and shuts its side gets every answer, also those held
+    until their change is on disk (they were lost: the connection closed at the FIN)."""
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)
+    gate = GatedWrite()
+    async with running_server(config) as server:
+        await create_topic(f"127.0.0.1:{server.port}")
+        monkeypatch.setattr(os, "pwrite", gate)
+        try:
+            raw = await RawClient.open(server.port)
+            await raw.handshake()
+            codec = ClientCodec()
+            raw.writer.write(
+                codec.encode(Call(correlation_id=1, request=commit("g", 5)))
+                + codec.encode(Call(correlation_id=2, request=OffsetFetchRequest(group_id="g")))
+            )
+            raw.writer.write_eof()
+            await gate.started()
+            conn = next(c for c in server._conns.values() if c.client_id == "raw")
+            await wait_until(lambda: conn.peer_done, what="the FIN to be read")
+        finally:
+            gate.release.set()
+        frames = await raw.frames_until_closed()
+        assert [type(f) for f in frames] == [Reply, Reply]
+        fetched = frames[1]
+        assert isinstance(fetched, Reply)
+        assert isinstance(fetched.response, OffsetFetchResponse)
+        assert [p.offset for t in fetched.response.topics for p in t.partitions] == [5]
+        await raw.close()
+
+
+async def test_held_answers_bound_what_one_connection_has_handled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the disk is slow, one connection's requests stop being handled once a bounded
+    number of its answers wait for it (they piled up without bound); the rest wait, and
+    everything is answered once the disk is back."""
+    monkeypatch.setattr(server_module, "_HELD_PER_CONNECTION", 10)
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)
+    gate = GatedWrite()
+    async with running_server(config) as server:
+        await create_topic(f"127.0.0.1:{server.port}")
+        monkeypatch.setattr(os, "pwrite", gate)
+        try:
+            raw = await RawClient.open(server.port)
+            await raw.handshake()
+            codec = ClientCodec()
+            raw.writer.write(
+                b"".join(
+                    codec.encode(Call(correlation_id=i, request=commit("g", i)))
+                    for i in range(1, 101)
+                )
+            )
+            await gate.started()
+            conn = next(c for c in server._conns.values() if c.client_id == "raw")
+            await wait_until(lambda: conn.held == 10, what="ten answers held")
+            assert len(conn.inbox) > 0, "the others wait, unhandled"
+        finally:
+            gate.release.set()
+        answered = [await raw.read_frame() for _ in range(100)]
+        assert [f.correlation_id for f in answered if isinstance(f, Reply)] == list(range(1, 101))
+        await raw.close()

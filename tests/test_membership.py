@@ -213,6 +213,20 @@ def test_session_timeout_removes_a_silent_member_and_rebalances() -> None:
     assert d.join_response(d.join(1, a)).generation_id == 3
 
 
+def test_a_session_is_not_ended_while_its_connections_input_waits_to_be_read() -> None:
+    """The transport may hold a member's heartbeat unread (its connection's frames are
+    handled a slice per loop pass; a thousand members may share one connection): the
+    session is looked at again once that input has been read, not ended on the spot."""
+    d = Driver()
+    a, b = d.form(1, 2)
+    assert d.heartbeat(1, a, 2) == E.NONE
+    d.advance(SESSION_MS + 1, unread=lambda conn_id: conn_id == 2)
+    assert b in d.group().members, "conn 2 had input waiting: b may have heartbeated"
+    assert a not in d.group().members, "conn 1 had nothing waiting: a's session ended"
+    d.advance(200, unread=lambda conn_id: False)
+    assert "g" not in d.core.groups, "b's session ended once its input was read: none left"
+
+
 def test_session_timeout_during_a_rebalance_lets_the_join_complete() -> None:
     d = Driver()
     a, b = d.form(1, 2)

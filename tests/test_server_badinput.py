@@ -406,7 +406,7 @@ async def test_connection_limit(logs: list[EventDict], caplog: pytest.LogCapture
 async def test_client_that_does_not_read_is_dropped(
     logs: list[EventDict], caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = fast_server_config(max_write_buffer_bytes=16_384)
+    config = fast_server_config(max_write_buffer_bytes=16_384, max_response_bytes=16_384)
     async with running_server(config) as server, well_behaved(server):
         async with connect(f"127.0.0.1:{server.port}") as setup:
             topics = [TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(200)]
@@ -422,25 +422,34 @@ async def test_client_that_does_not_read_is_dropped(
     assert_clean(logs, caplog)
 
 
-async def test_the_write_buffer_limit_is_checked_as_answers_are_queued(
+async def test_a_client_that_does_not_read_is_not_served_and_then_dropped_as_idle(
     logs: list[EventDict], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A client that reads nothing is dropped once what waits for it passes the limit, not
-    after a whole batch of answers many times the limit was built (181 MB against 1 MiB)."""
+    """What waits for a client that reads nothing stays within the write buffer limit (it
+    was 181 MB against 1 MiB: a whole batch of answers was built before the check); its
+    requests wait unanswered, and with no progress it is closed as idle."""
     limit = 256 * 1024
-    config = fast_server_config(max_write_buffer_bytes=limit)
-    async with running_server(config) as server, well_behaved(server) as good:
-        topics = [TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(1_000)]
-        await good.request(CreateTopicsRequest(topics=topics), timeout=10)
-        answer = len(msgspec.msgpack.encode(await good.request(ListTopicsRequest())))
+    config = fast_server_config(
+        max_write_buffer_bytes=limit, max_response_bytes=limit, idle_timeout_ms=500
+    )
+    async with running_server(config) as server:
+        async with connect(f"127.0.0.1:{server.port}") as setup:
+            topics = [TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(1_000)]
+            await setup.request(CreateTopicsRequest(topics=topics), timeout=10)
+            answer = len(msgspec.msgpack.encode(await setup.request(ListTopicsRequest())))
         raw = await RawClient.open(server.port)
         await raw.handshake()
+        conn = next(c for c in server._conns.values() if c.client_id == "raw")
         call = frame(msgspec.msgpack.encode(Call(correlation_id=1, request=ListTopicsRequest())))
         raw.writer.write(call * 200)  # 200 answers of ~30 KB, never read
-        await wait_until(lambda: server.connection_count == 1, what="the non-reader to be dropped")
+        await wait_until(lambda: conn.write_paused, what="the non-reader's buffer to fill")
+        transport = conn.transport
+        assert transport is not None
+        assert transport.get_write_buffer_size() + len(conn.pending) <= limit + answer
+        assert conn.inbox, "its other requests wait"
+        await wait_until(lambda: conn.closing, what="the non-reader to be closed as idle")
         raw.writer.close()
-    (overflow,) = [e for e in logs if e["event"] == "write_buffer_overflow"]
-    assert overflow["buffered_bytes"] <= limit + answer + 64 * 1024, overflow
+    assert any(e["event"] == "connection_idle" for e in logs)
     assert_clean(logs, caplog)
 
 
@@ -588,3 +597,28 @@ async def test_unfinished_frames_are_bounded_over_all_connections(
         assert server.partial_bytes == 0
         await first.close()
     assert any(e["event"] == "partial_frames_over_limit" for e in logs)
+
+
+async def test_a_reading_client_gets_an_answer_near_the_buffer_limit(
+    logs: list[EventDict],
+) -> None:
+    """Bytes queued but not yet offered to the socket are not unread bytes: a client that
+    reads was dropped for one answer close to --max-write-buffer-bytes."""
+    limit = 1024 * 1024
+    config = fast_server_config(max_write_buffer_bytes=limit, max_response_bytes=limit)
+    async with running_server(config) as server:
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        for start in range(0, 4_000, 500):
+            topics = [
+                TopicSpec(name=f"{i:05}" + "x" * 200, partitions=1)
+                for i in range(start, start + 500)
+            ]
+            created = await raw.call(CreateTopicsRequest(topics=topics))
+            assert isinstance(created, CreateTopicsResponse), created
+        listed = await raw.call(ListTopicsRequest())
+        assert isinstance(listed, ListTopicsResponse), listed
+        assert len(listed.topics) == 4_000
+        assert 0.7 * limit < len(msgspec.msgpack.encode(listed)) < limit
+        await raw.close()
+    assert not [e for e in logs if e["event"] == "write_buffer_overflow"]

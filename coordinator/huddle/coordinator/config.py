@@ -77,5 +77,10 @@ class ServerConfig:
                 continue
             if getattr(self, f.name) < 1:
                 problems.append(f"{f.name} must be positive")
+        if self.max_response_bytes > self.max_write_buffer_bytes:
+            problems.append(
+                "max response bytes is over the max write buffer bytes: a client could be "
+                "dropped for one answer"
+            )
         if problems:
             raise ValueError("; ".join(problems))

@@ -81,6 +81,7 @@ class Connection(asyncio.Protocol):
         "conn_id",
         "frame_started",
         "handshaken",
+        "held",
         "host",
         "inbox",
         "last_active",
@@ -124,6 +125,7 @@ class Connection(asyncio.Protocol):
         self.last_active = 0.0  # loop time of the last read
         self.partial = 0  # bytes of an unfinished frame, as counted by the server
         self.peer_done = False  # the peer shut its side with frames still to handle
+        self.held = 0  # answers to its requests waiting for the data dir
         self.log = log.bind(conn_id=conn_id)
 
     # --- asyncio.Protocol -------------------------------------------------------------
@@ -178,7 +180,7 @@ class Connection(asyncio.Protocol):
         if self.reader.mid_frame and not self.closing:
             self.log.warning("bad_frame", reason="connection ended in the middle of a frame")
             self.close_reason = "closed by peer mid-frame"
-        if self.inbox and not self.closing:
+        if (self.inbox or self.held) and not self.closing:
             self.peer_done = True  # answer what it sent first; the server closes after
             return True
         return False  # close our side too
@@ -200,6 +202,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self.last_active = self.server.loop.time()  # it reads what it is sent
         if self.inbox:
             self.server.backlogged(self)  # it resumes reading once they are handled
         else:
@@ -248,7 +251,7 @@ class Connection(asyncio.Protocol):
             del pending[start:]
             self._too_large(frame, size, config.max_response_bytes)
         if len(pending) > _CHECK_BUFFER_FROM and not self.closing:
-            self._check_buffer(len(pending))
+            self.flush()  # offered to the socket now: what it cannot take is what is unread
 
     def _too_large(self, frame: ServerFrame, size: int, limit: int) -> None:
         """An answer larger than any client takes: the caller gets an error saying so; a
@@ -273,11 +276,11 @@ class Connection(asyncio.Protocol):
             self.pending,
         )
 
-    def _check_buffer(self, queued: int) -> None:
-        """Whether what waits for the client, queued here and in the transport, is over the
+    def _check_buffer(self) -> None:
+        """Whether what the client has left unread (in the transport's buffer) is over the
         write buffer limit: then the client is not reading, and is dropped."""
         transport = self.transport
-        buffered = queued + (transport.get_write_buffer_size() if transport is not None else 0)
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
         limit = self.server.config.max_write_buffer_bytes
         if buffered > limit:
             self.log.warning("write_buffer_overflow", buffered_bytes=buffered, limit=limit)
@@ -291,7 +294,7 @@ class Connection(asyncio.Protocol):
         self.pending = bytearray()
         transport.write(pending)
         if self.write_paused:
-            self._check_buffer(0)
+            self._check_buffer()
 
     def fail(
         self, code: ErrorCode, message: str, *, event: str, drain: bool = True, **details: object

@@ -134,11 +134,13 @@ class Coordinator:
         self.membership.connection_closed(fx, conn_id)
         return fx.out
 
-    def advance(self, now: float) -> list[Outgoing]:
-        """Act on every deadline at or before ``now``."""
+    def advance(self, now: float, unread: Callable[[int], bool] | None = None) -> list[Outgoing]:
+        """Act on every deadline at or before ``now``. ``unread(conn_id)``: whether the
+        transport holds input from that connection it has not handed over yet; a member
+        whose session ends then is given until that input has been read."""
         fx = Effects(now)
         while (key := self.timers.pop_next(now)) is not None:
-            self.membership.expire(fx, key)
+            self.membership.expire(fx, key, unread)
         return fx.out
 
     def next_deadline(self) -> float | None:

@@ -60,7 +60,7 @@ class GroupCommit:
         journal: Journal,
         loop: asyncio.AbstractEventLoop,
         *,
-        release: Callable[[list[Outgoing]], None],
+        release: Callable[[list[Held]], None],
         refuse: Callable[[list[Held]], None],
         on_failure: Callable[[], None],
         state_size: Callable[[], int],
@@ -132,7 +132,7 @@ class GroupCommit:
             if self._in_flight:
                 self._in_flight[-1][1].extend(held)
             else:
-                self._release([frame for _, _, out in held for frame in out])
+                self._release(held)
             self._settle()
             return
         records, self._records = self._records, []
@@ -170,7 +170,7 @@ class GroupCommit:
 
     def _kept(self, held: list[Held]) -> None:
         self.batches += 1
-        self._release([frame for _, _, out in held for frame in out])
+        self._release(held)
         self._maybe_compact()
         self._settle()
 

@@ -12,6 +12,8 @@ point for deadlines and closed connections).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.joining import Joining
 from huddle.coordinator.sessions import E, S, uuid_member_id
@@ -34,6 +36,8 @@ from huddle.protocol.messages import (
 )
 
 __all__ = ["Membership", "uuid_member_id"]
+
+UNREAD_RECHECK_MS = 100  # a session that ended with input unread is looked at again then
 
 
 class Membership(Joining):
@@ -115,8 +119,10 @@ class Membership(Joining):
 
     # --- deadlines -------------------------------------------------------------------
 
-    def expire(self, fx: Effects, key: Deadline) -> None:
-        """The deadline ``key`` has passed."""
+    def expire(
+        self, fx: Effects, key: Deadline, unread: Callable[[int], bool] | None = None
+    ) -> None:
+        """The deadline ``key`` has passed. ``unread``: see ``Coordinator.advance``."""
         group = self.groups.get(key.group_id)
         if group is None:
             return
@@ -130,7 +136,10 @@ class Membership(Joining):
                     self._drop_pending(fx, group, member_id, "did not join again in time")
             case SessionExpires(member_id=member_id):
                 member = group.members.get(member_id)
-                if member is not None:
+                if member is not None and unread is not None and unread(member.conn_id):
+                    # Its connection's input is not all read: a heartbeat may be in it.
+                    self.timers.set(member.session_key, fx.now + UNREAD_RECHECK_MS)
+                elif member is not None:
                     awaiting = member.join_waiter is not None or member.sync_waiter is not None
                     if awaiting and not member.is_new:
                         # It is waiting on us (Kafka's hasSatisfiedHeartbeat): keep it until

@@ -49,6 +49,9 @@ _SWEEP_MIN_S: Final = 0.02
 _SWEEP_MAX_S: Final = 1.0
 _ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
 _PASS_OUTPUT_BYTES: Final = 1024 * 1024  # answers queued for one connection before it yields
+_STALL_S: Final = 0.05  # a pass this long between the read and the expiry: read again
+_MAX_HOPS: Final = 4
+_HELD_PER_CONNECTION: Final = 1_000  # answers waiting for the disk before a connection waits
 
 
 FD_RESERVE: Final = 32  # descriptors kept for all but connections (journal, stdio, refusing)
@@ -128,6 +131,8 @@ class CoordinatorServer:
         self._timer: asyncio.TimerHandle | None = None
         self._deadline: float | None = None
         self._expiring = False  # a deadline passed: expiry waits for one read of the sockets
+        self._hops = 0
+        self._hop_at = 0.0
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopping = False
         self._closed: asyncio.Event | None = None
@@ -357,7 +362,10 @@ class CoordinatorServer:
         paused, so one connection's burst never holds the loop (and everyone else) up."""
         calls = self._serve(conn)
         if conn.inbox and not conn.closing:
-            self.backlogged(conn)
+            if conn.held >= _HELD_PER_CONNECTION:
+                conn.hold_input()  # served again once its held answers went out
+            else:
+                self.backlogged(conn)
         if calls:
             self._reschedule()
         if self._commits is not None:
@@ -385,8 +393,10 @@ class CoordinatorServer:
             conn = backlog.popleft()
             if not conn.closing and not conn.write_paused:
                 calls += self._serve(conn)
-            if conn.closing or conn.write_paused:
-                members.discard(conn)  # gone; or back (resume_writing) once it reads again
+            if conn.closing or conn.write_paused or conn.held >= _HELD_PER_CONNECTION:
+                # gone; or back once it reads again (resume_writing), or once its held
+                # answers went out (_after_held)
+                members.discard(conn)
             elif conn.inbox:
                 backlog.append(conn)
             else:
@@ -415,11 +425,15 @@ class CoordinatorServer:
         decode = conn.codec.decode
         try:
             while inbox and not conn.closing and not conn.write_paused:
+                if conn.held >= _HELD_PER_CONNECTION:
+                    break  # its answers wait for the disk: it is served again once they go
                 body = inbox.popleft()
                 try:
                     frame = decode(body)
                 except msgspec.ValidationError as exc:
                     self._invalid_frame(conn, body, exc)
+                    if time.perf_counter() >= until:
+                        break
                     continue
                 except msgspec.DecodeError as exc:
                     conn.fail(
@@ -454,7 +468,7 @@ class CoordinatorServer:
             structlog.contextvars.reset_contextvars(**tokens)
         if conn.closing:
             inbox.clear()
-        elif conn.peer_done and not inbox:
+        elif conn.peer_done and not inbox and not conn.held:
             conn.close("closed by peer")
         return calls
 
@@ -556,16 +570,36 @@ class CoordinatorServer:
         commits = self._commits
         if commits is not None and (changes or commits.busy):
             commits.hold(changes, conn.conn_id, call, out)  # answered once kept
+            conn.held += 1
             return
         if len(out) == 1 and out[0][0] == conn.conn_id:
             conn.send(out[0][1])  # the common case: one answer to the caller
         else:
             self._dispatch(out)
 
-    def _kept(self, out: list[Outgoing]) -> None:
+    def _kept(self, held: list[Held]) -> None:
         """A batch is in the data dir: its answers go out."""
-        self._dispatch(out)
+        conns = self._conns
+        for conn_id, _, out in held:
+            conn = conns.get(conn_id)
+            if conn is not None:
+                conn.held -= 1
+            self._dispatch(out)
+        self._after_held(held)
         self._flush()
+
+    def _after_held(self, held: list[Held]) -> None:
+        """Connections whose held answers went out may be served again, or closed (a peer
+        that shut its side once everything it sent is answered)."""
+        conns = self._conns
+        for conn_id in {conn_id for conn_id, _, _ in held}:
+            conn = conns.get(conn_id)
+            if conn is None or conn.closing or conn.held >= _HELD_PER_CONNECTION:
+                continue
+            if conn.inbox:
+                self.backlogged(conn)
+            elif conn.peer_done and not conn.held:
+                conn.close("closed by peer")
 
     def _not_kept(self, held: list[Held]) -> None:
         """A batch could not be kept: no acknowledgement and no notices. Every answer the
@@ -574,11 +608,15 @@ class CoordinatorServer:
         still holds (a JoinGroup waiting for its phase to end) is answered by the core,
         once: at shutdown."""
         conns = self._conns
-        for *_, out in held:
+        for caller, _, out in held:
+            held_by = conns.get(caller)
+            if held_by is not None:
+                held_by.held -= 1
             for conn_id, frame in out:
                 conn = conns.get(conn_id)
                 if conn is not None and type(frame) is Reply:
                     conn.send(_not_kept(frame.correlation_id))
+        self._after_held(held)
         self._flush()
 
     def _storage_failed(self) -> None:
@@ -636,16 +674,36 @@ class CoordinatorServer:
         if self._stopping:
             return
         self._expiring = True  # _reschedule arms nothing until _expire has run
-        self.loop.call_soon(self.loop.call_soon, self._expire)
+        self._hops = 0
+        self._hop()
+
+    def _hop(self) -> None:
+        self._hops += 1
+        self.loop.call_soon(self._hopped)
+
+    def _hopped(self) -> None:
+        self._hop_at = time.perf_counter()
+        self.loop.call_soon(self._expire)
 
     def _expire(self) -> None:
-        self._expiring = False
-        self._deadline = None
         if self._stopping:
             return
+        if time.perf_counter() - self._hop_at > _STALL_S and self._hops < _MAX_HOPS:
+            self._hop()  # the loop stalled since the read: read again first
+            return
+        self._expiring = False
+        self._deadline = None
         now = self._now()
+        conns = self._conns
+
+        def unread(conn_id: int) -> bool:
+            # Frames wait that will be handled in the next passes (not those of a client
+            # that leaves its answers unread: they wait on it).
+            conn = conns.get(conn_id)
+            return conn is not None and bool(conn.inbox) and not conn.write_paused
+
         try:
-            out = self.core.advance(now)
+            out = self.core.advance(now, unread)
         except Exception:
             log.exception("core_failed", operation="advance")
             self._reschedule(not_before=now + _ADVANCE_RETRY_S * 1000)
@@ -690,7 +748,7 @@ class CoordinatorServer:
                 and not conn.closing
                 and now - conn.last_active > idle_s
                 and conn.conn_id not in holding
-                and not conn.inbox
+                and not conn.held
             ):
                 conn.log.info("connection_idle", idle_ms=int((now - conn.last_active) * 1000))
                 conn.close(f"idle for over {cfg.idle_timeout_ms} ms, holding no member")
