@@ -212,6 +212,8 @@ def measure_server(members: int, connections: int, groups: int) -> tuple[int, in
         str(SESSION_TIMEOUT_MS),
         "--max-connections",
         str(connections + 100),
+        "--max-members-per-connection",
+        str(-(-members // connections)),
     )
     with (
         server_process("huddle", huddle_serve(*flags)) as server,

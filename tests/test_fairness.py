@@ -131,6 +131,41 @@ async def test_a_burst_of_large_requests_does_not_hold_up_another_groups_member(
     await bystander.close()
 
 
+async def test_many_bursting_connections_do_not_add_up_to_a_long_pass(
+    server: CoordinatorServer,
+) -> None:
+    """Fifty connections each with a burst of large fetches: each gets a slice per pass, but
+    a pass serves them for a bounded time in all, so a bystander's heartbeat does not wait
+    for fifty slices (it waited 2.2 s behind a hundred)."""
+    await _group_with_offsets(server.port, "big")
+    bystander, member_id, generation = await raw_member(server.port, "calm")
+    attackers = [await RawClient.open(server.port) for _ in range(50)]
+    for attacker in attackers:
+        await attacker.handshake(client_id="attacker")
+
+    async def drain(attacker: RawClient, count: int) -> None:
+        frames, replies = FrameReader(), 0
+        while replies < count:
+            data = await asyncio.wait_for(attacker.reader.read(1 << 20), 60)
+            assert data, "the server closed an attacker's connection"
+            replies += len(frames.feed(data))
+
+    done = asyncio.Event()
+    beats = asyncio.create_task(_heartbeat_until(bystander, member_id, generation, done))
+    await within(wait_until(lambda: bool(server.core.groups["calm"].members)))
+    for attacker in attackers:
+        attacker.writer.write(_burst("big", 8))
+    await asyncio.gather(*(drain(attacker, 8) for attacker in attackers))
+    done.set()
+    round_trips = await within(beats)
+    assert len(round_trips) >= 3
+    assert max(round_trips) < HEARTBEAT_BOUND_S, (
+        f"a heartbeat waited {max(round_trips):.3f} s behind fifty bursting connections"
+    )
+    for client in [*attackers, bystander]:
+        await client.close()
+
+
 async def test_a_client_that_does_not_read_its_answers_is_not_served_past_its_buffer(
     server: CoordinatorServer,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 from pathlib import Path
 
@@ -183,6 +184,21 @@ def test_deleting_files_in_the_directory_does_not_break_the_lock(tmp_path: Path)
         Journal.open(tmp_path)
     first.close()
     Journal.open(tmp_path).close()  # free again
+
+
+def test_an_older_coordinator_holding_the_lock_file_keeps_a_newer_one_out(
+    tmp_path: Path,
+) -> None:
+    """Coordinators before the directory lock locked a ``lock`` file: during an upgrade an
+    older one may still run on the directory."""
+    legacy = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(legacy, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DataDirError, match="older"):
+            Journal.open(tmp_path)
+    finally:
+        os.close(legacy)
+    Journal.open(tmp_path).close()
 
 
 def test_what_a_killed_compaction_left_is_removed_at_open(tmp_path: Path) -> None:

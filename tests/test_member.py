@@ -479,6 +479,19 @@ async def test_commits_and_fetches_larger_than_one_request_are_split(
             assert await m.committed(wanted) == offsets | {TP("u", 0): None}
 
 
+async def test_a_member_subscribed_to_more_topics_than_one_request_names_gets_them_all(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request names at most MAX_ITEMS topics: the member asks in as many as it takes."""
+    monkeypatch.setattr(member_module, "MAX_ITEMS", 2)
+    names = [f"t{i}" for i in range(5)]
+    async with Admin(bootstrap) as admin:
+        for name in names:
+            await admin.create_topic(name, 1)
+    async with member(bootstrap, topics=names) as m:
+        await wait_settled([m], frozenset(TP(name, 0) for name in names))
+
+
 async def test_revoked_partitions_are_committed_before_the_rejoin(bootstrap: str) -> None:
     order: list[str] = []
 

@@ -126,6 +126,8 @@ class MemberConfig:
         for what, value, bound in bounds:
             if len(value) > bound:
                 raise ValueError(f"the {what} has {len(value)} characters, over {bound}")
+        if self.instance_id == "":
+            raise ValueError("the group instance id must be None (dynamic) or not empty")
 
 
 def choose_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:

@@ -44,6 +44,7 @@ from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, error_name, raise_for, to_code
 from huddle.protocol.messages import (
+    MAX_ITEMS,
     ErrorResponse,
     HeartbeatResponse,
     JoinGroupResponse,
@@ -769,10 +770,13 @@ class Member:
         kept = self._counts.get(topics, now, scope)
         if kept is not None:
             return kept
-        response = await self._request(
-            conn, ListTopicsRequest(topics=sorted(topics)), ListTopicsResponse
-        )
-        counts = {t.name: t.partitions for t in response.topics if t.error_code == E.NONE}
+        names = sorted(topics)
+        counts: dict[str, int] = {}
+        for start in range(0, len(names), MAX_ITEMS):  # a request names so many at most
+            response = await self._request(
+                conn, ListTopicsRequest(topics=names[start : start + MAX_ITEMS]), ListTopicsResponse
+            )
+            counts.update((t.name, t.partitions) for t in response.topics if t.error_code == E.NONE)
         self._counts.store(topics, counts, now, scope)
         return counts
 

@@ -74,6 +74,7 @@ class Connection(asyncio.Protocol):
     """One client connection: bytes -> frames -> the server; frames -> bytes."""
 
     __slots__ = (
+        "bad_requests",
         "client_id",
         "close_reason",
         "closing",
@@ -126,6 +127,7 @@ class Connection(asyncio.Protocol):
         self.partial = 0  # bytes of an unfinished frame, as counted by the server
         self.peer_done = False  # the peer shut its side with frames still to handle
         self.held = 0  # answers to its requests waiting for the data dir
+        self.bad_requests = 0  # requests it sent that could not be read
         self.log = log.bind(conn_id=conn_id)
 
     # --- asyncio.Protocol -------------------------------------------------------------

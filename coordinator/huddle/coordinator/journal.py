@@ -45,16 +45,43 @@ class DataDirError(HuddleError):
     coordinator."""
 
 
+LEGACY_LOCK: Final = "lock"  # what coordinators before the directory lock locked
+
+
 def lock_directory(directory: Path) -> int:
     """An exclusive lock on the directory itself (its open descriptor, returned): no file
-    inside it can be deleted to break it. DataDirError if another process holds it."""
+    inside it can be deleted to break it. DataDirError if another process holds it. The
+    ``lock`` file older coordinators lock is held too while one exists, so an older and a
+    newer coordinator cannot share a directory during an upgrade either."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise DataDirError(f"data directory {directory} is in use by another coordinator") from None
+    legacy = directory / LEGACY_LOCK
+    if legacy.exists():
+        held = os.open(legacy, os.O_RDWR)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(held)
+            os.close(fd)
+            raise DataDirError(
+                f"data directory {directory} is in use by another (older) coordinator"
+            ) from None
+        _legacy_locks[fd] = held
     return fd
+
+
+_legacy_locks: dict[int, int] = {}  # directory lock fd -> the legacy lock file's fd
+
+
+def unlock_directory(fd: int) -> None:
+    held = _legacy_locks.pop(fd, None)
+    if held is not None:
+        os.close(held)
+    os.close(fd)
 
 
 class Journal:
@@ -237,9 +264,10 @@ class Journal:
             os.close(fd)
 
     def close(self) -> None:
-        for fd in (self._fd, self._lock_fd):
-            if fd is not None:
-                os.close(fd)
+        if self._fd is not None:
+            os.close(self._fd)
+        if self._lock_fd is not None:
+            unlock_directory(self._lock_fd)
         self._fd = self._lock_fd = None
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huddle.coordinator.journal import JOURNAL, DataDirError, lock_directory
+from huddle.coordinator.journal import JOURNAL, DataDirError, lock_directory, unlock_directory
 from huddle.coordinator.records import Record, decode_frames, encode_frames, next_intact_frame
 
 
@@ -96,4 +96,4 @@ def repair(directory: str | Path) -> tuple[Salvage, Path | None]:
             os.close(dir_fd)
         return found, backup
     finally:
-        os.close(lock)
+        unlock_directory(lock)

@@ -31,6 +31,7 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing, Peer
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
+from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
     SUPPORTED_VERSIONS,
@@ -49,9 +50,14 @@ _SWEEP_MIN_S: Final = 0.02
 _SWEEP_MAX_S: Final = 1.0
 _ADVANCE_RETRY_S: Final = 1.0  # after the core failed in advance(), try again this much later
 _PASS_OUTPUT_BYTES: Final = 1024 * 1024  # answers queued for one connection before it yields
+_PUMP_PASS_S: Final = 0.02  # input handled per loop pass, at most this long (and one slice)
+_SHORT_INBOX: Final = 2  # frames a connection may have handled at once, budget or not
 _STALL_S: Final = 0.05  # a pass this long between the read and the expiry: read again
 _MAX_HOPS: Final = 4
-_HELD_PER_CONNECTION: Final = 1_000  # answers waiting for the disk before a connection waits
+_HELD_PER_CONNECTION: Final = 1_000
+_REASON_CHARS: Final = 300  # of a decoder's message echoed back and logged
+_BAD_REQUESTS_LOGGED: Final = 10  # per connection; then one line per _BAD_REQUESTS_EVERY
+_BAD_REQUESTS_EVERY: Final = 1_000  # answers waiting for the disk before a connection waits
 
 
 FD_RESERVE: Final = 32  # descriptors kept for all but connections (journal, stdio, refusing)
@@ -126,6 +132,7 @@ class CoordinatorServer:
         self._pump: asyncio.Handle | None = None
         self._slice_s = config.input_slice_ms / 1000
         self.partial_bytes = 0  # of unfinished frames, over every connection
+        self._pass_spent = 0.0  # seconds spent on input in this loop pass
         self._idle_sweeper: asyncio.TimerHandle | None = None
         self._next_conn_id = 1
         self._timer: asyncio.TimerHandle | None = None
@@ -325,17 +332,31 @@ class CoordinatorServer:
         self._dirty.append(conn)
 
     def partial_frame(self, conn: Connection, change: int) -> bool:
+        """Keep the bytes of unfinished frames over all connections within the limit: past
+        it, the connection holding the most of them is closed (told why), not whichever
+        one happened to cross the line: a big frame of a client that sends it whole
+        outlives those of clients that hold many bytes back."""
         self.partial_bytes += change
         limit = self.config.max_partial_frame_bytes
-        if change <= 0 or self.partial_bytes <= limit:
+        if change <= 0:
             return True
-        conn.fail(
-            ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            f"the coordinator holds {self.partial_bytes} bytes of unfinished frames, over its "
-            f"limit of {limit}; send frames whole, or later",
-            event="partial_frames_over_limit",
-        )
-        return False
+        while self.partial_bytes > limit:
+            holders = [c for c in self._watch if c.partial and not c.closing]
+            if conn.partial and not conn.closing and conn not in self._watch:
+                holders.append(conn)  # it is watched from the end of this read on
+            if not holders:
+                return True
+            largest = max(holders, key=lambda c: c.partial)
+            largest.fail(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"the coordinator holds {self.partial_bytes} bytes of unfinished frames, over "
+                f"its limit of {limit}, and this connection the most of them "
+                f"({largest.partial}); send frames whole, or later",
+                event="partial_frames_over_limit",
+            )
+            if largest is conn:
+                return False
+        return True
 
     def connection_lost(self, conn: Connection) -> None:
         self._watch.discard(conn)
@@ -360,7 +381,12 @@ class CoordinatorServer:
         """Frames arrived in ``conn.inbox``: handle them now, up to a slice of time; what is
         left waits in the backlog for the next loop pass, with the connection's reading
         paused, so one connection's burst never holds the loop (and everyone else) up."""
-        calls = self._serve(conn)
+        # Within the pass's budget (or for a short request or two, as a heartbeat is),
+        # served now; else it waits its turn with the other connections that have a backlog.
+        if self._pass_spent < _PUMP_PASS_S or len(conn.inbox) <= _SHORT_INBOX:
+            calls = self._serve(conn)
+        else:
+            calls = 0
         if conn.inbox and not conn.closing:
             if conn.held >= _HELD_PER_CONNECTION:
                 conn.hold_input()  # served again once its held answers went out
@@ -390,6 +416,8 @@ class CoordinatorServer:
         backlog, members = self._backlog, self._backlog_set
         calls = 0
         for _ in range(len(backlog)):
+            if self._pass_spent >= _PUMP_PASS_S:
+                break  # the others keep their place: first in the next pass
             conn = backlog.popleft()
             if not conn.closing and not conn.write_paused:
                 calls += self._serve(conn)
@@ -421,7 +449,8 @@ class CoordinatorServer:
         )
         calls = 0
         now = self._now()  # one read, one instant: every frame in it arrived together
-        until = time.perf_counter() + self._slice_s
+        began = time.perf_counter()
+        until = began + self._slice_s
         decode = conn.codec.decode
         try:
             while inbox and not conn.closing and not conn.write_paused:
@@ -466,29 +495,44 @@ class CoordinatorServer:
                     break
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
+            self._spend(time.perf_counter() - began)
         if conn.closing:
             inbox.clear()
         elif conn.peer_done and not inbox and not conn.held:
             conn.close("closed by peer")
         return calls
 
+    def _spend(self, seconds: float) -> None:
+        """Count time spent on input in this loop pass (reset when the next pass begins)."""
+        if self._pass_spent == 0.0:
+            self.loop.call_soon(self._new_pass)
+        self._pass_spent += seconds or 1e-9
+
+    def _new_pass(self) -> None:
+        self._pass_spent = 0.0
+
     def _invalid_frame(self, conn: Connection, body: bytes, exc: msgspec.ValidationError) -> None:
+        reason = printable(str(exc), _REASON_CHARS)  # it may quote what the client sent
         correlation_id = conn.codec.correlation_id(body) if conn.handshaken else None
         if correlation_id is None:
             event = "bad_frame" if conn.handshaken else "handshake_failed"
-            conn.fail(ErrorCode.INVALID_REQUEST, f"invalid frame: {exc}", event=event)
+            conn.fail(ErrorCode.INVALID_REQUEST, f"invalid frame: {reason}", event=event)
             return
-        conn.log.warning(
-            "bad_request",
-            correlation_id=correlation_id,
-            error_message=str(exc),
-            client_id=conn.client_id,
-        )
+        conn.bad_requests += 1
+        count = conn.bad_requests
+        if count <= _BAD_REQUESTS_LOGGED or count % _BAD_REQUESTS_EVERY == 0:
+            conn.log.warning(  # the first few, then one line per thousand: a flood of them
+                "bad_request",  # must not flood the log
+                correlation_id=correlation_id,
+                error_message=reason,
+                client_id=conn.client_id,
+                bad_requests=count,
+            )
         conn.send(
             Reply(
                 correlation_id=correlation_id,
                 response=ErrorResponse(
-                    error_code=ErrorCode.INVALID_REQUEST, error_message=f"invalid request: {exc}"
+                    error_code=ErrorCode.INVALID_REQUEST, error_message=f"invalid request: {reason}"
                 ),
             )
         )

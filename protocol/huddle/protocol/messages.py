@@ -47,6 +47,8 @@ InstanceId = Annotated[str, Meta(max_length=MAX_INSTANCE_ID)]
 ProtocolName = Annotated[str, Meta(max_length=MAX_PROTOCOL_NAME)]
 Reason = Annotated[str, Meta(max_length=MAX_REASON)]
 TopicName = Annotated[str, Meta(max_length=MAX_TOPIC_NAME_ON_WIRE)]
+MAX_ITEMS = 1_000  # topics, groups or members one admin or leave request may name
+MAX_PROTOCOLS = 64  # embedded protocols one JoinGroup may offer
 
 
 class Message(Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -87,7 +89,7 @@ class JoinGroupRequest(Message, tag="join_group", frozen=True, kw_only=True):
     member_id: MemberId = ""
     group_instance_id: InstanceId | None = None
     protocol_type: ProtocolName
-    protocols: list[Protocol]
+    protocols: Annotated[list[Protocol], Meta(max_length=MAX_PROTOCOLS)]
     session_timeout_ms: int
     rebalance_timeout_ms: int = -1
     reason: Reason | None = None
@@ -156,7 +158,7 @@ class MemberIdentity(Struct, frozen=True, kw_only=True):
 
 class LeaveGroupRequest(Message, tag="leave_group", frozen=True, kw_only=True):
     group_id: GroupId
-    members: list[MemberIdentity]
+    members: Annotated[list[MemberIdentity], Meta(max_length=MAX_ITEMS)]
 
 
 class LeaveGroupMemberResult(Struct, frozen=True, kw_only=True):
@@ -254,7 +256,7 @@ class TopicResult(Struct, frozen=True, kw_only=True):
 
 
 class CreateTopicsRequest(Message, tag="create_topics", frozen=True, kw_only=True):
-    topics: list[TopicSpec]
+    topics: Annotated[list[TopicSpec], Meta(max_length=MAX_ITEMS)]
 
 
 class CreateTopicsResponse(Message, tag="create_topics_response", frozen=True, kw_only=True):
@@ -266,7 +268,7 @@ class CreateTopicsResponse(Message, tag="create_topics_response", frozen=True, k
 class AlterTopicsRequest(Message, tag="alter_topics", frozen=True, kw_only=True):
     """Set the partition count of existing topics (up or down: a topic names any resources)."""
 
-    topics: list[TopicSpec]
+    topics: Annotated[list[TopicSpec], Meta(max_length=MAX_ITEMS)]
 
 
 class AlterTopicsResponse(Message, tag="alter_topics_response", frozen=True, kw_only=True):
@@ -276,7 +278,7 @@ class AlterTopicsResponse(Message, tag="alter_topics_response", frozen=True, kw_
 
 
 class DeleteTopicsRequest(Message, tag="delete_topics", frozen=True, kw_only=True):
-    topics: list[TopicName]
+    topics: Annotated[list[TopicName], Meta(max_length=MAX_ITEMS)]
 
 
 class DeleteTopicsResponse(Message, tag="delete_topics_response", frozen=True, kw_only=True):
@@ -292,7 +294,9 @@ class TopicMetadata(Struct, frozen=True, kw_only=True):
 
 
 class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
-    topics: list[TopicName] | None = None  # None: every topic
+    topics: Annotated[list[TopicName], Meta(max_length=MAX_ITEMS)] | None = (
+        None  # None: every topic
+    )
 
 
 class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_only=True):
@@ -305,7 +309,7 @@ class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_on
 
 
 class DescribeGroupsRequest(Message, tag="describe_groups", frozen=True, kw_only=True):
-    groups: list[GroupId]
+    groups: Annotated[list[GroupId], Meta(max_length=MAX_ITEMS)]
 
 
 class DescribedMember(Struct, frozen=True, kw_only=True):
@@ -336,7 +340,9 @@ class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=Tru
 
 
 class ListGroupsRequest(Message, tag="list_groups", frozen=True, kw_only=True):
-    states: list[Annotated[str, Meta(max_length=64)]] | None = None  # None: every state
+    states: Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)] | None = (
+        None  # None: every state
+    )
 
 
 class ListedGroup(Struct, frozen=True, kw_only=True):
