@@ -132,11 +132,19 @@ async def test_a_burst_of_large_requests_does_not_hold_up_another_groups_member(
 
 
 async def test_many_bursting_connections_do_not_add_up_to_a_long_pass(
-    server: CoordinatorServer,
+    server: CoordinatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fifty connections each with a burst of large fetches: each gets a slice per pass, but
-    a pass serves them for a bounded time in all, so a bystander's heartbeat does not wait
-    for fifty slices (it waited 2.2 s behind a hundred)."""
+    one pass serves them for a bounded time in all (it was fifty slices: a bystander's
+    heartbeat waited 2.2 s behind a hundred such connections)."""
+    passes: list[float] = []
+    new_pass = CoordinatorServer._new_pass
+
+    def measured(self: CoordinatorServer) -> None:
+        passes.append(self._pass_spent)
+        new_pass(self)
+
+    monkeypatch.setattr(CoordinatorServer, "_new_pass", measured)
     await _group_with_offsets(server.port, "big")
     bystander, member_id, generation = await raw_member(server.port, "calm")
     attackers = [await RawClient.open(server.port) for _ in range(50)]
@@ -153,15 +161,15 @@ async def test_many_bursting_connections_do_not_add_up_to_a_long_pass(
     done = asyncio.Event()
     beats = asyncio.create_task(_heartbeat_until(bystander, member_id, generation, done))
     await within(wait_until(lambda: bool(server.core.groups["calm"].members)))
+    passes.clear()
     for attacker in attackers:
         attacker.writer.write(_burst("big", 8))
     await asyncio.gather(*(drain(attacker, 8) for attacker in attackers))
     done.set()
     round_trips = await within(beats)
-    assert len(round_trips) >= 3
-    assert max(round_trips) < HEARTBEAT_BOUND_S, (
-        f"a heartbeat waited {max(round_trips):.3f} s behind fifty bursting connections"
-    )
+    assert len(round_trips) >= 3, "the bystander was answered all along"
+    # 20 ms a pass, plus the slice and the request that cross it (about 15 ms each here)
+    assert max(passes) < 0.15, f"a pass spent {max(passes):.3f} s on input"
     for client in [*attackers, bystander]:
         await client.close()
 
