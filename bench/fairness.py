@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import quiet_logs
@@ -78,40 +79,54 @@ async def _setup(port: int, offsets: int) -> None:
     await admin.close()
 
 
-async def _burst(port: int, fetches: int, bystander: SimMember) -> dict[str, float | bool]:
-    attacker = await open_connection(port, "attacker")
-    frames = FrameReader()
+async def _burst(
+    port: int, fetches: int, bystander: SimMember, attackers: int = 1
+) -> dict[str, float | bool]:
+    """``fetches`` fetches of every offset of ``big``, spread over ``attackers``
+    connections, each writing its share in one write."""
+    conns = [await open_connection(port, f"attacker-{i}") for i in range(attackers)]
+    frames = [FrameReader() for _ in conns]
     answered = 0
     all_answered = asyncio.get_running_loop().create_future()
 
-    def sink(data: bytes) -> None:
-        nonlocal answered
-        answered += len(frames.feed(data))
-        if answered >= fetches and not all_answered.done():
-            all_answered.set_result(None)
+    def sink_for(reader: FrameReader) -> Callable[[bytes], None]:
+        def sink(data: bytes) -> None:
+            nonlocal answered
+            answered += len(reader.feed(data))
+            if answered >= fetches and not all_answered.done():
+                all_answered.set_result(None)
 
-    attacker.sink = sink
+        return sink
+
     codec = ClientCodec()
-    burst = b"".join(
-        codec.encode(Call(correlation_id=i, request=OffsetFetchRequest(group_id="big")))
-        for i in range(1, fetches + 1)
-    )
+    shares = [fetches // attackers + (i < fetches % attackers) for i in range(attackers)]
     beat = HeartbeatRequest(
         group_id="calm", generation_id=bystander.generation, member_id=bystander.member_id
     )
     round_trips: list[float] = []
     errors = 0
     started = time.perf_counter()
-    attacker.write(burst)
-    while not all_answered.done() and not attacker.closed.done():
+    for conn, reader, share in zip(conns, frames, shares, strict=True):
+        conn.sink = sink_for(reader)
+        conn.write(
+            b"".join(
+                codec.encode(Call(correlation_id=i, request=OffsetFetchRequest(group_id="big")))
+                for i in range(1, share + 1)
+            )
+        )
+    dropped = False
+    while not all_answered.done():
+        if any(conn.closed.done() for conn in conns):
+            dropped = True
+            break
         sent = time.perf_counter()
         answer = await bystander.conn.call(beat)
         round_trips.append(time.perf_counter() - sent)
         if not isinstance(answer, HeartbeatResponse) or answer.error_code != ErrorCode.NONE:
             errors += 1
     duration = time.perf_counter() - started
-    dropped = attacker.closed.done()
-    await attacker.close()
+    for conn in conns:
+        await conn.close()
     round_trips.sort()
     return {
         "duration_s": duration,
@@ -154,6 +169,17 @@ async def main(args: argparse.Namespace) -> None:
                 f"{figures['answered']:.0f} answered"
                 + (", then the server dropped the connection" if figures["dropped"] else "")
             )
+        print(f"the same {args.fetches} fetches from {args.attackers} connections at once:")
+        for round_ in range(args.rounds):
+            figures = await _burst(server.port, args.fetches, bystander, args.attackers)
+            print(
+                f"  round {round_ + 1}: {figures['duration_s']:.2f} s; bystander "
+                f"{figures['heartbeats']:.0f} heartbeats ({figures['errors']:.0f} errors), "
+                f"round trip median {figures['median_ms']:.2f} ms, "
+                f"p99 {figures['p99_ms']:.2f} ms, max {figures['max_ms']:.2f} ms; "
+                f"{figures['answered']:.0f} answered"
+                + (", then the server dropped the connection" if figures["dropped"] else "")
+            )
         print(f"  server peak RSS: {_peak_rss_mib(server.pid):.0f} MiB")
         largest = OffsetFetchRequest(
             group_id="big",
@@ -174,6 +200,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--offsets", type=int, default=10_000)
     parser.add_argument("--fetches", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--attackers", type=int, default=100)
     parser.add_argument("--requests", type=int, default=10)
     return parser.parse_args(argv)
 
