@@ -363,3 +363,25 @@ def test_unowned_partitions_even_out_the_load_before_claims_move() -> None:
     assert result["a"] == tps("t0-2 t2-0")
     assert result["d"] == tps("t1-0")
     assert sorted(len(p) for p in result.values()) == [1, 2, 2, 2]
+
+
+@pytest.mark.parametrize("cls", STICKY)
+def test_a_claim_stays_where_unowned_partitions_can_pass_along_instead(
+    cls: type[StickyAssignor],
+) -> None:
+    # Placing the unowned partitions leaves d two below a, which claims three of t1, the
+    # one topic they share; b and c, one above d, hold unowned t0 partitions. One of them
+    # passes one on to d, and a keeps its claims (rather than one moving to d: in a
+    # cooperative group a revocation and another round).
+    subs = group(
+        member("a", ["t1"], owned="t1-0 t1-1 t1-2", generation=1),
+        member("b", ["t0"], owned="t0-0", generation=1),
+        member("c", ["t0"]),
+        member("d", ["t0", "t1"]),
+        member("e", []),
+    )
+    result = cls().assign({"t0": 4, "t1": 4}, subs)
+    assert result["a"].partitions == tps("t1-0 t1-1 t1-2")
+    assert result["b"].partitions >= tps("t0-0")
+    assert all(not a.revoked for a in result.values())
+    assert sorted(len(a.partitions) for a in result.values()) == [0, 1, 2, 2, 3]

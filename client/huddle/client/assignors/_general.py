@@ -5,11 +5,13 @@
    least-loaded subscribers (water-filling: the greedy "next one to the least loaded").
 3. While some member holds a partition of a topic that a member with at least two fewer
    partitions subscribes to, counts move from the heaviest such member to the lightest
-   such taker (``_settle``): preferably counts it did not own before (free to move, in
-   bulk); claims never so many that the giver drops below the next heaviest member (a
-   member that gave up a claim then takes no partitions back). Every move lowers the
-   sum of squared loads, so this ends; when it does, no single move can improve balance
-   (Kafka's notion of balanced).
+   such taker (``_settle``). Counts it did not own before (free to move, in bulk) move
+   first, for as long as any can. Only then does a claim move, and only if no chain of
+   free counts between other members can settle it instead (so that the follow-up round
+   of a cooperative rebalance seldom has a claim to revoke, see ``_settle``);
+   claims never so many that the giver drops below the next heaviest member (a member
+   that gave up a claim then takes no partitions back). This ends; when it does, no
+   single move can improve balance (Kafka's notion of balanced).
 4. Per topic each member keeps its claims up to its count, and the rest of the topic is
    dealt round-robin to the members below their count.
 """
