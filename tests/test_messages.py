@@ -59,9 +59,11 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
         fields = {f.name: strategy(f.type) for f in msgspec.structs.fields(tp)}
         return st.builds(tp, **fields)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Annotated:  # bounded strings: within the bound
-        (meta,) = args[1:]
-        return st.text(max_size=min(12, meta.max_length))
+    if origin is typing.Annotated:  # bounded strings and lists: within the bound
+        inner, meta = args
+        if inner is str:
+            return st.text(max_size=min(12, meta.max_length))
+        return strategy(inner).filter(lambda value: len(value) <= meta.max_length)
     if origin is list:
         return st.lists(strategy(args[0]), max_size=3)
     if origin in (typing.Union, types.UnionType):
