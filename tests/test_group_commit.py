@@ -589,3 +589,34 @@ async def test_held_answers_bound_what_one_connection_has_handled(
         answered = [await raw.read_frame() for _ in range(100)]
         assert [f.correlation_id for f in answered if isinstance(f, Reply)] == list(range(1, 101))
         await raw.close()
+
+
+async def test_a_connection_whose_held_answers_went_out_reads_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection whose last frames were all held (its reading paused meanwhile) reads
+    again once they are answered: it was left paused for ever, and its member evicted."""
+    monkeypatch.setattr(server_module, "_HELD_PER_CONNECTION", 5)
+    config = fast_server_config(data_dir=str(tmp_path), fsync=True)
+    gate = GatedWrite()
+    async with running_server(config) as server:
+        await create_topic(f"127.0.0.1:{server.port}")
+        monkeypatch.setattr(os, "pwrite", gate)
+        try:
+            raw = await RawClient.open(server.port)
+            await raw.handshake()
+            codec = ClientCodec()
+            raw.writer.write(
+                b"".join(
+                    codec.encode(Call(correlation_id=i, request=commit("g", i)))
+                    for i in range(1, 11)
+                )
+            )
+            await gate.started()
+        finally:
+            gate.release.set()
+        answered = [await raw.read_frame() for _ in range(10)]
+        assert all(isinstance(f, Reply) for f in answered)
+        more = await raw.call(OffsetFetchRequest(group_id="g"))  # read and answered
+        assert isinstance(more, OffsetFetchResponse), more
+        await raw.close()

@@ -208,7 +208,7 @@ def test_what_a_killed_compaction_left_is_removed_at_open(tmp_path: Path) -> Non
     (tmp_path / (JOURNAL + ".tmp")).write_bytes(b"half a snapshot")
     again = Journal.open(tmp_path)
     assert again.records == RECORDS
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL, "lock"]
     again.close()
 
 

@@ -227,6 +227,18 @@ def test_a_session_is_not_ended_while_its_connections_input_waits_to_be_read() -
     assert "g" not in d.core.groups, "b's session ended once its input was read: none left"
 
 
+def test_a_connection_kept_busy_does_not_keep_a_silent_member_alive() -> None:
+    """The grace for unread input lasts one more session timeout at most: a connection
+    that always has frames waiting (other members' traffic) must not keep a member that
+    sends nothing in its group for ever."""
+    d = Driver()
+    _a, b = d.form(1, 2)
+    d.advance(SESSION_MS + 1, unread=lambda conn_id: conn_id == 2)
+    assert b in d.group().members
+    d.advance(SESSION_MS, unread=lambda conn_id: True)
+    assert "g" not in d.core.groups or b not in d.group().members
+
+
 def test_session_timeout_during_a_rebalance_lets_the_join_complete() -> None:
     d = Driver()
     a, b = d.form(1, 2)

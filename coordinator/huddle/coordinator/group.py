@@ -35,6 +35,7 @@ class Member:
         "is_new",
         "join_waiter",
         "member_id",
+        "overdue_since",
         "protocol_type",
         "protocols",
         "rebalance_timeout_ms",
@@ -70,6 +71,7 @@ class Member:
         self.join_waiter: Waiter | None = None
         self.sync_waiter: Waiter | None = None
         self.is_new = True
+        self.overdue_since: float | None = None  # its session ended with input unread then
         self.session_key = SessionExpires(group_id, member_id)
         self.grace_key = DisconnectGraceEnds(group_id, member_id)
 

@@ -51,26 +51,28 @@ LEGACY_LOCK: Final = "lock"  # what coordinators before the directory lock locke
 def lock_directory(directory: Path) -> int:
     """An exclusive lock on the directory itself (its open descriptor, returned): no file
     inside it can be deleted to break it. DataDirError if another process holds it. The
-    ``lock`` file older coordinators lock is held too while one exists, so an older and a
-    newer coordinator cannot share a directory during an upgrade either."""
+    ``lock`` file older coordinators lock is held too, so an older and a newer coordinator
+    cannot share a directory during an upgrade either."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise DataDirError(f"data directory {directory} is in use by another coordinator") from None
-    legacy = directory / LEGACY_LOCK
-    if legacy.exists():
-        held = os.open(legacy, os.O_RDWR)
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(held)
-            os.close(fd)
-            raise DataDirError(
-                f"data directory {directory} is in use by another (older) coordinator"
-            ) from None
-        _legacy_locks[fd] = held
+    try:  # always: an older coordinator started later takes this file's lock
+        held = os.open(directory / LEGACY_LOCK, os.O_RDWR | os.O_CREAT, 0o640)
+    except OSError:
+        os.close(fd)
+        raise
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(held)
+        os.close(fd)
+        raise DataDirError(
+            f"data directory {directory} is in use by another (older) coordinator"
+        ) from None
+    _legacy_locks[fd] = held
     return fd
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from huddle.coordinator.effects import Effects, Outgoing, Peer
+from huddle.coordinator.group import Member
 from huddle.coordinator.joining import Joining
 from huddle.coordinator.sessions import E, S, uuid_member_id
 from huddle.coordinator.values import (
@@ -69,6 +70,7 @@ class Membership(Joining):
         if member.conn_id != conn.conn_id:
             self._bind(member, conn)
         self.timers.extend(member.session_key, now + member.session_timeout_ms)
+        member.overdue_since = None
         response = _REBALANCING_HEARTBEAT if group.state is S.PREPARING_REBALANCE else _OK_HEARTBEAT
         return conn.conn_id, Reply(correlation_id=cid, response=response)
 
@@ -136,7 +138,7 @@ class Membership(Joining):
                     self._drop_pending(fx, group, member_id, "did not join again in time")
             case SessionExpires(member_id=member_id):
                 member = group.members.get(member_id)
-                if member is not None and unread is not None and unread(member.conn_id):
+                if member is not None and self._unread_grace(fx, member, unread):
                     # Its connection's input is not all read: a heartbeat may be in it.
                     self.timers.set(member.session_key, fx.now + UNREAD_RECHECK_MS)
                 elif member is not None:
@@ -154,6 +156,17 @@ class Membership(Joining):
                     gone = group.members[member_id]
                     self._remove_and_update(fx, group, gone, "connection closed")
         self.collect(group)
+
+    @staticmethod
+    def _unread_grace(fx: Effects, member: Member, unread: Callable[[int], bool] | None) -> bool:
+        """Whether a session that ended may wait for its connection's unread input: only
+        while there is some, and for one more session timeout at most (a connection kept
+        busy by other traffic must not keep a silent member alive)."""
+        if unread is None or not unread(member.conn_id):
+            return False
+        if member.overdue_since is None:
+            member.overdue_since = fx.now
+        return fx.now - member.overdue_since < member.session_timeout_ms
 
     def connection_closed(self, fx: Effects, conn_id: int) -> None:
         """Members that spoke through ``conn_id`` get the disconnect grace, if enabled;

@@ -644,6 +644,8 @@ class CoordinatorServer:
                 self.backlogged(conn)
             elif conn.peer_done and not conn.held:
                 conn.close("closed by peer")
+            else:
+                conn.release_input()  # its reading was held while its answers waited
 
     def _not_kept(self, held: list[Held]) -> None:
         """A batch could not be kept: no acknowledgement and no notices. Every answer the

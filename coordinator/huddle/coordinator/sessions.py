@@ -155,6 +155,7 @@ class Sessions:
     def _touch(self, fx: Effects, member: Member) -> None:
         """Activity from a member pushes its session deadline out (never in)."""
         self.timers.extend(member.session_key, fx.now + member.session_timeout_ms)
+        member.overdue_since = None
 
     def touch(self, fx: Effects, member: Member, conn: Peer) -> None:
         self._bind(member, conn)
