@@ -13,7 +13,7 @@ from huddle.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 from huddle.protocol.messages import JoinGroupResponse
-from tests.helpers import join_request
+from tests.helpers import fast_server_config, join_request, running_server, wait_until
 
 
 async def test_topic_lifecycle(bootstrap: str) -> None:
@@ -64,3 +64,15 @@ async def test_admin_outside_its_context() -> None:
     admin = Admin("127.0.0.1:9")
     with pytest.raises(RuntimeError, match="async with"):
         await admin.list_topics()
+
+
+async def test_an_admin_left_idle_past_the_coordinators_idle_timeout_goes_on() -> None:
+    """The coordinator closes connections that hold no member and stay idle (as Kafka's
+    brokers do); an Admin then connects again for its next call, as Kafka's AdminClient."""
+    config = fast_server_config(idle_timeout_ms=200)
+    async with running_server(config) as server, Admin(f"127.0.0.1:{server.port}") as admin:
+        await admin.create_topic("orders", 3)
+        first = admin.connection
+        await wait_until(lambda: first.closed, what="the idle connection to be closed")
+        assert await admin.list_topics() == {"orders": 3}
+        assert admin.connection is not first

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from types import TracebackType
+from typing import TypeVar
 
 from huddle.client.connection import Connection, connect
 from huddle.client.describe import GroupView, view
@@ -31,6 +32,8 @@ from huddle.protocol.messages import (
     ListGroupsResponse,
     ListTopicsRequest,
     ListTopicsResponse,
+    Request,
+    Response,
     TopicResult,
     TopicSpec,
 )
@@ -39,6 +42,9 @@ from huddle.protocol.messages import (
 def _raise_for_topics(results: list[TopicResult]) -> None:
     for result in results:
         raise_for(result.error_code, result.error_message)
+
+
+R = TypeVar("R", bound=Response)
 
 
 class Admin:
@@ -82,28 +88,42 @@ class Admin:
             raise RuntimeError("use Admin as an async context manager: async with Admin(...)")
         return self._conn
 
+    async def _call(self, request: Request, expect: type[R]) -> R:
+        """``request`` on the connection, made again first if the coordinator closed it
+        meanwhile (an idle connection is closed after its idle timeout, as Kafka's are):
+        nothing was sent on a closed connection, so this never sends a request twice."""
+        conn = self.connection
+        if conn.closed and self._stack is not None:
+            await self._stack.aclose()
+            stack = AsyncExitStack()
+            self._conn = conn = await stack.enter_async_context(
+                connect(
+                    self.bootstrap, client_id=self.client_id, timeout=self.timeout, notices=False
+                )
+            )
+            self._stack = stack
+        return await conn.call(request, expect, timeout=self.timeout)
+
     # --- topics -----------------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int) -> None:
         request = CreateTopicsRequest(topics=[TopicSpec(name=name, partitions=partitions)])
-        response = await self.connection.call(request, CreateTopicsResponse, timeout=self.timeout)
+        response = await self._call(request, CreateTopicsResponse)
         _raise_for_topics(response.topics)
 
     async def alter_topic(self, name: str, partitions: int) -> None:
         request = AlterTopicsRequest(topics=[TopicSpec(name=name, partitions=partitions)])
-        response = await self.connection.call(request, AlterTopicsResponse, timeout=self.timeout)
+        response = await self._call(request, AlterTopicsResponse)
         _raise_for_topics(response.topics)
 
     async def delete_topic(self, name: str) -> None:
         request = DeleteTopicsRequest(topics=[name])
-        response = await self.connection.call(request, DeleteTopicsResponse, timeout=self.timeout)
+        response = await self._call(request, DeleteTopicsResponse)
         _raise_for_topics(response.topics)
 
     async def list_topics(self) -> dict[str, int]:
         """Every topic and its partition count, sorted by name."""
-        response = await self.connection.call(
-            ListTopicsRequest(), ListTopicsResponse, timeout=self.timeout
-        )
+        response = await self._call(ListTopicsRequest(), ListTopicsResponse)
         return {
             topic.name: topic.partitions
             for topic in sorted(response.topics, key=lambda t: t.name)
@@ -113,9 +133,7 @@ class Admin:
     # --- groups -----------------------------------------------------------------------
 
     async def list_groups(self) -> list[ListedGroup]:
-        response = await self.connection.call(
-            ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout
-        )
+        response = await self._call(ListGroupsRequest(), ListGroupsResponse)
         return sorted(response.groups, key=lambda g: g.group_id)
 
     async def describe(self, group_id: str) -> GroupView:
@@ -123,8 +141,8 @@ class Admin:
         return view(await self.describe_group(group_id))
 
     async def describe_group(self, group_id: str) -> DescribedGroup:
-        response = await self.connection.call(
-            DescribeGroupsRequest(groups=[group_id]), DescribeGroupsResponse, timeout=self.timeout
+        response = await self._call(
+            DescribeGroupsRequest(groups=[group_id]), DescribeGroupsResponse
         )
         for group in response.groups:
             if group.group_id == group_id:
