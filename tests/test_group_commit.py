@@ -27,6 +27,7 @@ from huddle.protocol.framing import ClientCodec
 from huddle.protocol.messages import (
     Call,
     CreateTopicsRequest,
+    CreateTopicsResponse,
     ErrorResponse,
     JoinGroupResponse,
     OffsetCommitPartition,
@@ -619,4 +620,59 @@ async def test_a_connection_whose_held_answers_went_out_reads_on(
         assert all(isinstance(f, Reply) for f in answered)
         more = await raw.call(OffsetFetchRequest(group_id="g"))  # read and answered
         assert isinstance(more, OffsetFetchResponse), more
+        await raw.close()
+
+
+async def test_a_reading_client_gets_held_answers_larger_than_its_write_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers held while the disk was slow are released together; together they may be
+    more than --max-write-buffer-bytes. A client that reads gets them all (it was dropped
+    for them); they go out as it reads."""
+    limit = 1024 * 1024
+    config = fast_server_config(
+        data_dir=str(tmp_path), fsync=True, max_write_buffer_bytes=limit, max_response_bytes=limit
+    )
+    gate = GatedWrite()
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await create_topic(bootstrap)
+        async with connect(bootstrap) as setup:
+            await setup.call(
+                CreateTopicsRequest(topics=[TopicSpec(name="wide", partitions=10_000)]),
+                CreateTopicsResponse,
+            )
+            await setup.call(
+                OffsetCommitRequest(
+                    group_id="big",
+                    topics=[
+                        OffsetCommitTopic(
+                            name="wide",
+                            partitions=[
+                                OffsetCommitPartition(partition=p, offset=p) for p in range(10_000)
+                            ],
+                        )
+                    ],
+                ),
+                OffsetCommitResponse,
+            )
+        monkeypatch.setattr(os, "pwrite", gate)
+        try:
+            raw = await RawClient.open(server.port)
+            await raw.handshake()
+            codec = ClientCodec()
+            fetch_all = OffsetFetchRequest(group_id="big")  # ~300 KB answers
+            raw.writer.write(
+                codec.encode(Call(correlation_id=1, request=commit("g", 1)))
+                + b"".join(
+                    codec.encode(Call(correlation_id=i, request=fetch_all)) for i in range(2, 22)
+                )
+            )
+            await gate.started()
+            conn = next(c for c in server._conns.values() if c.client_id == "raw")
+            await wait_until(lambda: conn.held == 21, what="the answers held behind the write")
+        finally:
+            gate.release.set()
+        answers = [await raw.read_frame() for _ in range(21)]
+        assert [f.correlation_id for f in answers if isinstance(f, Reply)] == list(range(1, 22))
         await raw.close()

@@ -34,6 +34,7 @@ log = structlog.get_logger("huddle.server")
 
 _DEFAULT_HIGH_WATER: Final = 64 * 1024
 _CHECK_BUFFER_FROM: Final = 64 * 1024  # queued bytes past which each send checks the limit
+_OUTBOX_FRAMES: Final = 10_000  # frames waiting for a client to read before it is dropped
 
 
 class ConnectionHost(Protocol):
@@ -89,6 +90,7 @@ class Connection(asyncio.Protocol):
         "linger",
         "log",
         "opened_at",
+        "outbox",
         "partial",
         "peer",
         "peer_done",
@@ -122,6 +124,7 @@ class Connection(asyncio.Protocol):
         self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
         self.pending = bytearray()  # encoded frames not yet written
         self.inbox: deque[bytes] = deque()  # whole frame bodies read and not yet handled
+        self.outbox: deque[ServerFrame] = deque()  # frames waiting for the client to read
         self.reading = True  # False while reading is paused (backlog or a full write buffer)
         self.last_active = 0.0  # loop time of the last read
         self.partial = 0  # bytes of an unfinished frame, as counted by the server
@@ -193,6 +196,7 @@ class Connection(asyncio.Protocol):
         self.closing = True
         self.pending = bytearray()
         self.inbox.clear()
+        self.outbox.clear()
         if self.linger is not None:
             self.linger.cancel()
             self.linger = None
@@ -205,6 +209,10 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.write_paused = False
         self.last_active = self.server.loop.time()  # it reads what it is sent
+        if self.outbox:
+            self._send_queued()
+            if self.write_paused:
+                return
         if self.inbox:
             self.server.backlogged(self)  # it resumes reading once they are handled
         else:
@@ -242,6 +250,12 @@ class Connection(asyncio.Protocol):
         if self.withheld and type(frame) in self.withheld:
             self.log.debug("frame_withheld", frame=type(frame).__name__, version=self.version)
             return
+        if self.outbox:  # frames wait for the client to read: in order, behind them
+            self._queue(frame)
+            return
+        self._encode(frame)
+
+    def _encode(self, frame: ServerFrame) -> None:
         pending = self.pending
         if not pending:
             self.server.flush_later(self)
@@ -254,6 +268,30 @@ class Connection(asyncio.Protocol):
             self._too_large(frame, size, config.max_response_bytes)
         if len(pending) > _CHECK_BUFFER_FROM and not self.closing:
             self.flush()  # offered to the socket now: what it cannot take is what is unread
+
+    def send_when_read(self, frame: ServerFrame) -> None:
+        """Like ``send``, but while the client has not read what it was sent (answers held
+        for the data dir, released together), the frame waits here, unencoded, and goes
+        out as the client reads: a reading client is not dropped for answers it was due."""
+        if self.write_paused or self.outbox:
+            if not self.closing and self.transport is not None:
+                self._queue(frame)
+            return
+        self.send(frame)
+
+    def _queue(self, frame: ServerFrame) -> None:
+        self.outbox.append(frame)
+        if len(self.outbox) > _OUTBOX_FRAMES:
+            limit = _OUTBOX_FRAMES
+            self.log.warning("write_buffer_overflow", queued_frames=len(self.outbox), limit=limit)
+            self.abort(f"over {limit} frames waiting: the client is not reading")
+
+    def _send_queued(self) -> None:
+        """Frames that waited for the client to read: as many as it takes now."""
+        outbox = self.outbox
+        while outbox and not self.write_paused and not self.closing:
+            self._encode(outbox.popleft())
+        self.flush()
 
     def _too_large(self, frame: ServerFrame, size: int, limit: int) -> None:
         """An answer larger than any client takes: the caller gets an error saying so; a

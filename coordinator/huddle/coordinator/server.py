@@ -628,7 +628,10 @@ class CoordinatorServer:
             conn = conns.get(conn_id)
             if conn is not None:
                 conn.held -= 1
-            self._dispatch(out)
+            for to, frame in out:  # released together: each as its client reads
+                receiver = conns.get(to)
+                if receiver is not None:
+                    receiver.send_when_read(frame)
         self._after_held(held)
         self._flush()
 
