@@ -140,6 +140,17 @@ async def _burst(
     }
 
 
+def _print_round(round_: int, figures: dict[str, float | bool]) -> None:
+    print(
+        f"  round {round_ + 1}: {figures['duration_s']:.2f} s; bystander "
+        f"{figures['heartbeats']:.0f} heartbeats ({figures['errors']:.0f} errors), "
+        f"round trip median {figures['median_ms']:.2f} ms, "
+        f"p99 {figures['p99_ms']:.2f} ms, max {figures['max_ms']:.2f} ms; "
+        f"{figures['answered']:.0f} answered"
+        + (", then the server dropped the connection" if figures["dropped"] else "")
+    )
+
+
 async def _one_request(conn: RawConnection, request: OffsetFetchRequest, rounds: int) -> float:
     times = []
     for _ in range(rounds):
@@ -161,25 +172,11 @@ async def main(args: argparse.Namespace) -> None:
         print(f"burst: {args.fetches} fetches of {args.offsets:,} offsets each, in one write")
         for round_ in range(args.rounds):
             figures = await _burst(server.port, args.fetches, bystander)
-            print(
-                f"  round {round_ + 1}: {figures['duration_s']:.2f} s; bystander "
-                f"{figures['heartbeats']:.0f} heartbeats ({figures['errors']:.0f} errors), "
-                f"round trip median {figures['median_ms']:.2f} ms, "
-                f"p99 {figures['p99_ms']:.2f} ms, max {figures['max_ms']:.2f} ms; "
-                f"{figures['answered']:.0f} answered"
-                + (", then the server dropped the connection" if figures["dropped"] else "")
-            )
+            _print_round(round_, figures)
         print(f"the same {args.fetches} fetches from {args.attackers} connections at once:")
         for round_ in range(args.rounds):
             figures = await _burst(server.port, args.fetches, bystander, args.attackers)
-            print(
-                f"  round {round_ + 1}: {figures['duration_s']:.2f} s; bystander "
-                f"{figures['heartbeats']:.0f} heartbeats ({figures['errors']:.0f} errors), "
-                f"round trip median {figures['median_ms']:.2f} ms, "
-                f"p99 {figures['p99_ms']:.2f} ms, max {figures['max_ms']:.2f} ms; "
-                f"{figures['answered']:.0f} answered"
-                + (", then the server dropped the connection" if figures["dropped"] else "")
-            )
+            _print_round(round_, figures)
         print(f"  server peak RSS: {_peak_rss_mib(server.pid):.0f} MiB")
         largest = OffsetFetchRequest(
             group_id="big",

@@ -241,7 +241,7 @@ async def test_a_stall_between_the_read_and_the_expiry_is_read_past_too(
     """A deadline passed, the sockets were read, and then the loop stalled (a slow request
     handled in that same pass) before the sessions were looked at: the heartbeats that
     arrived meanwhile must be read first, or a member that kept heartbeating is evicted."""
-    ready, sent_through, stop = threading.Event(), threading.Event(), threading.Event()
+    ready, sent_through = threading.Event(), threading.Event()
     answers: list[int] = []
 
     def bystander() -> None:  # its own thread and loop: it goes on while the server stalls
@@ -253,17 +253,15 @@ async def test_a_stall_between_the_read_and_the_expiry_is_read_past_too(
                 group_id="calm", generation_id=generation, member_id=member_id
             )
             ready.set()
-            stall_seen = None
-            sent = 0
-            while not stop.is_set():
-                sent += 1
-                await client.send(Call(correlation_id=sent, request=request))
-                if stalled.is_set():
-                    stall_seen = stall_seen or time.monotonic()
-                    if time.monotonic() - stall_seen > 2.0:  # twice the session, heartbeating
-                        sent_through.set()
-                await asyncio.sleep(0.1)  # the member's heartbeat interval
-            for _ in range(sent):
+            # One heartbeat as the stall begins, one once it has lasted twice the session:
+            # both wait in the stalled server's socket buffer.
+            assert await asyncio.to_thread(stalled.wait, DEADLINE_S), "no stall came"
+            stall_seen = time.monotonic()
+            await client.send(Call(correlation_id=1, request=request))
+            await wait_until(lambda: time.monotonic() > stall_seen + 2.0, what="a 2 s stall")
+            await client.send(Call(correlation_id=2, request=request))
+            sent_through.set()
+            for _ in range(2):
                 reply = await client.read_frame()
                 assert isinstance(reply, Reply), reply
                 assert isinstance(reply.response, HeartbeatResponse), reply
@@ -297,7 +295,7 @@ async def test_a_stall_between_the_read_and_the_expiry_is_read_past_too(
         await wait_until(lambda: "other" not in server.core.groups, what="the pending id to expire")
     finally:
         sent_through.set()
-        stop.set()
+        stalled.set()  # if no stall came, the bystander stops waiting for one
         await asyncio.to_thread(thread.join, DEADLINE_S)
     assert answers, "the bystander heard nothing back"
     assert set(answers) == {ErrorCode.NONE}, answers

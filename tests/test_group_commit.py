@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -37,6 +38,7 @@ from huddle.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     Reply,
+    Request,
     TopicSpec,
 )
 from tests.helpers import (
@@ -89,6 +91,20 @@ async def fetch(conn: Connection, group: str) -> int:
     response = await conn.call(OffsetFetchRequest(group_id=group), OffsetFetchResponse)
     offsets = [p.offset for t in response.topics for p in t.partitions]
     return offsets[0] if offsets else -1
+
+
+async def pipelined(port: int, requests: Sequence[Request]) -> RawClient:
+    """A handshaken raw client that has sent ``requests`` in one write, as calls 1..n."""
+    raw = await RawClient.open(port)
+    await raw.handshake()
+    codec = ClientCodec()
+    raw.writer.write(
+        b"".join(
+            codec.encode(Call(correlation_id=i, request=request))
+            for i, request in enumerate(requests, start=1)
+        )
+    )
+    return raw
 
 
 async def create_topic(bootstrap: str) -> None:
@@ -537,13 +553,7 @@ async def test_a_client_that_shuts_its_side_gets_the_answers_waiting_for_the_dis
         await create_topic(f"127.0.0.1:{server.port}")
         monkeypatch.setattr(os, "pwrite", gate)
         try:
-            raw = await RawClient.open(server.port)
-            await raw.handshake()
-            codec = ClientCodec()
-            raw.writer.write(
-                codec.encode(Call(correlation_id=1, request=commit("g", 5)))
-                + codec.encode(Call(correlation_id=2, request=OffsetFetchRequest(group_id="g")))
-            )
+            raw = await pipelined(server.port, [commit("g", 5), OffsetFetchRequest(group_id="g")])
             raw.writer.write_eof()
             await gate.started()
             conn = next(c for c in server._conns.values() if c.client_id == "raw")
@@ -572,15 +582,7 @@ async def test_held_answers_bound_what_one_connection_has_handled(
         await create_topic(f"127.0.0.1:{server.port}")
         monkeypatch.setattr(os, "pwrite", gate)
         try:
-            raw = await RawClient.open(server.port)
-            await raw.handshake()
-            codec = ClientCodec()
-            raw.writer.write(
-                b"".join(
-                    codec.encode(Call(correlation_id=i, request=commit("g", i)))
-                    for i in range(1, 101)
-                )
-            )
+            raw = await pipelined(server.port, [commit("g", i) for i in range(1, 101)])
             await gate.started()
             conn = next(c for c in server._conns.values() if c.client_id == "raw")
             await wait_until(lambda: conn.held == 10, what="ten answers held")
@@ -604,15 +606,7 @@ async def test_a_connection_whose_held_answers_went_out_reads_on(
         await create_topic(f"127.0.0.1:{server.port}")
         monkeypatch.setattr(os, "pwrite", gate)
         try:
-            raw = await RawClient.open(server.port)
-            await raw.handshake()
-            codec = ClientCodec()
-            raw.writer.write(
-                b"".join(
-                    codec.encode(Call(correlation_id=i, request=commit("g", i)))
-                    for i in range(1, 11)
-                )
-            )
+            raw = await pipelined(server.port, [commit("g", i) for i in range(1, 11)])
             await gate.started()
         finally:
             gate.release.set()
@@ -658,16 +652,8 @@ async def test_a_reading_client_gets_held_answers_larger_than_its_write_buffer(
             )
         monkeypatch.setattr(os, "pwrite", gate)
         try:
-            raw = await RawClient.open(server.port)
-            await raw.handshake()
-            codec = ClientCodec()
             fetch_all = OffsetFetchRequest(group_id="big")  # ~300 KB answers
-            raw.writer.write(
-                codec.encode(Call(correlation_id=1, request=commit("g", 1)))
-                + b"".join(
-                    codec.encode(Call(correlation_id=i, request=fetch_all)) for i in range(2, 22)
-                )
-            )
+            raw = await pipelined(server.port, [commit("g", 1)] + [fetch_all] * 20)
             await gate.started()
             conn = next(c for c in server._conns.values() if c.client_id == "raw")
             await wait_until(lambda: conn.held == 21, what="the answers held behind the write")

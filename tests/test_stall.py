@@ -10,7 +10,6 @@ before it acts on a passed deadline.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -26,7 +25,7 @@ from huddle.protocol.messages import (
     HeartbeatResponse,
     Reply,
 )
-from tests.helpers import raw_member, serve_process
+from tests.helpers import raw_member, serve_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -41,18 +40,24 @@ async def test_members_that_kept_heartbeating_through_a_coordinator_pause_stay()
         ]
         os.kill(process.pid, signal.SIGSTOP)
         paused = time.monotonic()
-        sent = 0
+
+        async def heartbeat_all(correlation_id: int) -> None:
+            for group_id, client, member_id, generation in members:
+                request = HeartbeatRequest(
+                    group_id=group_id, generation_id=generation, member_id=member_id
+                )
+                await client.send(Call(correlation_id=correlation_id, request=request))
+
+        sent = 2
         try:
-            # Each member heartbeats every 100 ms for twice its session timeout, as a live
-            # member does; the heartbeats wait in the paused coordinator's socket buffers.
-            while time.monotonic() < paused + 2 * SESSION_MS / 1000:
-                sent += 1
-                for group_id, client, member_id, generation in members:
-                    request = HeartbeatRequest(
-                        group_id=group_id, generation_id=generation, member_id=member_id
-                    )
-                    await client.send(Call(correlation_id=1_000 + sent, request=request))
-                await asyncio.sleep(SESSION_MS / 10_000)  # the members' heartbeat interval
+            # Each member heartbeats as the pause begins and again once it has lasted twice
+            # the session timeout; the heartbeats wait in the paused coordinator's buffers.
+            await heartbeat_all(1_001)
+            await wait_until(
+                lambda: time.monotonic() > paused + 2 * SESSION_MS / 1000,
+                what="a pause of twice the session timeout",
+            )
+            await heartbeat_all(1_002)
         finally:
             os.kill(process.pid, signal.SIGCONT)
         for group_id, client, member_id, generation in members:

@@ -33,7 +33,7 @@ from huddle.protocol.messages import (
 log = structlog.get_logger("huddle.server")
 
 _DEFAULT_HIGH_WATER: Final = 64 * 1024
-_CHECK_BUFFER_FROM: Final = 64 * 1024  # queued bytes past which each send checks the limit
+_CHECK_BUFFER_FROM: Final = 64 * 1024  # queued bytes past which a send offers them to the socket
 _OUTBOX_FRAMES: Final = 10_000  # frames waiting for a client to read before it is dropped
 
 
