@@ -602,11 +602,17 @@ async def test_the_callbacks_of_one_step_share_one_rebalance_timeout() -> None:
     """Revoked, assigned and replicas callbacks of one rebalance run on one clock (Kafka
     bounds one poll by max.poll.interval.ms): a later callback does not restart it."""
     m = member("127.0.0.1:1", rebalance_timeout_ms=1_000)  # never started: no I/O
-    with m._timed():
-        started = m._listener_since
-        assert started is not None
-        with m._timed():  # the next callback of the same step
-            assert m._listener_since == started
-            assert not m._listener_overdue(started + 999)
-            assert m._listener_overdue(started + 1_001)
-    assert m._listener_since is None
+    driver = m._driver
+    outer = driver.callbacks_began(5_000.0)
+    started = driver.listener_since
+    assert outer
+    assert started == 5_000.0
+    inner = driver.callbacks_began(5_500.0)  # the next callback of the same step
+    assert not inner
+    assert driver.listener_since == started
+    assert not driver.listener_overdue(started + 999)
+    assert driver.listener_overdue(started + 1_001)
+    driver.callbacks_ended(inner)
+    assert driver.listener_since == started
+    driver.callbacks_ended(outer)
+    assert driver.listener_since is None

@@ -21,6 +21,7 @@ from huddle.protocol.embedded import (
     grouped,
 )
 from huddle.protocol.errors import HuddleError
+from huddle.protocol.planted import planted
 
 log = structlog.get_logger("huddle.leader")
 
@@ -95,7 +96,8 @@ def assign(
     missing = set(subscriptions) - set(result)
     if missing:
         raise AssignmentError(f"assignor {assignor.name} left out members {sorted(missing)}")
-    if RebalanceProtocol.COOPERATIVE in assignor.supported_protocols:
+    cooperative = RebalanceProtocol.COOPERATIVE in assignor.supported_protocols
+    if cooperative and not planted("leader-check-skipped"):
         check_cooperative(subscriptions, result)
     encoded: dict[str, bytes] = {}
     for member_id, sub in subscriptions.items():

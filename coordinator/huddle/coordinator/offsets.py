@@ -22,6 +22,7 @@ from huddle.protocol.messages import (
     OffsetFetchTopicResult,
     PartitionResult,
 )
+from huddle.protocol.planted import planted
 
 log = structlog.get_logger("huddle.offsets")
 
@@ -122,7 +123,7 @@ class Offsets:
                     "commits without a member id are allowed only while the group is empty",
                 )
             return group, member
-        if req.generation_id != group.generation:
+        if req.generation_id != group.generation and not planted("commit-fencing-off"):
             return group, Refusal(
                 E.ILLEGAL_GENERATION,
                 f"generation {req.generation_id} is not the group's {group.generation}",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from huddle.client.assignors._layout import Layout
 from huddle.client.assignors.base import MemberSubscription
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.planted import planted
 
 NOBODY = -1
 _CONTESTED = -2
@@ -55,6 +56,7 @@ def resolve(layout: Layout, members: Sequence[MemberSubscription]) -> Ownership:
     best = [_NEVER] * total
     objects: list[TopicPartition | None] = [None] * total
     claims: list[tuple[list[int], list[int]]] = []
+    tie_handed_out = planted("tie-handed-out")
     # topic -> (first pid, partition count, subscribed), one dict per distinct subscription
     spans: dict[frozenset[str], dict[str, tuple[int, int, bool]]] = {}
     for number, sub in enumerate(members):
@@ -78,7 +80,7 @@ def resolve(layout: Layout, members: Sequence[MemberSubscription]) -> Ownership:
             if generation > held:
                 best[pid] = generation
                 owner[pid] = number
-            elif generation == held:
+            elif generation == held and not tie_handed_out:
                 owner[pid] = _CONTESTED
         claims.append((kept, strays))
     owned: list[list[int]] = []

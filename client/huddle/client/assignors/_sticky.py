@@ -13,6 +13,7 @@ from huddle.client.assignors._order import member_order
 from huddle.client.assignors._plan import Plan
 from huddle.client.assignors.base import GroupAssignment, MemberAssignment, MemberSubscription
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.planted import planted
 
 
 def sticky_assign(
@@ -59,7 +60,7 @@ def _build(
     for number, (member, sub) in enumerate(zip(order, subs, strict=True)):
         dealt = plan.dealt[number]
         released = plan.released[number] + ownership.stray[number]
-        if cooperative:
+        if cooperative and not planted("leader-check-skipped"):
             # Withheld until whoever claims it has revoked it (its owner, or both members of
             # a claim tied in one generation: Kafka's partitionsTransferringOwnership); the
             # revoker's rejoin hands it over.

@@ -1,0 +1,309 @@
+"""The member runtime's decisions, sans-IO: when to heartbeat, what a heartbeat answer or a
+notice means, when the member must count itself a zombie, how long to wait before
+reconnecting, and what the application may process right now.
+
+``MemberCore`` decides what the protocol answers mean; this decides what the runtime does
+around it, given the time. ``huddle.client.member.Member`` runs it on anyio tasks and real
+sockets; ``huddle.sim`` runs the very same object under a simulated clock and network.
+Neither holds a decision of its own: they only wait, send and call the listener.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import structlog
+
+from huddle.client.events import (
+    Event,
+    FellOut,
+    HeartbeatAnswer,
+    RebalanceNotice,
+    Rejoin,
+    SessionExpired,
+)
+from huddle.client.generation import Generation
+from huddle.client.heartbeat import HeartbeatTimer
+from huddle.client.machine import MemberCore, MemberState, Next, Step
+from huddle.client.partition_counts import PartitionCounts
+from huddle.client.subscription import Subscription
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import ErrorCode, error_name, to_code
+from huddle.protocol.messages import (
+    HeartbeatRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    TopicMetadataChanged,
+)
+from huddle.protocol.planted import planted
+
+log = structlog.get_logger("huddle.member")
+E = ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat:
+    """Send ``request`` now; hand its answer to ``heartbeat_answered`` with ``generation``."""
+
+    request: HeartbeatRequest
+    generation: Generation
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUntil:
+    """Nothing to do before ``at`` (ms), or before something changes (``at`` is None)."""
+
+    at: float | None
+
+
+@dataclass
+class MemberDriver:
+    core: MemberCore
+    subscription: Subscription
+    retry_backoff_ms: float = 100.0
+    max_retry_backoff_ms: float = 5_000.0
+    zombie: bool = False  # the session expired locally: owns nothing until that is handled
+    listener_since: float | None = None  # when the running callbacks began (ms)
+    join_in_flight: bool = False
+    closing: bool = False
+    grace_ms: int | None = None  # the coordinator's disconnect grace (its hello)
+    backoff_ms: float = field(init=False)
+    counts: PartitionCounts = field(default_factory=PartitionCounts)
+    metadata: dict[str, int] = field(default_factory=dict)  # counts the leader assigned with
+    group_topics: set[str] = field(default_factory=set)
+    _overdue_logged: bool = False
+
+    def __post_init__(self) -> None:
+        self.backoff_ms = self.retry_backoff_ms
+        self._log = log.bind(group_id=self.core.config.group_id)
+
+    @property
+    def timer(self) -> HeartbeatTimer:
+        return self.core.session
+
+    # --- what the application may process -------------------------------------------
+
+    def visible(self, now: float) -> frozenset[TopicPartition]:
+        """The partitions the member owns at ``now`` as the application must see them:
+        nothing once its session may have expired or a callback overran, even before
+        ``on_partitions_lost`` has run."""
+        if self.zombie or self.timer.expired(now) or self.listener_overdue(now):
+            return frozenset()
+        return self.core.owned
+
+    # --- callbacks ------------------------------------------------------------------
+
+    def callbacks_began(self, now: float) -> bool:
+        """Callbacks start at ``now``; True for the outermost (it ends the timing)."""
+        if self.listener_since is not None:
+            return False
+        self.listener_since = now
+        self._overdue_logged = False
+        return True
+
+    def callbacks_ended(self, outer: bool) -> None:
+        if outer:
+            self.listener_since = None
+
+    def listener_overdue(self, now: float) -> bool:
+        """A callback has run longer than the rebalance timeout (Kafka's
+        max.poll.interval.ms): the member owns nothing and stops heartbeating."""
+        since = self.listener_since
+        return since is not None and now - since > self.core.config.rebalance_timeout_ms
+
+    def give_up(self, now: float) -> SessionExpired | None:
+        """Once per overrun callback: the group goes on without this member; it handles
+        the loss (on_partitions_lost, a new member id) when the callback returns."""
+        if self._overdue_logged:
+            return None
+        self._overdue_logged = True
+        self.zombie = True
+        since = self.listener_since if self.listener_since is not None else now
+        self._log.warning(
+            "listener_too_slow", waited_ms=int(now - since), member_id=self.core.member_id
+        )
+        return SessionExpired()
+
+    # --- heartbeats -----------------------------------------------------------------
+
+    def heartbeat(self, now: float) -> SendHeartbeat | WaitUntil | SessionExpired:
+        """What the heartbeat task does at ``now``: send one, wait, or (a callback overran)
+        give the member up, which posts ``SessionExpired`` once."""
+        if self.listener_overdue(now):
+            gave_up = self.give_up(now)
+            return gave_up if gave_up is not None else WaitUntil(None)
+        core = self.core
+        if not core.heartbeats_due:
+            return WaitUntil(None)
+        if self.listener_since is not None and planted("heartbeats-paused-in-callbacks"):
+            return WaitUntil(None)
+        due = self.timer.next_heartbeat()
+        if now < due:
+            return WaitUntil(due)
+        self.timer.sent(now)
+        return SendHeartbeat(core.heartbeat_request(), core.current, now)
+
+    def heartbeat_answered(
+        self, code: int, sent: SendHeartbeat, received_at: float
+    ) -> HeartbeatAnswer | None:
+        """A heartbeat sent as ``sent`` was answered with ``code`` at ``received_at``: the
+        session counts from when it was *sent* (the coordinator renewed it on receipt,
+        which is later). Anything but NONE becomes an event for the main loop."""
+        if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
+            proof = received_at if planted("session-from-receive-time") else sent.sent_at
+            self.timer.answered(proof)
+        else:
+            self._log.info("heartbeat_error", error_code=code, error=error_name(code))
+        if code != E.NONE:
+            return HeartbeatAnswer(to_code(code), sent.generation)
+        return None
+
+    # --- zombie safety --------------------------------------------------------------
+
+    def watchdog(self, now: float) -> float | SessionExpired:
+        """The watchdog at ``now``: when to look again (ms), or ``SessionExpired`` if the
+        session may have expired, after which the member owns nothing."""
+        deadline = self.timer.session_deadline()
+        if deadline is None or self.join_in_flight:
+            return now + self.timer.interval_ms
+        if now < deadline:
+            return deadline
+        self.zombie = True
+        self.timer.reset()
+        return SessionExpired()
+
+    # --- events for the main loop ---------------------------------------------------
+
+    def on_event(self, event: Event) -> Step | None:
+        core = self.core
+        match event:
+            case HeartbeatAnswer(code, generation):
+                return core.on_heartbeat(code, generation)
+            case RebalanceNotice(generation):
+                return core.on_rebalance_notice(generation)
+            case FellOut(code, message, generation):
+                return core.on_commit_error(code, message, generation)
+            case SessionExpired():
+                self.zombie = False  # what it owned is lost just below
+                if core.owned or core.state is MemberState.STABLE:
+                    self._log.warning(
+                        "session_expired_locally",
+                        member_id=core.member_id,
+                        generation=core.generation,
+                    )
+                    return core.lose_all(E.NONE, "no answer from the coordinator in a session")
+                return None
+            case Rejoin(reason):
+                if self.closing or core.state is not MemberState.STABLE:
+                    return None
+                self._log.info("rejoin_requested", reason=reason, member_id=core.member_id)
+                core.request_rejoin()
+                return None
+        return None
+
+    def step_done(self, step: Step) -> None:
+        """The step's callbacks have run (and any retry backoff passed)."""
+        if step.lost:
+            self.timer.reset()
+
+    def retry_delay_ms(self, step: Step) -> float | None:
+        """How long to wait before going on after ``step``, if it asks for a retry."""
+        return self.retry_backoff_ms if step.next is Next.RETRY else None
+
+    def joined(self, now: float) -> None:
+        """A JoinGroup was answered with a generation at ``now``."""
+        self.timer.answered(now)
+
+    # --- commits ------------------------------------------------------------------
+
+    def commit_request(
+        self, chunk: dict[str, list[tuple[int, int]]], metadata: str | None, generation: Generation
+    ) -> OffsetCommitRequest:
+        """An OffsetCommit of ``chunk`` (topic -> [(partition, offset)]) in ``generation``."""
+        core = self.core
+        return OffsetCommitRequest(
+            group_id=core.config.group_id,
+            generation_id=generation.id,
+            member_id=generation.member_id,
+            group_instance_id=core.config.instance_id,
+            topics=[
+                OffsetCommitTopic(
+                    name=topic,
+                    partitions=[
+                        OffsetCommitPartition(partition=p, offset=offset, metadata=metadata)
+                        for p, offset in partitions
+                    ],
+                )
+                for topic, partitions in chunk.items()
+            ],
+        )
+
+    def commit_answered(
+        self, code: int, message: str, generation: Generation, sent_at: float
+    ) -> FellOut | None:
+        """A commit made in ``generation`` and sent at ``sent_at`` was answered ``code``: an
+        accepted one proves membership since it was sent; a refusal for being out of the
+        generation is an event for the main loop (the member has fallen out)."""
+        if code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
+            return FellOut(to_code(code), message, generation)
+        if code == E.NONE:
+            self.timer.answered(sent_at)
+        return None
+
+    # --- notices --------------------------------------------------------------------
+
+    def resubscribe(self, topics: list[str], reason: str) -> Rejoin | None:
+        if self.core.subscribe(topics):
+            self._log.info("subscription_changed", topics=sorted(topics), reason=reason)
+            return Rejoin(reason)
+        return None
+
+    def topics_changed(self, notice: TopicMetadataChanged) -> list[Rejoin]:
+        """A topic was created, altered or deleted: the kept counts follow; a pattern may
+        match other topics now; a leader whose group's counts changed rebalances."""
+        counts = {t.name: t.partitions if t.error_code == E.NONE else 0 for t in notice.topics}
+        self.counts.changed(counts)
+        self.subscription.changed(counts)
+        events: list[Rejoin] = []
+        if self.subscription.pattern is not None:
+            rejoin = self.resubscribe(self.subscription.current(), "topics matching changed")
+            if rejoin is not None:
+                events.append(rejoin)
+        if self.core.is_leader:
+            changed = [
+                t.name
+                for t in notice.topics
+                if t.name in self.group_topics and t.partitions != self.metadata.get(t.name, 0)
+            ]
+            if changed:
+                events.append(Rejoin(f"partition counts changed: {sorted(changed)}"))
+        return events
+
+    # --- connections ----------------------------------------------------------------
+
+    def connected(self, grace_ms: int | None) -> None:
+        """A connection is up: heartbeat at once (still a member?)."""
+        self.grace_ms = grace_ms
+        self.timer.sent(float("-inf"))
+        self.backoff_ms = self.retry_backoff_ms
+
+    def connection_lost(self, now: float) -> None:
+        """A dynamic member whose connection is gone is removed by the coordinator after
+        its disconnect grace: its partitions must count as lost well before then unless it
+        is back. Static members keep session-timeout semantics."""
+        grace = self.grace_ms
+        if self.core.config.instance_id is None and grace is not None and grace >= 0:
+            self.timer.shorten(now + grace / 2)
+
+    def disconnected(self) -> None:
+        """The connection is gone, however it ended."""
+        self.join_in_flight = False
+        self.core.on_disconnected()
+
+    def reconnect_delay_ms(self) -> float:
+        """How long to wait before connecting again; each failure in a row doubles it."""
+        delay = self.backoff_ms
+        self.backoff_ms = min(self.backoff_ms * 2, self.max_retry_backoff_ms)
+        return delay
