@@ -13,6 +13,7 @@ import anyio
 import anyio.abc
 import pytest
 
+import huddle.client.flow as flow_module
 import huddle.client.member as member_module
 from huddle.chaos.proxy import fault_proxy
 from huddle.cli.admin import render_group
@@ -483,7 +484,7 @@ async def test_a_member_subscribed_to_more_topics_than_one_request_names_gets_th
     bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request names at most MAX_ITEMS topics: the member asks in as many as it takes."""
-    monkeypatch.setattr(member_module, "MAX_ITEMS", 2)
+    monkeypatch.setattr(flow_module, "MAX_ITEMS", 2)
     names = [f"t{i}" for i in range(5)]
     async with Admin(bootstrap) as admin:
         for name in names:

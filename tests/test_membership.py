@@ -514,3 +514,41 @@ def test_a_member_waiting_for_its_sync_answer_needs_no_heartbeats() -> None:
     d.sync(1, a, generation, {a: b"A", b: b"B"})
     assert d.sync_response(follower_sync).assignment == b"B"
     assert d.group().state is S.STABLE
+
+
+def test_a_held_join_answer_says_how_long_it_was_held() -> None:
+    """The coordinator renews a member's session when it answers the JoinGroup, which may
+    be long after the request arrived; the answer says how long, so a member can count its
+    session from then and not from when the answer reached it (found by huddle.sim: a
+    frozen member took a join answer that waited in its socket as a fresh session)."""
+    d = Driver()
+    first, first_cid = d.join_new(1)
+    d.sync_all({1: first}, [first_cid])
+    d.advance(1_000)
+    _, held = d.join_new(2)  # a new member: the group rebalances
+    d.advance(2_500)
+    rejoin = d.join(1, first)  # the first member rejoins 2.5 s later and completes the phase
+    assert d.join_response(held).held_ms == 2_500
+    assert d.join_response(rejoin).held_ms == 0
+
+
+def test_a_restarted_coordinator_forms_no_generation_before_old_sessions_can_have_ended() -> None:
+    """Found by huddle.sim: a coordinator restarted with its data dir formed a new
+    generation at once and handed out partitions that a member of the forgotten group (cut
+    off, so it had not heard of the restart) still processed within its session."""
+    d = Driver()
+    member, cid = d.join_new(1, session_ms=7_000)
+    d.sync_all({1: member}, [cid])
+    restarted = Driver()
+    restarted.core.restore(d.core.snapshot())  # what the data dir kept: the session bound
+    restarted.now = 50_000.0
+    restarted.core.start(restarted.now)
+    _, held = restarted.join_new(2)
+    restarted.advance(6_999)
+    assert not restarted.answered(held)  # an old session may still be alive
+    restarted.advance(1)
+    assert restarted.join_response(held).generation_id == 1
+    fresh = Driver()  # nothing kept: nothing to wait for
+    fresh.core.start(0.0)
+    _, cid = fresh.join_new(1)
+    assert fresh.join_response(cid).generation_id == 1

@@ -64,6 +64,12 @@ COMMANDS: dict[str, Command] = {
     "chaos": Command(
         "run fault-injection scenarios against real member processes", "huddle.chaos.cli"
     ),
+    "sim": Command(
+        "deterministic simulation: seeds of faults, every invariant checked",
+        "huddle.sim.cli",
+        "The real coordinator core and member flows under one seeded clock and network. "
+        "run: many seeds per protocol with a summary; replay SEED: one seed's step log.",
+    ),
     "report": Command(
         "analyse chaos runs' event logs with PySpark",
         "huddle.cli.report",

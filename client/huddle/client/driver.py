@@ -40,6 +40,7 @@ from huddle.protocol.planted import planted
 
 log = structlog.get_logger("huddle.member")
 E = ErrorCode
+MAX_CLOCK_DRIFT = 1e-3  # how far a member's and the coordinator's clock rates may differ
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +213,13 @@ class MemberDriver:
         """How long to wait before going on after ``step``, if it asks for a retry."""
         return self.retry_backoff_ms if step.next is Next.RETRY else None
 
-    def joined(self, now: float) -> None:
-        """A JoinGroup was answered with a generation at ``now``."""
-        self.timer.answered(now)
+    def joined(self, sent_at: float, held_ms: int) -> None:
+        """A JoinGroup sent at ``sent_at`` was answered with a generation after the
+        coordinator held it ``held_ms``: the coordinator renewed the session when it
+        answered, no earlier than ``held_ms`` after the send (less a drift allowance: the
+        two clocks need not run at one rate). Not the time the answer came in: it may have
+        waited in a frozen process's socket for longer than the session."""
+        self.timer.answered(sent_at + held_ms * (1.0 - MAX_CLOCK_DRIFT))
 
     # --- commits ------------------------------------------------------------------
 

@@ -136,6 +136,8 @@ class MemberFlow:
         self.driver = driver
         self.core = driver.core
         self.host = host
+        # a step whose callbacks a lost connection cut off, and those that had begun
+        self.owed: tuple[Step, set[str]] | None = None
         self._log = log.bind(group_id=driver.core.config.group_id)
 
     # --- one connection ---------------------------------------------------------------
@@ -158,6 +160,16 @@ class MemberFlow:
             if step is not None:
                 yield from self.apply(step)
 
+    def owed_callbacks(self) -> Flow:
+        """The callbacks of a step that a lost connection cut off and that had not begun
+        (the member already acts on that step: the application must hear of all of it,
+        in order, before anything else happens)."""
+        owed, self.owed = self.owed, None
+        if owed is not None:
+            step, begun = owed
+            yield from self._callbacks(step, begun)
+            self.driver.step_done(step)
+
     def closed_while_disconnected(self) -> Flow:
         """Closing while disconnected: what it owned can no longer be handed over cleanly."""
         if self.core.owned:
@@ -171,6 +183,7 @@ class MemberFlow:
         while core.state is MemberState.UNJOINED and not driver.closing:
             request = core.join_request(self.host.lags())
             driver.join_in_flight = True
+            sent = self.host.now_ms()
             try:
                 timeout = config.rebalance_timeout_ms + config.session_timeout_ms
                 response = yield Call(request, JoinGroupResponse, timeout)
@@ -181,7 +194,7 @@ class MemberFlow:
                 return
             step = core.on_join(response)
             if step.next is Next.SYNC:
-                driver.joined(self.host.now_ms())
+                driver.joined(sent, response.held_ms)
                 yield from self._sync()
                 return
             yield from self.apply(step)
@@ -244,21 +257,29 @@ class MemberFlow:
             yield Sleep(delay)
         self.driver.step_done(step)
 
-    def _callbacks(self, step: Step) -> Flow:
+    def _callbacks(self, step: Step, begun: set[str] | None = None) -> Flow:
         """One bound for the whole step, as Kafka's for one poll: lost, revoked, the
-        assignor's on_assignment, assigned, replicas (KIP-429's order)."""
+        assignor's on_assignment, assigned, replicas (KIP-429's order). Until they have
+        all run, the step is ``owed`` (``begun``: those that have started)."""
+        done = set() if begun is None else begun
+        self.owed = (step, done)
         outer = self.driver.callbacks_began(self.host.now_ms())
         try:
             for name, partitions in (
                 ("on_partitions_lost", step.lost),
                 ("on_partitions_revoked", step.revoked),
             ):
-                if partitions:
+                if partitions and name not in done:
+                    done.add(name)
                     yield from self.listen(name, partitions)
-            self.core.assignment_received(step)
-            if step.assigned is not None:
+            if "on_assignment" not in done:
+                done.add("on_assignment")
+                self.core.assignment_received(step)
+            if step.assigned is not None and "on_partitions_assigned" not in done:
+                done.add("on_partitions_assigned")
                 yield from self.listen("on_partitions_assigned", step.assigned)
-            if step.replicas is not None:
+            if step.replicas is not None and "on_replicas_assigned" not in done:
+                done.add("on_replicas_assigned")
                 standby, warmup = step.replicas
                 self._log.info(
                     "listener_called",
@@ -267,6 +288,7 @@ class MemberFlow:
                     warmup=len(warmup),
                 )
                 yield Replicas(standby, warmup)
+            self.owed = None
         finally:
             self.driver.callbacks_ended(outer)
 

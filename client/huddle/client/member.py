@@ -365,6 +365,8 @@ class Member:
                 self._conn = None
                 driver.disconnected()
                 self._notify()
+            # callbacks of a step the lost connection cut off (a listener error fails it)
+            await self._perform_flow(self._flow.owed_callbacks(), None)
             if not driver.closing and self._failure is None:
                 with anyio.move_on_after(driver.reconnect_delay_ms() / 1000):
                     await self._close_requested.wait()

@@ -20,7 +20,7 @@ from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.group import Group
 from huddle.coordinator.membership import Membership, uuid_member_id
 from huddle.coordinator.offsets import Offsets
-from huddle.coordinator.records import OffsetRecord, Record, TopicRecord
+from huddle.coordinator.records import OffsetRecord, Record, SessionRecord, TopicRecord
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import TopicRegistry
@@ -66,9 +66,9 @@ class Coordinator:
     ) -> None:
         self.config = config or GroupConfig()
         self.timers: TimerQueue[Deadline] = TimerQueue()
-        self.membership = Membership(self.config, self.timers, new_member_id)
-        self.topics = TopicRegistry(self.config.max_partitions)
         self.changes: list[Record] = []  # since take_changes(): what to keep across restarts
+        self.membership = Membership(self.config, self.timers, new_member_id, self.changes)
+        self.topics = TopicRegistry(self.config.max_partitions)
         self.offsets = Offsets(
             self.membership,
             self.topics,
@@ -143,6 +143,16 @@ class Coordinator:
             self.membership.expire(fx, key, unread)
         return fx.out
 
+    def start(self, now: float) -> None:
+        """The coordinator starts serving at ``now``, after ``restore``. If it kept state
+        from before, a member of the groups it forgot may still count its session alive
+        for as long as the longest session it was granted: no generation forms before
+        then, so nobody is handed a partition such a member may still be processing."""
+        m = self.membership
+        if m.longest_session_ms > 0:
+            m.fenced_until = now + m.longest_session_ms
+            log.info("restart_fence", until_ms=m.longest_session_ms)
+
     def next_deadline(self) -> float | None:
         return self.timers.next_deadline()
 
@@ -172,9 +182,12 @@ class Coordinator:
 
     def restore(self, records: Iterable[Record]) -> None:
         """Replay kept records, oldest first, into a core that has not served yet."""
+        m = self.membership
         for record in records:
             if isinstance(record, OffsetRecord):
                 self.offsets.restore(record)
+            elif isinstance(record, SessionRecord):
+                m.longest_session_ms = max(m.longest_session_ms, record.longest_ms)
             elif record.partitions > 0:
                 old = self.topics.partitions.get(record.name, 0)
                 self.topics.partitions[record.name] = record.partitions
@@ -204,6 +217,7 @@ class Coordinator:
         caller replays the records of changes made meanwhile after it (records set values,
         so replaying one twice is harmless)."""
         topics = dict(self.topics.partitions)
+        longest = self.membership.longest_session_ms
         groups: list[tuple[str, dict[tuple[str, int], tuple[int, str | None]]]] = []
         for gid in list(self.groups):
             group = self.groups.get(gid)
@@ -212,6 +226,8 @@ class Coordinator:
                 yield
 
         def records() -> Iterator[Record]:
+            if longest > 0:
+                yield SessionRecord(longest)
             for name, count in sorted(topics.items()):
                 yield TopicRecord(name, count)
             # one group's copy freed at a time: freeing them all at once is one long stall
@@ -226,7 +242,8 @@ class Coordinator:
 
     def kept_size(self) -> int:
         """How many records ``snapshot()`` would return."""
-        return len(self.topics.partitions) + sum(len(g.offsets) for g in self.groups.values())
+        kept = len(self.topics.partitions) + (1 if self.membership.longest_session_ms else 0)
+        return kept + sum(len(g.offsets) for g in self.groups.values())
 
     # --- topics and inspection -------------------------------------------------------
 

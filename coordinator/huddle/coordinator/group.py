@@ -33,6 +33,7 @@ class Member:
         "host",
         "instance_id",
         "is_new",
+        "join_received_at",
         "join_waiter",
         "member_id",
         "overdue_since",
@@ -69,6 +70,7 @@ class Member:
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.assignment = b""
         self.join_waiter: Waiter | None = None
+        self.join_received_at = 0.0  # when the JoinGroup it waits on arrived (ms)
         self.sync_waiter: Waiter | None = None
         self.is_new = True
         self.overdue_since: float | None = None  # its session ended with input unread then

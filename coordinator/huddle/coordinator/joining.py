@@ -195,7 +195,9 @@ class Joining(Rebalancing):
             rebalance_timeout_ms=rebalance_timeout(req),
         )
         group.add(member)
+        self.granted(req.session_timeout_ms)
         group.set_join_waiter(member, waiter)
+        member.join_received_at = fx.now
         self._bind_key(conn.conn_id, (group.group_id, member_id))
         self.timers.set(member.session_key, fx.now + self.config.new_member_join_timeout_ms)
         log.info(
@@ -241,6 +243,7 @@ class Joining(Rebalancing):
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout(req)
         self._touch(fx, member)
+        self.granted(req.session_timeout_ms)
         if was_pending_sync:
             group.pending_sync.add(member_id)
         log.info(
@@ -270,6 +273,7 @@ class Joining(Rebalancing):
         group.update_protocols(member, req.protocols)
         member.rebalance_timeout_ms = rebalance_timeout(req)
         member.session_timeout_ms = req.session_timeout_ms
+        self.granted(req.session_timeout_ms)
         if member.join_waiter is not None and member.join_waiter != waiter:
             fx.reply(
                 member.join_waiter,
@@ -278,6 +282,7 @@ class Joining(Rebalancing):
                 ),
             )
         group.set_join_waiter(member, waiter)
+        member.join_received_at = fx.now
 
     def _join_response(
         self, group: Group, member: Member, *, skip_assignment: bool = False

@@ -56,7 +56,7 @@ class Rebalancing(Sessions):
 
     def _try_complete_join(self, fx: Effects, group: Group) -> None:
         ready = group.is_(S.PREPARING_REBALANCE) and not group.initial_delay_active
-        if ready and group.all_joined():
+        if ready and group.all_joined() and not self.fenced(fx, group):
             self._complete_join(fx, group)
 
     def _join_deadline(self, fx: Effects, group: Group) -> None:
@@ -69,7 +69,8 @@ class Rebalancing(Sessions):
             self.timers.set(group.join_key, fx.now + delay)
             log.info("initial_delay_extended", group_id=group.group_id, delay_ms=delay)
             return
-        self._complete_join(fx, group)
+        if not self.fenced(fx, group):
+            self._complete_join(fx, group)
 
     def _complete_join(self, fx: Effects, group: Group) -> None:
         self.timers.cancel(group.join_key)
@@ -111,6 +112,7 @@ class Rebalancing(Sessions):
                     leader=group.leader or "",
                     member_id=member.member_id,
                     members=members_list if is_leader else [],
+                    held_ms=int(fx.now - member.join_received_at),
                 ),
             )
             group.set_join_waiter(member, None)

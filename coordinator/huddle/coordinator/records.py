@@ -5,7 +5,11 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 ``huddle.coordinator.journal``) of these records:
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
-- ``OffsetRecord(group_id, topic, partition, offset, metadata)``: an accepted commit.
+- ``OffsetRecord(group_id, topic, partition, offset, metadata)``: an accepted commit;
+- ``SessionRecord(longest_ms)``: the longest session timeout any member was granted so far.
+  A restarted coordinator forms no generation until that long after it started: a member
+  of the forgotten groups may count its session alive for that long, and must have given
+  its partitions up before anyone else is handed them.
 
 Replaying them in order rebuilds the state (``Coordinator.restore``). Group membership is
 not kept: after a restart members rejoin, as after any coordinator fail-over they do not
@@ -45,7 +49,11 @@ class OffsetRecord(msgspec.Struct, tag="o", array_like=True, frozen=True):
     metadata: str | None = None
 
 
-Record = TopicRecord | OffsetRecord
+class SessionRecord(msgspec.Struct, tag="s", array_like=True, frozen=True):
+    longest_ms: int
+
+
+Record = TopicRecord | OffsetRecord | SessionRecord
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Record)

@@ -194,6 +194,7 @@ class CoordinatorServer:
                 raise
             finally:
                 self.loading = False
+        self.core.start(self._now())  # a restart's fence, if it kept sessions before
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
         log.info("server_listening", host=cfg.host, port=self.port)

@@ -14,6 +14,7 @@ import structlog
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
+from huddle.coordinator.records import Record, SessionRecord
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.values import (
@@ -44,12 +45,30 @@ class Sessions:
         config: GroupConfig,
         timers: TimerQueue[Deadline],
         new_member_id: Callable[[str], str] = uuid_member_id,
+        changes: list[Record] | None = None,
     ) -> None:
         self.config = config
         self.timers = timers
         self.groups: dict[str, Group] = {}
         self.by_conn: dict[int, set[MemberKey]] = {}
         self._new_member_id = new_member_id
+        self.changes: list[Record] = changes if changes is not None else []
+        self.longest_session_ms = 0  # granted to any member, ever (kept across restarts)
+        self.fenced_until = float("-inf")  # no generation forms before this (a restart)
+
+    def granted(self, session_timeout_ms: int) -> None:
+        """A member holds a session of ``session_timeout_ms``: keep the longest."""
+        if session_timeout_ms > self.longest_session_ms:
+            self.longest_session_ms = session_timeout_ms
+            self.changes.append(SessionRecord(session_timeout_ms))
+
+    def fenced(self, fx: Effects, group: Group) -> bool:
+        """Whether the group must not form a generation yet (a restarted coordinator's
+        fence, see ``Coordinator.start``): then its join phase ends when the fence does."""
+        if fx.now >= self.fenced_until:
+            return False
+        self.timers.set(group.join_key, self.fenced_until)
+        return True
 
     def identify(self, group: Group, member_id: str, instance_id: str | None) -> Member | Refusal:
         """The member a request speaks for, or why it speaks for none (fencing first)."""

@@ -111,6 +111,10 @@ class JoinGroupResponse(Message, tag="join_group_response", frozen=True, kw_only
     skip_assignment: bool = False
     member_id: str = ""
     members: list[JoinGroupMember] = field(default_factory=list)
+    # How long the coordinator held the request before answering (ms, its clock): the
+    # member's session was renewed that long after the request arrived, so no earlier
+    # than that long after it was sent. Absent (0) from coordinators before it.
+    held_ms: int = 0
 
 
 class SyncGroupAssignment(Struct, frozen=True, kw_only=True):

@@ -1,0 +1,217 @@
+"""The properties every step of a run must keep (docs/simulation.md lists them).
+
+``Checker`` is told what happens (the coordinator's state after each call, commits as the
+coordinator answers them, callbacks as members make them) and looks at the members after
+each step that changed anything. Time passing alone cannot break a property: a member's
+deadlines only ever take partitions away from what it may process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from huddle.coordinator.core import Coordinator
+from huddle.coordinator.state import GroupState
+from huddle.protocol.embedded import (
+    EmbeddedSchemaError,
+    TopicPartition,
+    decode_assignment,
+    decode_subscription,
+)
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
+from huddle.sim.process import GROUP_ID, SimMember
+
+if TYPE_CHECKING:
+    from huddle.sim.world import World
+
+INVARIANTS = (
+    "exclusive-ownership",
+    "generations",
+    "stable-groups",
+    "commits",
+    "cooperative-rounds",
+    "liveness",
+    "callbacks",
+    "member-failed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    detail: str
+    at_ms: float
+    step: int
+
+
+class ViolationFound(Exception):
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(f"{violation.invariant}: {violation.detail}")
+        self.violation = violation
+
+
+class Checker:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.incarnation = 0
+        self.generation = 0  # the group's highest generation in this incarnation
+        self.rounds_checked: set[tuple[int, int]] = set()
+        self.rebalances = 0
+
+    def fail(self, invariant: str, detail: str) -> None:
+        sched = self.world.sched
+        raise ViolationFound(Violation(invariant, detail, sched.now, sched.steps))
+
+    # --- after each step ------------------------------------------------------------
+
+    def check_members(self, members: list[SimMember]) -> None:
+        owners: dict[TopicPartition, int] = {}
+        for m in members:
+            for tp in m.processing():
+                other = owners.setdefault(tp, m.index)
+                if other != m.index:
+                    self.fail(
+                        "exclusive-ownership",
+                        f"{tp.topic}-{tp.partition} is processed by members {other} and "
+                        f"{m.index} at once",
+                    )
+            if m.alive and m.idle() and m.app_owned != m.core.owned:
+                self.fail(
+                    "callbacks",
+                    f"member {m.index}: its callbacks told it owns {_names(m.app_owned)}, the "
+                    f"library says {_names(m.core.owned)}",
+                )
+        host = self.world.host
+        core = host.core
+        if core is None:
+            return
+        group = core.groups.get(GROUP_ID)
+        tag = f"-c{host.incarnation}-"
+        for m in members:
+            if not m.alive or m.core.generation <= 0 or tag not in m.core.member_id:
+                continue
+            if group is None or m.core.generation > group.generation:
+                known = "no group" if group is None else f"generation {group.generation}"
+                self.fail(
+                    "generations",
+                    f"member {m.index} is in generation {m.core.generation}; the group is "
+                    f"at {known}",
+                )
+
+    # --- the coordinator --------------------------------------------------------------
+
+    def coordinator_changed(self, core: Coordinator) -> None:
+        incarnation = self.world.host.incarnation if hasattr(self.world, "host") else 1
+        if incarnation != self.incarnation:
+            self.incarnation = incarnation
+            self.generation = 0
+        group = core.groups.get(GROUP_ID)
+        if group is None:
+            return
+        if group.generation < self.generation:
+            self.fail(
+                "generations",
+                f"the group went from generation {self.generation} back to {group.generation}",
+            )
+        if group.generation > self.generation:
+            self.rebalances += group.generation - self.generation
+            self.generation = group.generation
+        if group.state is not GroupState.STABLE:
+            return
+        if group.leader not in group.members:
+            self.fail("stable-groups", f"the Stable group's leader {group.leader} is no member")
+        for member_id, member in group.members.items():
+            if not member.assignment:
+                self.fail(
+                    "stable-groups",
+                    f"{member_id} has no assignment in Stable generation {group.generation}",
+                )
+        key = (incarnation, group.generation)
+        if self.world.cooperative and key not in self.rounds_checked:
+            self.rounds_checked.add(key)
+            self._check_round(core)
+
+    def _check_round(self, core: Coordinator) -> None:
+        """No partition revoked from one member is assigned to another in the same round."""
+        group = core.groups[GROUP_ID]
+        name = group.protocol_name
+        claims: dict[TopicPartition, list[str]] = {}
+        assigned: dict[str, frozenset[TopicPartition]] = {}
+        for member_id, member in group.members.items():
+            try:
+                sub = decode_subscription(member.metadata_for(name)) if name else None
+                assignment = decode_assignment(member.assignment)
+            except EmbeddedSchemaError as exc:
+                self.fail("stable-groups", f"{member_id}'s metadata is unreadable: {exc}")
+                return
+            if sub is not None:
+                for tp in sub.owned:
+                    claims.setdefault(tp, []).append(member_id)
+            assigned[member_id] = assignment.partitions
+        for member_id, partitions in assigned.items():
+            for tp in partitions:
+                others = [m for m in claims.get(tp, ()) if m != member_id]
+                if others:
+                    self.fail(
+                        "cooperative-rounds",
+                        f"generation {group.generation} assigns {tp.topic}-{tp.partition} to "
+                        f"{member_id} while {', '.join(others)} still own it",
+                    )
+
+    def commit_handled(
+        self,
+        core: Coordinator,
+        request: OffsetCommitRequest,
+        response: OffsetCommitResponse,
+        before: dict[tuple[str, int], int],
+        refusal: str | None,
+    ) -> None:
+        if response.error_code != ErrorCode.NONE:
+            return
+        if refusal is not None:
+            self.fail("commits", f"accepted {refusal}")
+        offsets = {(t.name, p.partition): p.offset for t in request.topics for p in t.partitions}
+        for topic in response.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition)
+                went_back = key in before and key in offsets and offsets[key] < before[key]
+                if p.error_code == ErrorCode.NONE and went_back:
+                    self.fail(
+                        "commits",
+                        f"{topic.name}-{p.partition}'s committed offset went back from "
+                        f"{before[key]} to {offsets[key]} ({request.member_id}, "
+                        f"generation {request.generation_id})",
+                    )
+
+    # --- callbacks (KIP-429's order) --------------------------------------------------
+
+    def callback(self, m: SimMember, name: str, partitions: frozenset[TopicPartition]) -> None:
+        owned = m.app_owned
+        if name in ("on_partitions_revoked", "on_partitions_lost"):
+            if not partitions <= owned:
+                self.fail(
+                    "callbacks",
+                    f"member {m.index}: {name} for {_names(partitions - owned)}, which its "
+                    "callbacks never assigned",
+                )
+        elif name == "on_partitions_assigned":
+            if m.core.cooperative and partitions & owned:
+                self.fail(
+                    "callbacks",
+                    f"member {m.index}: on_partitions_assigned for {_names(partitions & owned)}, "
+                    "which it already owns",
+                )
+            if not m.core.cooperative and owned:
+                self.fail(
+                    "callbacks",
+                    f"member {m.index}: on_partitions_assigned while it still owns "
+                    f"{_names(frozenset(owned))} (eager members revoke everything first)",
+                )
+
+
+def _names(partitions: frozenset[TopicPartition] | set[TopicPartition]) -> str:
+    shown = sorted(partitions)[:8]
+    text = ", ".join(f"{tp.topic}-{tp.partition}" for tp in shown)
+    return f"[{text}{', ...' if len(partitions) > len(shown) else ''}]"

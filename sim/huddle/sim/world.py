@@ -1,0 +1,313 @@
+"""One simulated run: a coordinator, members and faults under one clock, from one seed.
+
+``simulate(seed, config)`` builds the world, runs it until the group has converged after
+the last fault (or an invariant breaks, or the liveness bound passes) and returns an
+``Outcome``. The same seed, configuration and kept faults give the same run, step for step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import structlog
+
+from huddle.client.assignors.base import ASSIGNORS, RebalanceProtocol
+from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.state import GroupState
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.planted import planting
+from huddle.sim.faults import KINDS, Fault, plan_faults
+from huddle.sim.host import CoordinatorHost
+from huddle.sim.invariants import Checker, Violation, ViolationFound
+from huddle.sim.network import Network
+from huddle.sim.process import GROUP_ID, SimMember
+from huddle.sim.scheduler import Scheduler
+
+PROTOCOLS = (
+    "range",
+    "sticky",
+    "cooperative-sticky",
+    "cooperative-deferred",
+    "high-availability",
+)
+Tracer = Callable[[str], None]
+MAX_STEPS = 1_000_000  # a run that takes more has stopped making progress in time
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    protocol: str = "cooperative-sticky"
+    members: int = 8
+    partitions: int = 32
+    faults: int = 20
+    kinds: tuple[str, ...] = KINDS
+    static_share: float = 0.5  # of the members, drawn per run
+    session_timeout_ms: int = 3_000
+    heartbeat_interval_ms: int = 1_000
+    rebalance_timeout_ms: int = 10_000
+    initial_rebalance_delay_ms: int = 300
+    retry_backoff_ms: int = 100
+    max_retry_backoff_ms: int = 1_000
+    callback_ms: float = 20.0  # a callback takes up to this long (slow ones: faults)
+    max_drift_ppm: float = 100.0  # member clocks run this much fast or slow at most
+    scheduled_delay_ms: int = 3_000  # cooperative-deferred: how long lost partitions wait
+    probing_interval_ms: int = 3_000  # high-availability: probing rebalances
+    acceptable_lag: int = 100  # high-availability: caught up within this many records
+    initial_lag: int = 1_000  # a warm-up starts this far behind ...
+    catch_up_per_ms: float = 1.0  # ... and catches up this fast
+    plant: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}; known: {', '.join(PROTOCOLS)}")
+        if self.members < 1 or self.partitions < 1 or self.faults < 0:
+            raise ValueError("members and partitions must be at least 1, faults at least 0")
+
+    def liveness_bound_ms(self) -> float:
+        """How long after the last fault the group must have converged: a dead member's
+        session, the join phase's wait (its rebalance timeout), a reconnect backoff, two
+        cooperative rounds, cooperative-deferred's delay and KIP-441's probing rounds."""
+        bound: float = (
+            2 * self.session_timeout_ms
+            + self.rebalance_timeout_ms
+            + self.max_retry_backoff_ms
+            + 2 * self.initial_rebalance_delay_ms
+            + 5_000
+        )
+        if self.protocol == "cooperative-deferred":
+            bound += 2 * self.scheduled_delay_ms
+        if self.protocol == "high-availability":
+            catch_up = self.initial_lag / self.catch_up_per_ms
+            bound += 4 * self.probing_interval_ms + catch_up
+        return bound
+
+
+@dataclass
+class Outcome:
+    seed: int
+    protocol: str
+    violation: Violation | None
+    steps: int
+    sim_ms: float
+    faults: Counter[str]
+    rebalances: int
+    converged_after_ms: float | None  # after the last fault ended
+    digest: str  # of the run's trace: the same run gives the same digest
+    kept: tuple[int, ...]  # the plan's faults this run had
+    plan: list[Fault] = field(default_factory=list)
+
+
+class World:
+    def __init__(
+        self,
+        seed: int,
+        config: SimConfig,
+        *,
+        keep: Sequence[int] | None = None,
+        tracer: Tracer | None = None,
+    ) -> None:
+        self.seed = seed
+        self.config = config
+        self.tracer = tracer
+        self._hash = hashlib.blake2b(digest_size=16)
+        self.sched = Scheduler()
+        self.rng = random.Random(seed)
+        self.group_config = GroupConfig(
+            min_session_timeout_ms=100,
+            initial_rebalance_delay_ms=config.initial_rebalance_delay_ms,
+        )
+        protocols = ASSIGNORS.by_name[config.protocol].supported_protocols
+        self.cooperative = RebalanceProtocol.COOPERATIVE in protocols
+        self.checker = Checker(self)
+        self.host = CoordinatorHost(self.sched, self.group_config, self.checker)
+        self.net = Network(self.sched, self.rng, self.host)
+        self.topic = "events"
+        self.host.create_topic(self.topic, config.partitions)
+        self.members = [
+            SimMember(self, i, static=self.rng.random() < config.static_share)
+            for i in range(config.members)
+        ]
+        for m in self.members:
+            self.sched.after(self.rng.uniform(0.0, 500.0), m.start)
+        self.plan = plan_faults(
+            seed,
+            config.faults,
+            members=config.members,
+            partitions=config.partitions,
+            session_ms=config.session_timeout_ms,
+            rebalance_ms=config.rebalance_timeout_ms,
+            kinds=config.kinds,
+        )
+        numbers = range(len(self.plan)) if keep is None else sorted(set(keep))
+        self.faults = [self.plan[n] for n in numbers if 0 <= n < len(self.plan)]
+        for fault in self.faults:
+            self.sched.at(fault.at, self._inject, fault)
+        self.injected: Counter[str] = Counter()
+        self.quiet_from = max((f.ends for f in self.faults), default=0.0)
+        self.quiet_from = max(self.quiet_from, 1_000.0)
+        self._dirty = True
+        self.converged_at: float | None = None
+        self.max_steps = MAX_STEPS
+
+    # --- what members tell the world ------------------------------------------------
+
+    def changed(self) -> None:
+        self._dirty = True
+
+    def member_idle(self, m: SimMember) -> None:
+        self._dirty = True
+
+    def member_failed(self, m: SimMember, reason: str) -> None:
+        self.checker.fail("member-failed", f"member {m.index} failed: {reason}")
+
+    def callback(self, m: SimMember, name: str, partitions: frozenset[TopicPartition]) -> None:
+        self.trace(m, name, partitions=_names(partitions))
+        self.checker.callback(m, name, partitions)
+
+    def trace(
+        self, m: SimMember | None, what: str, *, detail: bool = False, **details: object
+    ) -> None:
+        """A line of the step log; all but ``detail`` lines (traced only when someone
+        reads them) go into the run's digest, so tracing does not change it."""
+        text = " ".join(f"{k}={v}" for k, v in details.items())
+        who = "coordinator" if m is None else f"member {m.index}"
+        line = f"{self.sched.now / 1000:9.3f}s {who}: {what} {text}".rstrip()
+        if not detail:
+            self._hash.update(line.encode())
+        if self.tracer is not None:
+            self.tracer(line)
+
+    # --- faults ---------------------------------------------------------------------
+
+    def _inject(self, fault: Fault) -> None:
+        self.injected[fault.kind] += 1
+        if self.tracer is not None:
+            self.tracer(f"{self.sched.now / 1000:9.3f}s fault: {fault.describe()}")
+        m = self.members[fault.member]
+        sched = self.sched
+        match fault.kind:
+            case "drop":
+                if m.link is not None:
+                    m.link.reset("connection reset")
+            case "partition":
+                self.net.partition(m.index)
+                sched.after(fault.duration, self.net.heal, m.index)
+            case "pause":
+                m.pause()
+                sched.after(fault.duration, m.resume)
+            case "crash":
+                m.crash()
+                sched.after(fault.duration, m.restart)
+            case "slow-callback":
+                m.slow_revocation = (fault.duration, m.now_ms() + fault.duration)
+            case "coordinator-crash":
+                self.host.crash()
+                sched.after(fault.duration, self.host.start)
+            case "partition-count":
+                self.host.alter_topic(self.topic, fault.value)
+        self._dirty = True
+
+    # --- running --------------------------------------------------------------------
+
+    def converged(self) -> bool:
+        core = self.host.core
+        if core is None:
+            return False
+        group = core.groups.get(GROUP_ID)
+        if group is None or group.state is not GroupState.STABLE:
+            return False
+        members = self.members
+        if not all(m.stable for m in members):
+            return False
+        if set(group.members) != {m.core.member_id for m in members}:
+            return False
+        count = core.topics.partitions.get(self.topic, 0)
+        owned = [tp for m in members for tp in m.processing()]
+        wanted = {TopicPartition(self.topic, p) for p in range(count)}
+        return len(owned) == len(wanted) and set(owned) == wanted
+
+    def run(self) -> Outcome:
+        sched = self.sched
+        checker = self.checker
+        bound = self.quiet_from + self.config.liveness_bound_ms()
+        violation: Violation | None = None
+        with planting(self.config.plant):
+            try:
+                while sched.step():
+                    if self._dirty:
+                        self._dirty = False
+                        checker.check_members(self.members)
+                        if sched.now >= self.quiet_from and self.converged():
+                            self.converged_at = sched.now
+                            break
+                    if sched.now > bound or sched.steps > self.max_steps:
+                        checker.fail(
+                            "liveness",
+                            f"not converged {self.config.liveness_bound_ms() / 1000:.1f} s "
+                            f"after the last fault ended ({self._why_not()})",
+                        )
+            except ViolationFound as found:
+                violation = found.violation
+        return Outcome(
+            seed=self.seed,
+            protocol=self.config.protocol,
+            violation=violation,
+            steps=sched.steps,
+            sim_ms=sched.now,
+            faults=self.injected,
+            rebalances=checker.rebalances,
+            converged_after_ms=(
+                None if self.converged_at is None else self.converged_at - self.quiet_from
+            ),
+            digest=self._hash.hexdigest(),
+            kept=tuple(f.number for f in self.faults),
+            plan=self.plan,
+        )
+
+    def _why_not(self) -> str:
+        core = self.host.core
+        if core is None:
+            return "the coordinator is down"
+        group = core.groups.get(GROUP_ID)
+        if group is None:
+            return "no group"
+        unstable = [m.index for m in self.members if not m.stable]
+        count = core.topics.partitions.get(self.topic, 0)
+        owned = sum(len(m.processing()) for m in self.members)
+        return (
+            f"group {group.state.value} in generation {group.generation}; members not "
+            f"stable: {unstable}; {owned} of {count} partitions processed"
+        )
+
+
+def simulate(
+    seed: int,
+    config: SimConfig,
+    *,
+    keep: Sequence[int] | None = None,
+    tracer: Tracer | None = None,
+) -> Outcome:
+    """Run ``seed`` (only the plan's faults numbered in ``keep``, if given). The cores'
+    own log events are dropped meanwhile (below errors): the trace tells the run."""
+    with quiet_logs():
+        return World(seed, config, keep=keep, tracer=tracer).run()
+
+
+@contextmanager
+def quiet_logs() -> Iterator[None]:
+    before = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    try:
+        yield
+    finally:
+        structlog.configure(**before)
+
+
+def _names(partitions: frozenset[TopicPartition]) -> str:
+    return ",".join(str(tp.partition) for tp in sorted(partitions))

@@ -1,0 +1,88 @@
+"""The member runtime's decisions (``MemberDriver``), driven with an explicit clock."""
+
+from __future__ import annotations
+
+from huddle.client.assignors.base import ASSIGNORS
+from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
+from huddle.client.events import SessionExpired
+from huddle.client.generation import Generation
+from huddle.client.machine import MemberConfig, MemberCore, MemberState
+from huddle.client.subscription import Subscription
+from huddle.protocol.errors import ErrorCode
+from tests.builders import tps
+
+SESSION_MS = 3_000
+
+
+def driver(**config: int) -> MemberDriver:
+    core = MemberCore(
+        MemberConfig(
+            group_id="g",
+            topics=["t"],
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=1_000,
+            rebalance_timeout_ms=config.get("rebalance_timeout_ms", 10_000),
+        ),
+        [ASSIGNORS.create("cooperative-sticky")],
+    )
+    return MemberDriver(core, Subscription(["t"], None))
+
+
+def test_a_join_answer_proves_the_session_from_when_the_coordinator_answered() -> None:
+    """Sent at 1,000 ms, held 4,000 ms by the coordinator, read at 60,000 ms (the process
+    was frozen with the answer in its socket): the session ends 3,000 ms after the
+    coordinator answered, long before the answer was read."""
+    d = driver()
+    d.core.owned = tps("t-0")
+    d.joined(1_000.0, 4_000)
+    deadline = d.timer.session_deadline()
+    assert deadline is not None
+    assert 1_000 + 4_000 * 0.999 + SESSION_MS <= deadline <= 1_000 + 4_000 + SESSION_MS
+    assert d.visible(60_000.0) == frozenset()
+    assert d.visible(7_000.0) == tps("t-0")
+
+
+def test_a_heartbeat_answer_proves_the_session_from_its_send() -> None:
+    d = driver()
+    d.core.current = Generation(1, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.connected(500)
+    sent = d.heartbeat(10_000.0)
+    assert isinstance(sent, SendHeartbeat)
+    d.heartbeat_answered(ErrorCode.NONE, sent, received_at=12_500.0)
+    assert d.timer.session_deadline() == 10_000.0 + SESSION_MS
+    assert d.visible(12_999.0) == tps("t-0")
+    assert d.visible(13_000.0) == frozenset()
+
+
+def test_the_watchdog_expires_the_session_once_and_the_member_owns_nothing_until_handled() -> None:
+    d = driver()
+    d.core.owned = tps("t-0")
+    d.timer.answered(0.0)
+    assert d.watchdog(2_000.0) == SESSION_MS
+    assert isinstance(d.watchdog(SESSION_MS), SessionExpired)
+    assert d.zombie
+    assert d.visible(SESSION_MS + 1) == frozenset()
+    assert not isinstance(d.watchdog(SESSION_MS + 1), SessionExpired)  # reset: once
+
+
+def test_heartbeats_wait_until_due_and_stop_once_a_callback_overran() -> None:
+    d = driver(rebalance_timeout_ms=5_000)
+    d.core.current = Generation(1, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.connected(500)
+    first = d.heartbeat(0.0)
+    assert isinstance(first, SendHeartbeat)
+    assert d.heartbeat(10.0) == WaitUntil(1_000.0)
+    d.callbacks_began(100.0)
+    assert isinstance(d.heartbeat(1_000.0), SendHeartbeat)  # heartbeats go on in callbacks
+    assert isinstance(d.heartbeat(5_101.0), SessionExpired)  # overran: given up, once
+    assert d.heartbeat(5_102.0) == WaitUntil(None)
+
+
+def test_reconnect_backoff_doubles_to_its_bound_and_resets_on_connect() -> None:
+    d = MemberDriver(driver().core, Subscription(["t"], None), max_retry_backoff_ms=350)
+    assert [d.reconnect_delay_ms() for _ in range(4)] == [100, 200, 350, 350]
+    d.connected(500)
+    assert d.reconnect_delay_ms() == 100

@@ -1,0 +1,60 @@
+"""The member's main loop (``MemberFlow``), driven by hand: actions out, results in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from huddle.client.assignors.base import ASSIGNORS
+from huddle.client.driver import MemberDriver
+from huddle.client.flow import Listen, MemberFlow
+from huddle.client.machine import MemberConfig, MemberCore, Step
+from huddle.client.partition_counts import Scope
+from huddle.client.subscription import Subscription
+from huddle.protocol.embedded import TopicPartition
+from tests.builders import tps
+
+
+class Host:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def now_ms(self) -> float:
+        return self.now
+
+    def counts_scope(self) -> Scope:
+        return (None, "", 0)
+
+    def lags(self) -> Mapping[TopicPartition, int] | None:
+        return None
+
+
+def flow() -> MemberFlow:
+    core = MemberCore(MemberConfig(group_id="g", topics=["t"]), [ASSIGNORS.create("range")])
+    return MemberFlow(MemberDriver(core, Subscription(["t"], None)), Host())
+
+
+def test_callbacks_a_lost_connection_cut_off_are_owed_and_run_after() -> None:
+    """Found by huddle.sim: the connection dropped while a slow on_partitions_revoked ran;
+    the rest of that step (on_partitions_assigned) never ran, yet the member owned what it
+    assigned, and later declared lost partitions the application never heard of."""
+    f = flow()
+    step = Step(revoked=tps("t-0"), assigned=tps("t-1"))
+    callbacks = f.apply(step)
+    assert next(callbacks) == Listen("on_partitions_revoked", tps("t-0"))
+    callbacks.close()  # the connection went: the running callback is cancelled
+    assert f.driver.listener_since is None
+    owed = f.owed_callbacks()
+    assert next(owed) == Listen("on_partitions_assigned", tps("t-1"))  # not the revocation again
+    assert list(owed) == []
+    assert f.owed is None
+    assert list(f.owed_callbacks()) == []  # owed once
+
+
+def test_a_step_whose_callbacks_all_ran_owes_nothing() -> None:
+    f = flow()
+    callbacks = f.apply(Step(revoked=tps("t-0"), assigned=tps("t-1")))
+    assert [a for a in callbacks] == [
+        Listen("on_partitions_revoked", tps("t-0")),
+        Listen("on_partitions_assigned", tps("t-1")),
+    ]
+    assert f.owed is None
