@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("huddle.chaos", "huddle.client", "huddle.pipeline")
+PARTS = ("huddle.chaos", "huddle.client", "huddle.pipeline", "huddle.sim")
 
 
 def python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -23,7 +23,7 @@ def python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 def test_every_package_in_the_tree_is_packaged() -> None:
     """pyproject lists packages and their folders by hand; a new subpackage must be added."""
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    roots = ("cli", "protocol", "coordinator", "client", "chaos", "pipeline")
+    roots = ("cli", "protocol", "coordinator", "client", "chaos", "pipeline", "sim")
     found = {
         ".".join(init.parent.relative_to(REPO / root).parts)
         for root in roots
