@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import platform
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -31,6 +32,9 @@ def add_arguments(sim: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--seeds", type=_positive, default=100, help="seeds per protocol")
     run.add_argument("--first-seed", type=int, default=0, metavar="FIRST")
+    run.add_argument(
+        "--jobs", type=_positive, default=1, help="processes to run seeds in (results are the same)"
+    )
     _add_world(run, protocols=True)
     replay = actions.add_parser(
         "replay",
@@ -162,9 +166,8 @@ class Tally:
     convergence_ms: list[float] = field(default_factory=list)
     first: Outcome | None = None
 
-    def add(self, outcome: Outcome, seconds: float) -> None:
+    def add(self, outcome: Outcome) -> None:
         self.seeds += 1
-        self.seconds += seconds
         self.steps += outcome.steps
         self.faults.update(outcome.faults)
         self.rebalances += outcome.rebalances
@@ -204,6 +207,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _one(job: tuple[int, SimConfig]) -> Outcome:
+    seed, config = job
+    return simulate(seed, config)
+
+
+def run_many(config: SimConfig, first: int, count: int, jobs: int = 1) -> Iterator[Outcome]:
+    """The outcomes of seeds ``first``.. in seed order, run in ``jobs`` processes."""
+    work = ((seed, config) for seed in range(first, first + count))
+    if jobs == 1:
+        yield from map(_one, work)
+        return
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        yield from pool.imap(_one, work, chunksize=8)
+
+
 def run_seeds(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     first = args.first_seed
     out.write(
@@ -218,15 +236,14 @@ def run_seeds(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         config = _config(args, protocol)
         tally = Tally(protocol)
         step = max(args.seeds // 10, 1)
-        for seed in range(first, first + args.seeds):
-            started = time.perf_counter()
-            outcome = simulate(seed, config)
-            tally.add(outcome, time.perf_counter() - started)
-            if (seed - first + 1) % step == 0 or tally.first is outcome:
+        started = time.perf_counter()
+        for done, outcome in enumerate(run_many(config, first, args.seeds, args.jobs), 1):
+            tally.add(outcome)
+            if done % step == 0 or tally.first is outcome:
                 err.write(
-                    f"  {protocol}: {seed - first + 1}/{args.seeds} seeds, "
-                    f"{tally.violations} violations\n"
+                    f"  {protocol}: {done}/{args.seeds} seeds, {tally.violations} violations\n"
                 )
+        tally.seconds = time.perf_counter() - started
         out.write(tally.summary() + "\n")
         if tally.first is not None:
             report_violation(tally.first, config, out)

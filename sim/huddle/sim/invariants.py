@@ -59,6 +59,7 @@ class Checker:
         self.generation = 0  # the group's highest generation in this incarnation
         self.rounds_checked: set[tuple[int, int]] = set()
         self.rebalances = 0
+        self.processing: dict[int, frozenset[TopicPartition]] = {}  # member -> as last seen
 
     def fail(self, invariant: str, detail: str) -> None:
         sched = self.world.sched
@@ -66,17 +67,21 @@ class Checker:
 
     # --- after each step ------------------------------------------------------------
 
-    def check_members(self, members: list[SimMember]) -> None:
+    def check_members(self, members: list[SimMember], changed: set[SimMember]) -> None:
+        """After a step that changed the members in ``changed``. What each member
+        processes is kept from the last step that changed it: time passing only takes
+        partitions away, so a kept set may be too large, never too small; a conflict is
+        confirmed on fresh sets before it counts."""
+        cache = self.processing
+        for m in changed:
+            cache[m.index] = m.processing()
         owners: dict[TopicPartition, int] = {}
         for m in members:
-            for tp in m.processing():
+            for tp in cache.get(m.index, ()):
                 other = owners.setdefault(tp, m.index)
                 if other != m.index:
-                    self.fail(
-                        "exclusive-ownership",
-                        f"{tp.topic}-{tp.partition} is processed by members {other} and "
-                        f"{m.index} at once",
-                    )
+                    self._confirm_conflict(tp, members[other], m)
+        for m in changed:
             if m.alive and m.idle() and m.app_owned != m.core.owned:
                 self.fail(
                     "callbacks",
@@ -89,7 +94,7 @@ class Checker:
             return
         group = core.groups.get(GROUP_ID)
         tag = f"-c{host.incarnation}-"
-        for m in members:
+        for m in changed:
             if not m.alive or m.core.generation <= 0 or tag not in m.core.member_id:
                 continue
             if group is None or m.core.generation > group.generation:
@@ -99,6 +104,16 @@ class Checker:
                     f"member {m.index} is in generation {m.core.generation}; the group is "
                     f"at {known}",
                 )
+
+    def _confirm_conflict(self, tp: TopicPartition, a: SimMember, b: SimMember) -> None:
+        self.processing[a.index] = now_a = a.processing()
+        self.processing[b.index] = now_b = b.processing()
+        if tp in now_a and tp in now_b:
+            self.fail(
+                "exclusive-ownership",
+                f"{tp.topic}-{tp.partition} is processed by members {a.index} and "
+                f"{b.index} at once",
+            )
 
     # --- the coordinator --------------------------------------------------------------
 

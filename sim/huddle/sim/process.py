@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 E = ErrorCode
 CONNECT_TIMEOUT_MS = 10_000.0  # as huddle.client.connection.connect's
-COMMIT_INTERVAL_MS = 500.0  # the application commits its positions this often
+COMMIT_INTERVAL_MS = 1_000.0  # the application commits its positions this often
 RECORD_MS = 10.0  # a partition gets one record this often: positions move by one
 GROUP_ID = "sim"
 TICK_MS = 1e-6
@@ -77,7 +77,8 @@ class SimMember:
         self.static = static
         rng = world.rng
         skew = world.config.max_drift_ppm / 1e6
-        self.offset = rng.uniform(-3_600_000.0, 3_600_000.0)  # its clock's reading at 0
+        # its clock's reading at 0: a monotonic clock, running since its host booted
+        self.offset = rng.uniform(0.0, 3_600_000.0)
         self.drift = rng.uniform(-skew, skew)  # its clock runs this much fast (or slow)
         self.alive = False
         self.epoch = 0
@@ -111,7 +112,7 @@ class SimMember:
             self.deferred.append((fn, args))
             return
         fn(*args)
-        self.world.changed()
+        self.world.changed(self)
 
     # --- life ---------------------------------------------------------------------------
 
@@ -160,8 +161,9 @@ class SimMember:
         self.listening: tuple[str, Timer] | None = None
         self.positions: dict[TopicPartition, tuple[int, float]] = {}  # base offset, since
         self.committing = False
-        self.standby: frozenset[TopicPartition] = frozenset()
-        self.warmup_since: dict[TopicPartition, float] = {}
+        self.replicas: frozenset[TopicPartition] = frozenset()  # standby and warm-up
+        # local state per task (KIP-441): its lag then, since when, whether it is kept up
+        self.state: dict[TopicPartition, tuple[float, float, bool]] = {}
         self._connect()
         self._after_local(COMMIT_INTERVAL_MS, self._commit_tick)
         self._poke()
@@ -176,6 +178,7 @@ class SimMember:
             return cls(  # type: ignore[call-arg]
                 acceptable_recovery_lag=config.acceptable_lag,
                 probing_rebalance_interval_ms=config.probing_interval_ms,
+                max_warmup_replicas=config.max_warmup_replicas,
             )
         return cls()
 
@@ -214,7 +217,7 @@ class SimMember:
                 fn(*args)
             elif self.alive:
                 self.deferred.append((fn, args))
-        self.world.changed()
+        self.world.changed(self)
 
     # --- what the application processes -------------------------------------------------
 
@@ -246,13 +249,31 @@ class SimMember:
     def lags(self) -> Mapping[TopicPartition, int] | None:
         if self.world.config.protocol != "high-availability":
             return None
+        self._track()
         now = self.now_ms()
-        lags = {tp: 0 for tp in self.core.owned}
-        rate = self.world.config.catch_up_per_ms
-        for tp, since in self.warmup_since.items():
-            if tp not in lags:
-                lags[tp] = max(0, self.world.config.initial_lag - int((now - since) * rate))
-        return lags
+        return {tp: int(self._lag(tp, now)) for tp in self.state}
+
+    def _lag(self, tp: TopicPartition, now: float) -> float:
+        """A task's state catches up while the member runs it or keeps a replica of it,
+        and falls behind (the log grows) once it stops."""
+        lag, since, tracking = self.state[tp]
+        config = self.world.config
+        if tracking:
+            return max(0.0, lag - (now - since) * config.catch_up_per_ms)
+        return lag + (now - since) * config.produce_per_ms
+
+    def _track(self) -> None:
+        """Which tasks' state the member keeps up now: what it runs and its replicas."""
+        if self.world.config.protocol != "high-availability":
+            return
+        now = self.now_ms()
+        kept = self.core.owned | self.replicas
+        for tp in kept | self.state.keys():
+            if tp in self.state:
+                lag = 0.0 if tp in self.core.owned else self._lag(tp, now)
+            else:
+                lag = 0.0 if tp in self.core.owned else float(self.world.config.initial_lag)
+            self.state[tp] = (lag, now, tp in kept)
 
     # --- the connection (the runtime's _run) --------------------------------------------
 
@@ -417,9 +438,9 @@ class SimMember:
                 self._listen(name, partitions)
                 return False
             case Replicas(standby, warmup):
-                self.standby = standby
-                now = self.now_ms()
-                self.warmup_since = {tp: self.warmup_since.get(tp, now) for tp in warmup}
+                self._track()
+                self.replicas = standby | warmup
+                self._track()
                 return True
             case Sleep(ms):
                 self.waiting = self._after_local(ms, self._flow_wakes)
@@ -505,6 +526,7 @@ class SimMember:
         else:
             self.app_owned |= partitions
             self._fetch(partitions)
+        self._track()
         self.listening = (name, self._after_local(duration, self._listened))
 
     def _listened(self) -> None:

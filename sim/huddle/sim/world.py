@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -58,9 +59,11 @@ class SimConfig:
     max_drift_ppm: float = 100.0  # member clocks run this much fast or slow at most
     scheduled_delay_ms: int = 3_000  # cooperative-deferred: how long lost partitions wait
     probing_interval_ms: int = 3_000  # high-availability: probing rebalances
+    max_warmup_replicas: int = 8  # high-availability: warm-ups at once, group-wide
     acceptable_lag: int = 100  # high-availability: caught up within this many records
     initial_lag: int = 1_000  # a warm-up starts this far behind ...
     catch_up_per_ms: float = 1.0  # ... and catches up this fast
+    produce_per_ms: float = 0.1  # a task's log grows this fast: state not kept up falls behind
     plant: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -83,8 +86,11 @@ class SimConfig:
         if self.protocol == "cooperative-deferred":
             bound += 2 * self.scheduled_delay_ms
         if self.protocol == "high-availability":
-            catch_up = self.initial_lag / self.catch_up_per_ms
-            bound += 4 * self.probing_interval_ms + catch_up
+            # KIP-441 moves at most max_warmup_replicas tasks per wave; a wave waits for its
+            # warm-ups to catch up (state up to a minute behind) and two probing rounds
+            waves = math.ceil(1.5 * self.partitions / self.max_warmup_replicas)
+            behind = self.initial_lag + 60_000 * self.produce_per_ms
+            bound += waves * (behind / self.catch_up_per_ms + 2 * self.probing_interval_ms)
         return bound
 
 
@@ -151,17 +157,17 @@ class World:
         self.injected: Counter[str] = Counter()
         self.quiet_from = max((f.ends for f in self.faults), default=0.0)
         self.quiet_from = max(self.quiet_from, 1_000.0)
-        self._dirty = True
+        self._dirty: set[SimMember] = set(self.members)  # changed since the last check
         self.converged_at: float | None = None
         self.max_steps = MAX_STEPS
 
     # --- what members tell the world ------------------------------------------------
 
-    def changed(self) -> None:
-        self._dirty = True
+    def changed(self, m: SimMember) -> None:
+        self._dirty.add(m)
 
     def member_idle(self, m: SimMember) -> None:
-        self._dirty = True
+        self._dirty.add(m)
 
     def member_failed(self, m: SimMember, reason: str) -> None:
         self.checker.fail("member-failed", f"member {m.index} failed: {reason}")
@@ -211,7 +217,7 @@ class World:
                 sched.after(fault.duration, self.host.start)
             case "partition-count":
                 self.host.alter_topic(self.topic, fault.value)
-        self._dirty = True
+        self._dirty.update(self.members)
 
     # --- running --------------------------------------------------------------------
 
@@ -241,8 +247,8 @@ class World:
             try:
                 while sched.step():
                     if self._dirty:
-                        self._dirty = False
-                        checker.check_members(self.members)
+                        checker.check_members(self.members, self._dirty)
+                        self._dirty = set()
                         if sched.now >= self.quiet_from and self.converged():
                             self.converged_at = sched.now
                             break
