@@ -86,3 +86,27 @@ def test_reconnect_backoff_doubles_to_its_bound_and_resets_on_connect() -> None:
     assert [d.reconnect_delay_ms() for _ in range(4)] == [100, 200, 350, 350]
     d.connected(500)
     assert d.reconnect_delay_ms() == 100
+
+
+def test_a_session_expiry_about_a_generation_the_member_has_left_changes_nothing() -> None:
+    """Found by huddle.sim: the watchdog's expiry, queued while a SyncGroup was under way,
+    was handled after the member had joined and synced a new generation, and threw that
+    fresh assignment away (on_partitions_lost, and one more rebalance for everyone)."""
+    d = driver()
+    d.core.current = Generation(2, "m", "cooperative-sticky")
+    d.timer.answered(0.0)
+    expired = d.watchdog(SESSION_MS)
+    assert isinstance(expired, SessionExpired)
+    assert expired.generation == Generation(2, "m", "cooperative-sticky")
+    # the member rejoins and syncs generation 3 before its main loop sees the event
+    d.core.current = Generation(3, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.synced(SESSION_MS + 100)
+    assert d.visible(SESSION_MS + 200) == tps("t-0")
+    assert d.on_event(expired) is None
+    assert d.core.owned == tps("t-0")
+    current = SessionExpired(d.core.current)  # an expiry in the generation it is in
+    step = d.on_event(current)
+    assert step is not None
+    assert step.lost == tps("t-0")

@@ -125,7 +125,7 @@ class MemberDriver:
         self._log.warning(
             "listener_too_slow", waited_ms=int(now - since), member_id=self.core.member_id
         )
-        return SessionExpired()
+        return SessionExpired(self.core.current)
 
     # --- heartbeats -----------------------------------------------------------------
 
@@ -173,7 +173,7 @@ class MemberDriver:
             return deadline
         self.zombie = True
         self.timer.reset()
-        return SessionExpired()
+        return SessionExpired(self.core.current)
 
     # --- events for the main loop ---------------------------------------------------
 
@@ -186,7 +186,11 @@ class MemberDriver:
                 return core.on_rebalance_notice(generation)
             case FellOut(code, message, generation):
                 return core.on_commit_error(code, message, generation)
-            case SessionExpired():
+            case SessionExpired(generation):
+                if generation != core.current:
+                    # about a generation it has left: it joined and synced since, which
+                    # proved its membership anew (a stale event once cost a fresh assignment)
+                    return None
                 self.zombie = False  # what it owned is lost just below
                 if core.owned or core.state is MemberState.STABLE:
                     self._log.warning(
@@ -212,6 +216,12 @@ class MemberDriver:
     def retry_delay_ms(self, step: Step) -> float | None:
         """How long to wait before going on after ``step``, if it asks for a retry."""
         return self.retry_backoff_ms if step.next is Next.RETRY else None
+
+    def synced(self, sent_at: float) -> None:
+        """A SyncGroup sent at ``sent_at`` was answered with an assignment: the member is
+        in its new generation from then on, even if its session had run out before."""
+        self.timer.answered(sent_at)
+        self.zombie = False
 
     def joined(self, sent_at: float, held_ms: int) -> None:
         """A JoinGroup sent at ``sent_at`` was answered with a generation after the

@@ -61,7 +61,7 @@ class FellOut:
 
 @dataclass(frozen=True, slots=True)
 class SessionExpired:
-    pass
+    generation: Generation  # the one whose session ran out (a later one was proven anew)
 
 
 Event = Rejoin | HeartbeatAnswer | RebalanceNotice | FellOut | SessionExpired

@@ -225,7 +225,7 @@ class MemberFlow:
         sent = self.host.now_ms()
         response = yield Call(request, SyncGroupResponse)
         if response.error_code == E.NONE:
-            driver.timer.answered(sent)
+            driver.synced(sent)
         step = core.on_sync(response, self.host.now_ms())
         if response.error_code == E.NONE:
             self._log.info(

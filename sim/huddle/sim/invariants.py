@@ -34,6 +34,7 @@ INVARIANTS = (
     "cooperative-rounds",
     "liveness",
     "callbacks",
+    "availability",
     "member-failed",
 )
 

@@ -155,6 +155,12 @@ class World:
         for fault in self.faults:
             self.sched.at(fault.at, self._inject, fault)
         self.injected: Counter[str] = Counter()
+        # a member may lose its partitions only this soon after a fault that concerns it
+        self.trouble_window_ms = (
+            config.session_timeout_ms + config.rebalance_timeout_ms + config.max_retry_backoff_ms
+        )
+        self.troubled_until = [0.0] * config.members
+        self.coordinator_back = 0.0
         self.quiet_from = max((f.ends for f in self.faults), default=0.0)
         self.quiet_from = max(self.quiet_from, 1_000.0)
         self._dirty: set[SimMember] = set(self.members)  # changed since the last check
@@ -175,6 +181,13 @@ class World:
     def callback(self, m: SimMember, name: str, partitions: frozenset[TopicPartition]) -> None:
         self.trace(m, name, partitions=_names(partitions))
         self.checker.callback(m, name, partitions)
+        if name == "on_partitions_lost" and self.sched.now > self.troubled_until[m.index]:
+            self.checker.fail(
+                "availability",
+                f"member {m.index} lost {_names(partitions)} with no fault on it, its "
+                "connection or the coordinator since "
+                f"{(self.sched.now - self.trouble_window_ms) / 1000:.3f} s",
+            )
 
     def trace(
         self, m: SimMember | None, what: str, *, detail: bool = False, **details: object
@@ -193,6 +206,11 @@ class World:
 
     def _inject(self, fault: Fault) -> None:
         self.injected[fault.kind] += 1
+        if fault.kind not in ("slow-callback", "partition-count"):
+            hit = range(len(self.members)) if fault.kind == "coordinator-crash" else [fault.member]
+            for index in hit:
+                until = fault.ends + self.trouble_window_ms
+                self.troubled_until[index] = max(self.troubled_until[index], until)
         if self.tracer is not None:
             self.tracer(f"{self.sched.now / 1000:9.3f}s fault: {fault.describe()}")
         m = self.members[fault.member]
@@ -212,12 +230,17 @@ class World:
                 sched.after(fault.duration, m.restart)
             case "slow-callback":
                 m.slow_revocation = (fault.duration, m.now_ms() + fault.duration)
-            case "coordinator-crash":
+            case "coordinator-crash":  # a crash while down keeps it down longer
                 self.host.crash()
-                sched.after(fault.duration, self.host.start)
+                self.coordinator_back = max(self.coordinator_back, fault.ends)
+                sched.at(self.coordinator_back, self._coordinator_back)
             case "partition-count":
                 self.host.alter_topic(self.topic, fault.value)
         self._dirty.update(self.members)
+
+    def _coordinator_back(self) -> None:
+        if not self.host.up and self.sched.now >= self.coordinator_back:
+            self.host.start()
 
     # --- running --------------------------------------------------------------------
 
