@@ -6,11 +6,12 @@ from collections.abc import Mapping
 
 from huddle.client.assignors.base import ASSIGNORS
 from huddle.client.driver import MemberDriver
-from huddle.client.flow import Listen, MemberFlow
+from huddle.client.flow import Call, Listen, MemberFlow
 from huddle.client.machine import MemberConfig, MemberCore, Step
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupRequest
 from tests.builders import tps
 
 
@@ -58,3 +59,21 @@ def test_a_step_whose_callbacks_all_ran_owes_nothing() -> None:
         Listen("on_partitions_assigned", tps("t-1")),
     ]
     assert f.owed is None
+
+
+def test_a_follower_waits_for_the_leaders_assignment_as_long_as_the_sync_phase_lasts() -> None:
+    """Found by huddle.sim: a follower's SyncGroup timed out after one session while the
+    leader (frozen) had the whole rebalance timeout to send the assignment; the follower
+    dropped its connection and, a dynamic member, lost everything it owned."""
+    f = flow()
+    config = f.core.config
+    rebalance = f._rebalance()
+    join = next(rebalance)
+    assert isinstance(join, Call)
+    assert isinstance(join.request, JoinGroupRequest)
+    sync = rebalance.send(
+        JoinGroupResponse(generation_id=1, member_id="m-1", leader="m-0", protocol_name="range")
+    )
+    assert isinstance(sync, Call)
+    assert isinstance(sync.request, SyncGroupRequest)
+    assert sync.timeout_ms == config.rebalance_timeout_ms + config.session_timeout_ms

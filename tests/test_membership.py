@@ -552,3 +552,24 @@ def test_a_restarted_coordinator_forms_no_generation_before_old_sessions_can_hav
     fresh.core.start(0.0)
     _, cid = fresh.join_new(1)
     assert fresh.join_response(cid).generation_id == 1
+
+
+def test_a_member_answered_after_waiting_on_its_sync_gets_a_fresh_session() -> None:
+    """Found by huddle.sim: a follower waited on SyncGroup for a leader that froze; the
+    leader's expiry answered it REBALANCE_IN_PROGRESS and, moments later, expired the
+    follower too (it cannot heartbeat while it waits, and had no time to rejoin). Kafka
+    renews the session of every member whose sync it answers."""
+    d = Driver()
+    first, second = d.form(1, 2)
+    leader = d.group().leader
+    follower, conn = (second, 2) if leader == first else (first, 1)
+    rejoins = [d.join(1, first), d.join(2, second)]  # a rebalance: both rejoin at once
+    generation = d.join_response(rejoins[0]).generation_id
+    assert d.join_response(rejoins[1]).generation_id == generation
+    d.advance(10)
+    waiting = d.sync(conn, follower, generation, {})
+    d.advance(SESSION_MS - 10)  # the leader never syncs nor heartbeats: it is expired
+    assert leader not in d.group().members
+    assert d.sync_response(waiting).error_code == E.REBALANCE_IN_PROGRESS
+    d.advance(100)  # the follower is on its way back
+    assert follower in d.group().members

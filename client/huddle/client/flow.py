@@ -223,7 +223,11 @@ class MemberFlow:
             assignments=assignments,
         )
         sent = self.host.now_ms()
-        response = yield Call(request, SyncGroupResponse)
+        # a follower's SyncGroup waits for the leader's assignment, as long as the sync
+        # phase may last (the rebalance timeout), not one session
+        config = core.config
+        timeout = config.rebalance_timeout_ms + config.session_timeout_ms
+        response = yield Call(request, SyncGroupResponse, timeout)
         if response.error_code == E.NONE:
             driver.synced(sent)
         step = core.on_sync(response, self.host.now_ms())

@@ -30,6 +30,9 @@ class Rebalancing(Sessions):
                         sync_error(E.REBALANCE_IN_PROGRESS, f"a new rebalance began: {reason}"),
                     )
                     member.sync_waiter = None
+                    # it could not heartbeat while it waited: its session starts again now
+                    # (Kafka's propagateAssignment), or it would be expired before it rejoins
+                    self._touch(fx, member)
         self.timers.cancel(group.sync_key)
         group.pending_sync.clear()
         previous = group.state
@@ -177,6 +180,7 @@ class Rebalancing(Sessions):
             if member.sync_waiter is not None:
                 fx.reply(member.sync_waiter, self._sync_response(group, member))
                 member.sync_waiter = None
+                self._touch(fx, member)  # its session starts again with the answer
         group.transition(S.STABLE)
         log.info(
             "assignment_stored",
