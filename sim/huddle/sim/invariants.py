@@ -61,6 +61,7 @@ class Checker:
         self.rounds_checked: set[tuple[int, int]] = set()
         self.rebalances = 0
         self.processing: dict[int, frozenset[TopicPartition]] = {}  # member -> as last seen
+        self.holders: dict[TopicPartition, set[int]] = {}  # partition -> members, as last seen
 
     def fail(self, invariant: str, detail: str) -> None:
         sched = self.world.sched
@@ -73,15 +74,13 @@ class Checker:
         processes is kept from the last step that changed it: time passing only takes
         partitions away, so a kept set may be too large, never too small; a conflict is
         confirmed on fresh sets before it counts."""
-        cache = self.processing
         for m in changed:
-            cache[m.index] = m.processing()
-        owners: dict[TopicPartition, int] = {}
-        for m in members:
-            for tp in cache.get(m.index, ()):
-                other = owners.setdefault(tp, m.index)
-                if other != m.index:
-                    self._confirm_conflict(tp, members[other], m)
+            gained = self._seen(m, m.processing())
+            for tp in sorted(gained):
+                holders = self.holders[tp]
+                if len(holders) > 1:
+                    for other in sorted(holders - {m.index}):
+                        self._confirm_conflict(tp, members[other], m)
         for m in changed:
             if m.alive and m.idle() and m.app_owned != m.core.owned:
                 self.fail(
@@ -106,9 +105,24 @@ class Checker:
                     f"at {known}",
                 )
 
+    def _seen(self, m: SimMember, now: frozenset[TopicPartition]) -> frozenset[TopicPartition]:
+        """Note what ``m`` processes now; what it gained since it was last seen."""
+        before = self.processing.get(m.index, frozenset())
+        if now == before:
+            return frozenset()
+        self.processing[m.index] = now
+        for tp in before - now:
+            self.holders[tp].discard(m.index)
+        gained = now - before
+        for tp in gained:
+            self.holders.setdefault(tp, set()).add(m.index)
+        return gained
+
     def _confirm_conflict(self, tp: TopicPartition, a: SimMember, b: SimMember) -> None:
-        self.processing[a.index] = now_a = a.processing()
-        self.processing[b.index] = now_b = b.processing()
+        now_a = a.processing()
+        now_b = b.processing()
+        self._seen(a, now_a)
+        self._seen(b, now_b)
         if tp in now_a and tp in now_b:
             self.fail(
                 "exclusive-ownership",
@@ -167,7 +181,7 @@ class Checker:
                     claims.setdefault(tp, []).append(member_id)
             assigned[member_id] = assignment.partitions
         for member_id, partitions in assigned.items():
-            for tp in partitions:
+            for tp in sorted(partitions):
                 others = [m for m in claims.get(tp, ()) if m != member_id]
                 if others:
                     self.fail(
