@@ -110,3 +110,26 @@ def test_a_session_expiry_about_a_generation_the_member_has_left_changes_nothing
     step = d.on_event(current)
     assert step is not None
     assert step.lost == tps("t-0")
+
+
+def test_rebalancing_answers_keep_a_member_only_until_the_join_phase_can_have_ended() -> None:
+    """Found by huddle.sim: a member slow in on_partitions_revoked (within its rebalance
+    timeout, counted from when the callback began) kept heartbeating, answered
+    REBALANCE_IN_PROGRESS, and went on finishing its revoked partitions after the join phase
+    (counted from before it heard of it) had ended without it and handed them on."""
+    d = driver(rebalance_timeout_ms=10_000)
+    d.core.current = Generation(1, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.connected(500)
+    steady = d.heartbeat(0.0)
+    assert isinstance(steady, SendHeartbeat)
+    d.heartbeat_answered(ErrorCode.NONE, steady, received_at=20.0)
+    for at in range(1_000, 12_000, 1_000):  # the group rebalances; the member is slow
+        sent = d.heartbeat(float(at))
+        assert isinstance(sent, SendHeartbeat)
+        d.heartbeat_answered(ErrorCode.REBALANCE_IN_PROGRESS, sent, received_at=at + 20.0)
+    assert d.visible(9_999.0) == tps("t-0")
+    assert d.visible(10_000.0) == frozenset()  # the phase may have ended without it
+    d.joined(10_500.0, 100)  # its JoinGroup made it in: steady again
+    assert d.visible(10_700.0) == tps("t-0")

@@ -154,7 +154,10 @@ class MemberDriver:
         which is later). Anything but NONE becomes an event for the main loop."""
         if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
             proof = received_at if planted("session-from-receive-time") else sent.sent_at
-            self.timer.answered(proof)
+            if code == E.NONE:
+                self.timer.steady(proof)
+            else:  # a member until the join phase ends: that bound stays as it was
+                self.timer.answered(proof)
         else:
             self._log.info("heartbeat_error", error_code=code, error=error_name(code))
         if code != E.NONE:
@@ -220,7 +223,7 @@ class MemberDriver:
     def synced(self, sent_at: float) -> None:
         """A SyncGroup sent at ``sent_at`` was answered with an assignment: the member is
         in its new generation from then on, even if its session had run out before."""
-        self.timer.answered(sent_at)
+        self.timer.steady(sent_at)
         self.zombie = False
 
     def joined(self, sent_at: float, held_ms: int) -> None:
@@ -229,7 +232,7 @@ class MemberDriver:
         answered, no earlier than ``held_ms`` after the send (less a drift allowance: the
         two clocks need not run at one rate). Not the time the answer came in: it may have
         waited in a frozen process's socket for longer than the session."""
-        self.timer.answered(sent_at + held_ms * (1.0 - MAX_CLOCK_DRIFT))
+        self.timer.steady(sent_at + held_ms * (1.0 - MAX_CLOCK_DRIFT))
 
     # --- commits ------------------------------------------------------------------
 

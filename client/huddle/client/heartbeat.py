@@ -10,11 +10,30 @@ class HeartbeatTimer:
     *receives* a request, which is after the member sent it. A member that has had no
     request answered in order for a whole session timeout, counted from when it sent the
     last one, has therefore been expired (or is about to be) and must treat its partitions
-    as lost before the coordinator can hand them to anyone else."""
+    as lost before the coordinator can hand them to anyone else.
 
-    __slots__ = ("interval_ms", "last_ok_sent", "last_sent", "session_ms")
+    A rebalance bounds membership too: a member that has not rejoined when the join phase
+    ends (its rebalance timeout after it began) is dropped, however well it heartbeats, as
+    answers of REBALANCE_IN_PROGRESS prove it is a member only until then. The phase began
+    after the group was last seen steady (``last_steady_sent``: a request sent then found no
+    rebalance under way), so the member is safe until that plus its rebalance timeout, or
+    until its JoinGroup is answered, which makes it steady again."""
 
-    def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+    __slots__ = (
+        "interval_ms",
+        "last_ok_sent",
+        "last_sent",
+        "last_steady_sent",
+        "rebalance_ms",
+        "session_ms",
+    )
+
+    def __init__(
+        self,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        rebalance_timeout_ms: int | None = None,
+    ) -> None:
         if heartbeat_interval_ms <= 0 or heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError(
                 f"heartbeat interval ({heartbeat_interval_ms} ms) must be positive and below "
@@ -24,6 +43,8 @@ class HeartbeatTimer:
         self.interval_ms: float = heartbeat_interval_ms
         self.last_sent = float("-inf")
         self.last_ok_sent: float | None = None  # None: no session to protect
+        self.rebalance_ms: float | None = rebalance_timeout_ms
+        self.last_steady_sent: float | None = None
 
     def sent(self, now: float) -> None:
         """A heartbeat went out at ``now`` (``-inf``: the next one is due at once)."""
@@ -34,9 +55,17 @@ class HeartbeatTimer:
         if self.last_ok_sent is None or sent_at > self.last_ok_sent:
             self.last_ok_sent = sent_at
 
+    def steady(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` found the group with no rebalance under way (a
+        heartbeat answered NONE, a join or sync completed): it also proves membership."""
+        self.answered(sent_at)
+        if self.last_steady_sent is None or sent_at > self.last_steady_sent:
+            self.last_steady_sent = sent_at
+
     def reset(self) -> None:
         """No membership to protect (not joined, or it was lost)."""
         self.last_ok_sent = None
+        self.last_steady_sent = None
 
     def shorten(self, deadline: float) -> None:
         """The session may end sooner than the timeout says (e.g. a closed connection)."""
@@ -47,8 +76,16 @@ class HeartbeatTimer:
         return self.last_sent + self.interval_ms
 
     def session_deadline(self) -> float | None:
-        """When the coordinator may have expired this member, if it holds a session."""
-        return None if self.last_ok_sent is None else self.last_ok_sent + self.session_ms
+        """When the coordinator may have dropped this member, if it holds a session: its
+        session's end, or the end of a join phase that may have begun since it was last
+        seen steady, whichever is sooner."""
+        if self.last_ok_sent is None:
+            return None
+        deadline = self.last_ok_sent + self.session_ms
+        steady, rebalance = self.last_steady_sent, self.rebalance_ms
+        if steady is not None and rebalance is not None:
+            return min(deadline, steady + rebalance)
+        return deadline
 
     def expired(self, now: float) -> bool:
         deadline = self.session_deadline()

@@ -169,7 +169,9 @@ class MemberCore:
         if len(set(names)) != len(names):
             raise ValueError(f"assignors repeat: {names}")
         self.session = HeartbeatTimer(
-            self.config.session_timeout_ms, self.config.heartbeat_interval_ms
+            self.config.session_timeout_ms,
+            self.config.heartbeat_interval_ms,
+            self.config.rebalance_timeout_ms,
         )
         for a in self.assignors:  # assignors that keep time read the time the core is given
             a.now_ms = self._clock
