@@ -133,3 +133,24 @@ def test_rebalancing_answers_keep_a_member_only_until_the_join_phase_can_have_en
     assert d.visible(10_000.0) == frozenset()  # the phase may have ended without it
     d.joined(10_500.0, 100)  # its JoinGroup made it in: steady again
     assert d.visible(10_700.0) == tps("t-0")
+
+
+def test_a_member_that_notices_a_lost_connection_late_works_on_nothing_it_may_have_lost() -> None:
+    """Found by huddle.sim: a frozen dynamic member woke to a JoinGroup answer and, after
+    it, the news that its connection had been reset while it slept; the coordinator had
+    removed it a disconnect grace after the reset and handed its partitions on, but the
+    member counted the grace from when it noticed."""
+    d = driver()
+    d.core.current = Generation(1, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.connected(500)
+    d.joined(1_000.0, 0)  # its last proof of membership, sent at 1,000 ms
+    d.connection_lost(2_400.0)  # noticed at 2,400 ms (it was frozen)
+    assert d.visible(2_400.0) == frozenset()  # the coordinator may have seen it at 1,000
+    assert d.core.owned == tps("t-0")  # not lost: it may be back in time
+    d.connected(500)
+    back = d.heartbeat(2_450.0)
+    assert isinstance(back, SendHeartbeat)
+    d.heartbeat_answered(ErrorCode.NONE, back, received_at=2_470.0)
+    assert d.visible(2_500.0) == tps("t-0")  # still a member: it goes on

@@ -10,8 +10,16 @@ from huddle.client.flow import Call, Listen, MemberFlow
 from huddle.client.machine import MemberConfig, MemberCore, Step
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
-from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupRequest
+from huddle.protocol.embedded import Assignment, TopicPartition, encode, grouped
+from huddle.protocol.messages import (
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    TopicMetadata,
+    TopicMetadataChanged,
+)
 from tests.builders import tps
 
 
@@ -77,3 +85,41 @@ def test_a_follower_waits_for_the_leaders_assignment_as_long_as_the_sync_phase_l
     assert isinstance(sync, Call)
     assert isinstance(sync.request, SyncGroupRequest)
     assert sync.timeout_ms == config.rebalance_timeout_ms + config.session_timeout_ms
+
+
+def test_a_static_leader_back_in_its_generation_rebalances_when_its_topics_change() -> None:
+    """Found by huddle.sim: a restarted static member took its leadership back without an
+    assignment (KIP-345), so it knew neither its group's topics nor their counts, and
+    ignored a partition-count change: the group went on with partitions that no longer
+    existed and never got the new ones."""
+    core = MemberCore(
+        MemberConfig(group_id="g", topics=["t"], instance_id="i-1"), [ASSIGNORS.create("range")]
+    )
+    f = MemberFlow(MemberDriver(core, Subscription(["t"], None)), Host())
+    rebalance = f._rebalance()
+    join = next(rebalance)
+    assert isinstance(join, Call)
+    assert isinstance(join.request, JoinGroupRequest)
+    metadata = join.request.protocols[0].metadata
+    sync = rebalance.send(
+        JoinGroupResponse(
+            generation_id=3,
+            member_id="m-1",
+            leader="m-1",
+            protocol_name="range",
+            skip_assignment=True,
+            members=[JoinGroupMember(member_id="m-1", group_instance_id="i-1", metadata=metadata)],
+        )
+    )
+    assert isinstance(sync, Call)
+    assert isinstance(sync.request, SyncGroupRequest)
+    assert sync.request.assignments == []  # no assignment run
+    assigned = rebalance.send(
+        SyncGroupResponse(assignment=encode(Assignment(assigned=grouped(tps("t-0")))))
+    )
+    assert assigned == Listen("on_partitions_assigned", tps("t-0"))
+    assert f.core.is_leader
+    changed = TopicMetadataChanged(topics=[TopicMetadata(name="t", partitions=4)])
+    assert [r.reason for r in f.driver.topics_changed(changed)] == [
+        "partition counts changed: ['t']"
+    ]

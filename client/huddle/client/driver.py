@@ -75,6 +75,7 @@ class MemberDriver:
     metadata: dict[str, int] = field(default_factory=dict)  # counts the leader assigned with
     group_topics: set[str] = field(default_factory=set)
     _overdue_logged: bool = False
+    cut_off_at: float | None = None  # disconnected: may have been dropped from then on
 
     def __post_init__(self) -> None:
         self.backoff_ms = self.retry_backoff_ms
@@ -90,9 +91,14 @@ class MemberDriver:
         """The partitions the member owns at ``now`` as the application must see them:
         nothing once its session may have expired or a callback overran, even before
         ``on_partitions_lost`` has run."""
+        return self.core.owned if self.may_process(now) else frozenset()
+
+    def may_process(self, now: float) -> bool:
+        """Whether the member may still work on what it owns (or is revoking) at ``now``."""
         if self.zombie or self.timer.expired(now) or self.listener_overdue(now):
-            return frozenset()
-        return self.core.owned
+            return False
+        cut_off = self.cut_off_at
+        return cut_off is None or now < cut_off
 
     # --- callbacks ------------------------------------------------------------------
 
@@ -153,6 +159,7 @@ class MemberDriver:
         session counts from when it was *sent* (the coordinator renewed it on receipt,
         which is later). Anything but NONE becomes an event for the main loop."""
         if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
+            self.cut_off_at = None
             proof = received_at if planted("session-from-receive-time") else sent.sent_at
             if code == E.NONE:
                 self.timer.steady(proof)
@@ -225,6 +232,7 @@ class MemberDriver:
         in its new generation from then on, even if its session had run out before."""
         self.timer.steady(sent_at)
         self.zombie = False
+        self.cut_off_at = None
 
     def joined(self, sent_at: float, held_ms: int) -> None:
         """A JoinGroup sent at ``sent_at`` was answered with a generation after the
@@ -233,6 +241,7 @@ class MemberDriver:
         two clocks need not run at one rate). Not the time the answer came in: it may have
         waited in a frozen process's socket for longer than the session."""
         self.timer.steady(sent_at + held_ms * (1.0 - MAX_CLOCK_DRIFT))
+        self.cut_off_at = None
 
     # --- commits ------------------------------------------------------------------
 
@@ -268,6 +277,7 @@ class MemberDriver:
             return FellOut(to_code(code), message, generation)
         if code == E.NONE:
             self.timer.answered(sent_at)
+            self.cut_off_at = None
         return None
 
     # --- notices --------------------------------------------------------------------
@@ -314,6 +324,13 @@ class MemberDriver:
         grace = self.grace_ms
         if self.core.config.instance_id is None and grace is not None and grace >= 0:
             self.timer.shorten(now + grace / 2)
+            # The coordinator may have seen the connection end right after it last proved
+            # the membership, long before the member noticed (a frozen process notices when
+            # it wakes): until it proves it again, it works on nothing past that plus the
+            # grace. It need not give anything up for that: back in time, it goes on.
+            proof = self.timer.last_ok_sent
+            if proof is not None:
+                self.cut_off_at = proof + grace
 
     def disconnected(self) -> None:
         """The connection is gone, however it ended."""

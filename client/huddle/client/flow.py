@@ -146,6 +146,7 @@ class MemberFlow:
         """Rebalance whenever needed; between rebalances, act on events. Returns on close."""
         core, driver = self.core, self.driver
         yield from self._refresh_pattern()
+        yield from self._recheck_counts()
         while True:
             if driver.closing:
                 yield from self._leave()
@@ -202,7 +203,13 @@ class MemberFlow:
     def _sync(self) -> Flow:
         core, driver = self.core, self.driver
         assignments: list[SyncGroupAssignment] = []
-        if core.leader == core.member_id and not core.skip_assignment:
+        if core.leader == core.member_id and core.skip_assignment:
+            # A static leader back in the same generation (KIP-345) runs no assignment: it
+            # does not know the counts the group was assigned with, so any change of its
+            # topics' counts makes it rebalance (it would have ignored them).
+            driver.group_topics = subscribed_topics(core.subscriptions())
+            driver.metadata = {}
+        elif core.leader == core.member_id:
             subscriptions = core.subscriptions()
             driver.group_topics = subscribed_topics(subscriptions)
             driver.metadata = yield from self._partition_counts(driver.group_topics)
@@ -338,6 +345,21 @@ class MemberFlow:
             )
             if rejoin is not None:
                 yield Post(rejoin)
+
+    def _recheck_counts(self) -> Flow:
+        """A leader that was away may have missed a topic's ``TopicMetadataChanged``: it
+        asks for the counts of its group's topics on each connection and rebalances if they
+        are not the ones it assigned with (Kafka's leader compares metadata snapshots)."""
+        driver = self.driver
+        if not self.core.is_leader or not driver.group_topics:
+            return
+        assigned_with = dict(driver.metadata)
+        counts = yield from self._partition_counts(driver.group_topics)
+        changed = sorted(
+            t for t in driver.group_topics if counts.get(t, 0) != assigned_with.get(t, 0)
+        )
+        if changed:
+            yield Post(Rejoin(f"partition counts changed while away: {changed}"))
 
     def _partition_counts(self, topics: set[str]) -> Generator[Action, Any, dict[str, int]]:
         if not topics:

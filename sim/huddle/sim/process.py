@@ -234,8 +234,7 @@ class SimMember:
         return visible
 
     def _zombie(self, now: float) -> bool:
-        d = self.driver
-        return d.zombie or d.timer.expired(now) or d.listener_overdue(now)
+        return not self.driver.may_process(now)
 
     def idle(self) -> bool:
         """Between rebalances: the flow waits for an event and no callback runs."""
