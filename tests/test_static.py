@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
-from huddle.protocol.messages import MemberIdentity
+from huddle.protocol.messages import CreateTopicsRequest, MemberIdentity, TopicSpec
 from tests.harness import Driver
 
 E = ErrorCode
@@ -60,6 +60,25 @@ def test_static_leader_restart_skips_assignment_and_keeps_generation() -> None:
     synced = d.sync_response(d.sync(3, restarted.member_id, generation, instance="s1"))
     assert synced.assignment == b"one"
     assert d.group().state is S.STABLE
+
+
+def test_a_static_restart_after_a_topic_changed_rebalances() -> None:
+    """Found by huddle.sim: a static leader restarted while a topic's partition count
+    changed; it took its generation back without an assignment, having missed the change
+    notice (sent while its JoinGroup was on the way), and the group kept an assignment made
+    for the old count. A static member comes back without a rebalance only if no topic
+    changed since the generation formed."""
+    d = Driver()
+    _id1, _id2, generation = stable_static_pair(d)
+    d.send(5, CreateTopicsRequest(topics=[TopicSpec(name="orders", partitions=3)]))
+    restarted = d.join(3, instance="s1", session_ms=LONG)
+    assert not d.answered(restarted)  # held: the group rebalances
+    assert d.group().state is S.PREPARING_REBALANCE
+    assert [type(n).__name__ for n in d.take_notices(2)] == [
+        "TopicMetadataChanged",
+        "RebalanceStarted",
+    ]
+    assert generation == d.group().generation
 
 
 def test_old_static_member_id_is_fenced_after_restart() -> None:

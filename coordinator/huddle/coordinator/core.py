@@ -248,6 +248,8 @@ class Coordinator:
     # --- topics and inspection -------------------------------------------------------
 
     def _topics_changed(self, fx: Effects, changed: list[TopicMetadata]) -> None:
+        if changed:
+            self.membership.topics_version += 1
         for topic in changed:
             self.changes.append(TopicRecord(topic.name, topic.partitions))
             self.offsets.forget_topic(topic.name, topic.partitions)

@@ -103,6 +103,7 @@ class Group:
         self.group_id = group_id
         self.state = GroupState.EMPTY
         self.generation = 0
+        self.topics_version = 0  # the coordinator's topic changes when this generation formed
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
         self.leader: str | None = None

@@ -254,7 +254,10 @@ class Joining(Rebalancing):
             member_id=member_id,
             generation=group.generation,
         )
-        if group.is_(S.STABLE):
+        # Back in the same generation without a rebalance (KIP-345), unless a topic changed
+        # since it formed: a returning leader could not tell (it missed the notice while it
+        # was away) and the group would keep an assignment made for other counts.
+        if group.is_(S.STABLE) and group.topics_version == self.topics_version:
             previous = member.protocols
             group.update_protocols(member, req.protocols)
             if group.select_protocol() == group.protocol_name:

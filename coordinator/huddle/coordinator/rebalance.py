@@ -91,6 +91,7 @@ class Rebalancing(Sessions):
         if group.leader is None or group.members[group.leader].join_waiter is None:
             group.leader = joined[0].member_id if joined else None
         group.next_generation()
+        group.topics_version = self.topics_version
         log.info(
             "generation_started",
             group_id=group.group_id,

@@ -55,6 +55,7 @@ class Sessions:
         self.changes: list[Record] = changes if changes is not None else []
         self.longest_session_ms = 0  # granted to any member, ever (kept across restarts)
         self.fenced_until = float("-inf")  # no generation forms before this (a restart)
+        self.topics_version = 0  # topics created, altered or deleted so far
 
     def granted(self, session_timeout_ms: int) -> None:
         """A member holds a session of ``session_timeout_ms``: keep the longest."""
