@@ -83,6 +83,7 @@ PLANTED = {
     "commit-fencing-off": ("cooperative-sticky", 10, "commits"),
     "leader-check-skipped": ("cooperative-sticky", 10, "cooperative-rounds"),
     "session-from-receive-time": ("cooperative-sticky", 240, "exclusive-ownership"),
+    "heartbeats-paused-in-callbacks": ("cooperative-sticky", 900, "availability"),
 }
 
 
