@@ -154,3 +154,24 @@ def test_a_member_that_notices_a_lost_connection_late_works_on_nothing_it_may_ha
     assert isinstance(back, SendHeartbeat)
     d.heartbeat_answered(ErrorCode.NONE, back, received_at=2_470.0)
     assert d.visible(2_500.0) == tps("t-0")  # still a member: it goes on
+
+
+def test_a_member_waiting_on_its_sync_heartbeats_in_the_new_generation_and_stays_alive() -> None:
+    """The leader takes longer than a session to send the assignment: the follower's
+    SyncGroup is held, and its heartbeats (answered NONE in CompletingRebalance, as by
+    Kafka's coordinator) keep the proof of its membership fresh, so it does not give up
+    the partitions it owns while it waits."""
+    d = driver()
+    d.core.current = Generation(1, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.connected(500)
+    d.joined(1_000.0, 0)
+    d.core.current = Generation(2, "m", "cooperative-sticky")
+    d.core.state = MemberState.SYNCING  # its SyncGroup is out, held until the leader's
+    sent = d.heartbeat(2_000.0)
+    assert isinstance(sent, SendHeartbeat)
+    assert sent.request.generation_id == 2
+    d.heartbeat_answered(ErrorCode.NONE, sent, received_at=2_010.0)
+    assert not isinstance(d.watchdog(4_500.0), SessionExpired)
+    assert d.visible(4_500.0) == tps("t-0")  # past the join's proof plus a session

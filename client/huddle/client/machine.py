@@ -197,11 +197,18 @@ class MemberCore:
 
     @property
     def heartbeats_due(self) -> bool:
-        """Whether the member must heartbeat: it holds a generation and has no JoinGroup or
-        SyncGroup under way (the coordinator keeps a member alive while it waits on one). A
-        member that is to rejoin heartbeats until its JoinGroup goes out, so its session
-        lives while its revocation callback runs, as in Kafka."""
-        return self.current.joined and self.state in (MemberState.STABLE, MemberState.UNJOINED)
+        """Whether the member must heartbeat: it holds a generation and has no JoinGroup
+        under way (the coordinator keeps a member alive while its join is held). A member
+        that is to rejoin heartbeats until its JoinGroup goes out, so its session lives
+        while its revocation callback runs; one waiting on its SyncGroup heartbeats in the
+        new generation, as Kafka's consumer does, so the proof of its membership stays
+        fresh however long the leader takes (the coordinator renews its session then too,
+        but the member could not know it until the answer came)."""
+        return self.current.joined and self.state in (
+            MemberState.STABLE,
+            MemberState.UNJOINED,
+            MemberState.SYNCING,
+        )
 
     @property
     def cooperative(self) -> bool:
