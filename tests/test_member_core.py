@@ -135,6 +135,20 @@ def test_cooperative_member_with_nothing_revoked_stays_and_is_told_of_empty_assi
     assert step.next is Next.STAY
 
 
+def test_a_member_told_to_revoke_what_it_does_not_own_still_rejoins() -> None:
+    # Its join claimed a partition it did not have (a wrong claim): the leader took it away
+    # and holds it for the follow-up round, which only comes if this member rejoins.
+    c = core(Both())
+    joined(c)
+    synced(c, 0)
+    joined(c, generation=2)
+    assignment = Assignment(assigned=grouped([TP("t", 0)]), revoked=grouped([TP("t", 5)]))
+    step = c.on_sync(SyncGroupResponse(assignment=encode(assignment)), 0)
+    assert step.revoked == frozenset()  # nothing to give up here
+    assert step.next is Next.JOIN
+    assert c.owned == {TP("t", 0)}
+
+
 def test_eager_member_revokes_everything_before_joining() -> None:
     c = core(Eager())
     joined(c)

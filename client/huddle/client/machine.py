@@ -345,10 +345,13 @@ class MemberCore:
         self.standby, self.warmup = replicas
         self.state = MemberState.STABLE
         # A cooperative member that gave something up rejoins so it can go to its new owner;
-        # one whose subscription changed while it joined rejoins with the new one.
+        # so does one the leader told to give up what it did not own (its join claimed more
+        # than it had: the leader holds those partitions for the follow-up round); one whose
+        # subscription changed while it joined rejoins with the new one.
         joined = self.joined_topics
         resubscribe = joined is not None and joined != frozenset(self.config.topics)
-        follow_up = Next.JOIN if (revoked and self.cooperative) or resubscribe else Next.STAY
+        gave_up = revoked or assignment.revoked_partitions
+        follow_up = Next.JOIN if (gave_up and self.cooperative) or resubscribe else Next.STAY
         if follow_up is Next.JOIN:
             self.state = MemberState.UNJOINED
         delay = assignment.scheduled_rebalance_delay_ms
