@@ -15,9 +15,10 @@ KINDS = (
     "partition",  # a member and the coordinator cannot reach each other, then heal
     "pause",  # a member process freezes for longer than its session timeout (a zombie)
     "crash",  # a member process dies, and starts again (static members keep their id)
-    "slow-callback",  # a member's next revocation outlasts its session timeout
+    "slow-callback",  # the next revocation (any member's) outlasts the session timeout
     "coordinator-crash",  # the coordinator dies and starts again with its data dir
     "partition-count",  # the topic's partition count changes
+    "false-claim",  # a member rejoins claiming, in its generation, a partition another owns
 )
 FAULTS_START_MS = 2_000.0  # the group forms first
 FAULT_SPACING_MS = 1_000.0  # faults come this far apart on average
@@ -47,6 +48,8 @@ class Fault:
                 return f"{at} -> {self.value} partitions"
             case "coordinator-crash":
                 return f"{at} down {self.duration:.0f} ms"
+            case "slow-callback":
+                return f"{at} next revocation, {self.duration:.0f} ms"
             case _:
                 return f"{at} member {self.member}, {self.duration:.0f} ms"
 

@@ -164,10 +164,12 @@ class Checker:
             self._check_round(core)
 
     def _check_round(self, core: Coordinator) -> None:
-        """No partition revoked from one member is assigned to another in the same round."""
+        """No partition revoked from one member is assigned to another in the same round:
+        a partition another member claims goes to nobody, unless the receiver claims it
+        too in a strictly higher generation (it keeps it; the stale claimant revokes)."""
         group = core.groups[GROUP_ID]
         name = group.protocol_name
-        claims: dict[TopicPartition, list[str]] = {}
+        claims: dict[TopicPartition, list[tuple[str, int]]] = {}
         assigned: dict[str, frozenset[TopicPartition]] = {}
         for member_id, member in group.members.items():
             try:
@@ -178,11 +180,13 @@ class Checker:
                 return
             if sub is not None:
                 for tp in sub.owned:
-                    claims.setdefault(tp, []).append(member_id)
+                    claims.setdefault(tp, []).append((member_id, sub.generation))
             assigned[member_id] = assignment.partitions
         for member_id, partitions in assigned.items():
             for tp in sorted(partitions):
-                others = [m for m in claims.get(tp, ()) if m != member_id]
+                held = claims.get(tp, ())
+                mine = [g for m, g in held if m == member_id]
+                others = [m for m, g in held if m != member_id and not (mine and g < mine[0])]
                 if others:
                     self.fail(
                         "cooperative-rounds",

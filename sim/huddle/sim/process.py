@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from huddle.client.assignors.base import ASSIGNORS, Assignor
 from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
-from huddle.client.events import Event, RebalanceNotice, Reconnect, SessionExpired
+from huddle.client.events import Event, RebalanceNotice, Reconnect, Rejoin, SessionExpired
 from huddle.client.flow import (
     Action,
     Call,
@@ -36,11 +38,17 @@ from huddle.client.generation import Generation
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
-from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.embedded import (
+    TopicPartition,
+    decode_subscription,
+    encode,
+    grouped,
+)
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
+    JoinGroupRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -84,8 +92,8 @@ class SimMember:
         self.epoch = 0
         self.paused = False
         self.deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-        # the next revocation begun before the second value takes the first value long
-        self.slow_revocation: tuple[float, float] | None = None
+        # its next JoinGroup lies: it claims a partition another member owns (a fault)
+        self.false_claim = False
         self.failure: str | None = None
         self.restarts = 0
 
@@ -429,6 +437,8 @@ class SimMember:
         """Start ``action``; True if its result is there at once (the loop goes on)."""
         match action:
             case Call(request, expect, timeout_ms, _):
+                if self.false_claim and isinstance(request, JoinGroupRequest):
+                    request = self._lie(request)
                 timeout = self.core.config.session_timeout_ms if timeout_ms is None else timeout_ms
                 answer = partial(self._flow_answer, expect=expect)
                 self.flow_call = self._send(request, answer, timeout)
@@ -459,6 +469,40 @@ class SimMember:
                 self._fail(f"{ErrorCode(code).name}: {message}")
                 return True
         return True
+
+    def claim_falsely(self) -> None:
+        """A fault: the member rejoins now, and its subscription claims a partition that
+        another member owns, in that member's generation (as a client with a bug, or one
+        restored from a copy of another's state, would)."""
+        if self.alive:
+            self.false_claim = True
+            self._post(Rejoin("false claim"))
+
+    def _lie(self, request: JoinGroupRequest) -> JoinGroupRequest:
+        self.false_claim = False
+        mine = self.core.owned_generation if self.core.owned else None
+        victims = sorted(
+            (tp, m.core.owned_generation)
+            for m in self.world.members
+            if m is not self and m.alive
+            for tp in m.core.owned
+            if mine is None or m.core.owned_generation == mine
+            if tp not in self.core.owned
+        )
+        if not victims:
+            return request
+        tp, generation = self.world.rng.choice(victims)
+        self.world.trace(
+            self, "false claim", partition=f"{tp.topic}-{tp.partition}", generation=generation
+        )
+        protocols = []
+        for protocol in request.protocols:
+            sub = decode_subscription(protocol.metadata)
+            lie = msgspec.structs.replace(
+                sub, owned_partitions=grouped(sub.owned | {tp}), generation=generation
+            )
+            protocols.append(msgspec.structs.replace(protocol, metadata=encode(lie)))
+        return msgspec.structs.replace(request, protocols=protocols)
 
     def _flow_answer(self, response: Response, expect: type[Response] | None) -> None:
         self.flow_call = None
@@ -510,14 +554,15 @@ class SimMember:
         world.callback(self, name, partitions)
         duration = world.rng.uniform(0.0, world.config.callback_ms)
         if name == "on_partitions_revoked":
-            slow = self.slow_revocation
-            if slow is not None:
-                self.slow_revocation = None
-                if self.now_ms() <= slow[1]:
-                    duration = slow[0]
+            slow = world.slow_revocation
+            if slow is not None and world.sched.now <= slow[1]:
+                world.slow_revocation = None
+                duration = slow[0]
             self.revoking = partitions
             self._commit(partitions)  # the last positions, before giving them up
             self.app_owned -= partitions
+            for tp in partitions:  # if it gets one back, it starts from the committed offset
+                self.positions.pop(tp, None)
         elif name == "on_partitions_lost":
             self.app_owned -= partitions
             for tp in partitions:
@@ -548,7 +593,8 @@ class SimMember:
 
     def _commit_tick(self) -> None:
         self._after_local(COMMIT_INTERVAL_MS, self._commit_tick)
-        if not self.committing:
+        # the application commits from the task that runs its callbacks: not during one
+        if not self.committing and self.listening is None:
             self._commit(self.driver.visible(self.now_ms()))
 
     def _commit(self, partitions: frozenset[TopicPartition]) -> None:

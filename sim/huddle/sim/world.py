@@ -161,6 +161,8 @@ class World:
         )
         self.troubled_until = [0.0] * config.members
         self.coordinator_back = 0.0
+        # the next revocation begun before the second value takes the first value long
+        self.slow_revocation: tuple[float, float] | None = None
         self.quiet_from = max((f.ends for f in self.faults), default=0.0)
         self.quiet_from = max(self.quiet_from, 1_000.0)
         self._dirty: set[SimMember] = set(self.members)  # changed since the last check
@@ -229,13 +231,15 @@ class World:
                 m.crash()
                 sched.after(fault.duration, m.restart)
             case "slow-callback":
-                m.slow_revocation = (fault.duration, m.now_ms() + fault.duration)
+                self.slow_revocation = (fault.duration, sched.now + fault.duration)
             case "coordinator-crash":  # a crash while down keeps it down longer
                 self.host.crash()
                 self.coordinator_back = max(self.coordinator_back, fault.ends)
                 sched.at(self.coordinator_back, self._coordinator_back)
             case "partition-count":
                 self.host.alter_topic(self.topic, fault.value)
+            case "false-claim":
+                m.claim_falsely()
         self._dirty.update(self.members)
 
     def _coordinator_back(self) -> None:
