@@ -13,6 +13,7 @@ import argparse
 import multiprocessing
 import statistics
 import time
+from contextlib import closing
 
 from huddle.protocol.planted import BUGS
 from huddle.sim import PROTOCOLS, SimConfig
@@ -39,9 +40,10 @@ def seeds_per_second(protocol: str, seeds: int) -> float:
 def find(bug: str, protocol: str, limit: int, jobs: int) -> tuple[int, str] | None:
     """The first seed (and invariant) that finds ``bug`` planted, within ``limit`` seeds."""
     config = SimConfig(protocol=protocol, plant=(bug,))
-    for outcome in run_many(config, 0, limit, jobs):
-        if outcome.violation is not None:
-            return outcome.seed, outcome.violation.invariant
+    with closing(run_many(config, 0, limit, jobs)) as outcomes:  # its pool ends here
+        for outcome in outcomes:
+            if outcome.violation is not None:
+                return outcome.seed, outcome.violation.invariant
     return None
 
 

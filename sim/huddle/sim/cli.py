@@ -213,7 +213,9 @@ def _one(job: tuple[int, SimConfig]) -> Outcome:
 
 
 def run_many(config: SimConfig, first: int, count: int, jobs: int = 1) -> Iterator[Outcome]:
-    """The outcomes of seeds ``first``.. in seed order, run in ``jobs`` processes."""
+    """The outcomes of seeds ``first``.. in seed order, run in ``jobs`` processes. A caller
+    that stops early closes it (``contextlib.closing``), so the pool ends then and there,
+    not whenever the generator is collected (a pool terminated from a collection can hang)."""
     work = ((seed, config) for seed in range(first, first + count))
     if jobs == 1:
         yield from map(_one, work)
