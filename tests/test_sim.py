@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+from contextlib import closing
 
 import pytest
 
@@ -80,9 +81,9 @@ def test_a_few_hundred_seeds_keep_every_invariant(protocol: str) -> None:
 
 # seeds within which each planted bug is found (bench/sim.py measures the first seed)
 PLANTED = {
-    "commit-fencing-off": ("cooperative-sticky", 20, "commits"),
+    "commit-fencing-off": ("cooperative-sticky", 40, "commits"),
     "leader-check-skipped": ("cooperative-sticky", 20, "cooperative-rounds"),
-    "session-from-receive-time": ("cooperative-sticky", 60, "exclusive-ownership"),
+    "session-from-receive-time": ("cooperative-sticky", 20, "exclusive-ownership"),
     "heartbeats-paused-in-callbacks": ("cooperative-sticky", 20, "availability"),
     # the tie goes to one claimant, and the leader's own check refuses the round
     "tie-handed-out": ("cooperative-sticky", 20, "member-failed"),
@@ -93,7 +94,8 @@ PLANTED = {
 def test_a_planted_bug_is_found_with_its_seed(bug: str) -> None:
     protocol, within, invariant = PLANTED[bug]
     config = SimConfig(protocol=protocol, plant=(bug,))
-    found = next((o for o in run_many(config, 0, within, jobs=2) if o.violation is not None), None)
+    with closing(run_many(config, 0, within, jobs=2)) as outcomes:  # its pool ends here
+        found = next((o for o in outcomes if o.violation is not None), None)
     assert found is not None, f"{bug} went unnoticed in {within} seeds"
     assert found.violation is not None
     assert found.violation.invariant == invariant

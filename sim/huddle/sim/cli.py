@@ -9,7 +9,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -212,7 +212,9 @@ def _one(job: tuple[int, SimConfig]) -> Outcome:
     return simulate(seed, config)
 
 
-def run_many(config: SimConfig, first: int, count: int, jobs: int = 1) -> Iterator[Outcome]:
+def run_many(
+    config: SimConfig, first: int, count: int, jobs: int = 1
+) -> Generator[Outcome, None, None]:
     """The outcomes of seeds ``first``.. in seed order, run in ``jobs`` processes. A caller
     that stops early closes it (``contextlib.closing``), so the pool ends then and there,
     not whenever the generator is collected (a pool terminated from a collection can hang)."""

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 E = ErrorCode
 CONNECT_TIMEOUT_MS = 10_000.0  # as huddle.client.connection.connect's
-COMMIT_INTERVAL_MS = 1_000.0  # the application commits its positions this often
+COMMIT_INTERVAL_MS = 5_000.0  # the application commits this often (Kafka's auto-commit default)
 RECORD_MS = 10.0  # a partition gets one record this often: positions move by one
 GROUP_ID = "sim"
 TICK_MS = 1e-6
@@ -679,8 +679,16 @@ class SimMember:
             self._post(action)
             action = driver.heartbeat(now)
         if isinstance(action, WaitUntil):
-            if self.hb_timer is not None:
-                self.hb_timer.cancel()
+            timer = self.hb_timer
+            if (
+                timer is not None
+                and timer.pending
+                and action.at is not None
+                and abs(timer.when - self._global(action.at) - TICK_MS) <= TICK_MS
+            ):
+                return  # already set for then
+            if timer is not None:
+                timer.cancel()
                 self.hb_timer = None
             if action.at is not None:
                 self.hb_timer = self._at_local(action.at, self._poke)
