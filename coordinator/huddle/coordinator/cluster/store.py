@@ -105,6 +105,14 @@ class EtcdStore:
             return None
         return int(responses[0].response_put.header.revision)
 
+    async def create(self, key: bytes, value: bytes) -> bool:
+        """Create ``key`` (with no lease) unless it exists; whether this call created it."""
+        tx = self._client.transactions
+        ok, _ = await self._client.transaction(
+            compare=[tx.create(key) == 0], success=[tx.put(key, value)], failure=[]
+        )
+        return bool(ok)
+
     async def write_fenced(
         self,
         owner_key: bytes,
