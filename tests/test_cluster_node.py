@@ -123,5 +123,18 @@ async def test_conflicting_configuration_is_a_clear_error_at_start(stores: Conne
         await twin.register()
     same = node(await stores(), "na")
     with pytest.raises(ClusterConfigError, match="already registered as na"):
-        await same.register()
+        await same.register(wait_s=0.5)  # na is alive: it keeps its lease
     await a.leave()
+
+
+async def test_a_node_restarted_under_its_id_waits_for_its_old_registration(
+    stores: Connect,
+) -> None:
+    old = node(await stores(), "na")
+    await old.register()  # then the process dies: nothing keeps its lease alive
+    again = node(await stores(), "na")
+    await again.register()  # waits for the old lease to run out, then registers
+    assert again.lease is not None
+    assert old.lease is not None
+    assert again.lease.id != old.lease.id
+    await again.leave()

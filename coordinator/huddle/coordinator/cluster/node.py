@@ -82,36 +82,44 @@ class ClusterNode:
 
     # --- start ----------------------------------------------------------------------
 
-    async def register(self) -> None:
-        """Check the cluster's configuration, take a lease and register this node."""
+    async def register(self, wait_s: float | None = None) -> None:
+        """Check the cluster's configuration, take a lease and register this node. A node
+        restarted under the same id waits for its previous registration to expire (at
+        most ``wait_s``, by default the TTL and a second)."""
         key = self._key("config", "shards")
-        lease = await self.store.grant(self.ttl_s)
         if not await self.store.create(key, str(self.shards).encode()):
             kept = await self.store.get(key)
             value = kept.value.decode(errors="replace") if kept is not None else "?"
             if value != str(self.shards):
-                await self.store.revoke(lease)
                 raise ClusterConfigError(
                     f"the cluster under {self.prefix} has {value} shards, not {self.shards}"
                 )
         for name, entry in (await self.store.get_prefix(self._key("nodes") + b"/")).items():
             other = name.decode().rsplit("/", 1)[-1]
             if other != self.node_id and entry.value == self.advertise.encode():
-                await self.store.revoke(lease)
                 raise ClusterConfigError(
                     f"node {other} already advertises {self.advertise}: each node needs "
                     "its own address"
                 )
-        sent = self.clock()
-        if (
-            await self.store.claim(self._key("nodes", self.node_id), self.advertise.encode(), lease)
-            is None
-        ):
+        me = self._key("nodes", self.node_id)
+        wait_ms = (self.ttl_s + 1.0) * 1000.0 if wait_s is None else wait_s * 1000.0
+        give_up = self.clock() + wait_ms
+        waiting = False
+        while await self.store.get(me) is not None:
+            if self.clock() >= give_up:
+                raise ClusterConfigError(f"a live node is already registered as {self.node_id}")
+            if not waiting:
+                waiting = True
+                log.info("waiting_for_previous_registration", node=self.node_id)
+            await anyio.sleep(0.1)
+        granted_at = self.clock()  # etcd counts the lease from its grant: so does the guard
+        lease = await self.store.grant(self.ttl_s)
+        if await self.store.claim(me, self.advertise.encode(), lease) is None:
             await self.store.revoke(lease)
             raise ClusterConfigError(f"a live node is already registered as {self.node_id}")
         self.lease = lease
         self.guard = LeaseGuard(ttl_ms=self.guard.ttl_ms, margin_ms=self.guard.margin_ms)
-        self.guard.answered(sent, lease.ttl_s)
+        self.guard.answered(granted_at, lease.ttl_s)
         log.info("node_registered", node=self.node_id, advertise=self.advertise, lease=lease.id)
 
     # --- running --------------------------------------------------------------------
