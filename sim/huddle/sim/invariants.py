@@ -56,9 +56,13 @@ class ViolationFound(Exception):
 class Checker:
     def __init__(self, world: World) -> None:
         self.world = world
-        self.incarnation = 0
-        self.generation = 0  # the group's highest generation in this incarnation
-        self.rounds_checked: set[tuple[int, int]] = set()
+        self.generation = 0  # the group's highest generation in its current life
+        # A group deleted when it empties (no offsets) starts again at generation 0: a
+        # new life. Member ids the coordinator handed out in the current life:
+        self.group: object | None = None
+        self.life = 0
+        self.life_ids: set[str] = set()
+        self.rounds_checked: set[tuple[int, int]] = set()  # (life, generation)
         self.rebalances = 0
         self.processing: dict[int, frozenset[TopicPartition]] = {}  # member -> as last seen
         self.holders: dict[TopicPartition, set[int]] = {}  # partition -> members, as last seen
@@ -93,16 +97,17 @@ class Checker:
         if core is None:
             return
         group = core.groups.get(GROUP_ID)
-        tag = f"-c{host.incarnation}-"
+        if group is None:
+            return  # deleted: every generation members hold is from a past life
+        life_ids = self.life_ids
         for m in changed:
-            if not m.alive or m.core.generation <= 0 or tag not in m.core.member_id:
-                continue
-            if group is None or m.core.generation > group.generation:
-                known = "no group" if group is None else f"generation {group.generation}"
+            if not m.alive or m.core.generation <= 0 or m.core.member_id not in life_ids:
+                continue  # no generation, or one from a past life of the group
+            if m.core.generation > group.generation:
                 self.fail(
                     "generations",
                     f"member {m.index} is in generation {m.core.generation}; the group is "
-                    f"at {known}",
+                    f"at generation {group.generation}",
                 )
 
     def _seen(self, m: SimMember, now: frozenset[TopicPartition]) -> frozenset[TopicPartition]:
@@ -133,13 +138,16 @@ class Checker:
     # --- the coordinator --------------------------------------------------------------
 
     def coordinator_changed(self, core: Coordinator) -> None:
-        incarnation = self.world.host.incarnation if hasattr(self.world, "host") else 1
-        if incarnation != self.incarnation:
-            self.incarnation = incarnation
-            self.generation = 0
         group = core.groups.get(GROUP_ID)
         if group is None:
             return
+        if group is not self.group:
+            # A new incarnation, or the group was deleted and made again: a new life.
+            self.group = group
+            self.life += 1
+            self.generation = 0
+            self.life_ids = set()
+        self.life_ids.update(group.members)
         if group.generation < self.generation:
             self.fail(
                 "generations",
@@ -158,7 +166,7 @@ class Checker:
                     "stable-groups",
                     f"{member_id} has no assignment in Stable generation {group.generation}",
                 )
-        key = (incarnation, group.generation)
+        key = (self.life, group.generation)
         if self.world.cooperative and key not in self.rounds_checked:
             self.rounds_checked.add(key)
             self._check_round(core)
