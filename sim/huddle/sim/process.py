@@ -481,10 +481,16 @@ class SimMember:
     def _lie(self, request: JoinGroupRequest) -> JoinGroupRequest:
         self.false_claim = False
         mine = self.core.owned_generation if self.core.owned else None
+        # Only a current member's claim is copied: the generation of a member the group
+        # dropped (or one from before a coordinator restart, when generations began
+        # again) is not one a client of this group could hold.
+        core = self.world.host.core
+        group = core.groups.get(GROUP_ID) if core is not None else None
+        current = group.members if group is not None else {}
         victims = sorted(
             (tp, m.core.owned_generation)
             for m in self.world.members
-            if m is not self and m.alive
+            if m is not self and m.alive and m.core.member_id in current
             for tp in m.core.owned
             if mine is None or m.core.owned_generation == mine
             if tp not in self.core.owned
