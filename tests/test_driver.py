@@ -175,3 +175,32 @@ def test_a_member_waiting_on_its_sync_heartbeats_in_the_new_generation_and_stays
     d.heartbeat_answered(ErrorCode.NONE, sent, received_at=2_010.0)
     assert not isinstance(d.watchdog(4_500.0), SessionExpired)
     assert d.visible(4_500.0) == tps("t-0")  # past the join's proof plus a session
+
+
+def test_a_leader_heartbeating_before_its_sync_is_out_is_bounded_by_the_sync_phase() -> None:
+    """The leader takes past its rebalance timeout to compute the assignment. Its
+    heartbeats are answered NONE meanwhile (the group waits in CompletingRebalance), but
+    the coordinator drops it when its SyncGroup is not in by the rebalance timeout after
+    the join: those answers must not stretch the member's proof past that bound."""
+    d = driver(rebalance_timeout_ms=10_000)
+    d.core.current = Generation(1, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.connected(500)
+    d.joined(1_000.0, 0)
+    d.core.current = Generation(2, "m", "cooperative-sticky")
+    d.core.state = MemberState.SYNCING  # computing the assignment, no SyncGroup sent
+    now = 2_000.0
+    while now < 12_000.0:
+        sent = d.heartbeat(now)
+        assert isinstance(sent, SendHeartbeat)
+        d.heartbeat_answered(ErrorCode.NONE, sent, received_at=now + 5)
+        now += 1_000.0
+    assert d.visible(10_999.0) == tps("t-0")
+    assert d.visible(11_000.0) == frozenset()  # the join's proof plus the rebalance timeout
+    # once its SyncGroup is out, a heartbeat answered NONE shows the group steady again
+    d.sync_sent()
+    sent = d.heartbeat(12_000.0)
+    assert isinstance(sent, SendHeartbeat)
+    d.heartbeat_answered(ErrorCode.NONE, sent, received_at=12_005.0)
+    assert d.visible(14_000.0) == tps("t-0")

@@ -50,6 +50,11 @@ class SendHeartbeat:
     request: HeartbeatRequest
     generation: Generation
     sent_at: float
+    # False while the member holds a new generation but has not sent its SyncGroup (a
+    # leader computing the assignment): the coordinator answers NONE then, yet drops the
+    # member if its SyncGroup is not in by the rebalance timeout after the join phase
+    # ended, so such an answer proves the session but not that the group is steady.
+    steady: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,7 @@ class MemberDriver:
     zombie: bool = False  # the session expired locally: owns nothing until that is handled
     listener_since: float | None = None  # when the running callbacks began (ms)
     join_in_flight: bool = False
+    sync_out: bool = True  # its SyncGroup for the generation it joined has been sent
     closing: bool = False
     grace_ms: int | None = None  # the coordinator's disconnect grace (its hello)
     backoff_ms: float = field(init=False)
@@ -150,7 +156,8 @@ class MemberDriver:
         if now < due:
             return WaitUntil(due)
         self.timer.sent(now)
-        return SendHeartbeat(core.heartbeat_request(), core.current, now)
+        steady = self.sync_out or core.state is not MemberState.SYNCING
+        return SendHeartbeat(core.heartbeat_request(), core.current, now, steady)
 
     def heartbeat_answered(
         self, code: int, sent: SendHeartbeat, received_at: float
@@ -161,9 +168,9 @@ class MemberDriver:
         if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
             self.cut_off_at = None
             proof = received_at if planted("session-from-receive-time") else sent.sent_at
-            if code == E.NONE:
+            if code == E.NONE and sent.steady:
                 self.timer.steady(proof)
-            else:  # a member until the join phase ends: that bound stays as it was
+            else:  # a member until the join (or sync) phase ends: that bound stays
                 self.timer.answered(proof)
         else:
             self._log.info("heartbeat_error", error_code=code, error=error_name(code))
@@ -242,6 +249,13 @@ class MemberDriver:
         waited in a frozen process's socket for longer than the session."""
         self.timer.steady(sent_at + held_ms * (1.0 - MAX_CLOCK_DRIFT))
         self.cut_off_at = None
+        self.sync_out = False
+
+    def sync_sent(self) -> None:
+        """Its SyncGroup is out: heartbeats sent after it reach the coordinator after it
+        (one connection, in order), when the member is no longer waited on, so an answer
+        of NONE shows the group steady again."""
+        self.sync_out = True
 
     # --- commits ------------------------------------------------------------------
 

@@ -230,6 +230,7 @@ class MemberFlow:
             assignments=assignments,
         )
         sent = self.host.now_ms()
+        driver.sync_sent()
         # a follower's SyncGroup waits for the leader's assignment, as long as the sync
         # phase may last (the rebalance timeout), not one session
         config = core.config
