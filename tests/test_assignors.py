@@ -182,6 +182,24 @@ def test_the_leaders_check_refuses_a_tied_partition_handed_to_anyone() -> None:
             check_cooperative(subs, result)
 
 
+def test_the_leaders_check_refuses_a_revocation_the_member_cannot_carry_out() -> None:
+    # Told to revoke what its join did not claim, or to revoke and keep one partition: the
+    # member could not act on it, and a rejoin would only bring the same answer back.
+    subs = group(member("a", ["t"], owned="t-0", generation=5), member("b", ["t"]))
+    unclaimed = {
+        "a": MemberAssignment(partitions=tps("t-0"), revoked=tps("t-1")),
+        "b": MemberAssignment(partitions=tps("t-1")),
+    }
+    with pytest.raises(AssignmentError, match="which it does not claim"):
+        check_cooperative(subs, unclaimed)
+    both = {
+        "a": MemberAssignment(partitions=tps("t-0"), revoked=tps("t-0")),
+        "b": MemberAssignment(partitions=tps("t-1")),
+    }
+    with pytest.raises(AssignmentError, match="revoke and keep"):
+        check_cooperative(subs, both)
+
+
 def test_a_doubled_claim_is_not_kept_by_either_claimant() -> None:
     # a and b both say they hold t-0..t-1 in generation 3, c owned nothing: balance puts one
     # partition on each member, and a and b have no right to more than balance allows.

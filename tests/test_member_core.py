@@ -135,17 +135,39 @@ def test_cooperative_member_with_nothing_revoked_stays_and_is_told_of_empty_assi
     assert step.next is Next.STAY
 
 
-def test_a_member_told_to_revoke_what_it_does_not_own_still_rejoins() -> None:
-    # Its join claimed a partition it did not have (a wrong claim): the leader took it away
-    # and holds it for the follow-up round, which only comes if this member rejoins.
+def test_a_member_told_to_revoke_what_it_claimed_but_no_longer_owns_still_rejoins() -> None:
+    # Its join claimed t-5, which it lost before the assignment came: the leader took t-5
+    # away and holds it for the follow-up round, which only comes if this member rejoins.
     c = core(Both())
     joined(c)
-    synced(c, 0)
+    synced(c, 0, 5)
+    c.join_request()  # claims t-0 and t-5
+    c.owned = frozenset({TP("t", 0)})  # as if t-5 had been lost meanwhile
     joined(c, generation=2)
     assignment = Assignment(assigned=grouped([TP("t", 0)]), revoked=grouped([TP("t", 5)]))
     step = c.on_sync(SyncGroupResponse(assignment=encode(assignment)), 0)
     assert step.revoked == frozenset()  # nothing to give up here
     assert step.next is Next.JOIN
+    assert c.owned == {TP("t", 0)}
+
+
+def test_a_revocation_of_what_the_member_never_claimed_does_not_make_it_rejoin() -> None:
+    # A static member restarted (owning nothing) gets the assignment stored for its previous
+    # process, which told that one to revoke t-5: rejoining would bring the same answer
+    # back, forever. So would a revocation of a partition the assignment also gives it.
+    c = core(Both(), instance="i-1")
+    joined(c)
+    c.join_request()  # claims nothing
+    joined(c)
+    assignment = Assignment(assigned=grouped([TP("t", 0)]), revoked=grouped([TP("t", 5)]))
+    step = c.on_sync(SyncGroupResponse(assignment=encode(assignment)), 0)
+    assert step.next is Next.STAY
+    assert c.owned == {TP("t", 0)}
+    c.join_request()  # claims t-0
+    joined(c, generation=2)
+    assignment = Assignment(assigned=grouped([TP("t", 0)]), revoked=grouped([TP("t", 0)]))
+    step = c.on_sync(SyncGroupResponse(assignment=encode(assignment)), 0)
+    assert step.next is Next.STAY
     assert c.owned == {TP("t", 0)}
 
 

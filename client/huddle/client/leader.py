@@ -72,6 +72,15 @@ def check_cooperative(
         for tp in sub.owned:
             claims.setdefault(tp, []).append((member_id, sub.generation))
     for member_id, assignment in result.items():
+        member = subscriptions.get(member_id)
+        unclaimed = assignment.revoked - (member.owned if member is not None else frozenset())
+        if unclaimed:
+            raise AssignmentError(
+                f"{member_id} is told to revoke {sorted(unclaimed)}, which it does not claim"
+            )
+        both = assignment.revoked & assignment.partitions
+        if both:
+            raise AssignmentError(f"{member_id} is told to revoke and keep {sorted(both)}")
         for tp in assignment.partitions:
             held = claims.get(tp)
             if held is None:

@@ -162,6 +162,7 @@ class MemberCore:
     rejoin_at_ms: float | None = None  # a scheduled rebalance (Design II) is due then
     session: HeartbeatTimer = field(init=False)
     joined_topics: frozenset[str] | None = None  # the subscription the last JoinGroup sent
+    joined_claims: frozenset[TopicPartition] = frozenset()  # what it claimed to own then
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
@@ -259,6 +260,7 @@ class MemberCore:
         """``lags``: the lag of the member's local state per task (KIP-441), if it keeps any."""
         topics = sorted(set(self.config.topics))
         self.joined_topics = frozenset(topics)
+        self.joined_claims = self.owned
         task_lags = [
             TaskLag(tp.topic, tp.partition, lag) for tp, lag in sorted((lags or {}).items())
         ]
@@ -345,12 +347,16 @@ class MemberCore:
         self.standby, self.warmup = replicas
         self.state = MemberState.STABLE
         # A cooperative member that gave something up rejoins so it can go to its new owner;
-        # so does one the leader told to give up what it did not own (its join claimed more
-        # than it had: the leader holds those partitions for the follow-up round); one whose
-        # subscription changed while it joined rejoins with the new one.
+        # so does one told to give up what its join claimed but it no longer owns (lost
+        # meanwhile, or a claim it had no right to: the leader holds those partitions for
+        # the follow-up round). A revocation of what it never claimed (an assignment stored
+        # for a static member's previous process) asks nothing of it: rejoining for it
+        # would get the same assignment again, forever. One whose subscription changed while
+        # it joined rejoins with the new one.
         joined = self.joined_topics
         resubscribe = joined is not None and joined != frozenset(self.config.topics)
-        gave_up = revoked or assignment.revoked_partitions
+        told = (assignment.revoked_partitions & self.joined_claims) - assigned
+        gave_up = revoked or told
         follow_up = Next.JOIN if (gave_up and self.cooperative) or resubscribe else Next.STAY
         if follow_up is Next.JOIN:
             self.state = MemberState.UNJOINED

@@ -498,6 +498,7 @@ class SimMember:
         if not victims:
             return request
         tp, generation = self.world.rng.choice(victims)
+        self.core.joined_claims |= {tp}  # the client believes its own claim
         self.world.trace(
             self, "false claim", partition=f"{tp.topic}-{tp.partition}", generation=generation
         )
