@@ -156,19 +156,26 @@ def test_a_member_that_notices_a_lost_connection_late_works_on_nothing_it_may_ha
     assert d.visible(2_500.0) == tps("t-0")  # still a member: it goes on
 
 
-def test_a_member_waiting_on_its_sync_heartbeats_in_the_new_generation_and_stays_alive() -> None:
-    """The leader takes longer than a session to send the assignment: the follower's
-    SyncGroup is held, and its heartbeats (answered NONE in CompletingRebalance, as by
-    Kafka's coordinator) keep the proof of its membership fresh, so it does not give up
-    the partitions it owns while it waits."""
-    d = driver()
+def syncing(d: MemberDriver) -> MemberDriver:
+    """``d`` owned t-0 in generation 1, and its JoinGroup, sent at 1,000 ms, was answered
+    with generation 2 at once: it is syncing."""
     d.core.current = Generation(1, "m", "cooperative-sticky")
     d.core.state = MemberState.STABLE
     d.core.owned = tps("t-0")
     d.connected(500)
     d.joined(1_000.0, 0)
     d.core.current = Generation(2, "m", "cooperative-sticky")
-    d.core.state = MemberState.SYNCING  # its SyncGroup is out, held until the leader's
+    d.core.state = MemberState.SYNCING
+    return d
+
+
+def test_a_member_waiting_on_its_sync_heartbeats_in_the_new_generation_and_stays_alive() -> None:
+    """The leader takes longer than a session to send the assignment: the follower's
+    SyncGroup is held, and its heartbeats (answered NONE in CompletingRebalance, as by
+    Kafka's coordinator) keep the proof of its membership fresh, so it does not give up
+    the partitions it owns while it waits."""
+    d = syncing(driver())
+    d.sync_sent()  # held until the leader's comes
     sent = d.heartbeat(2_000.0)
     assert isinstance(sent, SendHeartbeat)
     assert sent.request.generation_id == 2
@@ -182,14 +189,7 @@ def test_a_leader_heartbeating_before_its_sync_is_out_is_bounded_by_the_sync_pha
     heartbeats are answered NONE meanwhile (the group waits in CompletingRebalance), but
     the coordinator drops it when its SyncGroup is not in by the rebalance timeout after
     the join: those answers must not stretch the member's proof past that bound."""
-    d = driver(rebalance_timeout_ms=10_000)
-    d.core.current = Generation(1, "m", "cooperative-sticky")
-    d.core.state = MemberState.STABLE
-    d.core.owned = tps("t-0")
-    d.connected(500)
-    d.joined(1_000.0, 0)
-    d.core.current = Generation(2, "m", "cooperative-sticky")
-    d.core.state = MemberState.SYNCING  # computing the assignment, no SyncGroup sent
+    d = syncing(driver(rebalance_timeout_ms=10_000))  # computing the assignment
     now = 2_000.0
     while now < 12_000.0:
         sent = d.heartbeat(now)
