@@ -19,8 +19,9 @@ import msgspec
 
 from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin
-from huddle.client.connection import ConnectionClosedError, connect, parse_bootstrap
+from huddle.client.connection import ConnectionClosedError
 from huddle.client.describe import GroupView, compact
+from huddle.client.discovery import bootstrap_addresses, connect_any
 from huddle.logs import printable
 from huddle.protocol.errors import ServerError, error_name
 
@@ -72,7 +73,7 @@ def bootstrap_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
     """``--bootstrap``, else ``HUDDLE_BOOTSTRAP``, else 127.0.0.1:9292; UsageError if bad."""
     bootstrap = args.bootstrap or environ.get("HUDDLE_BOOTSTRAP") or DEFAULT_BOOTSTRAP
     try:
-        parse_bootstrap(bootstrap)
+        bootstrap_addresses(bootstrap)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return str(bootstrap)
@@ -126,8 +127,10 @@ def _os_reason(exc: OSError) -> str:
 
 
 async def _ping(bootstrap: str, wait_s: float) -> str:
-    async with connect(bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False) as conn:
-        return f"ok huddle protocol v{conn.server_version} at {bootstrap}"
+    async with connect_any(
+        bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False
+    ) as conn:
+        return f"ok huddle protocol v{conn.server_version} at {conn.bootstrap}"
 
 
 # --- rendering --------------------------------------------------------------------------

@@ -50,6 +50,16 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ServeFlag("host", "str", _S, "host", "address to listen on (default 127.0.0.1)"),
     ServeFlag("port", "int", _S, "port", "port to listen on, 0 for any (default 9292)"),
     ServeFlag(
+        "advertise",
+        "str",
+        _S,
+        "advertise",
+        "HOST:PORT clients are told to use (FindCoordinator; default: the address listened on)",
+    ),
+    ServeFlag(
+        "node-id", "str", _S, "node_id", "this node's name (default: its advertised address)"
+    ),
+    ServeFlag(
         "min-session-timeout-ms", "int", _G, "min_session_timeout_ms", "lowest session timeout"
     ),
     ServeFlag(

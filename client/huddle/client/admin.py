@@ -10,12 +10,13 @@ reports (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``...).
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import TypeVar
 
 from huddle.client.connection import Connection, connect
 from huddle.client.describe import GroupView, view
+from huddle.client.discovery import connect_any, coordinator_of
 from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, raise_for
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -65,9 +66,7 @@ class Admin:
 
     async def __aenter__(self) -> Admin:
         stack = AsyncExitStack()
-        self._conn = await stack.enter_async_context(
-            connect(self.bootstrap, client_id=self.client_id, timeout=self.timeout, notices=False)
-        )
+        self._conn = await stack.enter_async_context(self._connect())
         self._stack = stack
         return self
 
@@ -88,21 +87,38 @@ class Admin:
             raise RuntimeError("use Admin as an async context manager: async with Admin(...)")
         return self._conn
 
-    async def _call(self, request: Request, expect: type[R]) -> R:
-        """``request`` on the connection, made again first if the coordinator closed it
-        meanwhile (an idle connection is closed after its idle timeout, as Kafka's are):
-        nothing was sent on a closed connection, so this never sends a request twice."""
+    def _connect(self) -> AbstractAsyncContextManager[Connection]:
+        return connect_any(
+            self.bootstrap, client_id=self.client_id, timeout=self.timeout, notices=False
+        )
+
+    async def _live(self) -> Connection:
+        """The connection, made again first if the coordinator closed it meanwhile (an idle
+        connection is closed after its idle timeout, as Kafka's are): nothing was sent on a
+        closed connection, so no request is ever sent twice."""
         conn = self.connection
         if conn.closed and self._stack is not None:
             await self._stack.aclose()
             stack = AsyncExitStack()
-            self._conn = conn = await stack.enter_async_context(
-                connect(
-                    self.bootstrap, client_id=self.client_id, timeout=self.timeout, notices=False
-                )
-            )
+            self._conn = conn = await stack.enter_async_context(self._connect())
             self._stack = stack
+        return conn
+
+    async def _call(self, request: Request, expect: type[R]) -> R:
+        conn = await self._live()
         return await conn.call(request, expect, timeout=self.timeout)
+
+    async def _group_call(self, group_id: str, request: Request, expect: type[R]) -> R:
+        """``request`` to ``group_id``'s coordinator: on this connection when the node it
+        reaches coordinates the group, else on a connection made for it."""
+        conn = await self._live()
+        owner = await coordinator_of(conn, group_id, self.timeout)
+        if owner == conn.bootstrap:
+            return await conn.call(request, expect, timeout=self.timeout)
+        async with connect(
+            owner, client_id=self.client_id, timeout=self.timeout, notices=False
+        ) as there:
+            return await there.call(request, expect, timeout=self.timeout)
 
     # --- topics -----------------------------------------------------------------------
 
@@ -141,9 +157,9 @@ class Admin:
         return view(await self.describe_group(group_id))
 
     async def describe_group(self, group_id: str) -> DescribedGroup:
-        response = await self._call(
-            DescribeGroupsRequest(groups=[group_id]), DescribeGroupsResponse
-        )
+        """Asked of the group's coordinator (in a cluster, the node owning its shard)."""
+        request = DescribeGroupsRequest(groups=[group_id])
+        response = await self._group_call(group_id, request, DescribeGroupsResponse)
         for group in response.groups:
             if group.group_id == group_id:
                 raise_for(group.error_code, group.error_message)

@@ -22,6 +22,7 @@ import msgspec
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
     ClientError,
     ErrorCode,
@@ -75,23 +76,7 @@ class RequestTimeoutError(ClientError, TimeoutError):
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; ValueError if malformed."""
-    text = bootstrap.strip()
-    problem = f"bootstrap address {bootstrap!r} is not HOST:PORT"
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(problem)
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep or ":" in host:
-            raise ValueError(problem + (" (write an IPv6 host in brackets)" if ":" in host else ""))
-    if not host or not port_text.isdigit():
-        raise ValueError(problem)
-    port = int(port_text)
-    if not 0 < port <= 65_535:
-        raise ValueError(f"port {port} in bootstrap address {bootstrap!r} is not in 1..65535")
-    return host, port
+    return parse_address(bootstrap, what="bootstrap address")
 
 
 def check(response: R) -> R:
@@ -128,6 +113,7 @@ class Connection:
         self.client_id = client_id
         self.server_version = 0
         self.disconnect_grace_ms = -1  # as the coordinator announced it
+        self.node_id = ""  # the node connected to, as it named itself
         self._stream = stream
         self._reader = FrameReader(max_frame_bytes)
         self._early: list[bytes] = []  # frame bodies read with the handshake result
@@ -270,6 +256,7 @@ class Connection:
         raise_for(frame.error_code, frame.error_message)
         self.server_version = frame.version
         self.disconnect_grace_ms = frame.disconnect_grace_ms
+        self.node_id = frame.node_id
 
     async def _read_loop(self) -> None:
         self._close_code = None

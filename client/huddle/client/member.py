@@ -22,7 +22,8 @@ from anyio.abc import TaskGroup
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
 from huddle.client.assignors.base import ASSIGNORS, Assignor
-from huddle.client.connection import Connection, ConnectionClosedError, connect
+from huddle.client.connection import Connection, ConnectionClosedError
+from huddle.client.discovery import bootstrap_addresses, connect_coordinator
 from huddle.client.driver import MemberDriver, WaitUntil
 from huddle.client.events import (
     CommitFailedError,
@@ -52,7 +53,7 @@ from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import ErrorCode, raise_for
+from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, raise_for
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
@@ -99,6 +100,7 @@ class Member:
             raise ValueError("group_id must not be empty")
         self._subscription = Subscription(topics, pattern)  # ValueError, TypeError
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
+        bootstrap_addresses(bootstrap)  # ValueError for a malformed list, at once
         self._bootstrap = bootstrap
         self._core = MemberCore(
             MemberConfig(
@@ -347,7 +349,11 @@ class Member:
         while not driver.closing and self._failure is None:
             try:
                 async with (
-                    connect(self._bootstrap, client_id=self._core.config.client_id) as conn,
+                    connect_coordinator(
+                        self._bootstrap,
+                        self._core.config.group_id,
+                        client_id=self._core.config.client_id,
+                    ) as conn,
                     anyio.create_task_group() as tg,
                 ):
                     self._conn = conn
@@ -357,7 +363,13 @@ class Member:
                     tg.start_soon(self._heartbeats, conn)
                     await self._serve(conn)
                     tg.cancel_scope.cancel()
-            except* (ConnectionClosedError, OSError, TimeoutError, Reconnect) as group:
+            except* (
+                ConnectionClosedError,
+                CoordinatorNotAvailableError,
+                OSError,
+                TimeoutError,
+                Reconnect,
+            ) as group:
                 reasons = "; ".join(str(e) or type(e).__name__ for e in group.exceptions)
                 self._log.info("member_disconnected", reason=reasons)
                 driver.connection_lost(_now_ms())

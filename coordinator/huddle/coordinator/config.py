@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from huddle.protocol.addresses import parse_address
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 
@@ -66,6 +67,9 @@ class ServerConfig:
     shutdown_timeout_ms: int = 5_000
     data_dir: str = ""  # keep topics and committed offsets here; "": in memory only
     fsync: bool = False  # force every kept change to disk before answering
+    # HOST:PORT clients are told to use (FindCoordinator); "": the address listened on
+    advertise: str = ""
+    node_id: str = ""  # this node's name; "": its advertised address
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:
@@ -73,10 +77,15 @@ class ServerConfig:
         if not 0 <= self.port <= 65_535:
             problems.append(f"port {self.port} is not in 0..65535")
         for f in fields(self):
-            if f.name in ("host", "port", "group", "data_dir", "fsync"):
+            if f.name in ("host", "port", "group", "data_dir", "fsync", "advertise", "node_id"):
                 continue
             if getattr(self, f.name) < 1:
                 problems.append(f"{f.name} must be positive")
+        if self.advertise:
+            try:
+                parse_address(self.advertise, what="advertised address")
+            except ValueError as exc:
+                problems.append(str(exc))
         if self.max_response_bytes > self.max_write_buffer_bytes:
             problems.append(
                 "max response bytes is over the max write buffer bytes: a client could be "

@@ -35,6 +35,8 @@ from huddle.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ErrorResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -76,6 +78,10 @@ class Coordinator:
             self.changes,
             self.config.max_request_partitions,
         )
+
+        # Which node coordinates a group: the transport sets it (its own address, or the
+        # cluster's shard owners); without one, nobody is known.
+        self.locate: Callable[[str], FindCoordinatorResponse] = _nobody
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -119,6 +125,8 @@ class Coordinator:
                 fx.reply((peer.conn_id, correlation_id), self._describe(request))
             case ListGroupsRequest():
                 fx.reply((peer.conn_id, correlation_id), self._list_groups(request))
+            case FindCoordinatorRequest():
+                fx.reply((peer.conn_id, correlation_id), self.locate(request.group_id))
             case _:  # pragma: no cover - the decoder admits only the types above
                 fx.reply(
                     (peer.conn_id, correlation_id),
@@ -327,4 +335,11 @@ class Coordinator:
 def _unavailable(what: str) -> ErrorResponse:
     return ErrorResponse(
         error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=f"coordinator shutting down ({what})"
+    )
+
+
+def _nobody(group_id: str) -> FindCoordinatorResponse:
+    return FindCoordinatorResponse(
+        error_code=E.COORDINATOR_NOT_AVAILABLE,
+        error_message=f"no coordinator address is known for group {group_id!r}",
     )

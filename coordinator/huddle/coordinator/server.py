@@ -32,11 +32,13 @@ from huddle.coordinator.core import Coordinator, Outgoing, Peer
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
 from huddle.logs import printable
+from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
     SUPPORTED_VERSIONS,
     Call,
     ErrorResponse,
+    FindCoordinatorResponse,
     Handshake,
     HandshakeResult,
     ProtocolError,
@@ -194,10 +196,28 @@ class CoordinatorServer:
                 raise
             finally:
                 self.loading = False
+        self.core.locate = self._locate_self
         self.core.start(self._now())  # a restart's fence, if it kept sessions before
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
         log.info("server_listening", host=cfg.host, port=self.port)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """The address clients are told to use: ``--advertise``, or the one listened on
+        (an unspecified host such as 0.0.0.0 tells a client to keep the host it asked)."""
+        if self.config.advertise:
+            return parse_address(self.config.advertise)
+        return self.host, self.port
+
+    @property
+    def node_id(self) -> str:
+        """This node's name: ``--node-id``, or its advertised address."""
+        return self.config.node_id or format_address(*self.advertised)
+
+    def _locate_self(self, group_id: str) -> FindCoordinatorResponse:
+        host, port = self.advertised
+        return FindCoordinatorResponse(node_id=self.node_id, host=host, port=port)
 
     async def _load(self, data_dir: str, fsync: bool) -> None:
         """Read and check the journal off the loop, then replay it into the core."""
@@ -569,6 +589,7 @@ class CoordinatorServer:
             HandshakeResult(
                 version=hello.version,
                 disconnect_grace_ms=self.config.group.disconnect_grace_ms,
+                node_id=self.node_id,
             )
         )
         conn.log.debug("handshake_done", version=hello.version)

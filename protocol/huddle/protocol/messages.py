@@ -72,6 +72,10 @@ class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True
     # How long a dynamic member may be disconnected before it is removed (-1: never), so a
     # member knows when its partitions must count as lost after losing its connection.
     disconnect_grace_ms: int = -1
+    # The node answering (FindCoordinator names nodes so): a client that finds its group's
+    # coordinator is the node it is connected to keeps the connection, whatever address
+    # (a proxy's, say) it reached it by.
+    node_id: str = ""
 
 
 # --- group membership -----------------------------------------------------------------
@@ -361,6 +365,24 @@ class ListGroupsResponse(Message, tag="list_groups_response", frozen=True, kw_on
     groups: list[ListedGroup] = field(default_factory=list)
 
 
+class FindCoordinatorRequest(Message, tag="find_coordinator", frozen=True, kw_only=True):
+    """Which node coordinates ``group_id``: any node of a cluster answers (Kafka's
+    FindCoordinator with key type GROUP)."""
+
+    group_id: GroupId
+
+
+class FindCoordinatorResponse(Message, tag="find_coordinator_response", frozen=True, kw_only=True):
+    """The coordinator's advertised address; COORDINATOR_NOT_AVAILABLE while no live node
+    owns the group's shard."""
+
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    node_id: str = ""
+    host: str = ""
+    port: int = 0
+
+
 class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):
     """The answer to a request the coordinator could not read or route."""
 
@@ -405,6 +427,7 @@ Request = (
     | ListTopicsRequest
     | DescribeGroupsRequest
     | ListGroupsRequest
+    | FindCoordinatorRequest
 )
 
 Response = (
@@ -420,6 +443,7 @@ Response = (
     | ListTopicsResponse
     | DescribeGroupsResponse
     | ListGroupsResponse
+    | FindCoordinatorResponse
     | ErrorResponse
 )
 

@@ -1,0 +1,46 @@
+"""Network addresses as users write them: ``HOST:PORT`` and comma-separated lists of them."""
+
+from __future__ import annotations
+
+UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})  # listen on all: not an address to dial
+
+
+def parse_address(address: str, *, what: str = "address") -> tuple[str, int]:
+    """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; ValueError if malformed."""
+    text = address.strip()
+    problem = f"{what} {address!r} is not HOST:PORT"
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(problem)
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or ":" in host:
+            raise ValueError(problem + (" (write an IPv6 host in brackets)" if ":" in host else ""))
+    if not host or not port_text.isdigit():
+        raise ValueError(problem)
+    port = int(port_text)
+    if not 0 < port <= 65_535:
+        raise ValueError(f"port {port} in {what} {address!r} is not in 1..65535")
+    return host, port
+
+
+def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str, int]]:
+    """``"h1:9292,h2:9292"`` -> ``[(h1, 9292), (h2, 9292)]``, in order, duplicates dropped;
+    ValueError naming the malformed part, or for an empty list."""
+    parsed: list[tuple[str, int]] = []
+    for part in addresses.split(","):
+        if not part.strip():
+            continue
+        address = parse_address(part, what=what)
+        if address not in parsed:
+            parsed.append(address)
+    if not parsed:
+        raise ValueError(f"no {what} given in {addresses!r}")
+    return parsed
+
+
+def format_address(host: str, port: int) -> str:
+    """``(host, port)`` -> ``"HOST:PORT"`` (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
