@@ -20,7 +20,13 @@ from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.group import Group
 from huddle.coordinator.membership import Membership, uuid_member_id
 from huddle.coordinator.offsets import Offsets
-from huddle.coordinator.records import OffsetRecord, Record, SessionRecord, TopicRecord
+from huddle.coordinator.records import (
+    GroupRecord,
+    OffsetRecord,
+    Record,
+    SessionRecord,
+    TopicRecord,
+)
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import TopicRegistry
@@ -196,6 +202,8 @@ class Coordinator:
                 self.offsets.restore(record)
             elif isinstance(record, SessionRecord):
                 m.longest_session_ms = max(m.longest_session_ms, record.longest_ms)
+            elif isinstance(record, GroupRecord):
+                continue  # a cluster's: groups are loaded with their shard (``load``)
             elif record.partitions > 0:
                 old = self.topics.partitions.get(record.name, 0)
                 self.topics.partitions[record.name] = record.partitions
@@ -203,6 +211,28 @@ class Coordinator:
                     self.offsets.forget_topic(record.name, record.partitions)
             elif self.topics.partitions.pop(record.name, None) is not None:
                 self.offsets.forget_topic(record.name)
+
+    # --- groups moving between cluster nodes ---------------------------------------------
+
+    def load(self, records: Iterable[Record], now: float) -> None:
+        """Serve the groups and offsets of a shard this node took over: every group as
+        Stable in its kept generation (fresh sessions), then its committed offsets."""
+        records = list(records)
+        m = self.membership
+        for record in records:
+            if isinstance(record, GroupRecord):
+                m.load_group(record, now)
+        for record in records:
+            if isinstance(record, OffsetRecord):
+                self.offsets.restore(record)
+
+    def unload(self, group_ids: Iterable[str], now: float) -> list[Outgoing]:
+        """Stop serving these groups (their shard left this node), offsets and all, with
+        no rebalance; requests they hold are answered NOT_COORDINATOR."""
+        fx = Effects(now)
+        for group_id in group_ids:
+            self.membership.unload_group(fx, group_id)
+        return fx.out
 
     def snapshot(self) -> list[Record]:
         """The records that rebuild the kept state as it is now (for compaction)."""

@@ -246,6 +246,8 @@ class Joining(Rebalancing):
         self.granted(req.session_timeout_ms)
         if was_pending_sync:
             group.pending_sync.add(member_id)
+        if group.is_(S.STABLE):
+            self._keep(group)  # the same generation under the new member id
         log.info(
             "static_member_replaced",
             group_id=group.group_id,

@@ -92,6 +92,8 @@ class Rebalancing(Sessions):
             group.leader = joined[0].member_id if joined else None
         group.next_generation()
         group.topics_version = self.topics_version
+        if group.is_(S.EMPTY):
+            self._keep(group)
         log.info(
             "generation_started",
             group_id=group.group_id,
@@ -183,6 +185,7 @@ class Rebalancing(Sessions):
                 member.sync_waiter = None
                 self._touch(fx, member)  # its session starts again with the answer
         group.transition(S.STABLE)
+        self._keep(group)
         log.info(
             "assignment_stored",
             group_id=group.group_id,

@@ -6,6 +6,7 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
 - ``OffsetRecord(group_id, topic, partition, offset, metadata)``: an accepted commit;
+- ``GroupRecord(group_id, generation, ...)``: a group as a rebalance left it (cluster only);
 - ``SessionRecord(longest_ms)``: the longest session timeout any member was granted so far.
   A restarted coordinator forms no generation until that long after it started: a member
   of the forgotten groups may count its session alive for that long, and must have given
@@ -53,7 +54,30 @@ class SessionRecord(msgspec.Struct, tag="s", array_like=True, frozen=True):
     longest_ms: int
 
 
-Record = TopicRecord | OffsetRecord | SessionRecord
+class KeptMember(msgspec.Struct, array_like=True, frozen=True):
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]  # (name, metadata): the member's subscriptions
+    assignment: bytes
+
+
+class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
+    """A group at the end of a rebalance (Kafka's GroupMetadata record); no members: it
+    emptied. Kept only in a cluster, where a node taking a shard over loads its groups."""
+
+    group_id: str
+    generation: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str | None
+    members: list[KeptMember]
+
+
+Record = TopicRecord | OffsetRecord | SessionRecord | GroupRecord
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Record)

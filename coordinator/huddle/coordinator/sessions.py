@@ -14,7 +14,8 @@ import structlog
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.records import Record, SessionRecord
+from huddle.coordinator.kept_groups import group_record, loaded_group
+from huddle.coordinator.records import GroupRecord, Record, SessionRecord
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.values import (
@@ -56,6 +57,7 @@ class Sessions:
         self.longest_session_ms = 0  # granted to any member, ever (kept across restarts)
         self.fenced_until = float("-inf")  # no generation forms before this (a restart)
         self.topics_version = 0  # topics created, altered or deleted so far
+        self.keep_groups = False  # a cluster node: record groups after each rebalance
 
     def granted(self, session_timeout_ms: int) -> None:
         """A member holds a session of ``session_timeout_ms``: keep the longest."""
@@ -104,6 +106,54 @@ class Sessions:
                 f"generation {generation} is not the group's {group.generation}",
             )
         return group, member
+
+    # --- kept groups (a cluster) -----------------------------------------------------
+
+    def _keep(self, group: Group) -> None:
+        """The group ended a rebalance (or emptied): record it, for a node taking over."""
+        if self.keep_groups:
+            self.changes.append(group_record(group))
+
+    def load_group(self, record: GroupRecord, now: float) -> Group:
+        """Serve a kept group: Stable in its generation, every member with a fresh session
+        (they find this node and go on heartbeating). Replaces a group of the same id."""
+        old = self.groups.get(record.group_id)
+        if old is not None:
+            self.unload_group(Effects(now), old.group_id)
+        group = loaded_group(record)
+        group.topics_version = self.topics_version
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self.timers.set(member.session_key, now + member.session_timeout_ms)
+        log.info(
+            "group_loaded",
+            group_id=group.group_id,
+            generation=group.generation,
+            members=group.size,
+        )
+        return group
+
+    def unload_group(self, fx: Effects, group_id: str) -> None:
+        """Stop serving a group (its shard went to another node): forget it without a
+        rebalance; requests it holds are answered NOT_COORDINATOR, so members find the
+        new coordinator and carry on there."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        moved = "the group moved to another coordinator"
+        for member in group.members.values():
+            if member.join_waiter is not None:
+                fx.reply(member.join_waiter, join_error(E.NOT_COORDINATOR, moved, member.member_id))
+                group.set_join_waiter(member, None)
+            if member.sync_waiter is not None:
+                fx.reply(member.sync_waiter, sync_error(E.NOT_COORDINATOR, moved))
+                member.sync_waiter = None
+            self._forget(member)
+        for member_id in list(group.pending):
+            self._forget_pending(group, member_id)
+        self.timers.cancel(group.join_key)
+        self.timers.cancel(group.sync_key)
+        log.info("group_unloaded", group_id=group_id, generation=group.generation)
 
     # --- forgetting ---------------------------------------------------------------
 

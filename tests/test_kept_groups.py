@@ -1,0 +1,129 @@
+"""Groups kept at the end of each rebalance and loaded by another coordinator (a cluster's
+shard moving between nodes), against the pure core."""
+
+from __future__ import annotations
+
+from huddle.coordinator.records import GroupRecord, OffsetRecord, Record
+from huddle.coordinator.state import GroupState
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    CreateTopicsRequest,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
+    TopicSpec,
+)
+from tests.harness import SESSION_MS, Driver
+
+E = ErrorCode
+S = GroupState
+
+
+def keeping() -> Driver:
+    """A core that keeps groups, with topic t of one partition (topics are cluster-wide)."""
+    d = Driver()
+    d.core.membership.keep_groups = True
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    return d
+
+
+def kept(d: Driver) -> list[Record]:
+    return d.core.take_changes()
+
+
+def test_a_rebalance_ends_with_the_group_recorded() -> None:
+    d = keeping()
+    a, b = d.form(1, 2)
+    records = [r for r in kept(d) if isinstance(r, GroupRecord)]
+    assert len(records) == 1
+    record = records[0]
+    assert (record.group_id, record.generation, record.protocol_name) == (
+        "g",
+        d.group().generation,
+        "range",
+    )
+    assert record.leader == a
+    assert {m.member_id: m.assignment for m in record.members} == {
+        a: a.encode(),
+        b: b.encode(),
+    }
+
+
+def test_a_single_coordinator_records_no_groups() -> None:
+    d = Driver()
+    d.form(1, 2)
+    assert not [r for r in kept(d) if isinstance(r, GroupRecord)]
+
+
+def test_a_group_loaded_elsewhere_goes_on_in_its_generation_without_a_rebalance() -> None:
+    old = keeping()
+    a, b = old.form(1, 2)
+    gen = old.group().generation
+    assert old.commit(1, {("t", 0): 42}, member_id=a, generation=gen).topics[0].partitions[
+        0
+    ].error_code == (E.NONE)
+    records = [r for r in kept(old) if isinstance(r, GroupRecord | OffsetRecord)]
+    new = keeping()
+    new.now = 50_000.0
+    new.core.load(records, new.now)
+    group = new.group()
+    assert (group.state, group.generation, group.leader) == (S.STABLE, gen, a)
+    # the members find the new coordinator on new connections and carry on
+    assert new.heartbeat(7, a, gen) == E.NONE
+    assert new.heartbeat(8, b, gen) == E.NONE
+    assert new.sync_response(new.sync(8, b, gen)).assignment == b.encode()
+    assert new.group().generation == gen
+    committed = new.commit(7, {("t", 0): 43}, member_id=a, generation=gen)
+    assert committed.topics[0].partitions[0].error_code == E.NONE
+    fetched = new.response(
+        new.send(
+            7, OffsetFetchRequest(group_id="g", topics=[OffsetFetchTopic(name="t", partitions=[0])])
+        )
+    )
+    assert isinstance(fetched, OffsetFetchResponse)
+    assert fetched.topics[0].partitions[0].offset == 43
+    assert next(r for r in kept(new) if isinstance(r, OffsetRecord)).offset == 43
+
+
+def test_a_loaded_member_that_never_comes_back_expires_after_its_session() -> None:
+    old = keeping()
+    a, b = old.form(1, 2)
+    gen = old.group().generation
+    new = keeping()
+    new.core.load(kept(old), new.now)
+    assert new.heartbeat(7, a, gen) == E.NONE
+    new.advance(SESSION_MS / 2)
+    assert new.heartbeat(7, a, gen) == E.NONE
+    new.advance(SESSION_MS / 2 + 1)
+    assert b not in new.group().members  # b never found the new coordinator
+    assert new.group().state is S.PREPARING_REBALANCE
+
+
+def test_unloading_answers_held_requests_not_coordinator() -> None:
+    d = keeping()
+    a, _ = d.form(1, 2)
+    held = d.join(1, a)
+    assert not d.answered(held)  # a rebalance holds the leader's join
+    d._collect(d.core.unload(["g"], d.now))
+    assert "g" not in d.core.groups
+    assert d.core.unload(["g"], d.now) == []  # unloading twice is harmless
+    answer = d.join_response(held)
+    assert answer.error_code == E.NOT_COORDINATOR
+    described = d.response(d.send(3, DescribeGroupsRequest(groups=["g"])))
+    assert isinstance(described, DescribeGroupsResponse)
+    assert described.groups[0].state == "Dead"
+
+
+def test_an_emptied_group_is_recorded_without_members() -> None:
+    d = keeping()
+    a, b = d.form(1, 2)
+    kept(d)
+    d.leave(1, a, b)
+    records = [r for r in kept(d) if isinstance(r, GroupRecord)]
+    assert records
+    assert records[-1].members == []
+    loaded = keeping()
+    loaded.core.load(records, 0.0)
+    assert loaded.group().state is S.EMPTY
