@@ -225,16 +225,6 @@ def test_fatal_errors_stop_the_member() -> None:
     assert c.state is MemberState.FAILED
 
 
-def test_coordinator_errors_mean_find_it_again_keeping_ownership() -> None:
-    c = core(Both())
-    joined(c)
-    synced(c, 0)
-    step = c.on_heartbeat(E.NOT_COORDINATOR, c.current)
-    assert step.next is Next.RECONNECT
-    assert c.owned == {TP("t", 0)}
-    assert c.member_id == "m-1"
-
-
 def test_stale_heartbeat_answers_and_notices_change_nothing() -> None:
     c = core(Both())
     joined(c, generation=5)
@@ -368,3 +358,23 @@ def test_ids_over_the_coordinators_bounds_are_refused_at_once(field: str, value:
     settings: dict[str, Any] = {"group_id": "g", "topics": ["t"], field: value}
     with pytest.raises(ValueError, match=r"characters, over|must be None"):
         MemberConfig(**settings)
+
+
+def test_a_stable_member_told_its_coordinator_moved_reconnects_without_rejoining() -> None:
+    # The group's shard moved to another node, which loaded the group in this generation:
+    # the member finds it and goes on heartbeating there, keeping what it owns.
+    c = core(Both())
+    joined(c)
+    synced(c, 0, 1)
+    for code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE):
+        step = c.on_heartbeat(code, c.current)
+        assert step.next is Next.RECONNECT
+        assert step.revoked == step.lost == frozenset()
+        assert c.state is MemberState.STABLE
+        assert c.owned == {TP("t", 0), TP("t", 1)}
+        assert c.member_id == "m-1"
+    # a sync cut short by a move is done again, with a join
+    joined(c, generation=2)
+    step = c.on_sync(SyncGroupResponse(error_code=E.NOT_COORDINATOR), 0)
+    assert step.next is Next.RECONNECT
+    assert c.state is MemberState.UNJOINED

@@ -524,7 +524,11 @@ class MemberCore:
         if code == E.ILLEGAL_GENERATION:
             return self.lose_all(code, message)
         if code in REDISCOVER:
-            self.state = MemberState.UNJOINED
+            # The group moved to another coordinator (or this one is loading): find it.
+            # A Stable member goes on there in its generation, heartbeating, as Kafka's
+            # consumer does; a join or sync under way must be done again.
+            if self.state is not MemberState.STABLE:
+                self.state = MemberState.UNJOINED
             return Step(next=Next.RECONNECT, error=code, message=message)
         self.state = MemberState.UNJOINED
         return Step(next=Next.RETRY, error=code, message=message)
