@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from structlog.typing import EventDict
 
+from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.server import CoordinatorServer
@@ -276,3 +277,25 @@ async def serve_process(
             process.terminate()
             await asyncio.wait_for(process.wait(), DEADLINE_S)
         await asyncio.wait_for(reader, DEADLINE_S)
+
+
+class Recorder(RebalanceListener):
+    """Every callback, in order, with when it happened."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, frozenset[TopicPartition], float]] = []
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        self.calls.append(("revoked", revoked, time.monotonic()))
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        self.calls.append(("assigned", assigned, time.monotonic()))
+
+    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
+        self.calls.append(("lost", lost, time.monotonic()))
+
+    def names(self) -> list[tuple[str, list[int]]]:
+        return [(name, sorted(tp.partition for tp in ps)) for name, ps, _ in self.calls]
+
+    def clear(self) -> None:
+        self.calls.clear()

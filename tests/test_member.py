@@ -32,33 +32,18 @@ from huddle.client.describe import compact
 from huddle.client.running import MemberTask
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import HuddleError
-from tests.helpers import FAST_GROUP, fast_server_config, running_server, settled, wait_until
+from tests.helpers import (
+    FAST_GROUP,
+    Recorder,
+    fast_server_config,
+    running_server,
+    settled,
+    wait_until,
+)
 
 TP = TopicPartition
 COOP = ["cooperative-sticky"]
 SESSION_MS = 2_000
-
-
-class Recorder(RebalanceListener):
-    """Every callback, in order, with when it happened."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, frozenset[TopicPartition], float]] = []
-
-    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
-        self.calls.append(("revoked", revoked, time.monotonic()))
-
-    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
-        self.calls.append(("assigned", assigned, time.monotonic()))
-
-    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
-        self.calls.append(("lost", lost, time.monotonic()))
-
-    def names(self) -> list[tuple[str, list[int]]]:
-        return [(name, sorted(tp.partition for tp in ps)) for name, ps, _ in self.calls]
-
-    def clear(self) -> None:
-        self.calls.clear()
 
 
 def partitions(n: int, topic: str = "t") -> frozenset[TopicPartition]:

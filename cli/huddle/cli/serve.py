@@ -60,6 +60,36 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "node-id", "str", _S, "node_id", "this node's name (default: its advertised address)"
     ),
     ServeFlag(
+        "cluster",
+        "str",
+        _S,
+        "cluster",
+        "run as a node of a cluster on etcd: etcd://HOST:PORT[,HOST:PORT...] (default: one "
+        "coordinator on its own)",
+    ),
+    ServeFlag(
+        "cluster-prefix",
+        "str",
+        _S,
+        "cluster_prefix",
+        "the cluster's keys in etcd (default /huddle)",
+    ),
+    ServeFlag(
+        "shards",
+        "int",
+        _S,
+        "shards",
+        "shards groups are spread over, fixed for a cluster (default 50, as Kafka's "
+        "__consumer_offsets partitions)",
+    ),
+    ServeFlag(
+        "lease-ttl-s",
+        "int",
+        _S,
+        "lease_ttl_s",
+        "a node's etcd lease; one that cannot renew it stops serving before it ends (default 3)",
+    ),
+    ServeFlag(
         "min-session-timeout-ms", "int", _G, "min_session_timeout_ms", "lowest session timeout"
     ),
     ServeFlag(
@@ -295,13 +325,18 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def run_serve(settings: ServeSettings) -> int:
     from huddle.coordinator.journal import DataDirError
-    from huddle.coordinator.server import ListenError, StorageFailedError, serve
+    from huddle.coordinator.server import (
+        ClusterStartError,
+        ListenError,
+        StorageFailedError,
+        serve,
+    )
 
     configure_logging(settings.log_format, settings.log_level)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(settings.config))
-    except (ListenError, DataDirError, StorageFailedError) as exc:
+    except (ListenError, DataDirError, StorageFailedError, ClusterStartError) as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 1
     return 0

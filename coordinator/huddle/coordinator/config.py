@@ -70,6 +70,11 @@ class ServerConfig:
     # HOST:PORT clients are told to use (FindCoordinator); "": the address listened on
     advertise: str = ""
     node_id: str = ""  # this node's name; "": its advertised address
+    # A node of a cluster on etcd ("etcd://h1:2379,h2:2379"); "": a single coordinator
+    cluster: str = ""
+    cluster_prefix: str = "/huddle"  # the cluster's keys in etcd
+    shards: int = 50  # groups are spread over this many shards (fixed per cluster)
+    lease_ttl_s: int = 3  # a node that cannot renew its lease stops serving before this
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:
@@ -77,10 +82,30 @@ class ServerConfig:
         if not 0 <= self.port <= 65_535:
             problems.append(f"port {self.port} is not in 0..65535")
         for f in fields(self):
-            if f.name in ("host", "port", "group", "data_dir", "fsync", "advertise", "node_id"):
+            if f.name in (
+                "host",
+                "port",
+                "group",
+                "data_dir",
+                "fsync",
+                "advertise",
+                "node_id",
+                "cluster",
+                "cluster_prefix",
+            ):
                 continue
             if getattr(self, f.name) < 1:
                 problems.append(f"{f.name} must be positive")
+        if self.cluster:
+            if self.data_dir:
+                problems.append("a cluster node keeps its state in etcd: no data dir")
+            if not self.cluster_prefix.startswith("/") or self.cluster_prefix.rstrip("/") == "":
+                problems.append(f"cluster prefix {self.cluster_prefix!r} must be /NAME")
+            if not self.advertise and self.host in ("0.0.0.0", "::", ""):
+                problems.append(
+                    f"a cluster node listening on {self.host!r} needs --advertise HOST:PORT "
+                    "(the address other nodes send clients to)"
+                )
         if self.advertise:
             try:
                 parse_address(self.advertise, what="advertised address")

@@ -234,6 +234,24 @@ class Coordinator:
             self.membership.unload_group(fx, group_id)
         return fx.out
 
+    def topic_changed_elsewhere(self, name: str, partitions: int, now: float) -> list[Outgoing]:
+        """Another cluster node created, resized or deleted a topic (0: deleted): the
+        same change here, announced to this node's members. Nothing if already so."""
+        if self.topics.partitions.get(name, 0) == partitions:
+            return []
+        if partitions > 0:
+            self.topics.partitions[name] = partitions
+        else:
+            del self.topics.partitions[name]
+        self.membership.topics_version += 1
+        self.offsets.forget_topic(name, partitions)
+        fx = Effects(now)
+        changed = TopicMetadata(name=name, partitions=partitions)
+        if partitions == 0:
+            changed = TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
+        self._announce(fx, [changed])
+        return fx.out
+
     def snapshot(self) -> list[Record]:
         """The records that rebuild the kept state as it is now (for compaction)."""
         return list(self.frozen_snapshot()())

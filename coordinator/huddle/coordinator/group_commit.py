@@ -41,6 +41,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import structlog
 
+from huddle.coordinator.batching import EndOfPass
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.journal import Journal
 from huddle.coordinator.records import Record, encode_frames
@@ -54,7 +55,7 @@ StateCopy = Generator[None, None, Callable[[], Iterator[Record]]]
 COPY_SLICE_S = 0.004  # the loop copies state for compaction at most this long at a time
 
 
-class GroupCommit:
+class GroupCommit(EndOfPass):
     def __init__(
         self,
         journal: Journal,
@@ -111,17 +112,6 @@ class GroupCommit:
         self._records.extend(records)
         self._held.append((conn_id, call, out))
         self._idle.clear()
-
-    def submit_soon(self) -> None:
-        """A read was handled: write once every read of this loop pass is (the loop runs
-        the callbacks it is given after the I/O callbacks of the pass)."""
-        if not self._submit_due:
-            self._submit_due = True
-            self._loop.call_soon(self._submit_now)
-
-    def _submit_now(self) -> None:
-        self._submit_due = False
-        self.submit()
 
     def submit(self) -> None:
         """End of a loop pass: the changes gathered go to the writer as one batch."""

@@ -21,28 +21,39 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 import structlog
 
+from huddle.coordinator.cluster.keeper import EtcdKeeper, Keeper
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing, Peer
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
+
+if TYPE_CHECKING:
+    from huddle.coordinator.cluster.running import ClusterRun
+    from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.logs import printable
 from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
     SUPPORTED_VERSIONS,
+    AlterTopicsRequest,
     Call,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeGroupsRequest,
     ErrorResponse,
+    FindCoordinatorRequest,
     FindCoordinatorResponse,
     Handshake,
     HandshakeResult,
     ProtocolError,
     Reply,
+    Request,
 )
 
 log = structlog.get_logger("huddle.server")
@@ -119,6 +130,11 @@ class CoordinatorServer:
         self.core = core if core is not None else Coordinator(config.group)
         self.journal: Journal | None = None  # with a data dir: topics and offsets kept
         self._commits: GroupCommit | None = None  # writes the journal off the loop
+        self._keeper: Keeper | None = None  # answers wait for its writes: data dir or etcd
+        self.gate: Callable[[Request], ErrorResponse | None] | None = None  # a cluster's
+        self.cluster: ClusterServing | None = None
+        if config.cluster:  # no group is served before the node has joined its cluster
+            self.gate = _joining_cluster
         self.storage_failure: str | None = None  # why the server stopped by itself
         self._refusing = False  # after a storage failure: no more requests
         self.loading = False  # replaying the data dir: requests get COORDINATOR_LOAD_IN_PROGRESS
@@ -196,7 +212,8 @@ class CoordinatorServer:
                 raise
             finally:
                 self.loading = False
-        self.core.locate = self._locate_self
+        if not self.config.cluster:  # a cluster node's serving names the owners
+            self.core.locate = self._locate_self
         self.core.start(self._now())  # a restart's fence, if it kept sessions before
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
@@ -219,6 +236,31 @@ class CoordinatorServer:
         host, port = self.advertised
         return FindCoordinatorResponse(node_id=self.node_id, host=host, port=port)
 
+    # --- as a node of a cluster ---------------------------------------------------------
+
+    def now_ms(self) -> float:
+        return self._now()
+
+    def use_cluster(self, serving: ClusterServing) -> None:
+        """Serve as a cluster node: group requests go through ``serving``'s refusal, and
+        every change is answered once etcd holds it."""
+        self.cluster = serving
+        self.gate = serving.refusal
+        self._keeper = EtcdKeeper(
+            self.loop, serving.write, release=self._kept, refuse=self._not_kept
+        )
+
+    def apply_outside(self, out: list[Outgoing]) -> None:
+        """Frames the core produced outside a request (a shard loaded or dropped, a topic
+        another node changed): send them, and look at the core's deadlines again."""
+        self._dispatch(out)
+        self._reschedule()
+        self._flush()
+
+    async def drain_writes(self) -> None:
+        if self._keeper is not None:
+            await self._keeper.drain()
+
     async def _load(self, data_dir: str, fsync: bool) -> None:
         """Read and check the journal off the loop, then replay it into the core."""
         assert self._loop is not None
@@ -239,6 +281,7 @@ class CoordinatorServer:
             state_size=self.core.kept_size,
             copy_state=self.core.copy_state,
         )
+        self._keeper = self._commits
 
     async def close(self) -> None:
         """Graceful shutdown; idempotent. Returns once every connection is closed."""
@@ -256,11 +299,9 @@ class CoordinatorServer:
                 handle.cancel()
         self._timer = self._sweeper = self._idle_sweeper = None
         stuck = False
-        if self._commits is not None:  # what was accepted is kept and answered first
+        if self._keeper is not None:  # what was accepted is kept and answered first
             try:
-                await asyncio.wait_for(
-                    self._commits.drain(), self.config.shutdown_timeout_ms / 1000
-                )
+                await asyncio.wait_for(self._keeper.drain(), self.config.shutdown_timeout_ms / 1000)
             except TimeoutError:  # a write that does not return: its requests stay unanswered
                 stuck = True
                 log.error("journal_write_stuck", timeout_ms=self.config.shutdown_timeout_ms)
@@ -292,8 +333,8 @@ class CoordinatorServer:
                 await asyncio.wait_for(self._all_gone.wait(), 1.0)
         if self._server is not None:
             await self._server.wait_closed()
-        if self._commits is not None:
-            self._commits.close(wait=not stuck)
+        if self._keeper is not None:
+            self._keeper.close(wait=not stuck)
         if self.journal is not None and not stuck:  # a stuck write still holds the file
             self.journal.close()
         log.info("server_stopped")
@@ -415,8 +456,8 @@ class CoordinatorServer:
                 self.backlogged(conn)
         if calls:
             self._reschedule()
-        if self._commits is not None:
-            self._commits.submit_soon()  # the changes of this pass, in one write
+        if self._keeper is not None:
+            self._keeper.submit_soon()  # the changes of this pass, in one write
         self._flush()
 
     def backlogged(self, conn: Connection) -> None:
@@ -453,8 +494,8 @@ class CoordinatorServer:
                 conn.release_input()
         if calls:
             self._reschedule()
-        if self._commits is not None:
-            self._commits.submit_soon()
+        if self._keeper is not None:
+            self._keeper.submit_soon()
         self._flush()
         if backlog and not self._stopping:
             self._pump = self.loop.call_soon(self._pump_backlog)
@@ -615,6 +656,12 @@ class CoordinatorServer:
                 )
             )
             return
+        gate = self.gate
+        if gate is not None:
+            refusal = gate(call.request)
+            if refusal is not None:
+                conn.send(Reply(correlation_id=call.correlation_id, response=refusal))
+                return
         try:
             out = self.core.handle(conn.peer, call.correlation_id, call.request, now)
         except Exception:
@@ -633,7 +680,7 @@ class CoordinatorServer:
                 )
             ]
         changes = self.core.take_changes()
-        commits = self._commits
+        commits = self._keeper
         if commits is not None and (changes or commits.busy):
             commits.hold(changes, conn.conn_id, call, out)  # answered once kept
             conn.held += 1
@@ -686,7 +733,7 @@ class CoordinatorServer:
             for conn_id, frame in out:
                 conn = conns.get(conn_id)
                 if conn is not None and type(frame) is Reply:
-                    conn.send(_not_kept(frame.correlation_id))
+                    conn.send(_not_kept(frame.correlation_id, clustered=self.cluster is not None))
         self._after_held(held)
         self._flush()
 
@@ -830,7 +877,31 @@ def _idle_interval(config: ServerConfig) -> float:
     return min(max(config.idle_timeout_ms / 1000 / 10, _SWEEP_MIN_S), 10.0)
 
 
-def _not_kept(correlation_id: int) -> Reply:
+def _joining_cluster(request: Request) -> ErrorResponse | None:
+    if type(request) in (CreateTopicsRequest, AlterTopicsRequest, DeleteTopicsRequest):
+        return ErrorResponse(
+            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message="the node is joining its cluster",
+        )
+    if type(request) is not FindCoordinatorRequest and (
+        hasattr(request, "group_id") or type(request) is DescribeGroupsRequest
+    ):
+        return ErrorResponse(
+            error_code=ErrorCode.NOT_COORDINATOR,
+            error_message="the node is joining its cluster and serves no group yet",
+        )
+    return None
+
+
+def _not_kept(correlation_id: int, *, clustered: bool = False) -> Reply:
+    if clustered:  # the shard is no longer served here: find its coordinator again
+        return Reply(
+            correlation_id=correlation_id,
+            response=ErrorResponse(
+                error_code=ErrorCode.NOT_COORDINATOR,
+                error_message="the change could not be kept in etcd; find the coordinator again",
+            ),
+        )
     return Reply(
         correlation_id=correlation_id,
         response=ErrorResponse(
@@ -857,6 +928,9 @@ async def serve(
     raise_fd_limit()
     server = CoordinatorServer(config, core=core)
     await server.start()
+    cluster = None
+    if config.cluster:
+        cluster = await _join_cluster(server)
     installed: list[signal.Signals] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         try:
@@ -876,9 +950,27 @@ async def serve(
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
+        if cluster is not None:
+            await cluster.stop()
         await server.close()
     if server.storage_failure is not None:
         raise StorageFailedError(server.storage_failure)
+
+
+async def _join_cluster(server: CoordinatorServer) -> ClusterRun:
+    from huddle.coordinator.cluster.node import ClusterConfigError
+    from huddle.coordinator.cluster.running import ClusterRun
+    from huddle.coordinator.cluster.store import StoreUnavailable
+
+    try:
+        return await ClusterRun.start(server)
+    except (ClusterConfigError, StoreUnavailable) as exc:
+        await server.close()
+        raise ClusterStartError(str(exc)) from exc
+
+
+class ClusterStartError(HuddleError):
+    """A cluster node could not start: etcd unreachable, or a conflicting configuration."""
 
 
 class StorageFailedError(HuddleError):
@@ -890,4 +982,4 @@ def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:
     stop.set()
 
 
-__all__ = ["CoordinatorServer", "ListenError", "StorageFailedError", "serve"]
+__all__ = ["ClusterStartError", "CoordinatorServer", "ListenError", "StorageFailedError", "serve"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import structlog
@@ -29,8 +30,33 @@ from huddle.coordinator.cluster.store import EtcdStore, Lease
 log = structlog.get_logger("huddle.cluster")
 
 
+OURS = frozenset({b"config", b"nodes", b"shards", b"topics", b"groups", b"offsets"})
+
+
 class ClusterConfigError(Exception):
     """The cluster's kept configuration, or another node, conflicts with this node's."""
+
+
+class ShardListener(Protocol):
+    """What serves the shards: told when one is taken (load it: the node serves it once
+    this returns), lost (stop serving at once) or about to be released (finish writing)."""
+
+    async def shard_taken(self, shard: int, epoch: int) -> None: ...
+
+    def shards_lost(self, shards: list[int], why: str) -> None: ...
+
+    async def shard_releasing(self, shard: int) -> None: ...
+
+
+class _Nobody:
+    async def shard_taken(self, shard: int, epoch: int) -> None:
+        return None
+
+    def shards_lost(self, shards: list[int], why: str) -> None:
+        return None
+
+    async def shard_releasing(self, shard: int) -> None:
+        return None
 
 
 def _ms() -> float:
@@ -49,6 +75,7 @@ class ClusterNode:
         ttl_s: int = 3,
         margin_ms: float | None = None,
         clock: Callable[[], float] = _ms,
+        listener: ShardListener | None = None,
     ) -> None:
         if shards < 1:
             raise ClusterConfigError(f"the shard count must be at least 1, not {shards}")
@@ -62,7 +89,12 @@ class ClusterNode:
         self.guard = LeaseGuard(ttl_ms=ttl_s * 1000.0, margin_ms=margin)
         self.clock = clock
         self.lease: Lease | None = None
+        self.listener: ShardListener = listener if listener is not None else _Nobody()
         self._owned: dict[int, int] = {}  # shard -> epoch
+        self.loading: set[int] = set()  # claimed, not served yet
+        # the cluster as last read: live nodes' addresses, and each shard's owner
+        self.addresses: dict[str, str] = {}
+        self.owners: dict[int, str] = {}
 
     # --- keys ---------------------------------------------------------------------
 
@@ -75,10 +107,30 @@ class ClusterNode:
             self._fence("its lease may have expired")
         return dict(self._owned)
 
+    def serves(self, shard: int) -> bool:
+        """Whether this node serves ``shard`` now (never past its lease's deadline)."""
+        if shard not in self._owned:
+            return False
+        if not self.guard.serving(self.clock()):
+            self._fence("its lease may have expired")
+            return False
+        return True
+
+    def epoch(self, shard: int) -> int | None:
+        return self._owned.get(shard) if self.serves(shard) else None
+
     def _fence(self, why: str) -> None:
         if self._owned:
-            log.warning("shards_fenced", node=self.node_id, shards=sorted(self._owned), why=why)
+            lost = sorted(self._owned)
+            log.warning("shards_fenced", node=self.node_id, shards=lost, why=why)
             self._owned.clear()
+            self.listener.shards_lost(lost, why)
+
+    def depose(self, shard: int, why: str) -> None:
+        """Stop serving ``shard`` (a write fenced on its epoch was refused, or failed)."""
+        if self._owned.pop(shard, None) is not None:
+            log.warning("shard_deposed", node=self.node_id, shard=shard, why=why)
+            self.listener.shards_lost([shard], why)
 
     # --- start ----------------------------------------------------------------------
 
@@ -87,9 +139,25 @@ class ClusterNode:
         restarted under the same id waits for its previous registration to expire (at
         most ``wait_s``, by default the TTL and a second)."""
         key = self._key("config", "shards")
+        if await self.store.get(key) is None:
+            root = self.prefix.encode() + b"/"
+            found = [
+                k for k in await self.store.keys(root) if k[len(root) :].split(b"/")[0] not in OURS
+            ]
+            if found:
+                raise ClusterConfigError(
+                    f"{self.prefix} in etcd holds {len(found)} keys that are not a huddle "
+                    f"cluster's (e.g. {found[0].decode(errors='replace')}): choose another "
+                    "--cluster-prefix"
+                )
         if not await self.store.create(key, str(self.shards).encode()):
             kept = await self.store.get(key)
             value = kept.value.decode(errors="replace") if kept is not None else "?"
+            if not value.isdigit():
+                raise ClusterConfigError(
+                    f"{key.decode()} holds {value!r}, not a shard count: {self.prefix} is not "
+                    "a huddle cluster's prefix"
+                )
             if value != str(self.shards):
                 raise ClusterConfigError(
                     f"the cluster under {self.prefix} has {value} shards, not {self.shards}"
@@ -165,10 +233,12 @@ class ClusterNode:
         if lease is None or not self.guard.serving(self.clock()):
             self._fence("its lease may have expired")
             return
-        nodes = {
-            name.decode().rsplit("/", 1)[-1]
-            for name in await self.store.get_prefix(self._key("nodes") + b"/")
+        registered = await self.store.get_prefix(self._key("nodes") + b"/")
+        self.addresses = {
+            name.decode().rsplit("/", 1)[-1]: entry.value.decode(errors="replace")
+            for name, entry in registered.items()
         }
+        nodes = set(self.addresses)
         current: dict[int, str] = {}
         epochs: dict[int, int] = {}
         for name, entry in (await self.store.get_prefix(self._key("shards") + b"/")).items():
@@ -176,10 +246,10 @@ class ClusterNode:
             if number.isdigit() and int(number) < self.shards:
                 current[int(number)] = entry.value.decode(errors="replace")
                 epochs[int(number)] = entry.revision
+        self.owners = dict(current)
         for shard, epoch in list(self._owned.items()):
             if current.get(shard) != self.node_id or epochs.get(shard) != epoch:
-                del self._owned[shard]  # deposed: another epoch holds it
-                log.warning("shard_deposed", node=self.node_id, shard=shard)
+                self.depose(shard, "another epoch holds it")
         target = target_owners(self.shards, nodes, current)
         for shard, owner in sorted(target.items()):
             mine = current.get(shard) == self.node_id
@@ -187,20 +257,38 @@ class ClusterNode:
                 claimed = await self.store.claim(
                     self._key("shards", str(shard)), self.node_id.encode(), lease
                 )
-                if claimed is not None and self.guard.serving(self.clock()):
-                    self._owned[shard] = claimed
-                    log.info("shard_taken", node=self.node_id, shard=shard, epoch=claimed)
+                if claimed is not None:
+                    self.owners[shard] = self.node_id
+                    await self._serve(shard, claimed)
             elif owner != self.node_id and mine:
                 held = self._owned.pop(shard, epochs[shard])  # stop serving it first
+                self.listener.shards_lost([shard], f"handed to {owner}")
+                await self.listener.shard_releasing(shard)  # its writes in flight land
                 key = self._key("shards", str(shard))
                 await self.store.write_fenced(key, held, {}, deletes=[key])
                 log.info("shard_released", node=self.node_id, shard=shard, to=owner)
             elif mine and shard not in self._owned and epochs[shard]:
-                self._owned[shard] = epochs[shard]  # kept across a restart of the loop
+                await self._serve(shard, epochs[shard])  # its load failed, or was deposed
+
+    async def _serve(self, shard: int, epoch: int) -> None:
+        """Load ``shard`` (requests for it meanwhile are told to wait), then serve it."""
+        self.loading.add(shard)
+        try:
+            await self.listener.shard_taken(shard, epoch)
+        except Exception as exc:
+            log.error("shard_load_failed", node=self.node_id, shard=shard, error=repr(exc))
+            return
+        finally:
+            self.loading.discard(shard)
+        if self.guard.serving(self.clock()):
+            self._owned[shard] = epoch
+            log.info("shard_taken", node=self.node_id, shard=shard, epoch=epoch)
+        else:
+            self.listener.shards_lost([shard], "its lease may have expired while loading")
 
     async def leave(self) -> None:
         """Stop serving everything and give the shards up at once (a clean shutdown)."""
-        self._owned.clear()
+        self._fence("the node is leaving")
         if self.lease is not None:
             lease, self.lease = self.lease, None
             await self.store.revoke(lease)

@@ -12,7 +12,7 @@ and a put took 0.5 ms with ``aetcd`` against 1.2 ms through the gateway (median 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,12 @@ class StoreUnavailable(Exception):
 class Lease:
     id: int
     ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    key: bytes
+    value: bytes | None  # None: deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +142,33 @@ class EtcdStore:
         return Entry(bytes(got.value), int(got.mod_revision), int(got.lease))
 
     async def get_prefix(self, prefix: bytes) -> dict[bytes, Entry]:
+        return (await self.read_prefix(prefix))[0]
+
+    async def read_prefix(self, prefix: bytes) -> tuple[dict[bytes, Entry], int]:
+        """Every key under ``prefix``, and the store's revision they were read at (a
+        watch from the next revision misses nothing)."""
         found = await self._client.get_prefix(prefix)
-        return {
+        entries = {
             bytes(kv.key): Entry(bytes(kv.value), int(kv.mod_revision), int(kv.lease))
             for kv in found
         }
+        return entries, int(found.header.revision)
+
+    async def keys(self, prefix: bytes) -> list[bytes]:
+        return [bytes(kv.key) for kv in await self._client.get_prefix(prefix, keys_only=True)]
+
+    async def put(self, key: bytes, value: bytes) -> None:
+        await self._client.put(key, value)
+
+    async def delete(self, key: bytes) -> None:
+        await self._client.delete(key)
+
+    async def watch_prefix(self, prefix: bytes, from_revision: int) -> AsyncIterator[Change]:
+        """Changes under ``prefix`` from ``from_revision`` on, as they happen."""
+        watch = await self._client.watch_prefix(prefix, start_revision=from_revision)
+        try:
+            async for event in watch:
+                deleted = event.kind == "DELETE"
+                yield Change(bytes(event.kv.key), None if deleted else bytes(event.kv.value))
+        finally:
+            await watch.cancel()

@@ -1,0 +1,126 @@
+"""Nothing is acknowledged before etcd has it: a cluster node's answers wait for their writes.
+
+The server hands over each handled request's records with the answers it produced
+(``hold``), as it does to the data dir's group commit. At the end of each loop pass the
+records gathered become one batch, written by ``write`` (the node's fenced etcd writes);
+batches go one at a time, in order, and a batch's answers go out once it is written.
+Answers of requests that changed nothing but were handled after a change wait behind it,
+so no answer shows a change etcd does not hold yet.
+
+A batch whose write fails (the shard's epoch moved on, or etcd did not answer) is refused:
+every answer it held becomes NOT_COORDINATOR to whoever it was for, so clients find the
+coordinator again and retry; ``write`` has already stopped the node serving the shards it
+could not write (their state in memory is ahead of etcd, and is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import structlog
+
+from huddle.coordinator.batching import EndOfPass
+from huddle.coordinator.effects import Outgoing
+from huddle.coordinator.records import Record
+from huddle.protocol.messages import Call
+
+log = structlog.get_logger("huddle.cluster")
+
+Held = tuple[int, Call, list[Outgoing]]  # the caller's connection, its call, the answers
+
+
+class Keeper(Protocol):
+    """What the server hands handled requests to, so that their answers go out only once
+    their changes are kept: the data dir's ``GroupCommit``, or a cluster's ``EtcdKeeper``."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def hold(
+        self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]
+    ) -> None: ...
+
+    def submit_soon(self) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self, *, wait: bool = True) -> None: ...
+
+
+Write = Callable[[list[Record]], Awaitable[bool]]  # True: every record kept
+
+
+class EtcdKeeper(EndOfPass):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        write: Write,
+        *,
+        release: Callable[[list[Held]], None],
+        refuse: Callable[[list[Held]], None],
+    ) -> None:
+        self._loop = loop
+        self._write = write
+        self._release = release
+        self._refuse = refuse
+        self._records: list[Record] = []  # the next batch
+        self._held: list[Held] = []  # answers waiting for the next batch
+        self._writing: asyncio.Task[None] | None = None
+        self._waiting: list[Held] = []  # answers waiting for the batch being written
+        self._submit_due = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.batches = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._writing is not None or bool(self._records) or bool(self._held)
+
+    def hold(self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]) -> None:
+        self._records.extend(records)
+        self._held.append((conn_id, call, out))
+        self._idle.clear()
+
+    def submit(self) -> None:
+        if self._writing is not None:
+            return  # the next batch goes when this one is written
+        held, self._held = self._held, []
+        if not self._records:
+            self._release(held)
+            self._settle()
+            return
+        records, self._records = self._records, []
+        self._waiting = held
+        self._writing = self._loop.create_task(self._run(records))
+
+    async def _run(self, records: list[Record]) -> None:
+        try:
+            kept = await self._write(records)
+        except Exception as exc:  # the writer logs its own failures; this is a last resort
+            log.error("cluster_write_failed", error=repr(exc), records=len(records))
+            kept = False
+        held, self._waiting, self._writing = self._waiting, [], None
+        self.batches += 1
+        if kept:
+            self._release(held)
+        else:
+            self._refuse(held)
+        if self._held or self._records:
+            self.submit()
+        else:
+            self._settle()
+
+    def _settle(self) -> None:
+        if not self.busy:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Until every held answer is released or refused (for shutdown)."""
+        self.submit()
+        await self._idle.wait()
+
+    def close(self, *, wait: bool = True) -> None:
+        if self._writing is not None and not wait:
+            self._writing.cancel()

@@ -1,0 +1,95 @@
+"""Running a coordinator server as a node of a cluster: ``huddle serve --cluster``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import structlog
+
+from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.serving import ClusterServing
+from huddle.coordinator.cluster.store import EtcdStore, parse_endpoints
+from huddle.protocol.addresses import format_address
+
+if TYPE_CHECKING:
+    from huddle.coordinator.server import CoordinatorServer as ClusterHost
+
+log = structlog.get_logger("huddle.cluster")
+
+WATCH_RETRY_S = 1.0
+
+
+class ClusterRun:
+    """A server's life as a cluster node: registered, keeping its lease and shards, and
+    following the cluster's topics, until ``stop``."""
+
+    def __init__(self, store: EtcdStore, node: ClusterNode, serving: ClusterServing) -> None:
+        self.store = store
+        self.node = node
+        self.serving = serving
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def start(cls, server: ClusterHost) -> ClusterRun:
+        """Connect to etcd, register the node and begin serving. Raises StoreUnavailable
+        (no etcd endpoint answers) or ClusterConfigError (the cluster's configuration or
+        another node conflicts with this one)."""
+        cfg = server.config
+        store = await EtcdStore.connect(parse_endpoints(cfg.cluster))
+        try:
+            node = ClusterNode(
+                store,
+                node_id=server.node_id,
+                advertise=format_address(*server.advertised),
+                shards=cfg.shards,
+                prefix=cfg.cluster_prefix,
+                ttl_s=cfg.lease_ttl_s,
+            )
+            serving = ClusterServing(
+                server.core,
+                store,
+                node,
+                now=server.now_ms,
+                dispatch=server.apply_outside,
+                drain=server.drain_writes,
+            )
+            server.use_cluster(serving)
+            await node.register()
+            revision = await serving.load_topics()
+        except BaseException:
+            await store.close()
+            raise
+        run = cls(store, node, serving)
+        run._tasks = [
+            asyncio.create_task(node.run(), name="huddle cluster node"),
+            asyncio.create_task(run._follow_topics(revision + 1), name="huddle topics watch"),
+        ]
+        log.info("cluster_node_started", node=node.node_id, shards=cfg.shards)
+        return run
+
+    async def _follow_topics(self, from_revision: int) -> None:
+        while True:
+            try:
+                await self.serving.watch_topics(from_revision)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("topics_watch_failed", error=type(exc).__name__)
+            await asyncio.sleep(WATCH_RETRY_S)
+            with contextlib.suppress(Exception):  # read what the watch missed, then go on
+                from_revision = await self.serving.load_topics() + 1
+
+    async def stop(self) -> None:
+        """Stop serving, give the shards up at once, and leave etcd."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.node.leave(), self.node.ttl_s)
+        with contextlib.suppress(Exception):
+            await self.store.close()
+        log.info("cluster_node_stopped", node=self.node.node_id)

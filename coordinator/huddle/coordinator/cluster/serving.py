@@ -1,0 +1,273 @@
+"""A cluster node serving its shards through the coordinator server.
+
+Keys under the cluster's prefix ``P``, besides the node's own (``huddle.coordinator.cluster.node``):
+
+- ``P/topics/<name>``: a topic's partition count. Any node changes it; every node watches the
+  prefix and pushes ``TopicMetadataChanged`` to its members.
+- ``P/groups/<shard>/<group>``: the group as its last rebalance left it (``GroupRecord``).
+- ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``).
+
+Group and offset writes are fenced on the shard's epoch (one etcd transaction comparing the
+owner key's revision). Names are percent-encoded in keys.
+
+Requests for a group go through ``refusal``: NOT_COORDINATOR when this node does not serve
+the group's shard, COORDINATOR_LOAD_IN_PROGRESS while it loads it. A node that takes a shard
+loads its groups (Stable, in their kept generation) and offsets before it serves it; a node
+that loses one forgets its groups at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from urllib.parse import quote, unquote
+
+import msgspec
+import structlog
+
+from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.shards import shard_of
+from huddle.coordinator.cluster.store import EtcdStore
+from huddle.coordinator.core import Coordinator, Outgoing
+from huddle.coordinator.records import GroupRecord, OffsetRecord, Record, TopicRecord
+from huddle.protocol.addresses import parse_address
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    DescribeGroupsRequest,
+    ErrorResponse,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    Request,
+    SyncGroupRequest,
+)
+
+log = structlog.get_logger("huddle.cluster")
+
+MAX_TXN_OPS = 100  # below etcd's default --max-txn-ops (128)
+_GROUP_REQUESTS = (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    SyncGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+)
+Clock = Callable[[], float]
+Dispatch = Callable[[list[Outgoing]], None]
+Drain = Callable[[], Awaitable[None]]
+_encode = msgspec.msgpack.Encoder().encode
+_group_decoder = msgspec.msgpack.Decoder(GroupRecord)
+_offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
+
+
+def _name(text: str) -> str:
+    return quote(text, safe="")
+
+
+class ClusterServing:
+    """The glue between a ``ClusterNode`` (which shards) and a core (the groups)."""
+
+    def __init__(
+        self,
+        core: Coordinator,
+        store: EtcdStore,
+        node: ClusterNode,
+        *,
+        now: Clock,
+        dispatch: Dispatch,
+        drain: Drain,
+    ) -> None:
+        self.core = core
+        self.store = store
+        self.node = node
+        self.prefix = node.prefix
+        self._now = now
+        self._dispatch = dispatch
+        self._drain = drain
+        self._shards: dict[str, int] = {}
+        core.membership.keep_groups = True
+        core.locate = self.locate
+        node.listener = self
+        self.loads = 0  # shards loaded, for tests and status
+
+    # --- keys ---------------------------------------------------------------------
+
+    def _key(self, *parts: str) -> bytes:
+        return "/".join((self.prefix, *parts)).encode()
+
+    def shard(self, group_id: str) -> int:
+        shard = self._shards.get(group_id)
+        if shard is None:
+            if len(self._shards) > 100_000:
+                self._shards.clear()
+            shard = self._shards[group_id] = shard_of(group_id, self.node.shards)
+        return shard
+
+    # --- requests -----------------------------------------------------------------
+
+    def refusal(self, request: Request) -> ErrorResponse | None:
+        """Why this node will not handle ``request`` now, if it will not."""
+        if isinstance(request, _GROUP_REQUESTS):
+            group_ids: Iterable[str] = (request.group_id,)
+        elif isinstance(request, DescribeGroupsRequest):
+            group_ids = request.groups
+        else:
+            return None
+        node = self.node
+        for group_id in group_ids:
+            shard = self.shard(group_id)
+            if node.serves(shard):
+                continue
+            if shard in node.loading:
+                return ErrorResponse(
+                    error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    error_message=f"node {node.node_id} is loading shard {shard}",
+                )
+            return ErrorResponse(
+                error_code=ErrorCode.NOT_COORDINATOR,
+                error_message=f"node {node.node_id} does not coordinate group {group_id!r} "
+                f"(shard {shard})",
+            )
+        return None
+
+    def locate(self, group_id: str) -> FindCoordinatorResponse:
+        node = self.node
+        shard = self.shard(group_id)
+        if node.serves(shard):
+            owner: str | None = node.node_id
+        else:  # as last read; not this node, which does not serve it now
+            owner = node.owners.get(shard)
+            if owner == node.node_id:
+                owner = None
+        address = node.advertise if owner == node.node_id else node.addresses.get(owner or "")
+        if owner is None or address is None:
+            return FindCoordinatorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"no live node owns shard {shard} of group {group_id!r} yet",
+            )
+        host, port = parse_address(address)
+        return FindCoordinatorResponse(node_id=owner, host=host, port=port)
+
+    # --- shards coming and going -----------------------------------------------------
+
+    async def shard_taken(self, shard: int, epoch: int) -> None:
+        groups = await self.store.get_prefix(self._key("groups", str(shard)) + b"/")
+        offsets = await self.store.get_prefix(self._key("offsets", str(shard)) + b"/")
+        records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
+        counts = self.core.topics.partitions
+        for entry in offsets.values():
+            offset = _offset_decoder.decode(entry.value)
+            if offset.partition < counts.get(offset.topic, 0):  # not of a deleted topic
+                records.append(offset)
+        self.shards_lost([shard], "loading it again")  # nothing stale stays in memory
+        self.core.load(records, self._now())
+        self.loads += 1
+        log.info(
+            "shard_loaded",
+            node=self.node.node_id,
+            shard=shard,
+            epoch=epoch,
+            groups=len(groups),
+            offsets=len(offsets),
+        )
+
+    def shards_lost(self, shards: list[int], why: str) -> None:
+        lost = set(shards)
+        doomed = [g for g in self.core.groups if self.shard(g) in lost]
+        if doomed:
+            self._dispatch(self.core.unload(doomed, self._now()))
+            log.info("groups_unloaded", node=self.node.node_id, groups=len(doomed), why=why)
+
+    async def shard_releasing(self, shard: int) -> None:
+        await self._drain()
+
+    # --- writes -------------------------------------------------------------------
+
+    async def write(self, records: list[Record]) -> bool:
+        """Keep ``records`` in etcd: groups and offsets fenced on their shard's epoch,
+        topics as they are. False if anything could not be kept (its shard is then no
+        longer served: what memory holds of it is ahead of etcd)."""
+        by_shard: dict[int, dict[bytes, bytes]] = defaultdict(dict)
+        topics: list[TopicRecord] = []
+        for record in records:
+            if isinstance(record, OffsetRecord):
+                key = self._key(
+                    "offsets",
+                    str(self.shard(record.group_id)),
+                    _name(record.group_id),
+                    _name(record.topic),
+                    str(record.partition),
+                )
+                by_shard[self.shard(record.group_id)][key] = _encode(record)
+            elif isinstance(record, GroupRecord):
+                shard = self.shard(record.group_id)
+                by_shard[shard][self._key("groups", str(shard), _name(record.group_id))] = _encode(
+                    record
+                )
+            elif isinstance(record, TopicRecord):
+                topics.append(record)
+        results = await asyncio.gather(
+            *(self._write_shard(shard, puts) for shard, puts in by_shard.items()),
+            self._write_topics(topics),
+        )
+        return all(results)
+
+    async def _write_shard(self, shard: int, puts: dict[bytes, bytes]) -> bool:
+        epoch = self.node.epoch(shard)
+        if epoch is None:
+            self.shards_lost([shard], "a write for a shard no longer served")
+            return False
+        owner_key = self._key("shards", str(shard))
+        items = list(puts.items())
+        try:
+            for i in range(0, len(items), MAX_TXN_OPS):
+                chunk = dict(items[i : i + MAX_TXN_OPS])
+                if not await self.store.write_fenced(owner_key, epoch, chunk):
+                    self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
+                    return False
+        except Exception as exc:
+            log.error("shard_write_failed", shard=shard, error=type(exc).__name__)
+            self.node.depose(shard, f"a write failed: {type(exc).__name__}")
+            return False
+        return True
+
+    async def _write_topics(self, topics: list[TopicRecord]) -> bool:
+        try:
+            for record in topics:
+                key = self._key("topics", _name(record.name))
+                if record.partitions > 0:
+                    await self.store.put(key, str(record.partitions).encode())
+                else:
+                    await self.store.delete(key)
+        except Exception as exc:
+            log.error("topic_write_failed", error=type(exc).__name__)
+            return False
+        return True
+
+    # --- topics -------------------------------------------------------------------
+
+    async def load_topics(self) -> int:
+        """Every topic the cluster holds, into the core; the revision read at."""
+        entries, revision = await self.store.read_prefix(self._key("topics") + b"/")
+        for key, entry in entries.items():
+            self._topic_changed(key, entry.value)
+        return revision
+
+    async def watch_topics(self, from_revision: int) -> None:
+        """Apply topic changes other nodes make, as they happen (until cancelled)."""
+        async for change in self.store.watch_prefix(self._key("topics") + b"/", from_revision):
+            self._topic_changed(change.key, change.value)
+
+    def _topic_changed(self, key: bytes, value: bytes | None) -> None:
+        name = unquote(key.decode().rsplit("/", 1)[-1])
+        try:
+            partitions = int(value) if value is not None else 0
+        except ValueError:
+            log.warning("topic_unreadable", key=key.decode(errors="replace"))
+            return
+        self._dispatch(self.core.topic_changed_elsewhere(name, partitions, self._now()))
