@@ -120,4 +120,6 @@ async def test_the_owner_of_a_busy_cooperative_group_killed_the_group_carries_on
         # every acknowledged commit survived, and the group was served again in time
         committed = await members[0].committed(PARTITIONS)
         assert committed == dict.fromkeys(PARTITIONS, 200)
-        assert served_after < TTL_S + 1 + 3, f"served again after {served_after:.1f} s"
+        # the target is the lease TTL + 1 s (bench/failover.py measures it); a second more
+        # here for a loaded CI machine
+        assert served_after < TTL_S + 2, f"served again after {served_after:.1f} s"

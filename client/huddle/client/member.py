@@ -93,7 +93,7 @@ class Member:
         listener: RebalanceListener | None = None,
         client_id: str = "huddle-member",
         retry_backoff_ms: int = 100,
-        max_retry_backoff_ms: int = 5_000,
+        max_retry_backoff_ms: int = 1_000,
         lags: Callable[[], Mapping[TopicPartition, int]] | None = None,
     ) -> None:
         if not group_id:

@@ -92,6 +92,7 @@ class ClusterNode:
         self.listener: ShardListener = listener if listener is not None else _Nobody()
         self._owned: dict[int, int] = {}  # shard -> epoch
         self.loading: set[int] = set()  # claimed, not served yet
+        self._poke = anyio.Event()  # set: reconcile now
         # the cluster as last read: live nodes' addresses, and each shard's owner
         self.addresses: dict[str, str] = {}
         self.owners: dict[int, str] = {}
@@ -197,6 +198,21 @@ class ClusterNode:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._keep_lease)
             tg.start_soon(self._keep_shards)
+            tg.start_soon(self._watch, self._key("nodes") + b"/")
+            tg.start_soon(self._watch, self._key("shards") + b"/")
+
+    async def _watch(self, prefix: bytes) -> None:
+        """Reconcile as soon as a node or a shard owner comes or goes (a dead node's keys
+        vanish when its lease expires), not only every third of the TTL."""
+        while True:
+            try:
+                _, revision = await self.store.read_prefix(prefix)
+                self._poke.set()  # whatever changed before the watch began
+                async for _ in self.store.watch_prefix(prefix, revision + 1):
+                    self._poke.set()
+            except Exception as exc:  # the store is away: the periodic reconcile goes on
+                log.debug("cluster_watch_failed", node=self.node_id, error=type(exc).__name__)
+            await anyio.sleep(self.ttl_s / 3)
 
     async def _keep_lease(self) -> None:
         while True:
@@ -221,11 +237,13 @@ class ClusterNode:
 
     async def _keep_shards(self) -> None:
         while True:
+            self._poke = anyio.Event()
             try:
                 await self.reconcile()
             except Exception as exc:  # the store is away: try again on the next tick
                 log.warning("reconcile_failed", node=self.node_id, error=type(exc).__name__)
-            await anyio.sleep(self.ttl_s / 3)
+            with anyio.move_on_after(self.ttl_s / 3):
+                await self._poke.wait()
 
     async def reconcile(self) -> None:
         """Claim the unowned shards meant for this node; release the ones meant for others."""
