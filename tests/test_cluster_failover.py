@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -58,6 +58,44 @@ async def coordinator_port(bootstrap: str, group_id: str) -> int | None:
     return None
 
 
+def static_member(bootstrap: str, group: str, instance: str, listener: Recorder) -> Member:
+    """A cooperative static member with a 10 s session, heartbeating every 300 ms."""
+    return Member(
+        bootstrap,
+        group_id=group,
+        topics=["t"],
+        instance_id=instance,
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=300,
+        listener=listener,
+    )
+
+
+async def commit_all(members: Sequence[Member], offset: int) -> bool:
+    """Whether every member's commit of ``offset`` for what it owns is acknowledged."""
+    try:
+        for m in members:
+            await m.commit({tp: offset for tp in m.assignment})
+    except Exception:
+        return False
+    return True
+
+
+async def owner_of(bootstrap: str, group: str) -> int:
+    """The port of ``group``'s coordinator, once a node owns its shard (a shard moving
+    between nodes has none for a moment)."""
+    found: list[int] = []
+
+    async def owned() -> bool:
+        port = await coordinator_port(bootstrap, group)
+        if port is not None:
+            found.append(port)
+        return port is not None
+
+    await eventually(owned, what=f"a node owns {group}'s shard")
+    return found[-1]
+
+
 async def test_the_owner_of_a_busy_cooperative_group_killed_the_group_carries_on(
     etcd: Etcd,
 ) -> None:
@@ -74,15 +112,7 @@ async def test_the_owner_of_a_busy_cooperative_group_killed_the_group_carries_on
         listeners = [Recorder() for _ in range(3)]
         members = [
             await stack.enter_async_context(
-                Member(
-                    bootstrap,
-                    group_id=GROUP,
-                    topics=["t"],
-                    instance_id=f"worker-{i}",
-                    session_timeout_ms=10_000,
-                    heartbeat_interval_ms=300,
-                    listener=listeners[i],
-                )
+                static_member(bootstrap, GROUP, f"worker-{i}", listeners[i])
             )
             for i in range(3)
         ]
@@ -91,8 +121,7 @@ async def test_the_owner_of_a_busy_cooperative_group_killed_the_group_carries_on
         owned = [m.assignment for m in members]
         for m in members:
             await m.commit({tp: 100 for tp in m.assignment})  # acknowledged
-        owner = await coordinator_port(bootstrap, GROUP)
-        assert owner is not None
+        owner = await owner_of(bootstrap, GROUP)
         for listener in listeners:
             listener.clear()
 
@@ -104,12 +133,7 @@ async def test_the_owner_of_a_busy_cooperative_group_killed_the_group_carries_on
             moved = await coordinator_port(survivors, GROUP)
             if moved is None or moved == owner:
                 return False
-            try:
-                for m in members:
-                    await m.commit({tp: 200 for tp in m.assignment})
-            except Exception:
-                return False
-            return True
+            return await commit_all(members, 200)
 
         await eventually(served_elsewhere, wait_s=TTL_S + 15, what="another node serves it")
         served_after = time.monotonic() - killed_at

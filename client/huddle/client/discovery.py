@@ -85,12 +85,18 @@ async def connect_coordinator(
     client_id: str = "huddle-client",
     timeout: float = 10.0,
     notices: bool = True,
+    start: int = 0,
 ) -> AsyncIterator[Connection]:
     """A connection to the node that coordinates ``group_id``, found through the bootstrap
-    addresses in turn. Raises ValueError for a malformed list, CoordinatorNotAvailableError
-    when no address answered with a coordinator (each one's reason in the message)."""
+    addresses in turn, from the one numbered ``start`` (a caller that lost its coordinator
+    asks another node first: that one may be frozen, with connections accepted by the
+    kernel and never answered). ``timeout`` bounds each connection and each request.
+    Raises ValueError for a malformed list, CoordinatorNotAvailableError when no address
+    answered with a coordinator (each one's reason in the message)."""
     failures: list[str] = []
-    for address in bootstrap_addresses(bootstrap):
+    addresses = bootstrap_addresses(bootstrap)
+    shift = start % len(addresses)
+    for address in addresses[shift:] + addresses[:shift]:
         async with AsyncExitStack() as stack:
             try:
                 conn = await stack.enter_async_context(

@@ -159,6 +159,15 @@ class MemberDriver:
         steady = self.sync_out or core.state is not MemberState.SYNCING
         return SendHeartbeat(core.heartbeat_request(), core.current, now, steady)
 
+    @property
+    def heartbeat_timeout_ms(self) -> float:
+        """How long a heartbeat may wait for its answer: a third of the session. A
+        coordinator silent that long is taken as gone (frozen, or cut off): the member
+        drops the connection and finds the coordinator again, keeping its member id and
+        generation, while its session still has two thirds to run (a group that moved to
+        another node of a cluster is served there by then)."""
+        return self.timer.session_ms / 3
+
     def heartbeat_answered(
         self, code: int, sent: SendHeartbeat, received_at: float
     ) -> HeartbeatAnswer | None:

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from huddle.client.driver import MemberDriver
-from huddle.client.events import Event, Reconnect, Rejoin
+from huddle.client.events import Event, Reconnect, Rejoin, SessionExpired
 from huddle.client.leader import subscribed_topics
 from huddle.client.machine import MemberState, Next, Step
 from huddle.client.partition_counts import Scope
@@ -169,6 +169,15 @@ class MemberFlow:
         if owed is not None:
             step, begun = owed
             yield from self._callbacks(step, begun)
+            self.driver.step_done(step)
+
+    def expired_while_disconnected(self, expired: SessionExpired) -> Flow:
+        """The session ran out while the member had no connection: what it owned is lost
+        now (``on_partitions_lost``), not once it is connected again. The same event,
+        queued for the main loop, is stale by then and changes nothing."""
+        step = self.driver.on_event(expired)
+        if step is not None:
+            yield from self._callbacks(step)
             self.driver.step_done(step)
 
     def closed_while_disconnected(self) -> Flow:

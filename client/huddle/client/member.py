@@ -102,6 +102,10 @@ class Member:
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
         bootstrap_addresses(bootstrap)  # ValueError for a malformed list, at once
         self._bootstrap = bootstrap
+        self._connects = 0  # connections lost so far: where the next discovery begins
+        # between connections: the watchdog runs on_partitions_lost itself, under the lock
+        self._offline = False
+        self._offline_lock = anyio.Lock()
         self._core = MemberCore(
             MemberConfig(
                 group_id=group_id,
@@ -353,10 +357,14 @@ class Member:
                         self._bootstrap,
                         self._core.config.group_id,
                         client_id=self._core.config.client_id,
+                        timeout=min(10.0, driver.heartbeat_timeout_ms / 1000),
+                        start=self._connects,
                     ) as conn,
                     anyio.create_task_group() as tg,
                 ):
-                    self._conn = conn
+                    async with self._offline_lock:  # an offline loss being handled ends first
+                        self._offline = False
+                        self._conn = conn
                     driver.connected(conn.disconnect_grace_ms)  # heartbeat at once
                     self._log.info("member_connected", member_id=self._core.member_id)
                     tg.start_soon(self._read_notices, conn)
@@ -371,6 +379,7 @@ class Member:
                 Reconnect,
             ) as group:
                 reasons = "; ".join(str(e) or type(e).__name__ for e in group.exceptions)
+                self._connects += 1  # the next attempt asks another bootstrap address first
                 self._log.info("member_disconnected", reason=reasons)
                 driver.connection_lost(_now_ms())
             finally:
@@ -378,7 +387,9 @@ class Member:
                 driver.disconnected()
                 self._notify()
             # callbacks of a step the lost connection cut off (a listener error fails it)
-            await self._perform_flow(self._flow.owed_callbacks(), None)
+            async with self._offline_lock:
+                self._offline = True
+                await self._perform_flow(self._flow.owed_callbacks(), None)
             if not driver.closing and self._failure is None:
                 with anyio.move_on_after(driver.reconnect_delay_ms() / 1000):
                     await self._close_requested.wait()
@@ -478,7 +489,7 @@ class Member:
                 with anyio.move_on_after(None if action.at is None else (action.at - now) / 1000):
                     await self._changed.wait()
                 continue
-            timeout_s = driver.timer.session_ms / 1000
+            timeout_s = driver.heartbeat_timeout_ms / 1000
             response = await conn.request(action.request, timeout=timeout_s)
             code = response.error_code if isinstance(response, HeartbeatResponse) else E.NONE
             if isinstance(response, ErrorResponse):
@@ -507,6 +518,11 @@ class Member:
             wake = self._driver.watchdog(now)
             if isinstance(wake, SessionExpired):
                 self._post(wake)
+                if self._offline:  # no main loop runs to hear of it: lose them now
+                    async with self._offline_lock:
+                        if self._offline:
+                            flow = self._flow.expired_while_disconnected(wake)
+                            await self._perform_flow(flow, None)
                 continue
             with anyio.move_on_after((wake - now) / 1000):
                 await self._changed.wait()

@@ -151,6 +151,9 @@ class SimMember:
         )
         self.flow = MemberFlow(self.driver, self)
         self.gen: Flow | None = None
+        self.serve_waiting = False  # connected while a loss was handled offline
+        self.offline_running = False  # the flow runs expired_while_disconnected
+        self.reconnect_timer: Timer | None = None
         self.events: deque[Event] = deque()
         self.receiving = False
         self.link: Link | None = None
@@ -305,6 +308,9 @@ class SimMember:
         self.connected = True
         self.driver.connected(self.world.group_config.disconnect_grace_ms)
         self.world.trace(self, "connected", conn=link.conn_id)
+        if self.gen is not None:  # a loss handled offline ends first (the runtime's lock)
+            self.serve_waiting = True
+            return
         self.gen = self.flow.serve()
         self._resume()
 
@@ -324,6 +330,16 @@ class SimMember:
         link, self.link = self.link, None
         link.close_by_member()
         self.connected = False
+        self.serve_waiting = False
+        if self.offline_running:
+            # a loss handled offline (the runtime's watchdog, not the connection's task)
+            # goes on; it reconnects when that ends
+            self.calls.clear()
+            if self.connect_timer is not None:
+                self.connect_timer.cancel()
+                self.connect_timer = None
+            self.driver.disconnected()
+            return
         gen, self.gen = self.gen, None
         self._stop_waiting()
         if gen is not None:
@@ -415,15 +431,28 @@ class SimMember:
                 action = gen.send(value) if error is None else gen.throw(error)
             except StopIteration:
                 self.gen = None
-                if self.link is None and self.failure is None:  # the owed callbacks ran
-                    self._after_local(self.driver.reconnect_delay_ms(), self._reconnect)
+                self.offline_running = False
+                if self.serve_waiting:
+                    self.serve_waiting = False
+                    if self.connected:
+                        self.gen = self.flow.serve()
+                        value, error = None, None
+                        continue
+                pending = self.reconnect_timer is not None and self.reconnect_timer.pending
+                if self.link is None and self.failure is None and not pending:
+                    # the owed callbacks (or a loss while offline) ran: reconnect, after a backoff
+                    self.reconnect_timer = self._after_local(
+                        self.driver.reconnect_delay_ms(), self._reconnect
+                    )
                 return
             except (Reconnect, ConnectionError, TimeoutError) as exc:
                 self.gen = None
+                self.offline_running = False
                 self._connection_failed(f"{type(exc).__name__}: {exc}")
                 return
             except Exception as exc:
                 self.gen = None
+                self.offline_running = False
                 self._fail(f"{type(exc).__name__}: {exc}")
                 return
             value, error = None, None
@@ -669,6 +698,10 @@ class SimMember:
         wake = driver.watchdog(now)
         while isinstance(wake, SessionExpired):
             self._post(wake)
+            if not self.connected and self.gen is None:  # the runtime's offline watchdog
+                self.offline_running = True
+                self.gen = self.flow.expired_while_disconnected(wake)
+                self._resume()
             wake = driver.watchdog(now)
         timer = self.wd_timer
         if (
@@ -700,7 +733,7 @@ class SimMember:
             if action.at is not None:
                 self.hb_timer = self._at_local(action.at, self._poke)
             return
-        cid = self._send(action.request, self._heartbeat_answer, driver.timer.session_ms)
+        cid = self._send(action.request, self._heartbeat_answer, driver.heartbeat_timeout_ms)
         self.hb = (cid, action)
 
     def _global(self, local: float) -> float:

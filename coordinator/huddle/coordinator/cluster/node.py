@@ -4,6 +4,7 @@ Keys under the cluster's prefix ``P``:
 
 - ``P/config/shards``: the shard count, written by the first node; fixed for the cluster.
 - ``P/nodes/<node id>``: the node's advertised address, under its lease.
+- ``P/addresses/<address>``: the node advertising it, under its lease (one node per address).
 - ``P/shards/<n>``: the node that owns shard ``n``, under that node's lease; the key's
   revision is the shard's *epoch*.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Protocol
+from urllib.parse import quote
 
 import anyio
 import structlog
@@ -30,7 +32,7 @@ from huddle.coordinator.cluster.store import EtcdStore, Lease
 log = structlog.get_logger("huddle.cluster")
 
 
-OURS = frozenset({b"config", b"nodes", b"shards", b"topics", b"groups", b"offsets"})
+OURS = frozenset({b"config", b"nodes", b"addresses", b"shards", b"topics", b"groups", b"offsets"})
 
 
 class ClusterConfigError(Exception):
@@ -186,6 +188,16 @@ class ClusterNode:
         if await self.store.claim(me, self.advertise.encode(), lease) is None:
             await self.store.revoke(lease)
             raise ClusterConfigError(f"a live node is already registered as {self.node_id}")
+        # the address too, in one place per address: two nodes starting at once with one
+        # address cannot both pass the check above
+        address = self._key("addresses", quote(self.advertise, safe=""))
+        if await self.store.claim(address, self.node_id.encode(), lease) is None:
+            holder = await self.store.get(address)
+            await self.store.revoke(lease)
+            other = holder.value.decode(errors="replace") if holder is not None else "another"
+            raise ClusterConfigError(
+                f"node {other} already advertises {self.advertise}: each node needs its own address"
+            )
         self.lease = lease
         self.guard = LeaseGuard(ttl_ms=self.guard.ttl_ms, margin_ms=self.guard.margin_ms)
         self.guard.answered(granted_at, lease.ttl_s)
@@ -233,7 +245,21 @@ class ClusterNode:
             if self.guard.lost:
                 self._fence("etcd says its lease expired")
                 log.error("lease_lost", node=self.node_id, lease=lease.id)
+                await self._register_again()
+
+    async def _register_again(self) -> None:
+        """After losing its lease (etcd was away longer than the TTL, or the node was
+        frozen), the node joins again under a new lease and takes shards as a new node."""
+        self.lease = None
+        while True:
+            try:
+                await self.register()
+                log.info("node_rejoined", node=self.node_id)
+                self._poke.set()
                 return
+            except Exception as exc:  # etcd still away, or our old entry still there
+                log.warning("register_failed", node=self.node_id, error=str(exc) or repr(exc))
+                await anyio.sleep(1.0)
 
     async def _keep_shards(self) -> None:
         while True:
