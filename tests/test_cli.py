@@ -228,6 +228,13 @@ async def test_admin_commands(bootstrap: str, capsys: pytest.CaptureFixture[str]
     code, _, err = await huddle("groups", "describe", "nope")
     assert code == 1
     assert err.endswith("(GROUP_ID_NOT_FOUND)\n")
+    code, out, _ = await huddle("cluster", "status")
+    assert code == 0
+    assert out.startswith("a single coordinator (no cluster)\n")
+    assert bootstrap in out
+    status = json.loads((await huddle("cluster", "status", "--json"))[1])
+    assert status["shard_count"] == 0
+    assert [n["address"] for n in status["nodes"]] == [bootstrap]
 
 
 async def test_names_from_clients_are_shown_escaped(

@@ -4,6 +4,7 @@ freezes past its lease, etcd goes away; and bad configurations refused at start.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -274,3 +275,57 @@ async def test_two_nodes_advertising_one_address_are_refused(etcd: Etcd) -> None
         )
     assert second.returncode == 1
     assert f"already advertises {taken}" in second.stderr
+
+
+async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> None:
+    async with cluster(etcd, 2) as nodes, AsyncExitStack() as stack:
+        bootstrap = ",".join(f"127.0.0.1:{port}" for _, port, _ in nodes)
+
+        async def spread() -> bool:
+            counts = list((await owners(etcd)).values())
+            return len(counts) == SHARDS and len(set(counts)) == 2
+
+        await eventually(spread, what="both nodes own shards")
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("t", 1)
+        names = groups_on_distinct_shards(SHARDS)  # so some land on each node
+        for g in names:
+            await stack.enter_async_context(static_member(bootstrap, g, f"{g}-0", Recorder()))
+        async with Admin(bootstrap) as admin:
+
+            async def all_listed() -> bool:
+                try:
+                    return [g.group_id for g in await admin.list_groups()] == sorted(names)
+                except HuddleError:
+                    return False
+
+            await eventually(all_listed, what="every group is listed")
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "huddle",
+                "cluster",
+                "status",
+                "--json",
+                "--bootstrap",
+                bootstrap,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        status = json.loads(result.stdout)
+        assert status["shard_count"] == SHARDS
+        assert sorted(n["address"] for n in status["nodes"]) == sorted(bootstrap.split(","))
+        shards = {s["shard"]: s for s in status["shards"]}
+        assert all(s["owner"] and s["epoch"] > 0 for s in shards.values())
+        for node in status["nodes"]:
+            assert node["shards"] == sorted(
+                s for s, v in shards.items() if v["owner"] == node["node_id"]
+            )
+            assert node["groups"] == sorted(
+                g for g in names if shard_of(g, SHARDS) in node["shards"]
+            )

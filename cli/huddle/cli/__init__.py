@@ -55,6 +55,11 @@ COMMANDS: dict[str, Command] = {
         "create, alter, delete and list topics", "huddle.cli.admin", add="add_topics"
     ),
     "groups": Command("list and describe groups", "huddle.cli.admin", add="add_groups"),
+    "cluster": Command(
+        "show a coordinator cluster: nodes, shard owners and epochs, groups per node",
+        "huddle.cli.admin",
+        add="add_cluster",
+    ),
     "data": Command(
         "check or repair a coordinator's data dir",
         "huddle.cli.data",

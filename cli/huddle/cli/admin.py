@@ -1,5 +1,5 @@
-"""``huddle ping``, ``huddle topics ...`` and ``huddle groups ...``: the member library's
-``Admin`` against a running coordinator; render the result.
+"""``huddle ping``, ``huddle topics ...``, ``huddle groups ...`` and ``huddle cluster
+status``: the member library's ``Admin`` against a running coordinator; render the result.
 
 The coordinator is ``--bootstrap``, else ``HUDDLE_BOOTSTRAP``, else 127.0.0.1:9292. Human
 output is plain aligned tables; ``--json`` gives one JSON document on one line. A failure
@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import anyio
 import msgspec
@@ -23,7 +24,9 @@ from huddle.client.connection import ConnectionClosedError
 from huddle.client.describe import GroupView, compact
 from huddle.client.discovery import bootstrap_addresses, connect_any
 from huddle.logs import printable
+from huddle.protocol.addresses import format_address
 from huddle.protocol.errors import ServerError, error_name
+from huddle.protocol.messages import DescribeClusterResponse, ListedGroup
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
 
@@ -67,6 +70,13 @@ def add_groups(groups: argparse.ArgumentParser) -> None:
     describe = group_commands.add_parser("describe", help="describe a group and its members")
     describe.add_argument("group", help="group id")
     _add_client_flags(describe)
+
+
+def add_cluster(cluster: argparse.ArgumentParser) -> None:
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
+    status = actions.add_parser("status", help="nodes, shard owners and epochs, groups per node")
+    status.add_argument("--shards", action="store_true", help="also list every shard")
+    _add_client_flags(status)
 
 
 def bootstrap_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
@@ -185,6 +195,52 @@ def render_group(group: GroupView) -> str:
     return f"{head}\n\n{members}"
 
 
+def cluster_view(
+    cluster: DescribeClusterResponse, groups: Mapping[str, list[ListedGroup]]
+) -> dict[str, object]:
+    """The cluster as ``huddle cluster status --json`` prints it."""
+    return {
+        "answered_by": cluster.node_id,
+        "shard_count": cluster.shard_count,
+        "nodes": [
+            {
+                "node_id": n.node_id,
+                "address": format_address(n.host, n.port),
+                "shards": [s.shard for s in cluster.shards if s.owner == n.node_id],
+                "groups": sorted(g.group_id for g in groups.get(n.node_id, [])),
+            }
+            for n in cluster.nodes
+        ],
+        "shards": [
+            {"shard": s.shard, "owner": s.owner or None, "epoch": s.epoch} for s in cluster.shards
+        ],
+    }
+
+
+def render_cluster(
+    cluster: DescribeClusterResponse, groups: Mapping[str, list[ListedGroup]], *, shards: bool
+) -> str:
+    view = cluster_view(cluster, groups)
+    nodes = cast(list[dict[str, Any]], view["nodes"])
+    rows = [
+        (n["node_id"], n["address"], str(len(n["shards"])), str(len(n["groups"]))) for n in nodes
+    ]
+    table = format_table(("NODE", "ADDRESS", "SHARDS", "GROUPS"), rows)
+    if not cluster.shard_count:
+        return f"a single coordinator (no cluster)\n\n{table}"
+    unowned = [s.shard for s in cluster.shards if not s.owner]
+    head = (
+        f"{len(cluster.nodes)} nodes, {cluster.shard_count} shards"
+        + (f", {len(unowned)} without a live owner: {unowned}" if unowned else ", all owned")
+        + f" (as {cluster.node_id} sees it)"
+    )
+    out = f"{head}\n\n{table}"
+    if shards:
+        shard_rows = [(str(s.shard), s.owner or "-", str(s.epoch or "-")) for s in cluster.shards]
+        out += "\n\n" + format_table(("SHARD", "OWNER", "EPOCH"), shard_rows)
+    return out
+
+
 async def run_admin_command(args: argparse.Namespace, bootstrap: str, wait_s: float) -> str:
     """Run one topics/groups command against ``bootstrap``; return what to print.
 
@@ -228,4 +284,10 @@ async def run_admin_command(args: argparse.Namespace, bootstrap: str, wait_s: fl
             case ("groups", "describe"):
                 group = await admin.describe(args.group)
                 return to_json(group) if as_json else render_group(group)
+            case ("cluster", "status"):
+                cluster = await admin.describe_cluster()
+                per_node = await admin.groups_by_node(cluster)
+                if as_json:
+                    return to_json(cluster_view(cluster, per_node))
+                return render_cluster(cluster, per_node, shards=bool(args.shards))
     raise ValueError(f"unknown command {args.command} {args.action}")

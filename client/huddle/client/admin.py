@@ -17,7 +17,14 @@ from typing import TypeVar
 from huddle.client.connection import Connection, connect
 from huddle.client.describe import GroupView, view
 from huddle.client.discovery import connect_any, coordinator_of
-from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, raise_for
+from huddle.protocol.addresses import format_address
+from huddle.protocol.errors import (
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    GroupIdNotFoundError,
+    HuddleError,
+    raise_for,
+)
 from huddle.protocol.messages import (
     AlterTopicsRequest,
     AlterTopicsResponse,
@@ -25,6 +32,8 @@ from huddle.protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -148,9 +157,45 @@ class Admin:
 
     # --- groups -----------------------------------------------------------------------
 
+    async def describe_cluster(self) -> DescribeClusterResponse:
+        """The cluster's nodes and shard owners, as the node reached last saw them (a
+        single coordinator: one node, no shards)."""
+        return await self._call(DescribeClusterRequest(), DescribeClusterResponse)
+
     async def list_groups(self) -> list[ListedGroup]:
-        response = await self._call(ListGroupsRequest(), ListGroupsResponse)
-        return sorted(response.groups, key=lambda g: g.group_id)
+        """Every group, over every node of a cluster (each lists the groups it serves).
+        Raises CoordinatorNotAvailableError naming the nodes that could not be asked."""
+        cluster = await self.describe_cluster()
+        by_node = await self.groups_by_node(cluster)
+        groups = {g.group_id: g for listed in by_node.values() for g in listed}
+        return sorted(groups.values(), key=lambda g: g.group_id)
+
+    async def groups_by_node(
+        self, cluster: DescribeClusterResponse
+    ) -> dict[str, list[ListedGroup]]:
+        """Each node's groups (the node reached answers for itself on this connection)."""
+        conn = await self._live()
+        here = await conn.call(ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout)
+        found: dict[str, list[ListedGroup]] = {cluster.node_id: list(here.groups)}
+        failed: list[str] = []
+        for node in cluster.nodes:
+            if node.node_id == cluster.node_id:
+                continue
+            address = format_address(node.host, node.port)
+            try:
+                async with connect(
+                    address, client_id=self.client_id, timeout=self.timeout, notices=False
+                ) as there:
+                    listed = await there.call(
+                        ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout
+                    )
+            except (OSError, TimeoutError, HuddleError) as exc:
+                failed.append(f"{node.node_id} at {address}: {str(exc) or type(exc).__name__}")
+                continue
+            found[node.node_id] = list(listed.groups)
+        if failed:
+            raise CoordinatorNotAvailableError("could not list the groups of " + "; ".join(failed))
+        return found
 
     async def describe(self, group_id: str) -> GroupView:
         """The group with its members' subscriptions and assignments decoded."""

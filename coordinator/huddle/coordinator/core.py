@@ -36,6 +36,8 @@ from huddle.protocol.messages import (
     AlterTopicsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribedGroup,
     DescribedMember,
     DescribeGroupsRequest,
@@ -88,6 +90,7 @@ class Coordinator:
         # Which node coordinates a group: the transport sets it (its own address, or the
         # cluster's shard owners); without one, nobody is known.
         self.locate: Callable[[str], FindCoordinatorResponse] = _nobody
+        self.describe_cluster: Callable[[], DescribeClusterResponse] = DescribeClusterResponse
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -133,6 +136,8 @@ class Coordinator:
                 fx.reply((peer.conn_id, correlation_id), self._list_groups(request))
             case FindCoordinatorRequest():
                 fx.reply((peer.conn_id, correlation_id), self.locate(request.group_id))
+            case DescribeClusterRequest():
+                fx.reply((peer.conn_id, correlation_id), self.describe_cluster())
             case _:  # pragma: no cover - the decoder admits only the types above
                 fx.reply(
                     (peer.conn_id, correlation_id),

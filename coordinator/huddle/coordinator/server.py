@@ -43,8 +43,10 @@ from huddle.protocol.messages import (
     SUPPORTED_VERSIONS,
     AlterTopicsRequest,
     Call,
+    ClusterNodeInfo,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    DescribeClusterResponse,
     DescribeGroupsRequest,
     ErrorResponse,
     FindCoordinatorRequest,
@@ -214,6 +216,7 @@ class CoordinatorServer:
                 self.loading = False
         if not self.config.cluster:  # a cluster node's serving names the owners
             self.core.locate = self._locate_self
+            self.core.describe_cluster = self._describe_self
         self.core.start(self._now())  # a restart's fence, if it kept sessions before
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
@@ -231,6 +234,11 @@ class CoordinatorServer:
     def node_id(self) -> str:
         """This node's name: ``--node-id``, or its advertised address."""
         return self.config.node_id or format_address(*self.advertised)
+
+    def _describe_self(self) -> DescribeClusterResponse:
+        host, port = self.advertised
+        me = ClusterNodeInfo(node_id=self.node_id, host=host, port=port)
+        return DescribeClusterResponse(node_id=self.node_id, nodes=[me])
 
     def _locate_self(self, group_id: str) -> FindCoordinatorResponse:
         host, port = self.advertised

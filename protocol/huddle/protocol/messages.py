@@ -383,6 +383,32 @@ class FindCoordinatorResponse(Message, tag="find_coordinator_response", frozen=T
     port: int = 0
 
 
+class DescribeClusterRequest(Message, tag="describe_cluster", frozen=True, kw_only=True):
+    """The nodes of the coordinator's cluster and who owns each shard, as the node asked
+    last saw them (a single coordinator is a cluster of one node with no shards)."""
+
+
+class ClusterNodeInfo(Struct, frozen=True, kw_only=True):
+    node_id: str
+    host: str
+    port: int
+
+
+class ShardInfo(Struct, frozen=True, kw_only=True):
+    shard: int
+    owner: str = ""  # "": no live node owns it now
+    epoch: int = 0
+
+
+class DescribeClusterResponse(Message, tag="describe_cluster_response", frozen=True, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    node_id: str = ""  # the node that answered
+    shard_count: int = 0
+    nodes: list[ClusterNodeInfo] = field(default_factory=list)
+    shards: list[ShardInfo] = field(default_factory=list)
+
+
 class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):
     """The answer to a request the coordinator could not read or route."""
 
@@ -428,6 +454,7 @@ Request = (
     | DescribeGroupsRequest
     | ListGroupsRequest
     | FindCoordinatorRequest
+    | DescribeClusterRequest
 )
 
 Response = (
@@ -444,6 +471,7 @@ Response = (
     | DescribeGroupsResponse
     | ListGroupsResponse
     | FindCoordinatorResponse
+    | DescribeClusterResponse
     | ErrorResponse
 )
 

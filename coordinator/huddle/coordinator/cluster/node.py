@@ -98,6 +98,7 @@ class ClusterNode:
         # the cluster as last read: live nodes' addresses, and each shard's owner
         self.addresses: dict[str, str] = {}
         self.owners: dict[int, str] = {}
+        self.epochs: dict[int, int] = {}
 
     # --- keys ---------------------------------------------------------------------
 
@@ -291,6 +292,7 @@ class ClusterNode:
                 current[int(number)] = entry.value.decode(errors="replace")
                 epochs[int(number)] = entry.revision
         self.owners = dict(current)
+        self.epochs = dict(epochs)
         for shard, epoch in list(self._owned.items()):
             if current.get(shard) != self.node_id or epochs.get(shard) != epoch:
                 self.depose(shard, "another epoch holds it")
@@ -303,6 +305,7 @@ class ClusterNode:
                 )
                 if claimed is not None:
                     self.owners[shard] = self.node_id
+                    self.epochs[shard] = claimed
                     await self._serve(shard, claimed)
             elif owner != self.node_id and mine:
                 held = self._owned.pop(shard, epochs[shard])  # stop serving it first

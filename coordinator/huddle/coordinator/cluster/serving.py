@@ -34,6 +34,8 @@ from huddle.coordinator.records import GroupRecord, OffsetRecord, Record, TopicR
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
+    ClusterNodeInfo,
+    DescribeClusterResponse,
     DescribeGroupsRequest,
     ErrorResponse,
     FindCoordinatorResponse,
@@ -43,6 +45,7 @@ from huddle.protocol.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     Request,
+    ShardInfo,
     SyncGroupRequest,
 )
 
@@ -92,6 +95,7 @@ class ClusterServing:
         self._shards: dict[str, int] = {}
         core.membership.keep_groups = True
         core.locate = self.locate
+        core.describe_cluster = self.describe
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
 
@@ -152,6 +156,27 @@ class ClusterServing:
             )
         host, port = parse_address(address)
         return FindCoordinatorResponse(node_id=owner, host=host, port=port)
+
+    def describe(self) -> DescribeClusterResponse:
+        node = self.node
+        nodes = []
+        for node_id, address in sorted(node.addresses.items()):
+            try:
+                host, port = parse_address(address)
+            except ValueError:
+                continue
+            nodes.append(ClusterNodeInfo(node_id=node_id, host=host, port=port))
+        shards = [
+            ShardInfo(
+                shard=shard,
+                owner=node.owners.get(shard, ""),
+                epoch=node.epochs.get(shard, 0) if shard in node.owners else 0,
+            )
+            for shard in range(node.shards)
+        ]
+        return DescribeClusterResponse(
+            node_id=node.node_id, shard_count=node.shards, nodes=nodes, shards=shards
+        )
 
     # --- shards coming and going -----------------------------------------------------
 
