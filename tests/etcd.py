@@ -45,43 +45,60 @@ def require_etcd() -> str:
 
 def start_etcd(data_dir: Path) -> Etcd:
     """One etcd node on free loopback ports; returns once it answers."""
+    return start_etcd_cluster(data_dir, 1)[0]
+
+
+def start_etcd_cluster(data_dir: Path, size: int) -> list[Etcd]:
+    """``size`` etcd members forming one cluster on free loopback ports; returns once each
+    accepts connections (the cluster has a leader soon after)."""
     binary = require_etcd()
-    client, peer = free_port(), free_port()
-    log = (data_dir.parent / f"{data_dir.name}.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            "--name",
-            "n1",
-            "--data-dir",
-            str(data_dir),
-            "--listen-client-urls",
-            f"http://127.0.0.1:{client}",
-            "--advertise-client-urls",
-            f"http://127.0.0.1:{client}",
-            "--listen-peer-urls",
-            f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{peer}",
-            "--initial-cluster",
-            f"n1=http://127.0.0.1:{peer}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
+    ports = [(free_port(), free_port()) for _ in range(size)]
+    peers = ",".join(f"n{i}=http://127.0.0.1:{peer}" for i, (_, peer) in enumerate(ports))
+    members = []
+    for i, (client, peer) in enumerate(ports):
+        member_dir = data_dir if size == 1 else data_dir / f"n{i}"
+        member_dir.parent.mkdir(parents=True, exist_ok=True)
+        log = (member_dir.parent / f"{member_dir.name}.log").open("wb")
+        process = subprocess.Popen(
+            [
+                binary,
+                "--name",
+                f"n{i}",
+                "--data-dir",
+                str(member_dir),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                peers,
+                "--initial-cluster-state",
+                "new",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        members.append(Etcd("127.0.0.1", client, process))
     deadline = time.monotonic() + START_S
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", client), timeout=1.0):
-                return Etcd("127.0.0.1", client, process)
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            raise AssertionError(f"etcd did not start; its log is beside {data_dir}")
-        time.sleep(0.05)
+    for etcd in members:
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", etcd.port), timeout=1.0):
+                    break
+            except OSError:
+                pass
+            if etcd.process.poll() is not None or time.monotonic() > deadline:
+                for other in members:
+                    other.process.kill()
+                    other.process.wait()
+                raise AssertionError(f"etcd did not start; its logs are beside {data_dir}")
+            time.sleep(0.05)
+    return members
 
 
 def stop_etcd(etcd: Etcd) -> None:

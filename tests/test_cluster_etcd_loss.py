@@ -1,0 +1,78 @@
+"""A coordinator node on a three-member etcd cluster: the etcd member it talks to is killed
+while a group commits. The node goes on through another member, and nothing acknowledged is
+lost."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from huddle.client import Admin
+from tests.etcd import Etcd, start_etcd_cluster, stop_etcd
+from tests.helpers import Recorder, eventually, serve_process, wait_until
+from tests.test_cluster_failover import PREFIX, SHARDS, TTL_S, static_member
+
+
+@pytest.fixture
+def etcd3(tmp_path: Path) -> Iterator[list[Etcd]]:
+    members = start_etcd_cluster(tmp_path / "etcd", 3)
+    try:
+        yield members
+    finally:
+        for member in members:
+            if member.process.poll() is None:
+                stop_etcd(member)
+
+
+async def test_an_etcd_member_killed_while_a_group_commits_loses_nothing_acknowledged(
+    etcd3: list[Etcd],
+) -> None:
+    endpoints = ",".join(f"{e.host}:{e.port}" for e in etcd3)
+    async with serve_process(
+        "--cluster",
+        f"etcd://{endpoints}",  # the node talks to the first member that answers
+        "--shards",
+        str(SHARDS),
+        "--lease-ttl-s",
+        str(TTL_S),
+        "--cluster-prefix",
+        PREFIX,
+    ) as (_, port, events):
+        bootstrap = f"127.0.0.1:{port}"
+        await wait_until(
+            lambda: sum(e["event"] == "shard_taken" for e in events) == SHARDS,
+            what="the node owns every shard",
+        )
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("t", 2)
+        async with static_member(bootstrap, "ledger", "ledger-0", Recorder()) as m:
+            await wait_until(lambda: len(m.assignment) == 2, what="the member owns both")
+            acknowledged = 0
+            for offset in range(1, 21):
+                await m.commit({tp: offset for tp in m.assignment})
+                acknowledged = offset
+            first = etcd3[0]
+            first.process.send_signal(signal.SIGKILL)  # the member the node talks to
+            first.process.wait()
+            for offset in range(21, 41):  # commits go on: each one acknowledged or not
+                try:
+                    with anyio.fail_after(TTL_S + 10):
+                        await m.commit({tp: offset for tp in m.assignment})
+                except Exception:
+                    continue
+                acknowledged = offset
+            assert acknowledged > 20, "no commit was acknowledged after the etcd member died"
+
+            async def kept() -> bool:
+                try:
+                    committed = await m.committed(frozenset(m.assignment))
+                except Exception:
+                    return False
+                return committed == dict.fromkeys(m.assignment, acknowledged)
+
+            await eventually(kept, wait_s=TTL_S + 20, what="the last acknowledged commit")
+    assert any(e["event"] == "store_endpoint_switched" for e in events)
