@@ -14,7 +14,7 @@ import pytest
 from huddle.client import Admin
 from tests.etcd import Etcd, start_etcd_cluster, stop_etcd
 from tests.helpers import Recorder, eventually, serve_process, wait_until
-from tests.test_cluster_failover import PREFIX, SHARDS, TTL_S, static_member
+from tests.test_cluster_failover import SHARDS, TTL_S, node_flags, static_member
 
 
 @pytest.fixture
@@ -32,16 +32,8 @@ async def test_an_etcd_member_killed_while_a_group_commits_loses_nothing_acknowl
     etcd3: list[Etcd],
 ) -> None:
     endpoints = ",".join(f"{e.host}:{e.port}" for e in etcd3)
-    async with serve_process(
-        "--cluster",
-        f"etcd://{endpoints}",  # the node talks to the first member that answers
-        "--shards",
-        str(SHARDS),
-        "--lease-ttl-s",
-        str(TTL_S),
-        "--cluster-prefix",
-        PREFIX,
-    ) as (_, port, events):
+    # the node talks to the first member that answers
+    async with serve_process(*node_flags(endpoints)) as (_, port, events):
         bootstrap = f"127.0.0.1:{port}"
         await wait_until(
             lambda: sum(e["event"] == "shard_taken" for e in events) == SHARDS,

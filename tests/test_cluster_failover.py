@@ -28,24 +28,25 @@ PARTITIONS = frozenset(TopicPartition("t", p) for p in range(6))
 Node = tuple[asyncio.subprocess.Process, int, list[dict[str, Any]]]
 
 
+def node_flags(endpoints: str) -> list[str]:
+    """``huddle serve`` flags of a test cluster node on ``endpoints`` (HOST:PORT,...)."""
+    return [
+        "--cluster",
+        f"etcd://{endpoints}",
+        "--shards",
+        str(SHARDS),
+        "--lease-ttl-s",
+        str(TTL_S),
+        "--cluster-prefix",
+        PREFIX,
+    ]
+
+
 @asynccontextmanager
 async def cluster(etcd: Etcd, count: int) -> AsyncIterator[list[Node]]:
     async with AsyncExitStack() as stack:
-        nodes = [
-            await stack.enter_async_context(
-                serve_process(
-                    "--cluster",
-                    f"etcd://{etcd.host}:{etcd.port}",
-                    "--shards",
-                    str(SHARDS),
-                    "--lease-ttl-s",
-                    str(TTL_S),
-                    "--cluster-prefix",
-                    PREFIX,
-                )
-            )
-            for _ in range(count)
-        ]
+        flags = node_flags(f"{etcd.host}:{etcd.port}")
+        nodes = [await stack.enter_async_context(serve_process(*flags)) for _ in range(count)]
         yield nodes
 
 
