@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import CreateTopicsRequest, TopicSpec
 from tests.harness import REBALANCE_MS, SESSION_MS, Driver
 
 E = ErrorCode
@@ -573,3 +574,22 @@ def test_a_member_answered_after_waiting_on_its_sync_gets_a_fresh_session() -> N
     assert d.sync_response(waiting).error_code == E.REBALANCE_IN_PROGRESS
     d.advance(100)  # the follower is on its way back
     assert follower in d.group().members
+
+
+def test_requests_on_a_connection_the_member_left_act_for_it_no_more() -> None:
+    """A commit held up in the network on the member's old connection arrives after the
+    member moved to a new one and committed a later offset there: it must not set the
+    offset back, and an old heartbeat must not bind the member to the dead connection."""
+    d = Driver()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    (member_id,) = d.form(1)
+    generation = d.group().generation
+    assert d.heartbeat(2, member_id, generation) == E.NONE  # it reconnected: connection 2
+    newer = d.commit(2, {("t", 0): 1165}, member_id=member_id, generation=generation)
+    assert newer.topics[0].partitions[0].error_code == E.NONE
+    older = d.commit(1, {("t", 0): 1105}, member_id=member_id, generation=generation)
+    assert older.error_code == E.COORDINATOR_NOT_AVAILABLE
+    assert d.group().offsets[("t", 0)][0] == 1165
+    assert d.heartbeat(1, member_id, generation) == E.COORDINATOR_NOT_AVAILABLE
+    assert d.group().members[member_id].conn_id == 2
+    assert d.heartbeat(3, member_id, generation) == E.NONE  # a newer one still moves it

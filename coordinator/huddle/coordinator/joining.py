@@ -153,6 +153,10 @@ class Joining(Rebalancing):
         if not group.supports(req.protocol_type, req.protocols, member):
             fx.reply(waiter, inconsistent(member_id))
             return
+        gone = self.stale(member, conn)
+        if gone is not None:
+            fx.reply(waiter, join_error(gone.code, gone.message, member_id))
+            return
         self._bind(member, conn)
         self._touch(fx, member)
         unchanged = member.same_protocols(req.protocols)

@@ -130,6 +130,9 @@ class Offsets:
             )
         if group.is_(S.COMPLETING_REBALANCE):
             return group, Refusal(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
+        gone = self.membership.stale(member, peer)
+        if gone is not None:
+            return group, gone
         self.membership.touch(fx, member, peer)
         return group, None
 

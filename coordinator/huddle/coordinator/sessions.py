@@ -107,6 +107,19 @@ class Sessions:
             )
         return group, member
 
+    @staticmethod
+    def stale(member: Member, conn: Peer) -> Refusal | None:
+        """A request that arrives on a connection older than the one the member speaks
+        through now (connection ids only grow): its client gave that connection up, and it
+        must not act for the member any more (a commit held up in the network would set an
+        offset back; a heartbeat would bind the member to a dead connection)."""
+        if conn.conn_id < member.conn_id:
+            return Refusal(
+                E.COORDINATOR_NOT_AVAILABLE,
+                f"member {member.member_id} speaks through a newer connection",
+            )
+        return None
+
     # --- kept groups (a cluster) -----------------------------------------------------
 
     def _keep(self, group: Group) -> None:
