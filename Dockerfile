@@ -27,9 +27,9 @@ RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 COPY . /src
-# Installed (not editable) and byte-compiled; then the venv's own installers go: nothing
-# at run time needs them.
-RUN pip install /src \
+# Installed (not editable) and byte-compiled, with the etcd client a cluster node needs
+# (--cluster); then the venv's own installers go: nothing at run time needs them.
+RUN pip install "/src[cluster]" \
     && python -m pip uninstall -y -q pip setuptools wheel
 
 

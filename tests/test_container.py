@@ -21,6 +21,8 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     JoinGroupRequest,
     JoinGroupResponse,
     OffsetCommitPartition,
@@ -47,8 +49,10 @@ from tests.containers import (
     logs,
     wait_for_port,
 )
+from tests.etcd import Etcd, etcd
 
 pytestmark = [pytest.mark.container, pytest.mark.e2e]
+__all__ = ["etcd"]  # the fixture
 
 IMAGE = "localhost/huddle:test"
 HOST = "127.0.0.1"
@@ -259,3 +263,49 @@ def _create_topic_and_commit(client: BlockingClient, offset: int) -> None:
     )
     assert isinstance(committed, OffsetCommitResponse), committed
     assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE, committed
+
+
+def test_the_image_runs_a_cluster_node(podman: Podman, image: str, etcd: Etcd) -> None:
+    """The image carries the etcd client: a node in a container joins a cluster on etcd
+    (the environment as compose.yaml sets it) and coordinates groups."""
+    name = f"huddle-node-{uuid.uuid4().hex[:12]}"
+    port = free_port(HOST)
+    try:
+        podman.run(
+            "run",
+            "--detach",
+            "--name",
+            name,
+            "--network",
+            "host",
+            "--env",
+            f"HUDDLE_PORT={port}",
+            "--env",
+            f"HUDDLE_CLUSTER=etcd://{etcd.host}:{etcd.port}",
+            "--env",
+            "HUDDLE_DATA_DIR=",
+            "--env",
+            "HUDDLE_NODE_ID=container",
+            image,
+            "huddle",
+            "serve",
+            "--host",
+            HOST,
+            "--shards",
+            "4",
+            timeout=120,
+        )
+        wait_for_port(podman, name, HOST, port, timeout=60)
+        deadline = time.monotonic() + 30
+        with BlockingClient(HOST, port) as client:
+            assert client.handshake("container-test").error_code == ErrorCode.NONE
+            while True:
+                found = client.call(FindCoordinatorRequest(group_id="g"))
+                assert isinstance(found, FindCoordinatorResponse), found
+                if found.error_code == ErrorCode.NONE:
+                    break
+                assert time.monotonic() < deadline, "the node took no shard\n" + logs(podman, name)
+                time.sleep(0.2)
+        assert (found.node_id, found.host, found.port) == ("container", HOST, port)
+    finally:
+        podman.run("rm", "--force", "--time", "0", name, timeout=60, check=False)

@@ -966,9 +966,15 @@ async def serve(
 
 
 async def _join_cluster(server: CoordinatorServer) -> ClusterRun:
-    from huddle.coordinator.cluster.node import ClusterConfigError
-    from huddle.coordinator.cluster.running import ClusterRun
-    from huddle.coordinator.cluster.store import StoreUnavailable
+    try:
+        from huddle.coordinator.cluster.node import ClusterConfigError
+        from huddle.coordinator.cluster.running import ClusterRun
+        from huddle.coordinator.cluster.store import StoreUnavailable
+    except ImportError as exc:  # the etcd client is an extra
+        await server.close()
+        raise ClusterStartError(
+            f"--cluster needs the etcd client: pip install 'huddle[cluster]' ({exc})"
+        ) from exc
 
     try:
         return await ClusterRun.start(server)
