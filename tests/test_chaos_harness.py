@@ -19,6 +19,7 @@ from huddle.chaos.eventfiles import problems, read_events
 from huddle.chaos.harness import RunSettings, run
 from huddle.chaos.procs import pid_alive
 from huddle.chaos.scenarios import ScenarioError, Shape, built_in
+from tests.etcd import require_etcd
 
 pytestmark = pytest.mark.e2e  # real member and coordinator processes
 
@@ -181,3 +182,42 @@ def test_network_faults_need_the_proxy(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="needs the proxy"):
         run(settings, scenario)
     assert not (tmp_path / "events").exists(), "refused before anything started"
+
+
+def test_coordinator_failover_moves_the_group_without_a_rebalance(tmp_path: Path) -> None:
+    """etcd and three coordinator nodes: the node owning the group is killed, then the new
+    owner frozen past its lease and thawed. The members go on in their generation: no
+    member loses or gives up a partition after the group settled."""
+    require_etcd()
+    settings = RunSettings(
+        run_dir=tmp_path,
+        members=3,
+        partitions=6,
+        duration=16.0,
+        protocol="cooperative-sticky",
+        session_timeout_ms=10_000,
+    )
+    lines: list[str] = []
+    result = run(settings, built_in("coordinator-failover", Shape(16.0, 3)), lines.append)
+
+    assert result.outcome == "completed", lines
+    assert not [pid for pid in result.pids if pid_alive(pid)], "every child is gone"
+    events = tmp_path / "events"
+    chaos = read_events(events / "chaos.jsonl")
+    faults = [(r["action"], r["target"]) for r in chaos if r["event"] == ev.FAULT]
+    assert faults == [
+        ("owner_kill", "coordinator"),
+        ("owner_stop", "coordinator"),
+        ("owner_cont", "coordinator"),
+    ]
+    steady = next(r["ts"] for r in chaos if r["event"] == ev.STEADY)
+    nodes = sorted(p.name for p in events.glob("coordinator-node-*.jsonl"))
+    assert len(nodes) == 3
+    loaded = [r for n in nodes for r in read_events(events / n) if r["event"] == "group_loaded"]
+    assert loaded, "another node loaded the group"
+    for name in ("member-1", "member-2", "member-3"):
+        records = read_events(events / f"{name}.jsonl")
+        # the scenario's span: the members give their partitions up when stopped after it
+        after = [r for r in records if steady < r["ts"] < steady + settings.duration]
+        assert not [r for r in after if r["event"] in (ev.tag_of(ev.Lost), ev.tag_of(ev.Revoked))]
+        assert any(r["event"] == ev.PROCESSED for r in after)

@@ -199,6 +199,9 @@ FAULT_ACTIONS: Final = frozenset(
         "start",  # a (re)started member process
         "coordinator_kill",
         "coordinator_start",
+        "owner_kill",  # SIGKILL the cluster node that owns the group
+        "owner_stop",  # SIGSTOP it
+        "owner_cont",
         "net_latency",
         "net_stall",
         "net_drop",

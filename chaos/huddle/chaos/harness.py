@@ -27,12 +27,13 @@ import anyio
 import structlog
 
 from huddle.chaos import events as ev
+from huddle.chaos.cluster import ChaosCluster
 from huddle.chaos.events import EventLog, events_dir
 from huddle.chaos.procs import HOST, free_port, signal_pid, spawn, stop_all
 from huddle.chaos.progress import EventTail
 from huddle.chaos.protocols import ProtocolOptions
 from huddle.chaos.proxy import FaultProxy, fault_proxy
-from huddle.chaos.scenarios import Scenario, ScenarioError, Step
+from huddle.chaos.scenarios import CLUSTER_ACTIONS, Scenario, ScenarioError, Step
 from huddle.chaos.worker import WorkerSettings
 from huddle.client.admin import Admin
 from huddle.protocol.errors import TopicAlreadyExistsError
@@ -115,6 +116,12 @@ class Harness:
             raise ScenarioError(
                 f"scenario {scenario.name!r} injects network faults: it needs the proxy"
             )
+        if scenario.cluster and (settings.bootstrap is not None or self.use_proxy):
+            raise ScenarioError(
+                f"scenario {scenario.name!r} runs its own coordinator cluster: no --bootstrap "
+                "and no fault proxy"
+            )
+        self.cluster: ChaosCluster | None = None
         if scenario.coordinator_faults and settings.bootstrap is not None:
             raise ScenarioError(
                 f"scenario {scenario.name!r} kills and starts the coordinator: "
@@ -177,6 +184,9 @@ class Harness:
                 return
 
     async def _run_scenario(self) -> None:
+        if self.scenario.cluster:
+            await self._run_on_cluster()
+            return
         if self.s.bootstrap is None:
             self.coordinator_port = free_port()
             await self._start_coordinator()
@@ -202,6 +212,23 @@ class Harness:
             await self._stop_members()
         if self.coordinator is not None:
             await self._stop(self.coordinator)
+
+    async def _run_on_cluster(self) -> None:
+        cluster = ChaosCluster(self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started)
+        self.cluster = cluster
+        await cluster.start(self.s.group, self.s.disconnect_grace_ms)
+        self.bootstrap = cluster.bootstrap
+        await self._create_topic(self.bootstrap)
+        for _ in range(self.s.members):
+            await self._start_member(self._new_name(), fault=False)
+        self.progress(
+            f"started etcd, {len(cluster.nodes)} coordinator nodes and {self.s.members} "
+            f"members, scenario {self.scenario.name}, protocol {self.s.protocol}, "
+            f"run dir {self.run_dir}"
+        )
+        await self._wait_steady()
+        await self._apply_steps(time.monotonic())
+        await self._stop_members()
 
     async def _apply_steps(self, t0: float) -> None:
         steps = self.scenario.ordered()
@@ -273,6 +300,13 @@ class Harness:
         elif a == "coordinator_start":
             await self._start_coordinator()
             self._fault(a, "coordinator", f"port {self.coordinator_port}")
+        elif a in CLUSTER_ACTIONS:
+            assert self.cluster is not None
+            detail = await self.cluster.fault(a, self.s.group)
+            if detail is not None:
+                self._fault(a, "coordinator", detail)
+            else:
+                self.progress(f"{a}: no node to act on")
         else:
             await self._network(step)
 

@@ -13,8 +13,11 @@ member count; a file holds the same thing as JSON::
 Actions: ``start`` (a member by name; restarts it if it ran before), ``kill`` (SIGKILL),
 ``sigterm``, ``sigstop``, ``sigcont``, ``scale_up`` / ``scale_down`` (``value`` members),
 ``coordinator_kill``, ``coordinator_start``, ``net_latency`` (``value`` ms), ``net_stall``,
-``net_drop``, ``net_partition``, ``net_heal``. ``target`` may be omitted for ``kill`` and
-``sigterm``: the harness then picks a live member with the run's seeded RNG.
+``net_drop``, ``net_partition``, ``net_heal``; and, against a cluster of coordinator
+nodes on etcd that the harness then starts, ``owner_kill`` (SIGKILL the node that owns the
+group), ``owner_stop`` (SIGSTOP it) and ``owner_cont`` (SIGCONT the node stopped last).
+``target`` may be omitted for ``kill`` and ``sigterm``: the harness then picks a live member
+with the run's seeded RNG.
 """
 
 from __future__ import annotations
@@ -31,10 +34,17 @@ from huddle.protocol.errors import HuddleError
 MEMBER_ACTIONS: Final = frozenset({"start", "kill", "sigterm", "sigstop", "sigcont"})
 GROUP_ACTIONS: Final = frozenset({"scale_up", "scale_down"})
 COORDINATOR_ACTIONS: Final = frozenset({"coordinator_kill", "coordinator_start"})
+# a cluster of coordinator nodes on etcd: the node that owns the run's group
+CLUSTER_ACTIONS: Final = frozenset({"owner_kill", "owner_stop", "owner_cont"})
 NET_ACTIONS: Final = frozenset(
     {"net_latency", "net_stall", "net_drop", "net_partition", "net_heal"}
 )
-ACTIONS: Final = MEMBER_ACTIONS | GROUP_ACTIONS | COORDINATOR_ACTIONS | NET_ACTIONS
+ACTIONS: Final = (
+    MEMBER_ACTIONS | GROUP_ACTIONS | COORDINATOR_ACTIONS | NET_ACTIONS | CLUSTER_ACTIONS
+)
+
+
+CLUSTER_LEASE_S: Final = 2.0  # the lease of the harness's cluster nodes
 
 
 class ScenarioError(HuddleError, ValueError):
@@ -72,6 +82,11 @@ class Scenario:
     def coordinator_faults(self) -> bool:
         """Whether some step kills or starts the coordinator (the harness's own one)."""
         return any(step.action in COORDINATOR_ACTIONS for step in self.steps)
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the run needs a coordinator cluster (etcd and three nodes)."""
+        return any(step.action in CLUSTER_ACTIONS for step in self.steps)
 
     @property
     def network_faults(self) -> bool:
@@ -173,6 +188,22 @@ def coordinator_restart(s: Shape) -> Scenario:
     )
 
 
+def coordinator_failover(s: Shape) -> Scenario:
+    d = s.duration
+    frozen_s = min(max(0.15 * d, CLUSTER_LEASE_S + 2.0), 0.3 * d)
+    return Scenario(
+        "coordinator-failover",
+        "etcd and three coordinator nodes: SIGKILL the node owning the group at 25% of the "
+        f"run, then SIGSTOP the new owner at 55% for {frozen_s:.0f} s (past its "
+        f"{CLUSTER_LEASE_S:.0f} s lease) and SIGCONT it",
+        (
+            Step(0.25 * d, "owner_kill"),
+            Step(0.55 * d, "owner_stop"),
+            Step(0.55 * d + frozen_s, "owner_cont"),
+        ),
+    )
+
+
 def random_kills(s: Shape) -> Scenario:
     rng = random.Random(s.seed)
     kills = max(int(s.duration // 4), 1)
@@ -211,6 +242,7 @@ BUILT_IN: Final[dict[str, Callable[[Shape], Scenario]]] = {
     "static-bounce": static_bounce,
     "zombie": zombie,
     "coordinator-restart": coordinator_restart,
+    "coordinator-failover": coordinator_failover,
     "random-kills": random_kills,
     "network-faults": network_faults,
 }

@@ -21,6 +21,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -128,6 +129,11 @@ class CoordinatorServer:
     """
 
     def __init__(self, config: ServerConfig, *, core: Coordinator | None = None) -> None:
+        if config.cluster and config.group.disconnect_grace_ms >= 0:
+            # A cluster node does not remove members whose connection closed: a member
+            # cannot tell a node that dropped it from one that died (whose groups another
+            # node serves on, with their sessions), so it counts on its session, as Kafka's.
+            config = replace(config, group=replace(config.group, disconnect_grace_ms=-1))
         self.config = config
         self.core = core if core is not None else Coordinator(config.group)
         self.journal: Journal | None = None  # with a data dir: topics and offsets kept
