@@ -153,6 +153,7 @@ class SimMember:
         self.gen: Flow | None = None
         self.serve_waiting = False  # connected while a loss was handled offline
         self.offline_running = False  # the flow runs expired_while_disconnected
+        self.offline_expiry: SessionExpired | None = None  # to handle after owed callbacks
         self.reconnect_timer: Timer | None = None
         self.events: deque[Event] = deque()
         self.receiving = False
@@ -351,8 +352,13 @@ class SimMember:
             self.connect_timer.cancel()
             self.connect_timer = None
         self.driver.disconnected()
-        self._poke()
         self.gen = self.flow.owed_callbacks()  # then it reconnects, after a backoff
+        self._poke()  # a session that ran out is handled once they have run
+        self._resume()
+
+    def _expire_offline(self, expired: SessionExpired) -> None:
+        self.offline_running = True
+        self.gen = self.flow.expired_while_disconnected(expired)
         self._resume()
 
     def _reconnect(self) -> None:
@@ -432,6 +438,10 @@ class SimMember:
             except StopIteration:
                 self.gen = None
                 self.offline_running = False
+                expiry, self.offline_expiry = self.offline_expiry, None
+                if expiry is not None and not self.connected and self.link is None:
+                    self._expire_offline(expiry)
+                    return
                 if self.serve_waiting:
                     self.serve_waiting = False
                     if self.connected:
@@ -698,10 +708,12 @@ class SimMember:
         wake = driver.watchdog(now)
         while isinstance(wake, SessionExpired):
             self._post(wake)
-            if not self.connected and self.gen is None:  # the runtime's offline watchdog
-                self.offline_running = True
-                self.gen = self.flow.expired_while_disconnected(wake)
-                self._resume()
+            if not self.connected:  # the runtime's offline watchdog
+                if self.gen is None:
+                    self._expire_offline(wake)
+                elif not self.offline_running:
+                    # callbacks a lost connection cut off run first (the runtime's lock)
+                    self.offline_expiry = wake
             wake = driver.watchdog(now)
         timer = self.wd_timer
         if (
