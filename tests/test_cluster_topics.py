@@ -1,0 +1,56 @@
+"""Topics in a coordinator cluster: a change made through one node reaches every node (an
+etcd watch), and each node tells its members."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from huddle.client import Admin
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import CoordinatorNotAvailableError
+from tests.etcd import Etcd, etcd
+from tests.helpers import Recorder, eventually, wait_until
+from tests.test_cluster_failover import cluster, owner_of, static_member
+
+__all__ = ["etcd"]  # the fixture
+
+
+async def test_a_topic_changed_through_one_node_reaches_the_members_of_another(
+    etcd: Etcd,
+) -> None:
+    async with cluster(etcd, 2) as nodes, AsyncExitStack() as stack:
+        ports = [port for _, port, _ in nodes]
+        bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
+        owner = await owner_of(bootstrap, "resized")
+        other = next(f"127.0.0.1:{p}" for p in ports if p != owner)
+
+        async def created() -> bool:  # refused while that node is still joining
+            async with Admin(other) as admin:
+                try:
+                    await admin.create_topic("t", 2)
+                except CoordinatorNotAvailableError:
+                    return False
+            return True
+
+        await eventually(created, what="the other node creates t")
+        member = await stack.enter_async_context(
+            static_member(f"127.0.0.1:{owner}", "resized", "resized-0", Recorder())
+        )
+        await wait_until(lambda: len(member.assignment) == 2, what="the member owns t-0, t-1")
+        async with Admin(other) as admin:
+            await admin.alter_topic("t", 4)
+        # the owner heard of it by its watch and pushed TopicMetadataChanged: the leader
+        # rebalances for the new partitions
+        await wait_until(
+            lambda: member.assignment == frozenset(TopicPartition("t", p) for p in range(4)),
+            what="the member owns the new partitions",
+        )
+
+        async def listed_everywhere() -> bool:
+            for port in ports:
+                async with Admin(f"127.0.0.1:{port}") as admin:
+                    if await admin.list_topics() != {"t": 4}:
+                        return False
+            return True
+
+        await eventually(listed_everywhere, what="every node lists t with 4 partitions")
