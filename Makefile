@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.fuzz
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.failover
 
 $(STAMP): pyproject.toml $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
