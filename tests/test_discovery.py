@@ -12,7 +12,13 @@ from huddle.client.connection import connect
 from huddle.client.discovery import connect_coordinator
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode
-from huddle.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+from huddle.protocol.messages import (
+    CreateTopicsRequest,
+    ErrorResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    Request,
+)
 from tests.helpers import fast_server_config, running_server, wait_until
 
 
@@ -132,3 +138,32 @@ async def test_admin_takes_a_bootstrap_list_and_asks_the_group_of_its_coordinato
             await wait_until(lambda: len(member.assignment) == 1, what="the member owns t-0")
             view = await admin.describe("g")
     assert [m.member_id for m in view.members] == [member.member_id]
+
+
+async def test_admin_makes_a_refused_request_again_until_the_node_can_serve_it(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """A cluster node still joining answers COORDINATOR_NOT_AVAILABLE; the admin client
+    tries again with backoff within its timeout, as Kafka's does."""
+    refused: list[str] = []
+
+    def joining(request: Request) -> ErrorResponse | None:
+        if isinstance(request, CreateTopicsRequest) and len(refused) < 2:
+            refused.append(request.topics[0].name)
+            return ErrorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="joining"
+            )
+        return None
+
+    server.gate = joining
+    async with Admin(bootstrap, timeout=5) as admin:
+        await admin.create_topic("t", 3)
+        assert await admin.list_topics() == {"t": 3}
+    assert refused == ["t", "t"]
+    refused.clear()
+    server.gate = lambda request: ErrorResponse(
+        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="still joining"
+    )
+    async with Admin(bootstrap, timeout=0.5) as admin:
+        with pytest.raises(CoordinatorNotAvailableError, match="still joining"):
+            await admin.create_topic("u", 1)

@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import TypeVar
 
+import anyio
+
 from huddle.client.connection import Connection, connect
 from huddle.client.describe import GroupView, view
 from huddle.client.discovery import connect_any, coordinator_of
@@ -55,6 +57,7 @@ def _raise_for_topics(results: list[TopicResult]) -> None:
 
 
 R = TypeVar("R", bound=Response)
+RETRY_BACKOFF_S = (0.1, 1.0)  # first and largest wait between tries of a refused request
 
 
 class Admin:
@@ -114,8 +117,21 @@ class Admin:
         return conn
 
     async def _call(self, request: Request, expect: type[R]) -> R:
-        conn = await self._live()
-        return await conn.call(request, expect, timeout=self.timeout)
+        """``request``, made again with backoff while the node answers that it cannot
+        serve it yet (COORDINATOR_NOT_AVAILABLE: a cluster node still joining), until the
+        timeout, as Kafka's admin client retries retriable errors. Nothing was done by a
+        refused request, so making it again does nothing twice."""
+        deadline = anyio.current_time() + self.timeout
+        delay = RETRY_BACKOFF_S[0]
+        while True:
+            conn = await self._live()
+            try:
+                return await conn.call(request, expect, timeout=self.timeout)
+            except CoordinatorNotAvailableError:
+                if anyio.current_time() + delay >= deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, RETRY_BACKOFF_S[1])
 
     async def _group_call(self, group_id: str, request: Request, expect: type[R]) -> R:
         """``request`` to ``group_id``'s coordinator: on this connection when the node it
