@@ -6,8 +6,13 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 from huddle.client import Admin
+from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.serving import ClusterServing
+from huddle.coordinator.cluster.store import EtcdStore
+from huddle.coordinator.core import Coordinator, Peer
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import CoordinatorNotAvailableError
+from huddle.protocol.messages import CreateTopicsRequest, TopicSpec
 from tests.etcd import Etcd, etcd
 from tests.helpers import Recorder, eventually, wait_until
 from tests.test_cluster_failover import cluster, owner_of, static_member
@@ -54,3 +59,33 @@ async def test_a_topic_changed_through_one_node_reaches_the_members_of_another(
             return True
 
         await eventually(listed_everywhere, what="every node lists t with 4 partitions")
+
+
+async def test_a_topic_change_etcd_does_not_keep_is_undone_in_memory(etcd: Etcd) -> None:
+    """The node applied a topic creation, then etcd refused the write: it answers the
+    creation NOT_COORDINATOR (not kept) and takes etcd's topics back, so this node does
+    not list a topic no other node has."""
+
+    class Refusing(EtcdStore):
+        async def put(self, key: bytes, value: bytes) -> None:
+            raise ConnectionError("etcd refused the write")
+
+    store = await Refusing.connect([etcd.endpoint])
+    try:
+        core = Coordinator()
+        node = ClusterNode(store, node_id="n", advertise="127.0.0.1:1", shards=4, prefix="/t")
+        sent: list[object] = []
+        serving = ClusterServing(
+            core, store, node, now=lambda: 0.0, dispatch=sent.extend, drain=_nothing
+        )
+        request = CreateTopicsRequest(topics=[TopicSpec(name="orders", partitions=3)])
+        core.handle(Peer(1, "admin", "127.0.0.1"), 1, request, 0.0)
+        assert core.topics.partitions == {"orders": 3}
+        assert not await serving.write(core.take_changes())
+        assert core.topics.partitions == {}
+    finally:
+        await store.close()
+
+
+async def _nothing() -> None:
+    return None

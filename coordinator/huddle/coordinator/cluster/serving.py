@@ -19,6 +19,7 @@ that loses one forgets its groups at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import quote, unquote
@@ -271,16 +272,25 @@ class ClusterServing:
                     await self.store.delete(key)
         except Exception as exc:
             log.error("topic_write_failed", error=type(exc).__name__)
+            # memory already holds the change etcd refused: take etcd's topics back (if
+            # etcd is away, the topics watch does it once it returns)
+            with contextlib.suppress(Exception):
+                await self.load_topics()
             return False
         return True
 
     # --- topics -------------------------------------------------------------------
 
     async def load_topics(self) -> int:
-        """Every topic the cluster holds, into the core; the revision read at."""
-        entries, revision = await self.store.read_prefix(self._key("topics") + b"/")
+        """The cluster's topics, as etcd holds them, into the core (one it does not hold
+        is deleted here); the revision read at."""
+        prefix = self._key("topics") + b"/"
+        entries, revision = await self.store.read_prefix(prefix)
+        kept = set()
         for key, entry in entries.items():
-            self._topic_changed(key, entry.value)
+            kept.add(self._topic_changed(key, entry.value))
+        for name in [n for n in self.core.topics.partitions if n not in kept]:
+            self._topic_changed(prefix + _name(name).encode(), None)
         return revision
 
     async def watch_topics(self, from_revision: int) -> None:
@@ -288,11 +298,12 @@ class ClusterServing:
         async for change in self.store.watch_prefix(self._key("topics") + b"/", from_revision):
             self._topic_changed(change.key, change.value)
 
-    def _topic_changed(self, key: bytes, value: bytes | None) -> None:
+    def _topic_changed(self, key: bytes, value: bytes | None) -> str:
         name = unquote(key.decode().rsplit("/", 1)[-1])
         try:
             partitions = int(value) if value is not None else 0
         except ValueError:
             log.warning("topic_unreadable", key=key.decode(errors="replace"))
-            return
+            return name
         self._dispatch(self.core.topic_changed_elsewhere(name, partitions, self._now()))
+        return name
