@@ -156,6 +156,16 @@ def test_a_member_that_notices_a_lost_connection_late_works_on_nothing_it_may_ha
     assert d.visible(2_500.0) == tps("t-0")  # still a member: it goes on
 
 
+def heartbeat_every_second(d: MemberDriver, start: float, end: float) -> None:
+    """Heartbeats from ``start`` to ``end``, each answered NONE 5 ms after it went out."""
+    now = start
+    while now < end:
+        sent = d.heartbeat(now)
+        assert isinstance(sent, SendHeartbeat)
+        d.heartbeat_answered(ErrorCode.NONE, sent, received_at=now + 5)
+        now += 1_000.0
+
+
 def syncing(d: MemberDriver) -> MemberDriver:
     """``d`` owned t-0 in generation 1, and its JoinGroup, sent at 1,000 ms, was answered
     with generation 2 at once: it is syncing."""
@@ -190,12 +200,7 @@ def test_a_leader_heartbeating_before_its_sync_is_out_is_bounded_by_the_sync_pha
     the coordinator drops it when its SyncGroup is not in by the rebalance timeout after
     the join: those answers must not stretch the member's proof past that bound."""
     d = syncing(driver(rebalance_timeout_ms=10_000))  # computing the assignment
-    now = 2_000.0
-    while now < 12_000.0:
-        sent = d.heartbeat(now)
-        assert isinstance(sent, SendHeartbeat)
-        d.heartbeat_answered(ErrorCode.NONE, sent, received_at=now + 5)
-        now += 1_000.0
+    heartbeat_every_second(d, 2_000.0, 12_000.0)  # each answered NONE
     assert d.visible(10_999.0) == tps("t-0")
     assert d.visible(11_000.0) == frozenset()  # the join's proof plus the rebalance timeout
     # once its SyncGroup is out, a heartbeat answered NONE shows the group steady again
@@ -204,3 +209,16 @@ def test_a_leader_heartbeating_before_its_sync_is_out_is_bounded_by_the_sync_pha
     assert isinstance(sent, SendHeartbeat)
     d.heartbeat_answered(ErrorCode.NONE, sent, received_at=12_005.0)
     assert d.visible(14_000.0) == tps("t-0")
+
+
+def test_a_syncgroup_lost_with_the_connection_proves_no_steady_group() -> None:
+    """The leader's SyncGroup went out, then the connection dropped: heartbeats on the new
+    connection (answered NONE while the coordinator still waits for a SyncGroup) prove the
+    session only, as before the SyncGroup was sent."""
+    d = syncing(driver(rebalance_timeout_ms=10_000))
+    d.sync_sent()
+    d.disconnected()
+    d.connected(500)
+    heartbeat_every_second(d, 2_000.0, 12_000.0)  # each answered NONE
+    assert d.visible(10_999.0) == tps("t-0")
+    assert d.visible(11_000.0) == frozenset()  # the join's proof plus the rebalance timeout

@@ -156,7 +156,7 @@ class MemberDriver:
         if now < due:
             return WaitUntil(due)
         self.timer.sent(now)
-        steady = self.sync_out or core.state is not MemberState.SYNCING
+        steady = self.sync_out
         return SendHeartbeat(core.heartbeat_request(), core.current, now, steady)
 
     @property
@@ -358,6 +358,10 @@ class MemberDriver:
     def disconnected(self) -> None:
         """The connection is gone, however it ended."""
         self.join_in_flight = False
+        if self.core.state is MemberState.SYNCING:
+            # its SyncGroup, if sent, may be lost with the connection: until it joins and
+            # syncs again, an answer of NONE does not show the group steady
+            self.sync_out = False
         self.core.on_disconnected()
 
     def reconnect_delay_ms(self) -> float:

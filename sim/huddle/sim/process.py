@@ -458,11 +458,13 @@ class SimMember:
             except (Reconnect, ConnectionError, TimeoutError) as exc:
                 self.gen = None
                 self.offline_running = False
+                self.offline_expiry = None  # the queued event is handled once connected
                 self._connection_failed(f"{type(exc).__name__}: {exc}")
                 return
             except Exception as exc:
                 self.gen = None
                 self.offline_running = False
+                self.offline_expiry = None
                 self._fail(f"{type(exc).__name__}: {exc}")
                 return
             value, error = None, None
