@@ -26,7 +26,9 @@ class InlineCommit(group_commit.GroupCommit):
     def busy(self) -> bool:
         return False
 
-    def hold(self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]) -> None:
+    def hold(
+        self, records: list[Record], conn_id: int, call: Call | None, out: list[Outgoing]
+    ) -> None:
         if self.failed:
             self._refuse([(conn_id, call, out)])
             return

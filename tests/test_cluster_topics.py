@@ -81,7 +81,7 @@ async def test_a_topic_change_etcd_does_not_keep_is_undone_in_memory(etcd: Etcd)
         request = CreateTopicsRequest(topics=[TopicSpec(name="orders", partitions=3)])
         core.handle(Peer(1, "admin", "127.0.0.1"), 1, request, 0.0)
         assert core.topics.partitions == {"orders": 3}
-        assert not await serving.write(core.take_changes())
+        assert not await serving.write([(r, None) for r in core.take_changes()])
         assert core.topics.partitions == {}
     finally:
         await store.close()

@@ -50,7 +50,7 @@ from huddle.protocol.messages import Call
 
 log = structlog.get_logger("huddle.group_commit")
 
-Held = tuple[int, Call, list[Outgoing]]  # the caller's connection, its call, the answers
+Held = tuple[int, Call | None, list[Outgoing]]  # the caller's connection, its call, the answers
 StateCopy = Generator[None, None, Callable[[], Iterator[Record]]]
 COPY_SLICE_S = 0.004  # the loop copies state for compaction at most this long at a time
 
@@ -104,7 +104,9 @@ class GroupCommit(EndOfPass):
         """How many handled requests wait for a write before they are answered."""
         return len(self._held) + sum(len(held) for _, held in self._in_flight)
 
-    def hold(self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]) -> None:
+    def hold(
+        self, records: list[Record], conn_id: int, call: Call | None, out: list[Outgoing]
+    ) -> None:
         """A handled request: its changes (maybe none) and its answers, to send once kept."""
         if self.failed:
             self._refuse([(conn_id, call, out)])

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 import structlog
 
-from huddle.coordinator.cluster.keeper import EtcdKeeper, Keeper
+from huddle.coordinator.cluster.keeper import NO_CALLER, EtcdKeeper, Keeper
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing, Peer
@@ -261,7 +261,7 @@ class CoordinatorServer:
         self.cluster = serving
         self.gate = serving.refusal
         self._keeper = EtcdKeeper(
-            self.loop, serving.write, release=self._kept, refuse=self._not_kept
+            self.loop, serving.write, stamp=serving.stamp, release=self._kept, refuse=self._not_kept
         )
 
     def apply_outside(self, out: list[Outgoing]) -> None:
@@ -271,9 +271,22 @@ class CoordinatorServer:
         self._reschedule()
         self._flush()
 
-    async def drain_writes(self) -> None:
-        if self._keeper is not None:
-            await self._keeper.drain()
+    async def write_in_flight(self) -> None:
+        """Until the cluster write under way, if any, is done (a shard given up)."""
+        if isinstance(self._keeper, EtcdKeeper):
+            await self._keeper.written()
+
+    def _send_outside(self, out: list[Outgoing]) -> None:
+        """Frames a timer or a closed connection made the core produce: the changes made
+        with them are kept first (a group emptied by session expiry, say), and the frames go
+        once they are, behind any answer still waiting on an earlier change."""
+        changes = self.core.take_changes()
+        keeper = self._keeper
+        if keeper is not None and (changes or keeper.busy):
+            keeper.hold(changes, NO_CALLER, None, out)
+            keeper.submit_soon()
+            return
+        self._dispatch(out)
 
     async def _load(self, data_dir: str, fsync: bool) -> None:
         """Read and check the journal off the loop, then replay it into the core."""
@@ -447,7 +460,7 @@ class CoordinatorServer:
             except Exception:
                 log.exception("core_failed", operation="connection_closed", conn_id=conn.conn_id)
                 out = []
-            self._dispatch(out)
+            self._send_outside(out)
             self._reschedule()
             self._flush()
         if not self._conns and self._all_gone is not None:
@@ -840,7 +853,7 @@ class CoordinatorServer:
             log.exception("core_failed", operation="advance")
             self._reschedule(not_before=now + _ADVANCE_RETRY_S * 1000)
             return
-        self._dispatch(out)
+        self._send_outside(out)
         self._reschedule()
         self._flush()
 

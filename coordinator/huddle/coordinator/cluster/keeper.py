@@ -28,7 +28,10 @@ from huddle.protocol.messages import Call
 
 log = structlog.get_logger("huddle.cluster")
 
-Held = tuple[int, Call, list[Outgoing]]  # the caller's connection, its call, the answers
+# the caller's connection (NO_CALLER for changes a timer or a closed connection made), its
+# call, the answers
+Held = tuple[int, Call | None, list[Outgoing]]
+NO_CALLER = -1
 
 
 class Keeper(Protocol):
@@ -39,7 +42,7 @@ class Keeper(Protocol):
     def busy(self) -> bool: ...
 
     def hold(
-        self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]
+        self, records: list[Record], conn_id: int, call: Call | None, out: list[Outgoing]
     ) -> None: ...
 
     def submit_soon(self) -> None: ...
@@ -49,7 +52,11 @@ class Keeper(Protocol):
     def close(self, *, wait: bool = True) -> None: ...
 
 
-Write = Callable[[list[Record]], Awaitable[bool]]  # True: every record kept
+# A record with the serving of its shard it was made in (``ClusterNode.serving``; None: no
+# shard's, or none served): a serving that ended since must not have it written.
+Stamped = tuple[Record, int | None]
+Write = Callable[[list[Stamped]], Awaitable[bool]]  # True: every record kept
+Stamp = Callable[[Record], int | None]
 
 
 class EtcdKeeper(EndOfPass):
@@ -58,14 +65,16 @@ class EtcdKeeper(EndOfPass):
         loop: asyncio.AbstractEventLoop,
         write: Write,
         *,
+        stamp: Stamp,
         release: Callable[[list[Held]], None],
         refuse: Callable[[list[Held]], None],
     ) -> None:
         self._loop = loop
         self._write = write
+        self._stamp = stamp
         self._release = release
         self._refuse = refuse
-        self._records: list[Record] = []  # the next batch
+        self._records: list[Stamped] = []  # the next batch
         self._held: list[Held] = []  # answers waiting for the next batch
         self._writing: asyncio.Task[None] | None = None
         self._waiting: list[Held] = []  # answers waiting for the batch being written
@@ -78,8 +87,11 @@ class EtcdKeeper(EndOfPass):
     def busy(self) -> bool:
         return self._writing is not None or bool(self._records) or bool(self._held)
 
-    def hold(self, records: list[Record], conn_id: int, call: Call, out: list[Outgoing]) -> None:
-        self._records.extend(records)
+    def hold(
+        self, records: list[Record], conn_id: int, call: Call | None, out: list[Outgoing]
+    ) -> None:
+        stamp = self._stamp
+        self._records.extend((record, stamp(record)) for record in records)
         self._held.append((conn_id, call, out))
         self._idle.clear()
 
@@ -95,7 +107,7 @@ class EtcdKeeper(EndOfPass):
         self._waiting = held
         self._writing = self._loop.create_task(self._run(records))
 
-    async def _run(self, records: list[Record]) -> None:
+    async def _run(self, records: list[Stamped]) -> None:
         try:
             kept = await self._write(records)
         except Exception as exc:  # the writer logs its own failures; this is a last resort
@@ -120,6 +132,14 @@ class EtcdKeeper(EndOfPass):
         """Until every held answer is released or refused (for shutdown)."""
         self.submit()
         await self._idle.wait()
+
+    async def written(self) -> None:
+        """Until the batch being written now, if any, is done (a shard given up: a batch
+        that began before may still write to it; later ones refuse what its serving
+        changed). Under steady traffic the keeper is never idle: this does not wait for that."""
+        task = self._writing
+        if task is not None:
+            await asyncio.wait([task])
 
     def close(self, *, wait: bool = True) -> None:
         if self._writing is not None and not wait:

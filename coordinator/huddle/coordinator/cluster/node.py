@@ -93,6 +93,11 @@ class ClusterNode:
         self.lease: Lease | None = None
         self.listener: ShardListener = listener if listener is not None else _Nobody()
         self._owned: dict[int, int] = {}  # shard -> epoch
+        # shard -> the serving it is in: a new number each time the node begins serving it,
+        # so a change made in one serving is never written in a later one (the epoch alone
+        # cannot tell them apart when the node takes its own shard up again)
+        self._servings: dict[int, int] = {}
+        self._last_serving = 0
         self.loading: set[int] = set()  # claimed, not served yet
         self._poke = anyio.Event()  # set: reconcile now
         # the cluster as last read: live nodes' addresses, and each shard's owner
@@ -122,6 +127,10 @@ class ClusterNode:
 
     def epoch(self, shard: int) -> int | None:
         return self._owned.get(shard) if self.serves(shard) else None
+
+    def serving(self, shard: int) -> int | None:
+        """The number of the serving of ``shard`` under way now, if it is served."""
+        return self._servings.get(shard) if self.serves(shard) else None
 
     def _fence(self, why: str) -> None:
         if self._owned:
@@ -210,6 +219,7 @@ class ClusterNode:
         """Keep the lease and the shards, until cancelled."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._keep_lease)
+            tg.start_soon(self._fence_at_deadline)
             tg.start_soon(self._keep_shards)
             tg.start_soon(self._watch, self._key("nodes") + b"/")
             tg.start_soon(self._watch, self._key("shards") + b"/")
@@ -247,6 +257,19 @@ class ClusterNode:
                 self._fence("etcd says its lease expired")
                 log.error("lease_lost", node=self.node_id, lease=lease.id)
                 await self._register_again()
+
+    async def _fence_at_deadline(self) -> None:
+        """Stop serving at the lease's deadline even if nothing asks then: a timer of the
+        coordinator's (a join phase ending, say) must not answer for a group after it."""
+        while True:
+            now = self.clock()
+            deadline = self.guard.deadline
+            if deadline is None or now >= deadline:
+                self._fence("its lease may have expired")
+                wait_ms = self.ttl_s * 1000.0 / 3
+            else:  # a keep-alive answered meanwhile only moves the deadline later
+                wait_ms = deadline - now
+            await anyio.sleep(wait_ms / 1000.0)
 
     async def _register_again(self) -> None:
         """After losing its lease (etcd was away longer than the TTL, or the node was
@@ -306,19 +329,22 @@ class ClusterNode:
                 if claimed is not None:
                     self.owners[shard] = self.node_id
                     self.epochs[shard] = claimed
-                    await self._serve(shard, claimed)
+                    await self._serve(shard, claimed, lease)
             elif owner != self.node_id and mine:
                 held = self._owned.pop(shard, epochs[shard])  # stop serving it first
                 self.listener.shards_lost([shard], f"handed to {owner}")
-                await self.listener.shard_releasing(shard)  # its writes in flight land
+                # the write under way lands; later ones refuse what this serving changed
+                await self.listener.shard_releasing(shard)
                 key = self._key("shards", str(shard))
                 await self.store.write_fenced(key, held, {}, deletes=[key])
                 log.info("shard_released", node=self.node_id, shard=shard, to=owner)
             elif mine and shard not in self._owned and epochs[shard]:
-                await self._serve(shard, epochs[shard])  # its load failed, or was deposed
+                # its load failed, or a write failed: take it up again from what etcd holds
+                await self._serve(shard, epochs[shard], lease)
 
-    async def _serve(self, shard: int, epoch: int) -> None:
-        """Load ``shard`` (requests for it meanwhile are told to wait), then serve it."""
+    async def _serve(self, shard: int, epoch: int, lease: Lease) -> None:
+        """Load ``shard`` (requests for it meanwhile are told to wait), then serve it, if
+        the lease it was claimed under is still the node's and still alive."""
         self.loading.add(shard)
         try:
             await self.listener.shard_taken(shard, epoch)
@@ -327,8 +353,10 @@ class ClusterNode:
             return
         finally:
             self.loading.discard(shard)
-        if self.guard.serving(self.clock()):
+        if self.lease is lease and self.guard.serving(self.clock()):
             self._owned[shard] = epoch
+            self._last_serving += 1
+            self._servings[shard] = self._last_serving
             log.info("shard_taken", node=self.node_id, shard=shard, epoch=epoch)
         else:
             self.listener.shards_lost([shard], "its lease may have expired while loading")

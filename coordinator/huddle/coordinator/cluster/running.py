@@ -53,7 +53,7 @@ class ClusterRun:
                 node,
                 now=server.now_ms,
                 dispatch=server.apply_outside,
-                drain=server.drain_writes,
+                drain=server.write_in_flight,
             )
             server.use_cluster(serving)
             await node.register()

@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote
 import msgspec
 import structlog
 
+from huddle.coordinator.cluster.keeper import Stamped
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
@@ -214,34 +215,49 @@ class ClusterServing:
 
     # --- writes -------------------------------------------------------------------
 
-    async def write(self, records: list[Record]) -> bool:
+    def stamp(self, record: Record) -> int | None:
+        """The serving of the record's shard it is made in (see ``EtcdKeeper``)."""
+        if isinstance(record, (OffsetRecord, GroupRecord)):
+            return self.node.serving(self.shard(record.group_id))
+        return None
+
+    async def write(self, records: list[Stamped]) -> bool:
         """Keep ``records`` in etcd: groups and offsets fenced on their shard's epoch,
         topics as they are. False if anything could not be kept (its shard is then no
-        longer served: what memory holds of it is ahead of etcd)."""
+        longer served: what memory holds of it is ahead of etcd). A record made while its
+        shard was served before (the node gave it up, or was deposed, and took it up again
+        since) is not written: a later serving loaded what etcd held without it."""
         by_shard: dict[int, dict[bytes, bytes]] = defaultdict(dict)
         topics: list[TopicRecord] = []
-        for record in records:
+        stale: set[int] = set()
+        for record, serving in records:
             if isinstance(record, OffsetRecord):
+                shard = self.shard(record.group_id)
                 key = self._key(
                     "offsets",
-                    str(self.shard(record.group_id)),
+                    str(shard),
                     _name(record.group_id),
                     _name(record.topic),
                     str(record.partition),
                 )
-                by_shard[self.shard(record.group_id)][key] = _encode(record)
             elif isinstance(record, GroupRecord):
                 shard = self.shard(record.group_id)
-                by_shard[shard][self._key("groups", str(shard), _name(record.group_id))] = _encode(
-                    record
-                )
-            elif isinstance(record, TopicRecord):
-                topics.append(record)
+                key = self._key("groups", str(shard), _name(record.group_id))
+            else:
+                if isinstance(record, TopicRecord):
+                    topics.append(record)
+                continue
+            if serving is None or serving != self.node.serving(shard):
+                stale.add(shard)
+                continue
+            by_shard[shard][key] = _encode(record)
+        if stale:
+            log.warning("stale_changes_dropped", node=self.node.node_id, shards=sorted(stale))
         results = await asyncio.gather(
             *(self._write_shard(shard, puts) for shard, puts in by_shard.items()),
             self._write_topics(topics),
         )
-        return all(results)
+        return all(results) and not stale
 
     async def _write_shard(self, shard: int, puts: dict[bytes, bytes]) -> bool:
         epoch = self.node.epoch(shard)
