@@ -28,6 +28,19 @@ def driver(**config: int) -> MemberDriver:
     return MemberDriver(core, Subscription(["t"], None))
 
 
+def stable_driver(*, generation: int, answered_at: float) -> MemberDriver:
+    """A Stable member owning t-0 whose heartbeat sent at 10,000 ms was answered."""
+    d = driver()
+    d.core.current = Generation(generation, "m", "cooperative-sticky")
+    d.core.state = MemberState.STABLE
+    d.core.owned = tps("t-0")
+    d.connected(500)
+    sent = d.heartbeat(10_000.0)
+    assert isinstance(sent, SendHeartbeat)
+    d.heartbeat_answered(ErrorCode.NONE, sent, received_at=answered_at)
+    return d
+
+
 def test_a_join_answer_proves_the_session_from_when_the_coordinator_answered() -> None:
     """Sent at 1,000 ms, held 4,000 ms by the coordinator, read at 60,000 ms (the process
     was frozen with the answer in its socket): the session ends 3,000 ms after the
@@ -43,14 +56,7 @@ def test_a_join_answer_proves_the_session_from_when_the_coordinator_answered() -
 
 
 def test_a_heartbeat_answer_proves_the_session_from_its_send() -> None:
-    d = driver()
-    d.core.current = Generation(1, "m", "cooperative-sticky")
-    d.core.state = MemberState.STABLE
-    d.core.owned = tps("t-0")
-    d.connected(500)
-    sent = d.heartbeat(10_000.0)
-    assert isinstance(sent, SendHeartbeat)
-    d.heartbeat_answered(ErrorCode.NONE, sent, received_at=12_500.0)
+    d = stable_driver(generation=1, answered_at=12_500.0)
     assert d.timer.session_deadline() == 10_000.0 + SESSION_MS
     assert d.visible(12_999.0) == tps("t-0")
     assert d.visible(13_000.0) == frozenset()
@@ -222,3 +228,16 @@ def test_a_syncgroup_lost_with_the_connection_proves_no_steady_group() -> None:
     heartbeat_every_second(d, 2_000.0, 12_000.0)  # each answered NONE
     assert d.visible(10_999.0) == tps("t-0")
     assert d.visible(11_000.0) == frozenset()  # the join's proof plus the rebalance timeout
+
+
+def test_only_a_member_of_a_live_generation_may_commit() -> None:
+    """As Kafka's consumer: a member that fell out of the group (or never joined) or whose
+    session may have run out commits nothing (an emptied group would take it as an admin's
+    commit and set offsets back)."""
+    assert driver().commit_refusal(Generation(), 0.0) is not None  # never joined
+    d = stable_driver(generation=3, answered_at=10_010.0)
+    assert d.commit_refusal(d.core.current, 11_000.0) is None
+    assert d.commit_refusal(d.core.current, 10_000.0 + SESSION_MS) is not None  # may be gone
+    d.core.lose_all()
+    assert d.core.current.id < 0
+    assert d.commit_refusal(d.core.current, 11_000.0) is not None

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import anyio
 import pytest
+from structlog.typing import EventDict
 
 import huddle
 from huddle.client import (
@@ -25,8 +26,10 @@ from huddle.client import (
 )
 from huddle.client.assignors import CooperativeStickyAssignor
 from huddle.client.assignors.base import GroupAssignment, MemberSubscription
+from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol import errors
 from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, TopicAlreadyExistsError
+from tests.helpers import wait_until
 
 SESSION_MS = 2_000
 
@@ -159,3 +162,54 @@ async def test_a_commit_while_disconnected_is_a_client_error(bootstrap: str) -> 
     async with m:
         with pytest.raises(NotConnectedError):
             await m.commit({TopicPartition("t", 0): 1})
+
+
+class SlowFirstAssignment(RebalanceListener):
+    """Its first on_partitions_assigned waits to be released (state being restored)."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+        self.calls: list[frozenset[TopicPartition]] = []
+        self.finished = False
+        self.cut_off = False
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        self.calls.append(assigned)
+        if len(self.calls) > 1:
+            return
+        self.entered.set()
+        try:
+            await self.release.wait()
+        except BaseException:
+            self.cut_off = True
+            raise
+        self.finished = True
+
+
+async def test_a_callback_is_not_cut_off_by_a_lost_connection(
+    server: CoordinatorServer, bootstrap: str, logs: list[EventDict]
+) -> None:
+    """The member's connection drops while on_partitions_assigned runs: the callback runs
+    to its end (it is never cancelled half-way, which would leave the application owning
+    partitions it never took up), then the member reconnects and keeps them."""
+    await create_topic(bootstrap)
+    listener = SlowFirstAssignment()
+    async with member(bootstrap, listener=listener, session_timeout_ms=10_000) as m:
+        with anyio.fail_after(10):
+            await listener.entered.wait()
+        for conn in list(server._conns.values()):
+            conn.close("dropped by the test")
+        await wait_until(  # the member noticed (or, cut off, its callback did)
+            lambda: getattr(m, "_lost", False) or listener.cut_off, what="the loss noticed"
+        )
+        listener.release.set()
+        await wait_until(
+            lambda: (
+                sum(e["event"] == "member_connected" for e in logs) >= 2 and len(m.assignment) == 4
+            ),
+            what="the member back, owning its partitions",
+        )
+        assert listener.finished
+        assert not listener.cut_off
+        assert listener.calls == [frozenset(TopicPartition("t", p) for p in range(4))]

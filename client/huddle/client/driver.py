@@ -268,6 +268,17 @@ class MemberDriver:
 
     # --- commits ------------------------------------------------------------------
 
+    def commit_refusal(self, generation: Generation, now: float) -> str | None:
+        """Why the member may not commit in ``generation`` at ``now``, if it may not. As
+        Kafka's consumer, only a member of a generation commits: one that holds none (it
+        fell out, or has not joined yet) or whose session may have run out owns nothing,
+        and a coordinator would take its commit as an admin's for a group that emptied."""
+        if generation.id < 0:
+            return "the member is not part of an active generation of its group"
+        if not self.may_process(now):
+            return "the member's session may have expired: it owns nothing to commit"
+        return None
+
     def commit_request(
         self, chunk: dict[str, list[tuple[int, int]]], metadata: str | None, generation: Generation
     ) -> OffsetCommitRequest:

@@ -11,7 +11,7 @@ returns with nothing left running.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -106,6 +106,11 @@ class Member:
         # between connections: the watchdog runs on_partitions_lost itself, under the lock
         self._offline = False
         self._offline_lock = anyio.Lock()
+        # the connection is known lost, though its task group may still be ending (a
+        # listener callback is never cut off: it runs to its end first)
+        self._lost = False
+        # a session that ran out meanwhile: lost once the owed callbacks have run
+        self._offline_expiry: SessionExpired | None = None
         self._core = MemberCore(
             MemberConfig(
                 group_id=group_id,
@@ -242,6 +247,9 @@ class Member:
         (a coordinator bounds the partitions one request may name)."""
         conn = self._require_connection()
         generation = self._core.current
+        refused = self._driver.commit_refusal(generation, _now_ms())
+        if refused is not None:
+            raise CommitFailedError(E.ILLEGAL_GENERATION, refused)
         for chunk in _by_topic(list(offsets.items()), REQUEST_PARTITIONS):
             request = self._driver.commit_request(chunk, metadata, generation)
             sent = _now_ms()
@@ -364,11 +372,13 @@ class Member:
                 ):
                     async with self._offline_lock:  # an offline loss being handled ends first
                         self._offline = False
+                        self._lost = False
+                        self._offline_expiry = None  # the queued event is handled now
                         self._conn = conn
                     driver.connected(conn.disconnect_grace_ms)  # heartbeat at once
                     self._log.info("member_connected", member_id=self._core.member_id)
-                    tg.start_soon(self._read_notices, conn)
-                    tg.start_soon(self._heartbeats, conn)
+                    tg.start_soon(self._until_lost, self._read_notices, conn)
+                    tg.start_soon(self._until_lost, self._heartbeats, conn)
                     await self._serve(conn)
                     tg.cancel_scope.cancel()
             except* (
@@ -381,7 +391,7 @@ class Member:
                 reasons = "; ".join(str(e) or type(e).__name__ for e in group.exceptions)
                 self._connects += 1  # the next attempt asks another bootstrap address first
                 self._log.info("member_disconnected", reason=reasons)
-                driver.connection_lost(_now_ms())
+                self._connection_lost()
             finally:
                 self._conn = None
                 driver.disconnected()
@@ -390,6 +400,9 @@ class Member:
             async with self._offline_lock:
                 self._offline = True
                 await self._perform_flow(self._flow.owed_callbacks(), None)
+                expired, self._offline_expiry = self._offline_expiry, None
+                if expired is not None:  # the session ran out while they ran
+                    await self._perform_flow(self._flow.expired_while_disconnected(expired), None)
             if not driver.closing and self._failure is None:
                 with anyio.move_on_after(driver.reconnect_delay_ms() / 1000):
                     await self._close_requested.wait()
@@ -397,6 +410,23 @@ class Member:
             await self._perform_flow(self._flow.closed_while_disconnected(), None)
         self._closed = True
         self._notify()
+
+    async def _until_lost(
+        self, work: Callable[[Connection], Awaitable[None]], conn: Connection
+    ) -> None:
+        """One of a connection's tasks: its failure means the connection is lost, which
+        counts from now, though a listener callback running may hold the rest up."""
+        try:
+            await work(conn)
+        except Exception:
+            self._connection_lost()
+            raise
+
+    def _connection_lost(self) -> None:
+        if not self._lost:
+            self._lost = True
+            self._driver.connection_lost(_now_ms())
+            self._notify()
 
     async def _serve(self, conn: Connection) -> None:
         """The shared main loop (``MemberFlow.serve``) on this connection. Returns on close."""
@@ -438,17 +468,24 @@ class Member:
                         self._join_scope = None
                 return None
             case Listen(name, partitions):
-                try:
-                    await getattr(self._listener, name)(partitions)
-                except Exception:
-                    self._log.exception("listener_failed", callback=name)
-                    raise  # the member stops: MemberFailedError, this as its cause
+                # Never cut off half-way (by a lost connection, say): the application would
+                # own partitions its callback never finished taking up. A connection lost
+                # meanwhile is acted on once it returns (the checkpoint).
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await getattr(self._listener, name)(partitions)
+                    except Exception:
+                        self._log.exception("listener_failed", callback=name)
+                        raise  # the member stops: MemberFailedError, this as its cause
+                await anyio.lowlevel.checkpoint()
             case Replicas(standby, warmup):
-                try:
-                    await self._listener.on_replicas_assigned(standby, warmup)
-                except Exception:
-                    self._log.exception("listener_failed", callback="on_replicas_assigned")
-                    raise
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._listener.on_replicas_assigned(standby, warmup)
+                    except Exception:
+                        self._log.exception("listener_failed", callback="on_replicas_assigned")
+                        raise
+                await anyio.lowlevel.checkpoint()
             case Sleep(ms):
                 await anyio.sleep(ms / 1000)
             case Receive(deadline_ms):
@@ -491,9 +528,10 @@ class Member:
                 continue
             timeout_s = driver.heartbeat_timeout_ms / 1000
             response = await conn.request(action.request, timeout=timeout_s)
-            code = response.error_code if isinstance(response, HeartbeatResponse) else E.NONE
-            if isinstance(response, ErrorResponse):
+            if isinstance(response, HeartbeatResponse | ErrorResponse):
                 code = response.error_code
+            else:  # out of step: no proof of anything
+                raise Reconnect(f"a heartbeat answered with {type(response).__name__}")
             answer = driver.heartbeat_answered(code, action, _now_ms())
             if answer is not None:
                 self._post(answer)
@@ -523,6 +561,8 @@ class Member:
                         if self._offline:
                             flow = self._flow.expired_while_disconnected(wake)
                             await self._perform_flow(flow, None)
+                elif self._lost:  # the connection's end is still under way: lost after it
+                    self._offline_expiry = wake
                 continue
             with anyio.move_on_after((wake - now) / 1000):
                 await self._changed.wait()

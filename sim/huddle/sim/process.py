@@ -154,6 +154,7 @@ class SimMember:
         self.serve_waiting = False  # connected while a loss was handled offline
         self.offline_running = False  # the flow runs expired_while_disconnected
         self.offline_expiry: SessionExpired | None = None  # to handle after owed callbacks
+        self.cut_off = False  # the connection was lost during a callback: ended after it
         self.reconnect_timer: Timer | None = None
         self.events: deque[Event] = deque()
         self.receiving = False
@@ -341,10 +342,27 @@ class SimMember:
                 self.connect_timer = None
             self.driver.disconnected()
             return
+        if self.listening is not None:
+            # a callback is never cut off: the connection's end waits for it to return
+            self.cut_off = True
+            self.calls.clear()
+            self.hb = None
+            if self.hb_timer is not None:
+                self.hb_timer.cancel()
+                self.hb_timer = None
+            if self.connect_timer is not None:
+                self.connect_timer.cancel()
+                self.connect_timer = None
+            return
+        self._tear_down()
+
+    def _tear_down(self) -> None:
+        """The flow on a lost connection ends; owed callbacks run, then it reconnects."""
+        self.cut_off = False
         gen, self.gen = self.gen, None
         self._stop_waiting()
         if gen is not None:
-            gen.close()  # cancelled: the flow's cleanup runs (a running callback ends here)
+            gen.close()  # cancelled: the flow's cleanup runs
         self.calls.clear()
         self.hb = None
         self.committing = False
@@ -626,6 +644,9 @@ class SimMember:
         for tp in self.revoking:
             self.positions.pop(tp, None)
         self.revoking = frozenset()
+        if self.cut_off:  # the connection was lost while it ran: acted on now
+            self._tear_down()
+            return
         self._resume()
 
     # --- the application's commits ------------------------------------------------------
