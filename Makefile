@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.failover
+	$(BIN)/python -m bench.cluster
 
 $(STAMP): pyproject.toml $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

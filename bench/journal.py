@@ -51,10 +51,11 @@ from huddle.protocol.messages import (
 PARTITIONS = 10
 
 
-def _commit(offset: int) -> OffsetCommitRequest:
+def commit_request(offset: int, group_id: str = "bench") -> OffsetCommitRequest:
+    """An admin's commit (no generation) of ``offset`` for partitions 0-9 of topic t."""
     partitions = [OffsetCommitPartition(partition=p, offset=offset) for p in range(PARTITIONS)]
     return OffsetCommitRequest(
-        group_id="bench",
+        group_id=group_id,
         generation_id=-1,
         member_id="",
         topics=[OffsetCommitTopic(name="t", partitions=partitions)],
@@ -68,7 +69,7 @@ async def _round(port: int, commits: int, first: int) -> list[float]:
         times = []
         for i in range(commits):
             start = time.perf_counter()
-            response = await conn.call(_commit(first + i))
+            response = await conn.call(commit_request(first + i))
             times.append(time.perf_counter() - start)
             assert isinstance(response, OffsetCommitResponse)
         return times
@@ -140,7 +141,7 @@ async def _committers(port: int, connections: int, seconds: float) -> float:
             nonlocal done
             offset = first
             while time.perf_counter() < stop_at:
-                response = await conn.call(_commit(offset))
+                response = await conn.call(commit_request(offset))
                 assert isinstance(response, OffsetCommitResponse)
                 offset += 1
                 done += 1
