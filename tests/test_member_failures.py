@@ -173,6 +173,8 @@ class SlowFirstAssignment(RebalanceListener):
         self.calls: list[frozenset[TopicPartition]] = []
         self.finished = False
         self.cut_off = False
+        self.member: Member | None = None
+        self.commit_error: BaseException | None = None
 
     async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
         self.calls.append(assigned)
@@ -184,6 +186,11 @@ class SlowFirstAssignment(RebalanceListener):
         except BaseException:
             self.cut_off = True
             raise
+        assert self.member is not None
+        try:  # the connection is gone: told at once, not after a timeout
+            await self.member.commit(dict.fromkeys(assigned, 1))
+        except Exception as exc:
+            self.commit_error = exc
         self.finished = True
 
 
@@ -196,6 +203,7 @@ async def test_a_callback_is_not_cut_off_by_a_lost_connection(
     await create_topic(bootstrap)
     listener = SlowFirstAssignment()
     async with member(bootstrap, listener=listener, session_timeout_ms=10_000) as m:
+        listener.member = m
         with anyio.fail_after(10):
             await listener.entered.wait()
         for conn in list(server._conns.values()):
@@ -212,4 +220,21 @@ async def test_a_callback_is_not_cut_off_by_a_lost_connection(
         )
         assert listener.finished
         assert not listener.cut_off
+        assert isinstance(listener.commit_error, NotConnectedError)
         assert listener.calls == [frozenset(TopicPartition("t", p) for p in range(4))]
+
+
+class StuckRevocation(RebalanceListener):
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        if revoked:
+            await anyio.sleep_forever()  # waits on something that never comes
+
+
+async def test_closing_gives_up_a_callback_that_never_returns(bootstrap: str) -> None:
+    """Callbacks are shielded from a lost connection, not from closing: a member whose
+    on_partitions_revoked never returns still closes, after its session timeout."""
+    await create_topic(bootstrap)
+    with anyio.fail_after(SESSION_MS / 1000 + 10):
+        async with member(bootstrap, listener=StuckRevocation()) as m:
+            await m.wait_stable()
+            assert len(m.assignment) == 4

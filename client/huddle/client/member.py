@@ -111,6 +111,8 @@ class Member:
         self._lost = False
         # a session that ran out meanwhile: lost once the owed callbacks have run
         self._offline_expiry: SessionExpired | None = None
+        # the listener callback running, if one is: only closing the member cancels it
+        self._callback_scope: anyio.CancelScope | None = None
         self._core = MemberCore(
             MemberConfig(
                 group_id=group_id,
@@ -325,6 +327,8 @@ class Member:
                 self._log.warning("close_timed_out")
         finally:
             self._tg.cancel_scope.cancel()
+            if self._callback_scope is not None:  # a callback still running is given up
+                self._callback_scope.cancel()
             if cancelled:
                 absorbed = bool(await self._tg.__aexit__(exc_type, exc, tb))
             else:
@@ -471,21 +475,11 @@ class Member:
                 # Never cut off half-way (by a lost connection, say): the application would
                 # own partitions its callback never finished taking up. A connection lost
                 # meanwhile is acted on once it returns (the checkpoint).
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await getattr(self._listener, name)(partitions)
-                    except Exception:
-                        self._log.exception("listener_failed", callback=name)
-                        raise  # the member stops: MemberFailedError, this as its cause
-                await anyio.lowlevel.checkpoint()
+                await self._callback(name, getattr(self._listener, name)(partitions))
             case Replicas(standby, warmup):
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await self._listener.on_replicas_assigned(standby, warmup)
-                    except Exception:
-                        self._log.exception("listener_failed", callback="on_replicas_assigned")
-                        raise
-                await anyio.lowlevel.checkpoint()
+                await self._callback(
+                    "on_replicas_assigned", self._listener.on_replicas_assigned(standby, warmup)
+                )
             case Sleep(ms):
                 await anyio.sleep(ms / 1000)
             case Receive(deadline_ms):
@@ -499,6 +493,19 @@ class Member:
                 self._failure = MemberFailedError(code, message)
                 self._notify()
         return None
+
+    async def _callback(self, name: str, call: Awaitable[None]) -> None:
+        """Run a listener callback shielded from everything but closing the member past
+        its timeout (``_callback_scope``); then act on a cancellation that came meanwhile."""
+        with anyio.CancelScope(shield=True), anyio.CancelScope() as self._callback_scope:
+            try:
+                await call
+            except Exception:
+                self._log.exception("listener_failed", callback=name)
+                raise  # the member stops: MemberFailedError, this as its cause
+            finally:
+                self._callback_scope = None
+        await anyio.lowlevel.checkpoint()
 
     # --- the flow's host ----------------------------------------------------------------
 
@@ -581,7 +588,7 @@ class Member:
         self._changed = anyio.Event()
 
     def _require_connection(self) -> Connection:
-        if self._conn is None:
+        if self._conn is None or self._lost:  # lost: its end may wait on a callback
             raise NotConnectedError("the member is not connected to the coordinator")
         return self._conn
 
