@@ -22,7 +22,7 @@ from huddle.coordinator.cluster.store import Entry, EtcdStore, Lease
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.records import GroupRecord, OffsetRecord, Record
 from tests.etcd import Etcd, etcd
-from tests.helpers import DEADLINE_S, eventually, raw_member, serve_process
+from tests.helpers import DEADLINE_S, RawClient, eventually, raw_member, serve_process, wait_until
 
 __all__ = ["etcd"]  # the fixture
 
@@ -90,10 +90,10 @@ async def test_a_node_stops_serving_at_its_deadline_though_nothing_asks(etcd: Et
         await node.register()
         async with anyio.create_task_group() as tg:
             tg.start_soon(node.run)
-            await eventually(_owns(node, SHARDS), what="the node to serve every shard")
+            await wait_until(lambda: len(node._owned) == SHARDS, what="every shard served")
             store.cut = True  # keep-alives and reconciles hang from now on
-            await eventually(
-                _lost(listener), wait_s=node.ttl_s + DEADLINE_S, what="the node to fence"
+            await wait_until(
+                lambda: bool(listener.lost), wait_s=node.ttl_s + DEADLINE_S, what="a fence"
             )
             fenced_at, shards, why = listener.lost[0]
             deadline = node.guard.deadline
@@ -108,20 +108,6 @@ async def test_a_node_stops_serving_at_its_deadline_though_nothing_asks(etcd: Et
     finally:
         store.cut = False
         await store.close()
-
-
-def _owns(node: ClusterNode, count: int):  # type: ignore[no-untyped-def]
-    async def check() -> bool:
-        return len(node._owned) == count
-
-    return check
-
-
-def _lost(listener: Listener):  # type: ignore[no-untyped-def]
-    async def check() -> bool:
-        return bool(listener.lost)
-
-    return check
 
 
 async def _serving_node(store: EtcdStore) -> tuple[ClusterNode, ClusterServing, Coordinator]:
@@ -187,8 +173,8 @@ async def test_giving_a_shard_up_waits_for_the_write_under_way_only() -> None:
     keeper.submit()  # the first batch is being written
     keeper.hold([record], 2, None, [])  # traffic goes on: the next batch waits behind it
     waiting = asyncio.ensure_future(keeper.written())
-    await asyncio.sleep(0)
-    assert not waiting.done()
+    await wait_until(lambda: started == [1], what="the first batch being written")
+    assert not waiting.done()  # it waits for that batch
     gates[0].set()
     await asyncio.wait_for(waiting, DEADLINE_S)  # done, though the keeper is busy again
     assert started == [1, 1]
@@ -211,14 +197,17 @@ async def test_a_group_emptied_by_session_expiry_is_kept_without_another_request
     async with serve_process(*flags) as (_, port, _):
         group = "short-lived"
         key = f"/expiry/groups/{shard_of(group, SHARDS)}/{group}".encode()
-        client = None
-        deadline = time.monotonic() + DEADLINE_S
-        while client is None:  # the node joins the cluster and loads its shards first
+        joined: list[tuple[RawClient, str, int]] = []
+
+        async def join() -> bool:  # the node joins the cluster and loads its shards first
             try:
-                client, _, generation = await raw_member(port, group, session_timeout_ms=500)
+                joined.append(await raw_member(port, group, session_timeout_ms=500))
             except AssertionError:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+                return False
+            return True
+
+        await eventually(join, what="a member to join through the new node")
+        client, _, generation = joined[0]
         kept = msgspec.msgpack.decode((await _value(store, key)), type=GroupRecord)
         assert kept.generation == generation
         assert len(kept.members) == 1

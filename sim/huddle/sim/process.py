@@ -304,9 +304,7 @@ class SimMember:
     def _link_up(self, link: Link) -> None:
         if link is not self.link:
             return
-        if self.connect_timer is not None:
-            self.connect_timer.cancel()
-            self.connect_timer = None
+        self._drop_connect_timer()
         self.connected = True
         self.driver.connected(self.world.group_config.disconnect_grace_ms)
         self.world.trace(self, "connected", conn=link.conn_id)
@@ -337,9 +335,7 @@ class SimMember:
             # a loss handled offline (the runtime's watchdog, not the connection's task)
             # goes on; it reconnects when that ends
             self.calls.clear()
-            if self.connect_timer is not None:
-                self.connect_timer.cancel()
-                self.connect_timer = None
+            self._drop_connect_timer()
             self.driver.disconnected()
             return
         if self.listening is not None:
@@ -350,11 +346,14 @@ class SimMember:
             if self.hb_timer is not None:
                 self.hb_timer.cancel()
                 self.hb_timer = None
-            if self.connect_timer is not None:
-                self.connect_timer.cancel()
-                self.connect_timer = None
+            self._drop_connect_timer()
             return
         self._tear_down()
+
+    def _drop_connect_timer(self) -> None:
+        if self.connect_timer is not None:
+            self.connect_timer.cancel()
+            self.connect_timer = None
 
     def _tear_down(self) -> None:
         """The flow on a lost connection ends; owed callbacks run, then it reconnects."""
@@ -366,9 +365,7 @@ class SimMember:
         self.calls.clear()
         self.hb = None
         self.committing = False
-        if self.connect_timer is not None:
-            self.connect_timer.cancel()
-            self.connect_timer = None
+        self._drop_connect_timer()
         self.driver.disconnected()
         self.gen = self.flow.owed_callbacks()  # then it reconnects, after a backoff
         self._poke()  # a session that ran out is handled once they have run

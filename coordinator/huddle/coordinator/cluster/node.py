@@ -17,6 +17,7 @@ its key, and the delete is fenced on its epoch).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -97,7 +98,7 @@ class ClusterNode:
         # so a change made in one serving is never written in a later one (the epoch alone
         # cannot tell them apart when the node takes its own shard up again)
         self._servings: dict[int, int] = {}
-        self._last_serving = 0
+        self._serving_numbers = itertools.count(1)
         self.loading: set[int] = set()  # claimed, not served yet
         self._poke = anyio.Event()  # set: reconcile now
         # the cluster as last read: live nodes' addresses, and each shard's owner
@@ -355,8 +356,7 @@ class ClusterNode:
             self.loading.discard(shard)
         if self.lease is lease and self.guard.serving(self.clock()):
             self._owned[shard] = epoch
-            self._last_serving += 1
-            self._servings[shard] = self._last_serving
+            self._servings[shard] = next(self._serving_numbers)
             log.info("shard_taken", node=self.node_id, shard=shard, epoch=epoch)
         else:
             self.listener.shards_lost([shard], "its lease may have expired while loading")
