@@ -24,6 +24,8 @@ from huddle.protocol.messages import (
     Reply,
     Request,
     Response,
+    SaslAuthenticate,
+    SaslAuthenticateResult,
     ServerFrame,
 )
 
@@ -80,10 +82,11 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
 
 
 def test_every_message_is_in_a_union() -> None:
-    wired = REQUESTS | RESPONSES | NOTICES | {Handshake, HandshakeResult, Call, Reply}
+    greeting = {Handshake, HandshakeResult, SaslAuthenticate, SaslAuthenticateResult}
+    wired = REQUESTS | RESPONSES | NOTICES | greeting | {Call, Reply}
     assert leaves(Message) == wired
-    assert members(ClientFrame) == {Handshake, Call}
-    assert members(ServerFrame) == {HandshakeResult, Reply} | NOTICES
+    assert members(ClientFrame) == {Handshake, SaslAuthenticate, Call}
+    assert members(ServerFrame) == {HandshakeResult, SaslAuthenticateResult, Reply} | NOTICES
 
 
 def test_tags_are_unique_snake_case() -> None:

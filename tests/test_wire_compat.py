@@ -52,13 +52,13 @@ def raw(frame: dict[str, Any]) -> bytes:
 
 def test_error_codes_are_integers_on_the_wire_and_known_ones_become_error_codes() -> None:
     assert to_code(27) is ErrorCode.REBALANCE_IN_PROGRESS
-    assert to_code(58) is ErrorCode.UNKNOWN_SERVER_ERROR
-    assert ErrorCode.of(58) is None
-    assert error_name(58) == "UNKNOWN_CODE_58"
+    assert to_code(87) is ErrorCode.UNKNOWN_SERVER_ERROR
+    assert ErrorCode.of(87) is None
+    assert error_name(87) == "UNKNOWN_CODE_87"
     with pytest.raises(UnknownServerError) as caught:
-        raise_for(58, "what a newer coordinator says")
-    assert caught.value.error_code == 58
-    assert "58" in str(caught.value)
+        raise_for(87, "what a newer coordinator says")
+    assert caught.value.error_code == 87
+    assert "87" in str(caught.value)
     with pytest.raises(NotCoordinatorError) as known:
         raise_for(16)
     assert known.value.error_code == 16
@@ -76,7 +76,7 @@ def test_the_codec_reads_a_newer_coordinators_known_frames_and_names_unknown_one
     assert codec.tag(frames[1][4:]) == "group_tombstoned"
     reply = codec.decode(frames[2][4:])
     assert isinstance(reply, messages.Reply)
-    assert reply.response.error_code == 58  # not a decoding failure
+    assert reply.response.error_code == 87  # not a decoding failure
     assert codec.correlation_id(frames[3][4:]) == 2
     notice = codec.decode(frames[4][4:])
     assert notice == RebalanceStarted(group_id="g", generation_id=3, reason="member joined")
@@ -109,7 +109,7 @@ async def test_an_older_client_keeps_its_connection_to_a_newer_coordinator(
         assert conn.server_version == 2
         with pytest.raises(UnknownServerError) as caught:
             await conn.call(ListTopicsRequest(), ListTopicsResponse, timeout=5)
-        assert caught.value.error_code == 58
+        assert caught.value.error_code == 87
         assert not conn.closed
         with pytest.raises(UnknownServerError, match="unreadable reply"):
             await conn.call(ListTopicsRequest(), ListTopicsResponse, timeout=5)

@@ -37,12 +37,18 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
@@ -64,7 +70,7 @@ def to_code(number: int) -> ErrorCode:
 
 
 def error_name(number: int) -> str:
-    """``"REBALANCE_IN_PROGRESS"`` for 27; ``"UNKNOWN_CODE_58"`` for a number not known here."""
+    """``"REBALANCE_IN_PROGRESS"`` for 27; ``"UNKNOWN_CODE_87"`` for a number not known here."""
     code = ErrorCode.of(number)
     return code.name if code is not None else f"UNKNOWN_CODE_{number}"
 
@@ -79,6 +85,15 @@ class HuddleError(Exception):
 
 class ClientError(HuddleError):
     """Something went wrong on this side (connection closed, timed out), not an answer."""
+
+
+class AuthenticationError(HuddleError):
+    """Who the client is could not be established (bad credentials, a mechanism or a
+    certificate the coordinator does not take). Not retriable: the configuration is wrong."""
+
+
+class AuthorizationError(HuddleError):
+    """The client is known, but its principal may not do what it asked (Kafka's ACLs)."""
 
 
 class ServerError(HuddleError):
@@ -167,6 +182,30 @@ class InvalidSessionTimeoutError(ServerError):
 
 class RebalanceInProgressError(ServerError):
     code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class TopicAuthorizationFailedError(ServerError, AuthorizationError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(ServerError, AuthorizationError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(ServerError, AuthorizationError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class UnsupportedSaslMechanismError(ServerError, AuthenticationError):
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(ServerError, AuthenticationError):
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class SaslAuthenticationFailedError(ServerError, AuthenticationError):
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 class UnsupportedVersionError(ServerError):

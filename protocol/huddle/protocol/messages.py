@@ -61,6 +61,9 @@ class Message(Struct, frozen=True, kw_only=True, tag_field="type"):
 class Handshake(Message, tag="handshake", frozen=True, kw_only=True):
     version: int
     client_id: ClientId = ""
+    # The SASL mechanism the client will authenticate with (``SaslAuthenticate`` frames
+    # follow a successful result), or None: no SASL (a listener that requires it refuses).
+    sasl_mechanism: ProtocolName | None = None
 
 
 class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True):
@@ -76,6 +79,29 @@ class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True
     # coordinator is the node it is connected to keeps the connection, whatever address
     # (a proxy's, say) it reached it by.
     node_id: str = ""
+    # The SASL mechanisms this listener takes; empty: it authenticates no one by SASL.
+    sasl_mechanisms: list[str] = field(default_factory=list)
+
+
+MAX_SASL_BYTES = 4_096  # one SASL message; SCRAM's are a few hundred bytes
+
+
+class SaslAuthenticate(Message, tag="sasl_authenticate", frozen=True, kw_only=True):
+    """One client message of a SASL exchange (Kafka's SaslAuthenticate), after the handshake."""
+
+    auth_bytes: Annotated[bytes, Meta(max_length=MAX_SASL_BYTES)]
+
+
+class SaslAuthenticateResult(Message, tag="sasl_authenticate_result", frozen=True, kw_only=True):
+    """The coordinator's answer: its next challenge, or the end of the exchange. On success
+    the last one carries the server's final message and the principal the client now is;
+    on failure the coordinator closes the connection after it."""
+
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    auth_bytes: bytes = b""
+    complete: bool = False
+    principal: str = ""
 
 
 # --- group membership -----------------------------------------------------------------
@@ -387,6 +413,10 @@ class DescribeClusterRequest(Message, tag="describe_cluster", frozen=True, kw_on
     """The nodes of the coordinator's cluster and who owns each shard, as the node asked
     last saw them (a single coordinator is a cluster of one node with no shards)."""
 
+    # The shard owners and epochs too: with an authorizer, that needs DESCRIBE on the
+    # cluster; the nodes alone are told to any client (as Kafka's metadata names brokers).
+    include_shards: bool = True
+
 
 class ClusterNodeInfo(Struct, frozen=True, kw_only=True):
     node_id: str
@@ -494,8 +524,15 @@ class CallId(Struct, kw_only=True):
     correlation_id: int
 
 
-ClientFrame = Handshake | Call
-ServerFrame = HandshakeResult | Reply | RebalanceStarted | TopicMetadataChanged | ProtocolError
+ClientFrame = Handshake | SaslAuthenticate | Call
+ServerFrame = (
+    HandshakeResult
+    | SaslAuthenticateResult
+    | Reply
+    | RebalanceStarted
+    | TopicMetadataChanged
+    | ProtocolError
+)
 
 # The protocol version that introduced a message type; absent: version 1, the first.
 INTRODUCED_IN: dict[type[Message], int] = {}
