@@ -49,6 +49,45 @@ class GroupConfig:
             raise ValueError("; ".join(problems))
 
 
+_SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_client_ca", "sasl", "authorizer", "super_users")
+SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+
+
+def sasl_mechanisms(spec: str) -> tuple[str, ...]:
+    """``"SCRAM-SHA-512, scram-sha-256"`` -> the mechanisms, upper case, in order."""
+    return tuple(dict.fromkeys(m.strip().upper() for m in spec.split(",") if m.strip()))
+
+
+def super_users(spec: str) -> tuple[str, ...]:
+    return tuple(u.strip() for u in spec.split(";") if u.strip())
+
+
+def security_problems(cfg: ServerConfig) -> list[str]:
+    problems = []
+    if bool(cfg.tls_cert) != bool(cfg.tls_key):
+        problems.append("TLS needs both --tls-cert and --tls-key")
+    if cfg.tls_client_ca and not cfg.tls_cert:
+        problems.append("--tls-client-ca (mTLS) needs TLS: --tls-cert and --tls-key")
+    mechanisms = sasl_mechanisms(cfg.sasl)
+    unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+    if unknown:
+        problems.append(
+            f"unknown SASL mechanism {', '.join(unknown)}: use {', '.join(SASL_MECHANISMS)}"
+        )
+    if "PLAIN" in mechanisms and not cfg.tls_cert:
+        problems.append("SASL PLAIN sends passwords in the clear: it needs TLS (--tls-cert)")
+    if (mechanisms or cfg.authorizer) and not (cfg.data_dir or cfg.cluster):
+        problems.append(
+            "users and ACLs are kept with the coordinator's state: --sasl and --authorizer "
+            "need --data-dir (or --cluster)"
+        )
+    for principal in super_users(cfg.super_users):
+        kind, sep, name = principal.partition(":")
+        if not (kind and sep and name):
+            problems.append(f"super user {principal!r} is not a principal (User:NAME)")
+    return problems
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """Transport settings of ``huddle serve``. Times are milliseconds."""
@@ -75,6 +114,16 @@ class ServerConfig:
     cluster_prefix: str = "/huddle"  # the cluster's keys in etcd
     shards: int = 50  # groups are spread over this many shards (fixed per cluster)
     lease_ttl_s: int = 3  # a node that cannot renew its lease stops serving before this
+    # TLS on the listener: its certificate and key (PEM); with a client CA, every client
+    # must present a certificate it signed (mTLS), whose subject is its principal.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    # SASL mechanisms every client must authenticate with ("SCRAM-SHA-512,SCRAM-SHA-256");
+    # "": none. Users are kept in the data dir, or in etcd for a cluster.
+    sasl: str = ""
+    authorizer: bool = False  # ACLs decide what each principal may do; nothing else is allowed
+    super_users: str = ""  # principals allowed everything, ";"-separated (User:admin;User:ops)
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:
@@ -92,6 +141,7 @@ class ServerConfig:
                 "node_id",
                 "cluster",
                 "cluster_prefix",
+                *_SECURITY_FIELDS,
             ):
                 continue
             if getattr(self, f.name) < 1:
@@ -111,6 +161,7 @@ class ServerConfig:
                 parse_address(self.advertise, what="advertised address")
             except ValueError as exc:
                 problems.append(str(exc))
+        problems.extend(security_problems(self))
         if self.max_response_bytes > self.max_write_buffer_bytes:
             problems.append(
                 "max response bytes is over the max write buffer bytes: a client could be "

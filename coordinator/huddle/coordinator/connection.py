@@ -82,6 +82,7 @@ class Connection(asyncio.Protocol):
         "codec",
         "conn_id",
         "frame_started",
+        "greeted",
         "handshaken",
         "held",
         "host",
@@ -97,6 +98,8 @@ class Connection(asyncio.Protocol):
         "pending",
         "reader",
         "reading",
+        "sasl",
+        "sasl_busy",
         "server",
         "transport",
         "version",
@@ -113,7 +116,11 @@ class Connection(asyncio.Protocol):
         self.client_id = ""
         self.host = ""
         self.peer = Peer(conn_id)
-        self.handshaken = False
+        self.greeted = False  # its handshake arrived
+        self.handshaken = False  # it may send requests: handshake (and SASL) done
+        # the SASL exchange under way (a SaslSession), "failed" once it failed, or None
+        self.sasl: object | None = None
+        self.sasl_busy = False  # a SASL step is being checked, or its answer held back
         self.version = PROTOCOL_VERSION  # the protocol version its handshake named
         self.withheld: frozenset[type[Message]] = frozenset()  # types that version lacks
         self.closing = False

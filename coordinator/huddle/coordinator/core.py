@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator
 
+import msgspec
 import structlog
 
 from huddle.coordinator.config import GroupConfig
@@ -27,6 +28,8 @@ from huddle.coordinator.records import (
     SessionRecord,
     TopicRecord,
 )
+from huddle.coordinator.security.access import described_topics, screen
+from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import TopicRegistry
@@ -54,6 +57,7 @@ from huddle.protocol.messages import (
     ListTopicsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    Reply,
     Request,
     SyncGroupRequest,
     TopicMetadata,
@@ -91,6 +95,10 @@ class Coordinator:
         # cluster's shard owners); without one, nobody is known.
         self.locate: Callable[[str], FindCoordinatorResponse] = _nobody
         self.describe_cluster: Callable[[], DescribeClusterResponse] = DescribeClusterResponse
+        # With an authorizer, each request is screened by its principal's ACLs first
+        # (huddle.coordinator.security.access); without one, everything is allowed.
+        self.authorizer: Authorizer | None = None
+        self._peers: dict[int, Peer] = {}  # with an authorizer: whom each connection is
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -99,6 +107,35 @@ class Coordinator:
     # --- entry points ----------------------------------------------------------------
 
     def handle(
+        self, peer: Peer, correlation_id: int, request: Request, now: float
+    ) -> list[Outgoing]:
+        if self.authorizer is not None:
+            return self._screened(peer, correlation_id, request, now, self.authorizer)
+        return self._handle(peer, correlation_id, request, now)
+
+    def _screened(
+        self, peer: Peer, correlation_id: int, request: Request, now: float, auth: Authorizer
+    ) -> list[Outgoing]:
+        self._peers[peer.conn_id] = peer  # its notices are screened by its principal too
+        screened = screen(auth, peer, request)
+        if screened.request is None:
+            assert screened.refusal is not None
+            return [(peer.conn_id, Reply(correlation_id=correlation_id, response=screened.refusal))]
+        out = self._handle(peer, correlation_id, screened.request, now)
+        finish = screened.finish
+        if finish is not None:
+            for i, (conn_id, frame) in enumerate(out):
+                if (
+                    conn_id == peer.conn_id
+                    and type(frame) is Reply
+                    and frame.correlation_id == correlation_id
+                ):
+                    response = finish(frame.response)
+                    out[i] = (conn_id, Reply(correlation_id=correlation_id, response=response))
+                    break
+        return out
+
+    def _handle(
         self, peer: Peer, correlation_id: int, request: Request, now: float
     ) -> list[Outgoing]:
         m = self.membership
@@ -137,7 +174,10 @@ class Coordinator:
             case FindCoordinatorRequest():
                 fx.reply((peer.conn_id, correlation_id), self.locate(request.group_id))
             case DescribeClusterRequest():
-                fx.reply((peer.conn_id, correlation_id), self.describe_cluster())
+                described = self.describe_cluster()
+                if not request.include_shards and described.shards:
+                    described = msgspec.structs.replace(described, shards=[])
+                fx.reply((peer.conn_id, correlation_id), described)
             case _:  # pragma: no cover - the decoder admits only the types above
                 fx.reply(
                     (peer.conn_id, correlation_id),
@@ -149,6 +189,7 @@ class Coordinator:
         return fx.out
 
     def connection_closed(self, conn_id: int, now: float) -> list[Outgoing]:
+        self._peers.pop(conn_id, None)
         fx = Effects(now)
         self.membership.connection_closed(fx, conn_id)
         return fx.out
@@ -320,8 +361,18 @@ class Coordinator:
         if not changed:
             return
         notice = TopicMetadataChanged(topics=changed)
+        auth = self.authorizer
         for conn_id in sorted(self.membership.by_conn):
-            fx.notify(conn_id, notice)
+            peer = self._peers.get(conn_id)
+            if auth is None or peer is None:
+                fx.notify(conn_id, notice)
+                continue
+            shown = described_topics(auth, peer, changed)  # nothing of topics it may not see
+            if shown:
+                fx.notify(
+                    conn_id,
+                    notice if len(shown) == len(changed) else TopicMetadataChanged(topics=shown),
+                )
 
     def _describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
         described = []

@@ -17,6 +17,9 @@ class Peer:
     conn_id: int
     client_id: str = ""
     host: str = ""
+    # Who the client authenticated as (Kafka's principal): SASL's user, a client
+    # certificate's subject, or ANONYMOUS.
+    principal: str = "User:ANONYMOUS"
 
 
 class Effects:

@@ -27,12 +27,15 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 import structlog
 
+from huddle.coordinator import greeting
 from huddle.coordinator.cluster.keeper import NO_CALLER, EtcdKeeper, Keeper
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
-from huddle.coordinator.core import Coordinator, Outgoing, Peer
+from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
+from huddle.coordinator.security.access import group_refusal
+from huddle.coordinator.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
     from huddle.coordinator.cluster.running import ClusterRun
@@ -41,7 +44,6 @@ from huddle.logs import printable
 from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
-    SUPPORTED_VERSIONS,
     AlterTopicsRequest,
     Call,
     ClusterNodeInfo,
@@ -53,10 +55,10 @@ from huddle.protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     Handshake,
-    HandshakeResult,
     ProtocolError,
     Reply,
     Request,
+    SaslAuthenticate,
 )
 
 log = structlog.get_logger("huddle.server")
@@ -141,6 +143,9 @@ class CoordinatorServer:
         self._keeper: Keeper | None = None  # answers wait for its writes: data dir or etcd
         self.gate: Callable[[Request], ErrorResponse | None] | None = None  # a cluster's
         self.cluster: ClusterServing | None = None
+        self.security: ListenerSecurity | None = None  # TLS, SASL and ACLs, when configured
+        if config.tls_cert or config.sasl or config.authorizer:
+            self.security = ListenerSecurity(config)
         if config.cluster:  # no group is served before the node has joined its cluster
             self.gate = _joining_cluster
         self.storage_failure: str | None = None  # why the server stopped by itself
@@ -194,11 +199,23 @@ class CoordinatorServer:
         self._closed = asyncio.Event()
         self._all_gone = asyncio.Event()
         cfg = self.config
+        context = None
+        if self.security is not None:
+            await self.security.open()  # SecurityStartError: a TLS file or the store
+            self.core.authorizer = self.security.authorizer
+            context = self.security.context
         try:
             self._server = await self._loop.create_server(
-                self._new_connection, host=cfg.host, port=cfg.port, backlog=1024
+                self._new_connection,
+                host=cfg.host,
+                port=cfg.port,
+                backlog=1024,
+                ssl=context,
+                ssl_handshake_timeout=cfg.handshake_timeout_ms / 1000 if context else None,
             )
         except OSError as exc:
+            if self.security is not None:
+                await self.security.close()
             if isinstance(exc, socket.gaierror) or not exc.errno:
                 reason = str(exc.strerror or exc).lower()
             else:
@@ -364,6 +381,8 @@ class CoordinatorServer:
             self._keeper.close(wait=not stuck)
         if self.journal is not None and not stuck:  # a stuck write still holds the file
             self.journal.close()
+        if self.security is not None:
+            await self.security.close()
         log.info("server_stopped")
         self._closed.set()
 
@@ -407,6 +426,9 @@ class CoordinatorServer:
             )
             return
         self._conns[conn.conn_id] = conn
+        if self.security is not None and conn.transport is not None:
+            principal = self.security.principal_of(conn.transport.get_extra_info("peercert"))
+            conn.peer = replace(conn.peer, principal=principal)
         conn.opened_at = conn.last_active = self.loop.time()
         self._watch.add(conn)
         conn.log.info("connection_opened", connections=len(self._conns))
@@ -454,6 +476,8 @@ class CoordinatorServer:
         if self._conns.pop(conn.conn_id, None) is None:
             return  # refused at the door: never registered, the core never saw it
         conn.log.info("connection_closed", reason=conn.close_reason)
+        if self.security is not None and greeting.in_exchange(conn):
+            self.security.exchange_ended(conn.host)
         if not self._stopping:
             try:
                 out = self.core.connection_closed(conn.conn_id, self._now())
@@ -543,6 +567,11 @@ class CoordinatorServer:
         decode = conn.codec.decode
         try:
             while inbox and not conn.closing and not conn.write_paused:
+                if conn.sasl is greeting.FAILED:
+                    inbox.clear()  # its failure is answered after a delay: nothing else
+                    break
+                if conn.sasl_busy:
+                    break  # its SASL step is being checked: handled once it is
                 if conn.held >= _HELD_PER_CONNECTION:
                     break  # its answers wait for the disk: it is served again once they go
                 body = inbox.popleft()
@@ -572,14 +601,12 @@ class CoordinatorServer:
                         self._call(conn, frame, now)
                         calls += 1
                     else:
-                        conn.fail(
-                            ErrorCode.INVALID_REQUEST,
-                            "expected a handshake first",
-                            event="handshake_failed",
-                        )
+                        self._not_greeted(conn)
                         break
                 elif type(frame) is Handshake:
-                    self._handshake(conn, frame)
+                    greeting.handshake(self, self.security, conn, frame)
+                elif type(frame) is SaslAuthenticate:
+                    greeting.sasl_step(self, self.security, conn, frame)
                 if len(conn.pending) >= _PASS_OUTPUT_BYTES or time.perf_counter() >= until:
                     break
         finally:
@@ -626,41 +653,18 @@ class CoordinatorServer:
             )
         )
 
-    def _handshake(self, conn: Connection, hello: Handshake) -> None:
-        if conn.handshaken:
-            conn.fail(ErrorCode.INVALID_REQUEST, "handshake already done", event="bad_frame")
-            return
-        if hello.version not in SUPPORTED_VERSIONS:
-            speaks = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
-            message = (
-                f"protocol version {hello.version} is not supported; this server speaks {speaks}"
-            )
-            conn.log.warning(
-                "handshake_failed",
-                error_code=ErrorCode.UNSUPPORTED_VERSION.name,
-                error_message=message,
-                client_id=hello.client_id,
-            )
-            conn.send(
-                HandshakeResult(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=message)
-            )
-            conn.close(f"unsupported protocol version {hello.version}")
-            return
-        conn.handshaken = True
-        conn.handshook(hello.version)
-        conn.client_id = hello.client_id
-        conn.peer = Peer(conn.conn_id, hello.client_id, conn.host)
-        conn.log = conn.log.bind(client_id=hello.client_id)
+    def greeted(self, conn: Connection) -> None:
         if conn.frame_started is None:
             self._watch.discard(conn)
-        conn.send(
-            HandshakeResult(
-                version=hello.version,
-                disconnect_grace_ms=self.config.group.disconnect_grace_ms,
-                node_id=self.node_id,
-            )
-        )
-        conn.log.debug("handshake_done", version=hello.version)
+
+    def _not_greeted(self, conn: Connection) -> None:
+        """A request before the handshake (and the SASL exchange) is done."""
+        if conn.sasl is not None:
+            message = "authenticate first: the SASL exchange is not complete"
+            conn.fail(ErrorCode.ILLEGAL_SASL_STATE, message, event="handshake_failed")
+        else:
+            message = "expected a handshake first"
+            conn.fail(ErrorCode.INVALID_REQUEST, message, event="handshake_failed")
 
     # --- the core ---------------------------------------------------------------------
 
@@ -685,7 +689,10 @@ class CoordinatorServer:
             return
         gate = self.gate
         if gate is not None:
-            refusal = gate(call.request)
+            refusal = None
+            if self.core.authorizer is not None:  # as Kafka: who may ask, before where to
+                refusal = group_refusal(self.core.authorizer, conn.peer, call.request)
+            refusal = refusal or gate(call.request)
             if refusal is not None:
                 conn.send(Reply(correlation_id=call.correlation_id, response=refusal))
                 return
@@ -965,6 +972,12 @@ async def serve(
         except (NotImplementedError, RuntimeError, ValueError):
             continue  # not the main thread, or a platform without signal handlers
         installed.append(signum)
+    if server.security is not None and server.security.tls is not None:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, server.security.reload_tls)
+            installed.append(signal.SIGHUP)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
     try:
         if ready is not None:
             ready(server.port)

@@ -7,6 +7,7 @@ Keys under the cluster's prefix ``P``:
 - ``P/addresses/<address>``: the node advertising it, under its lease (one node per address).
 - ``P/shards/<n>``: the node that owns shard ``n``, under that node's lease; the key's
   revision is the shard's *epoch*.
+- ``P/security``: the users and ACLs (``huddle users``, ``huddle acls``), read by every node.
 
 A node keeps its lease alive and judges it by its own clock (``LeaseGuard``): past the
 guard's deadline it serves nothing. Every third of the TTL it reads the nodes and owners,
@@ -33,7 +34,9 @@ from huddle.coordinator.cluster.store import EtcdStore, Lease
 log = structlog.get_logger("huddle.cluster")
 
 
-OURS = frozenset({b"config", b"nodes", b"addresses", b"shards", b"topics", b"groups", b"offsets"})
+OURS = frozenset(
+    {b"config", b"nodes", b"addresses", b"shards", b"topics", b"groups", b"offsets", b"security"}
+)
 
 
 class ClusterConfigError(Exception):

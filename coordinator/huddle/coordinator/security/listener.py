@@ -1,0 +1,226 @@
+"""A listener's security, as the server uses it: its TLS context, the SASL mechanisms it
+requires, the users and ACLs it reads from the store (again within a second of a change),
+and the slow-down of hosts that keep failing to authenticate.
+
+Which principal a connection is: the SASL user when the listener requires SASL (Kafka's
+SASL_PLAINTEXT and SASL_SSL), else the subject of a verified client certificate (mTLS,
+Kafka's SSL with client authentication), else ``User:ANONYMOUS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import structlog
+
+from huddle.coordinator.config import ServerConfig, sasl_mechanisms, super_users
+from huddle.coordinator.security.acls import ANONYMOUS, Authorizer
+from huddle.coordinator.security.credentials import DEFAULT_ITERATIONS, User
+from huddle.coordinator.security.sasl import SaslSession
+from huddle.coordinator.security.store import (
+    FileStore,
+    SecurityState,
+    SecurityStore,
+    SecurityStoreError,
+)
+from huddle.coordinator.security.throttle import FailureThrottle
+from huddle.coordinator.security.tls import ServerTls, TlsConfigError, certificate_principal
+from huddle.protocol.errors import ErrorCode, HuddleError
+
+log = structlog.get_logger("huddle.security")
+
+POLL_S = 1.0  # how often the store is asked whether users or ACLs changed
+# A host that failed lately may have this many SASL exchanges under way at once: a guesser
+# with many connections gets no more guesses than this per slow-down.
+MAX_EXCHANGES_AFTER_FAILURES = 4
+FAILED_MESSAGE = "authentication failed: invalid credentials"
+
+
+class SecurityStartError(HuddleError):
+    """The listener's security cannot start: a TLS file, or the users and ACLs store."""
+
+
+class ListenerSecurity:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.tls = (
+            ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None)
+            if config.tls_cert
+            else None
+        )
+        self.context: ssl.SSLContext | None = None
+        self.mechanisms = sasl_mechanisms(config.sasl)
+        self.authorizer = (
+            Authorizer(super_users=super_users(config.super_users)) if config.authorizer else None
+        )
+        self.users: dict[str, User] = {}
+        self.decoy_iterations: dict[str, int] = {}  # mechanism -> the count most users have
+        self.exchanges: dict[str, int] = {}  # host -> SASL exchanges under way
+        # PLAIN's key derivations run here, never on the event loop; two at a time at most
+        self.executor = (
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="huddle-plain")
+            if "PLAIN" in self.mechanisms
+            else None
+        )
+        self.throttle = FailureThrottle(max_s=min(5.0, config.handshake_timeout_ms / 2000))
+        self.secret = os.urandom(32)  # makes up the salts of users that do not exist
+        self.store: SecurityStore | None = None
+        self._etcd: Any = None
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def uses_store(self) -> bool:
+        return bool(self.mechanisms) or self.authorizer is not None
+
+    async def open(self) -> None:
+        """Load the TLS files and the users and ACLs; SecurityStartError if one cannot be."""
+        if self.tls is not None:
+            try:
+                self.context = self.tls.context()
+            except TlsConfigError as exc:
+                raise SecurityStartError(f"TLS: {exc}") from None
+        if not self.uses_store:
+            return
+        cfg = self.config
+        try:
+            if cfg.cluster:
+                from huddle.coordinator.cluster.store import EtcdStore, parse_endpoints
+                from huddle.coordinator.security.store import EtcdSecurityStore
+
+                self._etcd = await EtcdStore.connect(parse_endpoints(cfg.cluster))
+                self.store = EtcdSecurityStore(self._etcd, cfg.cluster_prefix)
+            else:
+                self.store = FileStore(cfg.data_dir)
+            self._apply(await self.store.load())
+        except SecurityStoreError as exc:
+            await self.close()
+            raise SecurityStartError(str(exc)) from None
+        except Exception as exc:
+            await self.close()
+            raise SecurityStartError(f"cannot read the users and ACLs: {exc}") from None
+        self._poller = asyncio.create_task(self._poll(), name="huddle security store")
+
+    async def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
+        if self._etcd is not None:
+            with contextlib.suppress(Exception):
+                await self._etcd.close()
+            self._etcd = None
+
+    def reload_tls(self) -> None:
+        """Load the certificate and key again (SIGHUP): new connections use them."""
+        if self.tls is None or self.context is None:
+            return
+        try:
+            self.tls.load(self.context)
+        except TlsConfigError as exc:
+            log.error("tls_reload_failed", error=str(exc))
+            return
+        log.info("tls_reloaded", cert=self.tls.cert)
+
+    def _apply(self, state: SecurityState) -> None:
+        self.users = dict(state.users)
+        self.decoy_iterations = typical_iterations(state.users.values())
+        if state.decoy_secret:
+            self.secret = state.decoy_secret
+        if self.authorizer is not None:
+            self.authorizer.replace(state.acls)
+        log.info("security_loaded", users=len(self.users), acls=len(state.acls))
+
+    async def _poll(self) -> None:
+        assert self.store is not None
+        failing = False
+        while True:
+            await asyncio.sleep(POLL_S)
+            try:
+                state = await self.store.poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not failing:  # once per outage; the users and ACLs in use stay
+                    log.warning("security_store_unreadable", where=self.store.where, error=str(exc))
+                failing = True
+                continue
+            failing = False
+            if state is not None:
+                self._apply(state)
+
+    # --- connections ------------------------------------------------------------------
+
+    def principal_of(self, peercert: Mapping[str, Any] | None) -> str:
+        """A connection's principal before any SASL: its certificate's, or ANONYMOUS."""
+        return certificate_principal(peercert) or ANONYMOUS
+
+    def greet(self, mechanism: str | None, host: str) -> SaslSession | tuple[ErrorCode, str] | None:
+        """What a handshake naming ``mechanism`` from ``host`` begins: a SASL exchange,
+        nothing more to do (None), or a refusal (code, message)."""
+        if not self.mechanisms:
+            if mechanism is None:
+                return None
+            return (
+                ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                f"this coordinator takes no SASL authentication (asked for {mechanism})",
+            )
+        offered = ", ".join(self.mechanisms)
+        if mechanism is None:
+            return (
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                f"this coordinator requires SASL authentication ({offered}): give the client "
+                "a username and password",
+            )
+        if mechanism not in self.mechanisms:
+            return (
+                ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                f"SASL mechanism {mechanism} is not enabled here; use one of {offered}",
+            )
+        loop_now = asyncio.get_running_loop().time()
+        if (
+            self.throttle.failures(host, loop_now) > 0
+            and self.exchanges.get(host, 0) >= MAX_EXCHANGES_AFTER_FAILURES
+        ):
+            return (
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "too many authentications at once from this address after failures; "
+                "try again later",
+            )
+        self.exchanges[host] = self.exchanges.get(host, 0) + 1
+        iterations = self.decoy_iterations.get(mechanism, DEFAULT_ITERATIONS)
+        return SaslSession(mechanism, self.users.get, self.secret, iterations)
+
+    def exchange_ended(self, host: str) -> None:
+        left = self.exchanges.get(host, 0) - 1
+        if left > 0:
+            self.exchanges[host] = left
+        else:
+            self.exchanges.pop(host, None)
+
+
+def typical_iterations(users: Iterable[User]) -> dict[str, int]:
+    """Per mechanism, the iteration count most users have (the default on a tie)."""
+    counts: dict[str, Counter[int]] = {}
+    for user in users:
+        for mechanism, credential in user.scram.items():
+            counts.setdefault(mechanism, Counter())[credential.iterations] += 1
+    typical = {}
+    for mechanism, counter in counts.items():
+        best = max(counter.values())
+        tied = [n for n, c in counter.items() if c == best]
+        typical[mechanism] = DEFAULT_ITERATIONS if DEFAULT_ITERATIONS in tied else min(tied)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        typical.setdefault(mechanism, DEFAULT_ITERATIONS)
+    # PLAIN checks against a user's SCRAM-SHA-256 or SHA-512 credential, the first kept
+    typical["PLAIN"] = typical["SCRAM-SHA-256"]
+    return typical

@@ -1,0 +1,159 @@
+"""One SASL exchange on the coordinator's side: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN.
+
+``SaslSession.step`` takes one client message and returns the answer and whether the
+exchange is over; it raises ``AuthenticationFailed`` with the reason, which is for the log
+only: the client is told one thing whatever was wrong. An unknown user goes through the
+whole SCRAM exchange with a made-up salt and fails at the proof, as a wrong password does,
+so the answers do not tell who exists. SCRAM itself (nonces, proofs, the server
+signature) is the ``scramp`` library's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import os
+from collections.abc import Callable
+
+from scramp import ScramException, ScramMechanism
+
+from huddle.coordinator.security.credentials import (
+    DEFAULT_ITERATIONS,
+    PLAIN,
+    SCRAM_MECHANISMS,
+    User,
+    make_user,
+    password_matches,
+)
+
+UserLookup = Callable[[str], User | None]
+
+
+@functools.lru_cache(maxsize=4)
+def _decoy(secret: bytes, iterations: int) -> User:
+    """A user no password matches, to check an unknown user's PLAIN password against (as
+    long as a real user's check takes)."""
+    return make_user(
+        "decoy", secret.hex(), mechanisms=(SCRAM_MECHANISMS[0],), iterations=iterations
+    )
+
+
+class AuthenticationFailed(Exception):
+    """The exchange failed; ``reason`` says why, for the coordinator's log."""
+
+    def __init__(self, reason: str, username: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.username = username
+
+
+class SaslSession:
+    """The server's half of one exchange. ``principal`` is set once it succeeded."""
+
+    def __init__(
+        self,
+        mechanism: str,
+        users: UserLookup,
+        secret: bytes,
+        decoy_iterations: int = DEFAULT_ITERATIONS,
+    ) -> None:
+        self.mechanism = mechanism
+        # The iteration count told for a user that does not exist: the one most users have,
+        # so the count does not tell who exists.
+        self.decoy_iterations = decoy_iterations
+        self.username = ""
+        self.principal = ""
+        self.done = False
+        self._users = users
+        self._secret = secret
+        self._scram = None
+        if mechanism in SCRAM_MECHANISMS:
+            self._scram = ScramMechanism(mechanism).make_server(self._scram_credential)
+        elif mechanism != PLAIN:
+            raise ValueError(f"not a SASL mechanism huddle serves: {mechanism}")
+        self._stage = 0
+
+    @property
+    def costly(self) -> bool:
+        """Whether a step derives a key (PLAIN: PBKDF2), and so belongs off the event loop."""
+        return self._scram is None
+
+    def step(self, data: bytes) -> tuple[bytes, bool]:
+        """The answer to one client message, and whether the exchange is complete."""
+        if self.done:
+            raise AuthenticationFailed("a message after the exchange was complete")
+        try:
+            if self._scram is None:
+                return self._plain(data), True
+            return self._scram_step(data)
+        except AuthenticationFailed as exc:
+            exc.username = exc.username or self.username
+            raise
+
+    # --- PLAIN (RFC 4616) -------------------------------------------------------------
+
+    def _plain(self, data: bytes) -> bytes:
+        parts = data.split(b"\0")
+        if len(parts) != 3:
+            raise AuthenticationFailed("a PLAIN message is authzid NUL user NUL password")
+        try:
+            authzid, user, password = (p.decode() for p in parts)
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("a PLAIN message that is not UTF-8") from None
+        self.username = user
+        if authzid and authzid != user:
+            raise AuthenticationFailed(f"authorization id {authzid!r} is not the user")
+        kept = self._users(user)
+        if kept is None:
+            password_matches(self._decoy(user), password)  # the same work as a real check
+            raise AuthenticationFailed("unknown user")
+        if not password_matches(kept, password):
+            raise AuthenticationFailed("wrong password")
+        self._succeed(user)
+        return b""
+
+    # --- SCRAM (RFC 5802, RFC 7677) -----------------------------------------------------
+
+    def _scram_step(self, data: bytes) -> tuple[bytes, bool]:
+        server = self._scram
+        assert server is not None
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("a SCRAM message that is not UTF-8") from None
+        try:
+            if self._stage == 0:
+                self._stage = 1
+                server.set_client_first(text)
+                return server.get_server_first().encode(), False
+            if self._stage == 1:
+                self._stage = 2
+                server.set_client_final(text)
+                final = server.get_server_final().encode()
+        except ScramException as exc:
+            raise AuthenticationFailed(f"SCRAM: {exc}") from None
+        if self._stage != 2:
+            raise AuthenticationFailed("a SCRAM message after the exchange")
+        if self._users(self.username) is None:  # the decoy's proof cannot match; to be sure
+            raise AuthenticationFailed("unknown user")
+        self._succeed(self.username)
+        return final, True
+
+    def _scram_credential(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        self.username = username
+        kept = self._users(username)
+        credential = None if kept is None else kept.scram.get(self.mechanism)
+        if credential is None:
+            # Made up, the same for a name every time: the client cannot tell the user
+            # does not exist. The keys are random, so no password's proof matches.
+            salt = hmac.new(self._secret, username.encode(), hashlib.sha256).digest()
+            return salt, os.urandom(64), os.urandom(64), self.decoy_iterations
+        return credential.salt, credential.stored_key, credential.server_key, credential.iterations
+
+    def _decoy(self, username: str) -> User:
+        return _decoy(self._secret, self.decoy_iterations)
+
+    def _succeed(self, username: str) -> None:
+        self.done = True
+        self.principal = f"User:{username}"

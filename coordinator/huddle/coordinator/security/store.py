@@ -1,0 +1,177 @@
+"""Users and ACLs, kept with the coordinator's state: a file in the data dir, or a key in etcd.
+
+Both hold one ``SecurityState`` document. ``huddle users`` and ``huddle acls`` change it
+with ``update`` (a read-change-write that two writers cannot interleave: a lock file
+beside it, or an etcd transaction on the key's revision); a running coordinator reads it
+again when it changed (``poll``), within a second, so no restart is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from huddle.coordinator.security.acls import Acl
+from huddle.coordinator.security.credentials import User
+
+FILE_NAME = "security.json"
+LOCK_NAME = "security.lock"
+ETCD_KEY = "security"  # under the cluster's prefix
+
+
+class SecurityState(msgspec.Struct, frozen=True, kw_only=True):
+    users: dict[str, User] = msgspec.field(default_factory=dict)
+    acls: list[Acl] = msgspec.field(default_factory=list)
+    # Makes up the salt SCRAM answers for a user that does not exist: kept, so every node
+    # and every restart answers the same (a salt that changed would tell who does not exist).
+    decoy_secret: bytes = b""
+
+
+def with_secret(state: SecurityState) -> SecurityState:
+    """The state, with a decoy secret made if it has none yet."""
+    if state.decoy_secret:
+        return state
+    return msgspec.structs.replace(state, decoy_secret=os.urandom(32))
+
+
+class SecurityStoreError(Exception):
+    """The store cannot be read or written: says which and why."""
+
+
+def decode_state(data: bytes, where: str) -> SecurityState:
+    try:
+        return msgspec.json.decode(data, type=SecurityState)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise SecurityStoreError(f"{where} is not a huddle security store: {exc}") from None
+
+
+def encode_state(state: SecurityState) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(state), indent=1) + b"\n"
+
+
+Change = Callable[[SecurityState], SecurityState]
+
+
+class SecurityStore(Protocol):
+    where: str
+
+    async def load(self) -> SecurityState: ...
+
+    async def update(self, change: Change) -> SecurityState: ...
+
+    async def poll(self) -> SecurityState | None:
+        """The state if it changed since the last load or poll, else None."""
+
+
+class FileStore:
+    """``security.json`` in a directory (the data dir), written atomically, mode 0600."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / FILE_NAME
+        self.where = str(self.path)
+        self._seen: tuple[int, int, int] | None = None
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _read(self) -> SecurityState:
+        self._seen = self._stamp()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return SecurityState()
+        except OSError as exc:
+            raise SecurityStoreError(f"cannot read {self.path}: {exc.strerror}") from None
+        return decode_state(data, str(self.path))
+
+    async def load(self) -> SecurityState:
+        return self._read()
+
+    async def poll(self) -> SecurityState | None:
+        if self._stamp() == self._seen:
+            return None
+        return self._read()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise SecurityStoreError(f"cannot write in {self.directory}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    async def update(self, change: Change) -> SecurityState:
+        with self._locked():
+            state = with_secret(change(self._read()))
+            temp = self.path.with_suffix(".json.tmp")
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                with os.fdopen(fd, "wb", closefd=False) as out:
+                    out.write(encode_state(state))  # all of it (os.write may write part)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, self.path)
+            directory = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the rename itself survives a crash
+            finally:
+                os.close(directory)
+            return state
+
+
+class EtcdSecurityStore:
+    """One key under the cluster's prefix; every node reads it again when its revision
+    changes."""
+
+    def __init__(self, store: Any, prefix: str) -> None:
+        self.store = store  # an EtcdStore
+        self.key = f"{prefix.rstrip('/')}/{ETCD_KEY}".encode()
+        self.where = f"etcd key {self.key.decode()}"
+        self._revision = -1
+
+    async def _read(self) -> tuple[SecurityState, int]:
+        entry = await self.store.get(self.key)
+        if entry is None:
+            return SecurityState(), 0
+        return decode_state(entry.value, self.where), entry.revision
+
+    async def load(self) -> SecurityState:
+        state, self._revision = await self._read()
+        return state
+
+    async def poll(self) -> SecurityState | None:
+        entry = await self.store.get(self.key)
+        revision = 0 if entry is None else entry.revision
+        if revision == self._revision:
+            return None
+        self._revision = revision
+        return SecurityState() if entry is None else decode_state(entry.value, self.where)
+
+    async def update(self, change: Change) -> SecurityState:
+        for _ in range(100):  # another writer in between: read again and redo
+            state, revision = await self._read()
+            new = with_secret(change(state))
+            data = encode_state(new)
+            if revision == 0:
+                if await self.store.create(self.key, data):
+                    return new
+            elif await self.store.write_fenced(self.key, revision, {self.key: data}):
+                return new
+        raise SecurityStoreError(f"{self.where} kept changing under this update; try again")
