@@ -19,6 +19,7 @@ import anyio
 from huddle.client.connection import Connection, connect
 from huddle.client.describe import GroupView, view
 from huddle.client.discovery import connect_any, coordinator_of
+from huddle.client.security import NO_SECURITY, Security
 from huddle.protocol.addresses import format_address
 from huddle.protocol.errors import (
     CoordinatorNotAvailableError,
@@ -69,10 +70,12 @@ class Admin:
         *,
         client_id: str = "huddle-admin",
         timeout: float = 10.0,
+        security: Security = NO_SECURITY,
     ) -> None:
         self.bootstrap = bootstrap
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security
         self._stack: AsyncExitStack | None = None
         self._conn: Connection | None = None
 
@@ -101,7 +104,11 @@ class Admin:
 
     def _connect(self) -> AbstractAsyncContextManager[Connection]:
         return connect_any(
-            self.bootstrap, client_id=self.client_id, timeout=self.timeout, notices=False
+            self.bootstrap,
+            client_id=self.client_id,
+            timeout=self.timeout,
+            notices=False,
+            security=self.security,
         )
 
     async def _live(self) -> Connection:
@@ -141,7 +148,11 @@ class Admin:
         if owner == conn.bootstrap:
             return await conn.call(request, expect, timeout=self.timeout)
         async with connect(
-            owner, client_id=self.client_id, timeout=self.timeout, notices=False
+            owner,
+            client_id=self.client_id,
+            timeout=self.timeout,
+            notices=False,
+            security=self.security,
         ) as there:
             return await there.call(request, expect, timeout=self.timeout)
 
@@ -173,15 +184,18 @@ class Admin:
 
     # --- groups -----------------------------------------------------------------------
 
-    async def describe_cluster(self) -> DescribeClusterResponse:
+    async def describe_cluster(self, *, shards: bool = True) -> DescribeClusterResponse:
         """The cluster's nodes and shard owners, as the node reached last saw them (a
-        single coordinator: one node, no shards)."""
-        return await self._call(DescribeClusterRequest(), DescribeClusterResponse)
+        single coordinator: one node, no shards). With an authorizer, the shards need
+        DESCRIBE on the cluster (ClusterAuthorizationFailedError); ``shards=False`` asks
+        for the nodes alone, which any client may."""
+        request = DescribeClusterRequest(include_shards=shards)
+        return await self._call(request, DescribeClusterResponse)
 
     async def list_groups(self) -> list[ListedGroup]:
         """Every group, over every node of a cluster (each lists the groups it serves).
         Raises CoordinatorNotAvailableError naming the nodes that could not be asked."""
-        cluster = await self.describe_cluster()
+        cluster = await self.describe_cluster(shards=False)
         by_node = await self.groups_by_node(cluster)
         groups = {g.group_id: g for listed in by_node.values() for g in listed}
         return sorted(groups.values(), key=lambda g: g.group_id)
@@ -200,7 +214,11 @@ class Admin:
             address = format_address(node.host, node.port)
             try:
                 async with connect(
-                    address, client_id=self.client_id, timeout=self.timeout, notices=False
+                    address,
+                    client_id=self.client_id,
+                    timeout=self.timeout,
+                    notices=False,
+                    security=self.security,
                 ) as there:
                     listed = await there.call(
                         ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout

@@ -12,6 +12,7 @@ rather than stalling the reader.
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TypeVar, get_args
@@ -22,6 +23,8 @@ import msgspec
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from huddle.client.sasl import SaslExchange
+from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
     ClientError,
@@ -44,10 +47,13 @@ from huddle.protocol.messages import (
     Reply,
     Request,
     Response,
+    SaslAuthenticate,
+    SaslAuthenticateResult,
     ServerFrame,
 )
 
 log = structlog.get_logger("huddle.client.connection")
+H = TypeVar("H", HandshakeResult, SaslAuthenticateResult)
 
 # The ``type`` tags of every frame this client knows how to read.
 SERVER_FRAME_TAGS = frozenset(str(member.__struct_config__.tag) for member in get_args(ServerFrame))
@@ -59,6 +65,25 @@ R = TypeVar("R")
 
 LOADING_WAIT_S = 30.0  # how long a call waits for a loading coordinator without a timeout
 LOADING_BACKOFF_S = (0.05, 1.0)  # first and longest pause between tries
+
+
+def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a connection closed during the handshake, if one is."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the coordinator's certificate was refused: {exc.verify_message}"
+    reason = exc.reason or str(exc)
+    if "ALERT" in str(reason).upper():  # the coordinator refused this client's certificate
+        return f"the coordinator refused the connection ({reason}): check the client certificate"
+    return str(reason)
 
 
 class ConnectionClosedError(ClientError, ConnectionError):
@@ -108,8 +133,11 @@ class Connection:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         notice_buffer: int = DEFAULT_NOTICE_BUFFER,
         notices: bool = True,
+        security: Security = NO_SECURITY,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
+        self.principal = ""  # who the coordinator says this client is, once authenticated
         self.client_id = client_id
         self.server_version = 0
         self.disconnect_grace_ms = -1  # as the coordinator announced it
@@ -239,24 +267,56 @@ class Connection:
                 raise ConnectionClosedError(
                     "the coordinator closed the connection during the handshake"
                 ) from None
+            except (anyio.BrokenResourceError, OSError) as exc:
+                reason = f"connection lost during the handshake: {exc or type(exc).__name__}"
+                raise ConnectionClosedError(reason) from exc
             self._early.extend(self._reader.feed(data))
         return self._codec.decode(self._early.pop(0))
 
     async def _handshake(self) -> None:
-        await self._send(Handshake(version=PROTOCOL_VERSION, client_id=self.client_id))
+        mechanism = self.security.sasl_mechanism
+        hello = Handshake(
+            version=PROTOCOL_VERSION, client_id=self.client_id, sasl_mechanism=mechanism
+        )
+        await self._send(hello)
+        frame = await self._handshake_frame(HandshakeResult)
+        self.server_version = frame.version
+        self.disconnect_grace_ms = frame.disconnect_grace_ms
+        self.node_id = frame.node_id
+        if mechanism is not None:
+            await self._authenticate(mechanism)
+
+    async def _authenticate(self, mechanism: str) -> None:
+        """The SASL exchange; raises SaslAuthenticationFailedError (or another
+        AuthenticationError) when the coordinator refuses it."""
+        username, password = self.security.username, self.security.password
+        assert username is not None
+        assert password is not None
+        exchange = SaslExchange(mechanism, username, password)
+        message: bytes | None = exchange.first()
+        while message is not None:
+            await self._send(SaslAuthenticate(auth_bytes=message))
+            result = await self._handshake_frame(SaslAuthenticateResult)
+            message = exchange.answer(result.auth_bytes, complete=result.complete)
+            if result.complete:
+                self.principal = result.principal
+                self._log = self._log.bind(principal=result.principal)
+                return
+        raise ConnectionClosedError("the coordinator did not complete the SASL exchange")
+
+    async def _handshake_frame(self, expect: type[H]) -> H:
+        """The next frame of the handshake, of type ``expect``; raises the error it carries."""
         try:
             frame = await self._receive_frame()
         except (HuddleError, msgspec.MsgspecError) as exc:
             message = f"bad handshake answer from the coordinator: {exc}"
             raise ConnectionClosedError(message) from exc
-        if isinstance(frame, ProtocolError):
+        if isinstance(frame, ProtocolError | HandshakeResult | SaslAuthenticateResult):
             raise_for(frame.error_code, frame.error_message)
-        if not isinstance(frame, HandshakeResult):
-            raise ConnectionClosedError(f"expected a handshake result, got {type(frame).__name__}")
-        raise_for(frame.error_code, frame.error_message)
-        self.server_version = frame.version
-        self.disconnect_grace_ms = frame.disconnect_grace_ms
-        self.node_id = frame.node_id
+        if not isinstance(frame, expect):
+            kind = type(frame).__name__
+            raise ConnectionClosedError(f"expected a {expect.__name__}, got {kind}")
+        return frame
 
     async def _read_loop(self) -> None:
         self._close_code = None
@@ -328,8 +388,8 @@ class Connection:
             )
             self._notice(frame)
             return f"{frame.error_message} ({error_name(frame.error_code)})"
-        elif isinstance(frame, HandshakeResult):
-            return "unexpected handshake result from the coordinator"
+        elif isinstance(frame, HandshakeResult | SaslAuthenticateResult):
+            return f"unexpected {type(frame).__name__} from the coordinator"
         else:
             self._notice(frame)
         return None
@@ -374,16 +434,32 @@ async def connect(
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     notice_buffer: int = DEFAULT_NOTICE_BUFFER,
     notices: bool = True,
+    security: Security = NO_SECURITY,
 ) -> AsyncIterator[Connection]:
     """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
 
     Raises ValueError for a malformed address, OSError when the coordinator cannot be
     reached, TimeoutError, UnsupportedVersionError (or another HuddleError) when the
-    coordinator refuses the handshake. ``notices=False`` discards pushed notices.
+    coordinator refuses the handshake. ``notices=False`` discards pushed notices. With
+    ``security``, the connection is TLS and/or authenticated by SASL: TlsError when the
+    TLS handshake fails, SaslAuthenticationFailedError when the credentials are refused.
     """
     host, port = parse_bootstrap(bootstrap)
-    with anyio.fail_after(timeout):
-        stream = await anyio.connect_tcp(host, port)
+    context = security.context()
+    try:
+        with anyio.fail_after(timeout):
+            if context is None:
+                stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
+            else:
+                stream = await anyio.connect_tcp(
+                    host,
+                    port,
+                    ssl_context=context,
+                    tls_hostname=security.server_hostname or host,
+                    tls_standard_compatible=False,
+                )
+    except ssl.SSLError as exc:
+        raise TlsError(f"TLS handshake with {bootstrap} failed: {_tls_reason(exc)}") from exc
     conn = Connection(
         stream,
         bootstrap=bootstrap,
@@ -391,10 +467,27 @@ async def connect(
         max_frame_bytes=max_frame_bytes,
         notice_buffer=notice_buffer,
         notices=notices,
+        security=security,
     )
     try:
         with anyio.fail_after(timeout):
-            await conn._handshake()
+            try:
+                await conn._handshake()
+            except ConnectionClosedError as exc:
+                tls_failure = _tls_cause(exc)
+                if tls_failure is not None and not isinstance(tls_failure, ssl.SSLEOFError):
+                    reason = _tls_reason(tls_failure)
+                    raise TlsError(f"TLS with {bootstrap} failed: {reason}") from exc
+                if context is None or conn.server_version:
+                    raise
+                # A TLS server drops a client whose certificate it refuses without a word
+                # the client can read: say what it most likely means (and stay retriable:
+                # a coordinator going away mid-handshake looks the same).
+                raise ConnectionClosedError(
+                    f"{bootstrap} closed the TLS connection before the handshake: it refuses "
+                    "this client's certificate (not signed by its client CA, or expired) or "
+                    f"requires one ({exc.message})"
+                ) from exc
     except BaseException:
         await conn.aclose()
         raise

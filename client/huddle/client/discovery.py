@@ -11,17 +11,27 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import structlog
 
 from huddle.client.connection import Connection, connect
+from huddle.client.security import NO_SECURITY, Security
 from huddle.protocol.addresses import (
     UNSPECIFIED_HOSTS,
     format_address,
     parse_address,
     parse_addresses,
 )
-from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, HuddleError, error_name
+from huddle.protocol.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    HuddleError,
+    error_name,
+    raise_for,
+)
 from huddle.protocol.messages import ErrorResponse, FindCoordinatorRequest, FindCoordinatorResponse
 
 log = structlog.get_logger("huddle.discovery")
@@ -32,12 +42,21 @@ def bootstrap_addresses(bootstrap: str) -> list[str]:
     return [format_address(h, p) for h, p in parse_addresses(bootstrap, what="bootstrap address")]
 
 
+def _options(client_id: str, timeout: float, notices: bool, security: Security) -> dict[str, Any]:
+    return {"client_id": client_id, "timeout": timeout, "notices": notices, "security": security}
+
+
 async def _ask(conn: Connection, asked: tuple[str, int], group_id: str, timeout: float) -> str:
     """The coordinator's address as the node at ``asked`` names it: ``asked`` itself when
     that node names itself (it may have been reached through a proxy)."""
     response = await conn.request(FindCoordinatorRequest(group_id=group_id), timeout=timeout)
     if isinstance(response, ErrorResponse) and response.error_code == ErrorCode.INVALID_REQUEST:
         return format_address(*asked)  # a coordinator that predates FindCoordinator
+    if (
+        isinstance(response, FindCoordinatorResponse)
+        and response.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    ):
+        raise_for(response.error_code, response.error_message)
     if not isinstance(response, FindCoordinatorResponse) or response.error_code != ErrorCode.NONE:
         code = getattr(response, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
         message = getattr(response, "error_message", None) or ""
@@ -50,18 +69,24 @@ async def _ask(conn: Connection, asked: tuple[str, int], group_id: str, timeout:
 
 @asynccontextmanager
 async def connect_any(
-    bootstrap: str, *, client_id: str = "huddle-client", timeout: float = 10.0, notices: bool = True
+    bootstrap: str,
+    *,
+    client_id: str = "huddle-client",
+    timeout: float = 10.0,
+    notices: bool = True,
+    security: Security = NO_SECURITY,
 ) -> AsyncIterator[Connection]:
     """A connection to the first bootstrap address that answers (any node serves topics
     and finds coordinators). Raises ValueError for a malformed list, the last address's
     error when none answers (OSError, TimeoutError or a HuddleError)."""
     addresses = bootstrap_addresses(bootstrap)
+    options = _options(client_id, timeout, notices, security)
     for i, address in enumerate(addresses):
         async with AsyncExitStack() as stack:
             try:
-                conn = await stack.enter_async_context(
-                    connect(address, client_id=client_id, timeout=timeout, notices=notices)
-                )
+                conn = await stack.enter_async_context(connect(address, **options))
+            except AuthenticationError:
+                raise  # wrong credentials or certificates: another node says the same
             except (OSError, TimeoutError, HuddleError) as exc:
                 if i == len(addresses) - 1:
                     raise  # the last one: its error is the caller's
@@ -86,6 +111,7 @@ async def connect_coordinator(
     timeout: float = 10.0,
     notices: bool = True,
     start: int = 0,
+    security: Security = NO_SECURITY,
 ) -> AsyncIterator[Connection]:
     """A connection to the node that coordinates ``group_id``, found through the bootstrap
     addresses in turn, from the one numbered ``start`` (a caller that lost its coordinator
@@ -96,19 +122,18 @@ async def connect_coordinator(
     failures: list[str] = []
     addresses = bootstrap_addresses(bootstrap)
     shift = start % len(addresses)
+    options = _options(client_id, timeout, notices, security)
     for address in addresses[shift:] + addresses[:shift]:
         async with AsyncExitStack() as stack:
             try:
-                conn = await stack.enter_async_context(
-                    connect(address, client_id=client_id, timeout=timeout, notices=notices)
-                )
+                conn = await stack.enter_async_context(connect(address, **options))
                 asked = parse_address(address)
                 found = await _ask(conn, asked, group_id, timeout)
                 if found != format_address(*asked):
                     await stack.aclose()
-                    conn = await stack.enter_async_context(
-                        connect(found, client_id=client_id, timeout=timeout, notices=notices)
-                    )
+                    conn = await stack.enter_async_context(connect(found, **options))
+            except (AuthenticationError, AuthorizationError):
+                raise  # not the node's fault: every node answers the same
             except (OSError, TimeoutError, HuddleError) as exc:
                 failures.append(f"{address}: {str(exc) or type(exc).__name__}")
                 log.debug("coordinator_not_found", address=address, reason=failures[-1])

@@ -81,6 +81,7 @@ FATAL = frozenset(
         E.INVALID_GROUP_ID,
         E.INVALID_REQUEST,
         E.UNSUPPORTED_VERSION,
+        E.GROUP_AUTHORIZATION_FAILED,  # as Kafka's consumer: its ACLs will not change by retrying
     }
 )
 REDISCOVER = frozenset(

@@ -51,6 +51,7 @@ from huddle.client.flow import (
 from huddle.client.listener import RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.partition_counts import Scope
+from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, raise_for
@@ -95,6 +96,7 @@ class Member:
         retry_backoff_ms: int = 100,
         max_retry_backoff_ms: int = 1_000,
         lags: Callable[[], Mapping[TopicPartition, int]] | None = None,
+        security: Security = NO_SECURITY,
     ) -> None:
         if not group_id:
             raise ValueError("group_id must not be empty")
@@ -102,6 +104,7 @@ class Member:
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
         bootstrap_addresses(bootstrap)  # ValueError for a malformed list, at once
         self._bootstrap = bootstrap
+        self._security = security
         self._connects = 0  # connections lost so far: where the next discovery begins
         # between connections: the watchdog runs on_partitions_lost itself, under the lock
         self._offline = False
@@ -371,6 +374,7 @@ class Member:
                         client_id=self._core.config.client_id,
                         timeout=min(10.0, driver.heartbeat_timeout_ms / 1000),
                         start=self._connects,
+                        security=self._security,
                     ) as conn,
                     anyio.create_task_group() as tg,
                 ):
