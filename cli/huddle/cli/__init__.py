@@ -60,6 +60,21 @@ COMMANDS: dict[str, Command] = {
         "huddle.cli.admin",
         add="add_cluster",
     ),
+    "users": Command(
+        "add, remove and list the users SASL authenticates",
+        "huddle.cli.security",
+        "Users are kept with the coordinator's state: --data-dir DIR or a cluster's etcd "
+        "(HUDDLE_DATA_DIR, HUDDLE_CLUSTER). A running coordinator takes a change within a "
+        "second. Only salted SCRAM keys are kept, never a password.",
+        add="add_users",
+    ),
+    "acls": Command(
+        "add, remove and list ACLs (with huddle serve --authorizer)",
+        "huddle.cli.security",
+        "Kafka's ACL model: a principal, a host, an operation and a GROUP, TOPIC or CLUSTER "
+        "resource (LITERAL or PREFIXED), ALLOW or DENY; a DENY wins.",
+        add="add_acls",
+    ),
     "data": Command(
         "check or repair a coordinator's data dir",
         "huddle.cli.data",

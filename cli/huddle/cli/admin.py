@@ -18,14 +18,16 @@ from typing import Any, cast
 import anyio
 import msgspec
 
+from huddle.cli.client_security import add_security_flags, security_of
 from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin
 from huddle.client.connection import ConnectionClosedError
 from huddle.client.describe import GroupView, compact
 from huddle.client.discovery import bootstrap_addresses, connect_any
+from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.logs import printable
 from huddle.protocol.addresses import format_address
-from huddle.protocol.errors import ServerError, error_name
+from huddle.protocol.errors import SaslAuthenticationFailedError, ServerError, error_name
 from huddle.protocol.messages import DescribeClusterResponse, ListedGroup
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
@@ -45,6 +47,7 @@ def _add_client_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True
     )
     if json_flag:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_security_flags(parser)
 
 
 def add_ping(ping: argparse.ArgumentParser) -> None:
@@ -99,12 +102,20 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except UsageError as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 2
+    try:
+        security = security_of(args, environ)
+    except UsageError as exc:
+        print(f"huddle: {exc}", file=sys.stderr)
+        return 2
     timeout = float(args.timeout)
     try:
         if args.command == "ping":
-            output = anyio.run(_ping, bootstrap, timeout)
+            output = anyio.run(_ping, bootstrap, timeout, security)
         else:
-            output = anyio.run(run_admin_command, args, bootstrap, timeout)
+            output = anyio.run(run_admin_command, args, bootstrap, timeout, security)
+    except TlsError as exc:
+        print(f"huddle: {printable(exc.message)}", file=sys.stderr)
+        return 1
     except ServerError as exc:
         message = printable(exc.message)
         print(f"huddle: {message} ({error_name(exc.error_code)})", file=sys.stderr)
@@ -136,11 +147,19 @@ def _os_reason(exc: OSError) -> str:
     return str(exc).lower()
 
 
-async def _ping(bootstrap: str, wait_s: float) -> str:
-    async with connect_any(
-        bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False
-    ) as conn:
-        return f"ok huddle protocol v{conn.server_version} at {conn.bootstrap}"
+async def _ping(bootstrap: str, wait_s: float, security: Security = NO_SECURITY) -> str:
+    try:
+        async with connect_any(
+            bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False, security=security
+        ) as conn:
+            who = f" as {conn.principal}" if conn.principal else ""
+            return f"ok huddle protocol v{conn.server_version} at {conn.bootstrap}{who}"
+    except SaslAuthenticationFailedError as exc:
+        if security.username is not None:
+            raise
+        # It answered the handshake: it is up, and asks for credentials (a health check
+        # needs none to know that).
+        return f"ok {bootstrap} answers; it requires authentication: {exc.message}"
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -241,13 +260,15 @@ def render_cluster(
     return out
 
 
-async def run_admin_command(args: argparse.Namespace, bootstrap: str, wait_s: float) -> str:
+async def run_admin_command(
+    args: argparse.Namespace, bootstrap: str, wait_s: float, security: Security = NO_SECURITY
+) -> str:
     """Run one topics/groups command against ``bootstrap``; return what to print.
 
     ``wait_s`` bounds connecting and each request.
     """
     as_json = bool(getattr(args, "json", False))
-    async with Admin(bootstrap, client_id="huddle-cli", timeout=wait_s) as admin:
+    async with Admin(bootstrap, client_id="huddle-cli", timeout=wait_s, security=security) as admin:
         match (args.command, args.action):
             case ("topics", "create"):
                 await admin.create_topic(args.name, args.partitions)

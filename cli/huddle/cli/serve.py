@@ -89,6 +89,38 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "lease_ttl_s",
         "a node's etcd lease; one that cannot renew it stops serving before it ends (default 3)",
     ),
+    ServeFlag("tls-cert", "str", _S, "tls_cert", "TLS on the listener: its certificate (PEM)"),
+    ServeFlag("tls-key", "str", _S, "tls_key", "the TLS certificate's private key (PEM)"),
+    ServeFlag(
+        "tls-client-ca",
+        "str",
+        _S,
+        "tls_client_ca",
+        "require client certificates signed by this CA (mTLS); a certificate's subject is "
+        "its principal",
+    ),
+    ServeFlag(
+        "sasl",
+        "str",
+        _S,
+        "sasl",
+        "require SASL authentication: SCRAM-SHA-512,SCRAM-SHA-256,PLAIN (PLAIN only with "
+        "TLS); users from `huddle users`",
+    ),
+    ServeFlag(
+        "authorizer",
+        "bool",
+        _S,
+        "authorizer",
+        "decide every request by ACLs (`huddle acls`): what is not allowed is denied",
+    ),
+    ServeFlag(
+        "super-users",
+        "str",
+        _S,
+        "super_users",
+        "principals allowed everything, ;-separated (User:admin;User:ops)",
+    ),
     ServeFlag(
         "min-session-timeout-ms", "int", _G, "min_session_timeout_ms", "lowest session timeout"
     ),
@@ -325,6 +357,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def run_serve(settings: ServeSettings) -> int:
     from huddle.coordinator.journal import DataDirError
+    from huddle.coordinator.security.listener import SecurityStartError
     from huddle.coordinator.server import (
         ClusterStartError,
         ListenError,
@@ -336,7 +369,13 @@ def run_serve(settings: ServeSettings) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(settings.config))
-    except (ListenError, DataDirError, StorageFailedError, ClusterStartError) as exc:
+    except (
+        ListenError,
+        DataDirError,
+        StorageFailedError,
+        ClusterStartError,
+        SecurityStartError,
+    ) as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 1
     return 0
