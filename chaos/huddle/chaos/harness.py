@@ -13,6 +13,7 @@ SIGTERM, then SIGKILL after a grace.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import subprocess
@@ -36,6 +37,7 @@ from huddle.chaos.proxy import FaultProxy, fault_proxy
 from huddle.chaos.scenarios import CLUSTER_ACTIONS, Scenario, ScenarioError, Step
 from huddle.chaos.worker import WorkerSettings
 from huddle.client.admin import Admin
+from huddle.client.security import NO_SECURITY, security_from_env
 from huddle.protocol.errors import TopicAlreadyExistsError
 
 log = structlog.get_logger("huddle.chaos.harness")
@@ -388,6 +390,7 @@ class Harness:
             stateful=s.stateful,
             restore_rate=s.restore_rate,
             max_seconds=s.duration + SETUP_ALLOWANCE_S,
+            secure_from_env=s.bootstrap is not None,
         )
         return [sys.executable, "-m", "huddle.chaos.worker", settings.to_json()]
 
@@ -447,7 +450,10 @@ class Harness:
                 return
 
     async def _create_topic(self, bootstrap: str) -> None:
-        async with Admin(bootstrap, client_id="huddle-chaos") as admin:
+        # A coordinator given with --bootstrap may be secured: the harness and its workers
+        # take TLS and SASL settings from the environment (HUDDLE_CLIENT_TLS_CA, ...).
+        security = security_from_env(os.environ) if self.s.bootstrap else NO_SECURITY
+        async with Admin(bootstrap, client_id="huddle-chaos", security=security) as admin:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topic(self.s.topic, self.s.partitions)
 

@@ -30,6 +30,7 @@ from huddle.chaos.protocols import ProtocolOptions, build_assignor
 from huddle.chaos.workload import Workload
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
+from huddle.client.security import NO_SECURITY, security_from_env
 from huddle.logs import configure_logging
 from huddle.protocol.embedded import TopicPartition
 
@@ -56,6 +57,9 @@ class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stateful: bool = False  # restore state before processing
     restore_rate: float = 1_000.0  # records/s restored
     max_seconds: float = 3_600.0  # stop after this long
+    # TLS and SASL settings from HUDDLE_CLIENT_TLS_* and HUDDLE_USERNAME/PASSWORD (a
+    # secured coordinator given with --bootstrap): huddle.client.security.security_from_env
+    secure_from_env: bool = False
 
     def __post_init__(self) -> None:
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms"):
@@ -113,6 +117,7 @@ class Worker(RebalanceListener):
             listener=self,
             client_id=a.name,
             lags=self.workload.lags if a.stateful else None,
+            security=security_from_env(os.environ) if a.secure_from_env else NO_SECURITY,
         )
         return self.member
 
