@@ -27,7 +27,13 @@ except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
     UVLOOP = None
 
 ON_BOTH_LOOPS = frozenset(
-    {"test_server.py", "test_server_badinput.py", "test_connection.py", "test_fairness.py"}
+    {
+        "test_server.py",
+        "test_server_badinput.py",
+        "test_connection.py",
+        "test_fairness.py",
+        "test_security_server.py",
+    }
 )
 
 

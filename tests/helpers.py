@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import ssl as ssl_module
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -120,8 +121,10 @@ class RawClient:
         self._correlation_ids = iter(range(1, 1 << 62))
 
     @classmethod
-    async def open(cls, port: int, host: str = "127.0.0.1") -> RawClient:
-        reader, writer = await within(asyncio.open_connection(host, port))
+    async def open(
+        cls, port: int, host: str = "127.0.0.1", ssl: ssl_module.SSLContext | None = None
+    ) -> RawClient:
+        reader, writer = await within(asyncio.open_connection(host, port, ssl=ssl))
         return cls(reader, writer)
 
     async def send_bytes(self, data: bytes) -> None:
@@ -154,7 +157,7 @@ class RawClient:
                 raise AssertionError(f"no frame from the server within {wait_s} s")
             try:
                 data = await asyncio.wait_for(self.reader.read(65_536), remaining)
-            except ConnectionResetError:
+            except (ConnectionResetError, ssl_module.SSLError):
                 return None
             if not data:
                 return None

@@ -221,3 +221,64 @@ def test_coordinator_failover_moves_the_group_without_a_rebalance(tmp_path: Path
         after = [r for r in records if steady < r["ts"] < steady + settings.duration]
         assert not [r for r in after if r["event"] in (ev.tag_of(ev.Lost), ev.tag_of(ev.Revoked))]
         assert any(r["event"] == ev.PROCESSED for r in after)
+
+
+def test_a_chaos_run_against_a_secured_coordinator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS, SCRAM and the authorizer on: the harness and its member processes take their
+    settings from the environment, and the run goes as it does unsecured."""
+    import json
+
+    import anyio
+
+    from huddle.coordinator.security.acls import Operation, ResourceType
+    from tests.security_setup import acl, keep, make_pki
+
+    pki = make_pki(tmp_path)
+    data = tmp_path / "data"
+    rules = [
+        acl("User:chaos", Operation.READ, ResourceType.GROUP, "chaos"),
+        acl("User:chaos", Operation.ALL, ResourceType.TOPIC, "chaos"),
+    ]
+    anyio.run(keep, data, {"chaos": "chaos-pw"}, rules)
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "huddle", "serve", "--port", "0", "--log-format", "json"),
+            *("--initial-rebalance-delay-ms", "0", "--min-session-timeout-ms", "100"),
+            *("--data-dir", str(data)),
+            *("--tls-cert", pki.server, "--tls-key", pki.server),
+            *("--sasl", "SCRAM-SHA-512", "--authorizer"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert server.stderr is not None
+        seen = read_until(server.stderr, '"server_listening"')
+        line = next(x for x in seen.splitlines() if '"server_listening"' in x)
+        port = json.loads(line)["port"]
+        monkeypatch.setenv("HUDDLE_CLIENT_TLS_CA", pki.ca)
+        monkeypatch.setenv("HUDDLE_USERNAME", "chaos")
+        monkeypatch.setenv("HUDDLE_PASSWORD", "chaos-pw")
+        settings = RunSettings(
+            run_dir=tmp_path / "run",
+            members=2,
+            partitions=4,
+            duration=3.0,
+            bootstrap=f"127.0.0.1:{port}",
+        )
+        result = run(settings, built_in("process-death", Shape(3.0, 2)))
+    finally:
+        server.terminate()
+        _, rest = server.communicate(timeout=DEADLINE_S)
+    events = [json.loads(x) for x in (seen + rest.decode()).splitlines() if x.startswith("{")]
+    assert result.outcome == "completed"
+    authenticated = [e for e in events if e["event"] == "authenticated"]
+    assert {e["principal"] for e in authenticated} == {"User:chaos"}
+    assert not [e for e in events if e["event"] == "authentication_failed"]
+    for name in ("member-1", "member-2"):
+        records = read_events(tmp_path / "run" / "events" / f"{name}.jsonl")
+        assert problems(records, name) == []
+        assert any(r["event"] == ev.PROCESSED for r in records)

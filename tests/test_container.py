@@ -309,3 +309,79 @@ def test_the_image_runs_a_cluster_node(podman: Podman, image: str, etcd: Etcd) -
         assert (found.node_id, found.host, found.port) == ("container", HOST, port)
     finally:
         podman.run("rm", "--force", "--time", "0", name, timeout=60, check=False)
+
+
+def test_the_image_serves_with_tls_users_and_acls(
+    podman: Podman, image: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Certificates and a data dir with users mounted, security set by environment: the
+    secured coordinator in a container authenticates, authorizes, and its health check
+    (huddle ping, given the CA by environment) passes."""
+    import anyio
+
+    from huddle.client.admin import Admin
+    from huddle.client.security import Security
+    from huddle.protocol.errors import SaslAuthenticationFailedError
+    from tests.security_setup import keep, make_pki
+
+    root = tmp_path_factory.mktemp("secured")
+    pki = make_pki(root)
+    data = root / "data"
+    anyio.run(keep, data, {"admin": "admin-pw", "app": "app-pw"})
+    for path in (root, data, *data.iterdir(), *root.glob("*.pem")):
+        os.chown(path, 10001, 10001)  # the image's user reads them
+    name = f"huddle-secured-{uuid.uuid4().hex[:12]}"
+    port = free_port(HOST)
+    env = {
+        "HUDDLE_PORT": str(port),
+        "HUDDLE_TLS_CERT": "/certs/server.pem",
+        "HUDDLE_TLS_KEY": "/certs/server.pem",
+        "HUDDLE_SASL": "SCRAM-SHA-512",
+        "HUDDLE_AUTHORIZER": "true",
+        "HUDDLE_SUPER_USERS": "User:admin",
+        "HUDDLE_CLIENT_TLS_CA": "/certs/ca.pem",  # for the health check's huddle ping
+    }
+    try:
+        podman.run(
+            "run",
+            "--detach",
+            "--name",
+            name,
+            "--network",
+            "host",
+            "--volume",
+            f"{root}:/certs:ro",
+            "--volume",
+            f"{data}:/var/lib/huddle",
+            *(arg for k, v in env.items() for arg in ("--env", f"{k}={v}")),
+            image,
+            "huddle",
+            "serve",
+            "--host",
+            HOST,
+            timeout=120,
+        )
+        wait_for_port(podman, name, HOST, port, timeout=60)
+        bootstrap = f"{HOST}:{port}"
+
+        async def as_users() -> tuple[dict[str, int], str]:
+            admin = Security(ca_file=pki.ca, username="admin", password="admin-pw")
+            async with Admin(bootstrap, security=admin) as client:
+                await client.create_topic("orders", 3)
+                topics = await client.list_topics()
+            wrong = Security(ca_file=pki.ca, username="app", password="guess")
+            try:
+                async with Admin(bootstrap, security=wrong) as client:
+                    await client.list_topics()
+            except SaslAuthenticationFailedError as exc:
+                return topics, exc.message
+            raise AssertionError("a wrong password was accepted")
+
+        topics, refused = anyio.run(as_users)
+        assert topics == {"orders": 3}
+        assert refused.startswith("authentication failed: invalid credentials")
+        health = podman.run("exec", name, "huddle", "ping", "--bootstrap", bootstrap, timeout=60)
+        assert "requires authentication" in health.stdout
+        assert "authentication_failed" in logs(podman, name)
+    finally:
+        podman.run("rm", "--force", "--time", "0", name, timeout=60, check=False)

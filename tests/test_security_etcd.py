@@ -1,0 +1,79 @@
+"""Users and ACLs of a cluster, kept in etcd: ``huddle users`` and ``huddle acls`` with
+``--etcd``, read by a node at start and again when they change."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from huddle.cli import main
+from huddle.client.connection import connect
+from huddle.client.security import Security
+from huddle.coordinator.cluster.store import EtcdStore
+from huddle.coordinator.security.store import EtcdSecurityStore
+from huddle.protocol.errors import SaslAuthenticationFailedError
+from tests.etcd import Etcd, etcd
+from tests.helpers import fast_server_config, running_server, wait_until
+
+__all__ = ["etcd"]  # the fixture
+
+PREFIX = "/secured"
+
+
+async def test_a_cluster_node_authenticates_users_kept_in_etcd(etcd: Etcd, tmp_path: Path) -> None:
+    endpoint = f"etcd://{etcd.host}:{etcd.port}"
+    (tmp_path / "pw").write_text("alice-pw\n")
+    store_flags = ["--etcd", endpoint, "--cluster-prefix", PREFIX]
+    add = ["users", "add", "alice", "--password-file", str(tmp_path / "pw"), *store_flags]
+    assert await asyncio.to_thread(main, add, {}) == 0
+    config = fast_server_config(
+        cluster=endpoint, cluster_prefix=PREFIX, sasl="SCRAM-SHA-512", authorizer=True
+    )
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        security = Security(username="alice", password="alice-pw")
+        async with connect(bootstrap, security=security) as conn:
+            assert conn.principal == "User:alice"
+        with pytest.raises(SaslAuthenticationFailedError):
+            async with connect(bootstrap, security=Security(username="alice", password="x")):
+                raise AssertionError("a wrong password was accepted")
+        acl = ["acls", "add", "--principal", "User:alice", "--operation", "read", "--group", "g"]
+        assert await asyncio.to_thread(main, [*acl, *store_flags], {}) == 0
+        assert server.security is not None
+        auth = server.security.authorizer
+        assert auth is not None
+        await wait_until(lambda: len(auth.acls) == 1, what="the node to read the new ACL")
+        # removed in etcd: the node forgets the user within a second too
+        remove = ["users", "remove", "alice", *store_flags]
+        assert await asyncio.to_thread(main, remove, {}) == 0
+        await wait_until(lambda: not server.security.users, what="the user to be forgotten")  # type: ignore[union-attr]
+
+
+async def test_concurrent_updates_in_etcd_lose_nothing(etcd: Etcd) -> None:
+    from huddle.coordinator.security.credentials import make_user
+    from huddle.coordinator.security.store import SecurityState
+
+    stores = [await EtcdStore.connect([etcd.endpoint]) for _ in range(4)]
+    try:
+
+        async def add(index: int) -> None:
+            user = make_user(f"u{index}", "pw", iterations=4096)
+
+            def change(state: SecurityState) -> SecurityState:
+                return SecurityState(
+                    users={**state.users, user.name: user},
+                    acls=state.acls,
+                    decoy_secret=state.decoy_secret,
+                )
+
+            await EtcdSecurityStore(stores[index], PREFIX).update(change)
+
+        await asyncio.gather(*(add(i) for i in range(4)))
+        state = await EtcdSecurityStore(stores[0], PREFIX).load()
+        assert sorted(state.users) == ["u0", "u1", "u2", "u3"]
+        assert state.decoy_secret
+    finally:
+        for store in stores:
+            await store.close()
