@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.cluster
+	$(BIN)/python -m bench.security
 
 $(STAMP): pyproject.toml $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import platform
 import sys
+from pathlib import Path
 
 import structlog
 
@@ -15,3 +17,14 @@ def quiet_logs() -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def cpu_model() -> str:
+    """The CPU's model name, printed with every figure (machines differ)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"

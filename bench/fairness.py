@@ -25,8 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import quiet_logs
-from bench.journal import _cpu_model
+from bench.common import cpu_model, quiet_logs
 from bench.rawclient import (
     MemberSettings,
     RawConnection,
@@ -168,7 +167,7 @@ async def main(args: argparse.Namespace) -> None:
         conn = await open_connection(server.port, "bystander")
         bystander = SimMember(conn, MemberSettings(group_id="calm", session_timeout_ms=6_000))
         await bystander.join_and_sync()
-        print(f"CPU: {_cpu_model()}; server pinned to CPU 0, this script to CPU 1")
+        print(f"CPU: {cpu_model()}; server pinned to CPU 0, this script to CPU 1")
         print(f"burst: {args.fetches} fetches of {args.offsets:,} offsets each, in one write")
         for round_ in range(args.rounds):
             figures = await _burst(server.port, args.fetches, bystander)

@@ -18,9 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import quiet_logs
+from bench.common import cpu_model, quiet_logs
 from bench.fairness import _peak_rss_mib
-from bench.journal import _cpu_model
 from bench.rawclient import _wait_listening, free_port, huddle_command, new_event_loop
 from huddle.chaos.fuzzrun import fuzz
 
@@ -58,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
             proc.terminate()
             proc.wait(timeout=30)
         errors = _errors(log)
-    print(f"CPU: {_cpu_model()}; seed {args.seed}")
+    print(f"CPU: {cpu_model()}; seed {args.seed}")
     print(
         f"{report.frames:,} fuzzed frames over {report.connections:,} connections in "
         f"{report.seconds:.1f} s ({report.frames / report.seconds:,.0f} frames/s); "

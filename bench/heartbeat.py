@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from ssl import SSLContext
 
 import msgspec
 
@@ -239,8 +240,10 @@ async def measure(
     )
 
 
-async def form_group(port: int, members: int, connections: int) -> list[SimMember]:
-    conns = [await open_connection(port, f"hb-{i}") for i in range(connections)]
+async def form_group(
+    port: int, members: int, connections: int, ssl: SSLContext | None = None
+) -> list[SimMember]:
+    conns = [await open_connection(port, f"hb-{i}", ssl=ssl) for i in range(connections)]
     settings = MemberSettings(group_id="heartbeat-bench", session_timeout_ms=60_000)
     group = [SimMember(conns[i % connections], settings) for i in range(members)]
     await asyncio.wait_for(asyncio.gather(*(m.join_and_sync() for m in group)), 30.0)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.common import quiet_logs
+from bench.common import cpu_model, quiet_logs
 from bench.rawclient import (
     RawConnection,
     huddle_serve,
@@ -101,16 +101,6 @@ def commit_section(rounds: int, commits: int) -> None:
         print(f"  {name:22} median {m * 1e6:8.1f} us   x{m / base:5.2f} of memory only")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def _journal_server(data_dir: str, *flags: str) -> Callable[[int], Sequence[str]]:
     def command(port: int) -> list[str]:
         return [
@@ -178,7 +168,7 @@ def concurrent_section(rounds: int, seconds: float) -> None:
     finally:
         loop.close()
     print(f"commits/s ({PARTITIONS} partitions each), median of {rounds} rounds of {seconds:g} s,")
-    print(f"  server on one CPU of: {_cpu_model()}")
+    print(f"  server on one CPU of: {cpu_model()}")
     print(f"  {'':8} {'committers':>10} {'inline (before)':>16} {'batched (now)':>14} {'ratio':>7}")
     for fsync in (False, True):
         for n in (1, 10, 100):
@@ -243,7 +233,7 @@ def stall_section(records: int, rounds: int) -> None:
                 )
     finally:
         loop.close()
-    print(f"compaction of {records:,} offsets, median of {rounds}, CPU: {_cpu_model()}")
+    print(f"compaction of {records:,} offsets, median of {rounds}, CPU: {cpu_model()}")
     for inline, name in ((True, "on the loop (before)"), (False, "off the loop (now)")):
         stall = statistics.median(w for w, _ in results[inline])
         took = statistics.median(t for _, t in results[inline])

@@ -25,6 +25,7 @@ import random
 import resource
 import signal
 import socket
+import ssl as ssl_module
 import subprocess
 import sys
 import time
@@ -52,6 +53,7 @@ from huddle.protocol.messages import (
     Reply,
     Request,
     Response,
+    SaslAuthenticateResult,
     SyncGroupAssignment,
     SyncGroupRequest,
 )
@@ -299,6 +301,8 @@ class RawConnection(asyncio.Protocol):
                     self._hello.set_result(frame)
             elif isinstance(frame, ProtocolError):
                 self.protocol_error = frame
+            elif isinstance(frame, SaslAuthenticateResult):
+                pass  # this raw client does not authenticate
             else:
                 for handler in self.notice_handlers:
                     handler(frame)
@@ -353,10 +357,14 @@ class RawConnection(asyncio.Protocol):
 
 
 async def open_connection(
-    port: int, client_id: str = "bench", *, handshake: bool = True
+    port: int,
+    client_id: str = "bench",
+    *,
+    handshake: bool = True,
+    ssl: ssl_module.SSLContext | None = None,
 ) -> RawConnection:
     loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(RawConnection, HOST, port)
+    _, conn = await loop.create_connection(RawConnection, HOST, port, ssl=ssl)
     if handshake:
         await conn.handshake(client_id)
     return conn
