@@ -35,7 +35,8 @@ RUN pip install "/src[cluster]" \
 
 FROM ${BASE_IMAGE}
 
-# Only the interpreter at run time: the venv needs no pip, and the server makes no TLS calls.
+# Only the interpreter at run time: the venv needs no pip. TLS (--tls-cert) uses the
+# interpreter's ssl module and the certificates mounted for it: no CA bundle is needed.
 RUN command -v python3 >/dev/null \
     || (apt-get update \
         && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
