@@ -44,6 +44,7 @@ from huddle.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitTopic,
     ProtocolError,
+    Reply,
     SaslAuthenticate,
     SaslAuthenticateResult,
     TopicSpec,
@@ -510,3 +511,129 @@ async def test_an_unknown_user_is_told_the_iteration_count_real_users_have(
         counts[name] = fields["i"]
         await raw.close()
     assert counts == {"alice": "4096", "ghost": "4096"}  # the test's users have 4096
+
+
+async def test_a_connection_dropped_during_the_tls_handshake_is_retriable(pki: Pki) -> None:
+    import asyncio
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()  # a coordinator going away as the client says hello
+
+    dropper = await asyncio.start_server(drop, "127.0.0.1", 0)
+    port = dropper.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(ConnectionClosedError, match="during the TLS handshake"):
+            await refused(f"127.0.0.1:{port}", Security(ca_file=pki.ca))
+    finally:
+        dropper.close()
+        await dropper.wait_closed()
+
+
+async def plain_attempt(port: int, pki: Pki, password: str) -> RawClient:
+    """A PLAIN exchange as alice, sent and not waited for."""
+    raw = await RawClient.open(port, ssl=raw_tls(pki))
+    await raw.send(Handshake(version=1, sasl_mechanism="PLAIN"))
+    result = await raw.read_frame()
+    assert isinstance(result, HandshakeResult)
+    assert result.error_code == 0, result
+    await raw.send(SaslAuthenticate(auth_bytes=b"\0alice\0" + password.encode()))
+    return raw
+
+
+async def test_failed_exchanges_count_until_answered(
+    secure: CoordinatorServer, pki: Pki, logs: list[EventDict]
+) -> None:
+    for _ in range(3):  # the next failures are held back 800 ms and more
+        with pytest.raises(SaslAuthenticationFailedError):
+            await refused(address(secure), as_user(pki, "alice", "guess"))
+    pending = [await plain_attempt(secure.port, pki, f"guess-{i}") for i in range(4)]
+    await wait_until(
+        lambda: sum(e["event"] == "authentication_failed" for e in logs) == 7,
+        what="the four failures",
+    )
+    fifth = await RawClient.open(secure.port, ssl=raw_tls(pki))
+    await fifth.send(Handshake(version=1, sasl_mechanism="PLAIN"))
+    result = await fifth.read_frame()
+    assert isinstance(result, HandshakeResult)
+    assert result.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert "too many" in (result.error_message or "")
+    for raw in pending:
+        frames = await raw.frames_until_closed()
+        assert [f.error_code for f in frames] == [ErrorCode.SASL_AUTHENTICATION_FAILED]  # type: ignore[union-attr]
+    assert secure.security is not None
+    await wait_until(lambda: not secure.security.exchanges, what="every exchange counted out")  # type: ignore[union-attr]
+
+
+async def test_a_plain_check_under_way_holds_the_connection_out_of_the_backlog(
+    secure: CoordinatorServer, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from huddle.coordinator.security import sasl
+    from huddle.coordinator.security.credentials import User, password_matches
+
+    started, release = threading.Event(), threading.Event()
+    checked: list[str] = []
+
+    def slow(user: User, password: str) -> bool:
+        checked.append(password)
+        started.set()
+        release.wait(10)
+        return password_matches(user, password)
+
+    monkeypatch.setattr(sasl, "password_matches", slow)
+    raw = await RawClient.open(secure.port, ssl=raw_tls(pki))
+    await raw.send(Handshake(version=1, sasl_mechanism="PLAIN"))
+    assert isinstance(await raw.read_frame(), HandshakeResult)
+    # the password and, in the same write, a request that must wait for the check
+    hello = raw._codec.encode(SaslAuthenticate(auth_bytes=b"\0alice\0" + USERS["alice"].encode()))
+    call = raw._codec.encode(Call(correlation_id=1, request=ListGroupsRequest()))
+    await raw.send_bytes(hello + call)
+    await wait_until(started.is_set, what="the check to start")
+    (conn,) = [c for c in secure._conns.values() if c.sasl_busy]
+    assert conn not in secure._backlog_set  # not polled every loop pass while it waits
+    # a connection that closes while its check waits for a worker gets no key derived
+    others = [await plain_attempt(secure.port, pki, f"other-{i}") for i in range(2)]
+    for other in others:
+        await other.close()
+    await wait_until(lambda: secure.connection_count == 1, what="the others to be gone")
+    release.set()
+    result = await raw.read_frame()
+    assert isinstance(result, SaslAuthenticateResult)
+    assert result.principal == "User:alice"
+    listed = await raw.read_frame()
+    assert isinstance(listed, Reply)
+    assert isinstance(listed.response, ListGroupsResponse)
+    assert len(checked) <= 2  # alice's, and at most one other that had a worker already
+    await raw.close()
+
+
+async def test_a_held_success_is_not_cut_off_by_the_handshake_timeout(
+    tmp_path: Path, pki: Pki
+) -> None:
+    await keep(tmp_path, USERS)
+    config = fast_server_config(
+        data_dir=str(tmp_path),
+        tls_cert=pki.server,
+        tls_key=pki.server,
+        sasl="PLAIN",
+        handshake_timeout_ms=1_000,  # failures are held back at most 500 ms
+    )
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        for _ in range(4):
+            with pytest.raises(SaslAuthenticationFailedError):
+                await refused(bootstrap, as_user(pki, "alice", "guess", mechanism="PLAIN"))
+        raw = await RawClient.open(server.port, ssl=raw_tls(pki))
+        await raw.send(Handshake(version=1, sasl_mechanism="PLAIN"))
+        assert isinstance(await raw.read_frame(), HandshakeResult)
+        (conn,) = server._conns.values()
+        # late in its handshake time: the held success (500 ms) ends after it
+        await wait_until(
+            lambda: server.loop.time() - conn.opened_at > 0.7, what="most of the time gone"
+        )
+        await raw.send(SaslAuthenticate(auth_bytes=b"\0alice\0" + USERS["alice"].encode()))
+        result = await raw.read_frame()
+        assert isinstance(result, SaslAuthenticateResult), result
+        assert result.principal == "User:alice"
+        await raw.close()

@@ -460,6 +460,11 @@ async def connect(
                 )
     except ssl.SSLError as exc:
         raise TlsError(f"TLS handshake with {bootstrap} failed: {_tls_reason(exc)}") from exc
+    except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+        # dropped in the middle of the TLS handshake (a coordinator restarting, say):
+        # retriable, as any lost connection
+        reason = f"{bootstrap} closed the connection during the TLS handshake"
+        raise ConnectionClosedError(reason) from exc
     conn = Connection(
         stream,
         bootstrap=bootstrap,

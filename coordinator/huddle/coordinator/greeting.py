@@ -98,9 +98,15 @@ def sasl_step(
         # PLAIN derives the key again (PBKDF2): off the event loop, in a small pool, so
         # that guesses cannot stall everyone's heartbeats. Nothing else of this
         # connection is handled until it is done.
-        conn.sasl_busy = True
-        conn.hold_input()
-        work = host.loop.run_in_executor(security.executor, session.step, frame.auth_bytes)
+        conn.sasl_busy = True  # read on (a client that goes away is seen to), handle nothing
+        data = frame.auth_bytes
+
+        def check() -> tuple[bytes, bool]:
+            if conn.closing:  # gone while it waited its turn: no key derived for it
+                raise AuthenticationFailed("the connection closed")
+            return session.step(data)
+
+        work = host.loop.run_in_executor(security.executor, check)
         work.add_done_callback(lambda done: _stepped(host, security, conn, session, done))
         return
     try:
@@ -184,8 +190,15 @@ def _authenticated(
 
 
 def in_exchange(conn: Connection) -> bool:
-    """Whether a SASL exchange is under way on the connection (counted per host)."""
-    return isinstance(conn.sasl, SaslSession)
+    """Whether a SASL exchange is under way on the connection (counted per host): being
+    made, or failed and its answer held back."""
+    return isinstance(conn.sasl, SaslSession) or conn.sasl is FAILED
+
+
+def held(conn: Connection) -> bool:
+    """Whether the connection waits on the coordinator: a SASL step being checked, or an
+    answer held back. The handshake timeout does not run out on it meanwhile."""
+    return conn.sasl_busy or conn.sasl is FAILED
 
 
 def _ready(host: GreetingHost, conn: Connection) -> None:
@@ -216,12 +229,15 @@ def _failed(
         delay_ms=round(delay * 1000),
         failures=security.throttle.failures(conn.host, host.loop.time()),
     )
-    security.exchange_ended(conn.host)
-    conn.sasl = FAILED
+    conn.sasl = FAILED  # still counted as under way for its host until answered
     conn.inbox.clear()  # what it sent after the failed message is not handled: nothing
     conn.hold_input()  # more is read from it, and it is answered only after the delay
 
     def answer() -> None:
+        if conn.sasl is not FAILED:
+            return  # the connection closed meanwhile (and was counted out then)
+        security.exchange_ended(conn.host)
+        conn.sasl = None
         message = f"{FAILED_MESSAGE} ({session.mechanism})"
         conn.send(
             SaslAuthenticateResult(

@@ -73,6 +73,7 @@ _SHORT_INBOX: Final = 2  # frames a connection may have handled at once, budget 
 _STALL_S: Final = 0.05  # a pass this long between the read and the expiry: read again
 _MAX_HOPS: Final = 4
 _HELD_PER_CONNECTION: Final = 1_000
+_BUSY_INBOX: Final = 16  # frames read from a connection whose SASL step is checked
 _REASON_CHARS: Final = 300  # of a decoder's message echoed back and logged
 _BAD_REQUESTS_LOGGED: Final = 10  # per connection; then one line per _BAD_REQUESTS_EVERY
 _BAD_REQUESTS_EVERY: Final = 1_000  # answers waiting for the disk before a connection waits
@@ -478,6 +479,7 @@ class CoordinatorServer:
         conn.log.info("connection_closed", reason=conn.close_reason)
         if self.security is not None and greeting.in_exchange(conn):
             self.security.exchange_ended(conn.host)
+            conn.sasl = None
         if not self._stopping:
             try:
                 out = self.core.connection_closed(conn.conn_id, self._now())
@@ -501,7 +503,12 @@ class CoordinatorServer:
         else:
             calls = 0
         if conn.inbox and not conn.closing:
-            if conn.held >= _HELD_PER_CONNECTION:
+            if conn.sasl_busy:
+                # its SASL step is being checked (greeting puts it back in the backlog
+                # then); read on meanwhile, to see it go away, unless it keeps sending
+                if len(conn.inbox) > _BUSY_INBOX:
+                    conn.hold_input()
+            elif conn.held >= _HELD_PER_CONNECTION:
                 conn.hold_input()  # served again once its held answers went out
             else:
                 self.backlogged(conn)
@@ -534,9 +541,14 @@ class CoordinatorServer:
             conn = backlog.popleft()
             if not conn.closing and not conn.write_paused:
                 calls += self._serve(conn)
-            if conn.closing or conn.write_paused or conn.held >= _HELD_PER_CONNECTION:
-                # gone; or back once it reads again (resume_writing), or once its held
-                # answers went out (_after_held)
+            if (
+                conn.closing
+                or conn.write_paused
+                or conn.held >= _HELD_PER_CONNECTION
+                or conn.sasl_busy
+            ):
+                # gone; or back once it reads again (resume_writing), once its held
+                # answers went out (_after_held), or once its SASL step was checked
                 members.discard(conn)
             elif conn.inbox:
                 backlog.append(conn)
@@ -873,7 +885,11 @@ class CoordinatorServer:
         for conn in list(self._watch):
             if conn.closing:
                 self._watch.discard(conn)
-            elif not conn.handshaken and now - conn.opened_at > handshake_s:
+            elif (
+                not conn.handshaken
+                and now - conn.opened_at > handshake_s
+                and not greeting.held(conn)
+            ):
                 conn.fail(
                     ErrorCode.INVALID_REQUEST,
                     f"no handshake within {cfg.handshake_timeout_ms} ms",
