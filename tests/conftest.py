@@ -7,6 +7,7 @@ The transport and client suites run twice, on asyncio's own loop and on uvloop (
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -46,11 +47,36 @@ def pytest_asyncio_loop_factories(
     return factories
 
 
+class _LibraryEvents(logging.Handler):
+    """The member library's events (through ``logging``, see ``huddle.logs``), into the
+    same list as structlog's captured ones, shaped as ``capture_logs`` shapes them."""
+
+    def __init__(self, into: list[EventDict]) -> None:
+        super().__init__(logging.DEBUG)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, dict):
+            event = {k: v for k, v in record.msg.items() if k not in ("timestamp", "logger")}
+            event["log_level"] = event.pop("level", record.levelname.lower())
+            self.into.append(event)
+
+
 @pytest.fixture
 def logs() -> Iterator[list[EventDict]]:
-    """Every structlog event logged during the test, as dicts (nothing is rendered)."""
+    """Every event logged during the test, as dicts (nothing is rendered): structlog's, and
+    the member library's (which go through ``logging``)."""
+    library = logging.getLogger("huddle")
+    level = library.level
     with structlog.testing.capture_logs() as captured:
-        yield captured
+        handler = _LibraryEvents(captured)
+        library.addHandler(handler)
+        library.setLevel(logging.DEBUG)
+        try:
+            yield captured
+        finally:
+            library.removeHandler(handler)
+            library.setLevel(level)
 
 
 @pytest.fixture

@@ -1,11 +1,16 @@
 """Log set-up for huddle's processes (the coordinator, chaos harness and workers): structlog,
 JSON lines or a console renderer.
 
-Library code never configures logging; it takes a logger with
-``structlog.get_logger("huddle.<module>")`` and logs one stable snake_case event name per
-thing that happens. The entry points (``huddle serve``, ``huddle chaos``, the chaos worker)
-call ``configure_logging`` once. This module imports no other part of huddle: every layer
-may use it.
+Code never configures logging; it takes a logger and logs one stable snake_case event name
+per thing that happens. The member library (``huddle.client``), which runs inside other
+people's programs, takes ``library_logger("huddle.<module>")``: its events go to the
+standard library's ``logging`` under that name, so the application decides where they go
+and from which level; nothing is ever written to stdout, and an application that sets
+nothing up sees warnings and errors on stderr only (Python's last-resort handler), as with
+any library. The coordinator's modules take ``structlog.get_logger("huddle.<module>")``.
+The entry points (``huddle serve``, ``huddle chaos``, the chaos worker) call
+``configure_logging`` once, which renders both kinds the same way. This module imports no
+other part of huddle: every layer may use it.
 
 Records from the standard library's ``logging`` (asyncio's own complaints, for instance)
 are rendered the same way, so stderr carries one format only.
@@ -85,6 +90,52 @@ def _printable_values(logger: WrappedLogger, method_name: str, event_dict: Event
         ):
             event_dict[key] = [printable(v, LOGGED_CHARS) if type(v) is str else v for v in value]
     return event_dict
+
+
+class _Event(dict[str, Any]):
+    """An event as the library hands it to ``logging``: a dict, which structlog's
+    ProcessorFormatter (``configure_logging``) renders like every other event, and which
+    reads as one line (``event key=value ...``) where a plain logging handler prints it."""
+
+    def __str__(self) -> str:
+        rest = " ".join(
+            f"{key}={value!r}"
+            for key, value in self.items()
+            if key not in ("event", "level", "logger", "timestamp")
+        )
+        return f"{self.get('event', '')} {rest}".strip()
+
+
+def _to_logging(
+    logger: WrappedLogger, method_name: str, event_dict: EventDict
+) -> tuple[tuple[_Event], dict[str, Any]]:
+    """The last processor of a library logger: the event to ``logging`` as its message
+    (as ``ProcessorFormatter.wrap_for_formatter`` does, readable without it too)."""
+    return (_Event(event_dict),), {"extra": {"_logger": logger, "_name": method_name}}
+
+
+_LIBRARY_PROCESSORS: list[Processor] = [
+    structlog.contextvars.merge_contextvars,
+    structlog.stdlib.add_log_level,
+    structlog.stdlib.add_logger_name,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    _printable_values,
+    _to_logging,
+]
+
+
+def library_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """A logger for library code: structlog's API (``bind``, ``info(event, **values)``)
+    over the standard library's ``logging.getLogger(name)``, whatever structlog's own
+    configuration. Levels are logging's: a disabled level costs one check."""
+    logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=_LIBRARY_PROCESSORS,
+        wrapper_class=structlog.stdlib.BoundLogger,
+        context_class=dict,
+        cache_logger_on_first_use=True,
+    )
+    return logger
 
 
 def parse_level(level: str) -> int:

@@ -20,11 +20,11 @@ from typing import TypeVar, get_args
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from huddle.client.sasl import SaslExchange
 from huddle.client.security import NO_SECURITY, Security, TlsError
+from huddle.logs import library_logger
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
     ClientError,
@@ -52,7 +52,7 @@ from huddle.protocol.messages import (
     ServerFrame,
 )
 
-log = structlog.get_logger("huddle.client.connection")
+log = library_logger("huddle.client.connection")
 H = TypeVar("H", HandshakeResult, SaslAuthenticateResult)
 
 # The ``type`` tags of every frame this client knows how to read.

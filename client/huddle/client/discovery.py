@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-import structlog
-
 from huddle.client.connection import Connection, connect
 from huddle.client.security import NO_SECURITY, Security
+from huddle.logs import library_logger
 from huddle.protocol.addresses import (
     UNSPECIFIED_HOSTS,
     format_address,
@@ -34,7 +33,7 @@ from huddle.protocol.errors import (
 )
 from huddle.protocol.messages import ErrorResponse, FindCoordinatorRequest, FindCoordinatorResponse
 
-log = structlog.get_logger("huddle.discovery")
+log = library_logger("huddle.discovery")
 
 
 def bootstrap_addresses(bootstrap: str) -> list[str]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import structlog
-
 from huddle.client.events import (
     Event,
     FellOut,
@@ -27,6 +25,7 @@ from huddle.client.heartbeat import HeartbeatTimer
 from huddle.client.machine import MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
 from huddle.client.subscription import Subscription
+from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, error_name, to_code
 from huddle.protocol.messages import (
@@ -38,7 +37,7 @@ from huddle.protocol.messages import (
 )
 from huddle.protocol.planted import planted
 
-log = structlog.get_logger("huddle.member")
+log = library_logger("huddle.member")
 E = ErrorCode
 MAX_CLOCK_DRIFT = 1e-3  # how far a member's and the coordinator's clock rates may differ
 

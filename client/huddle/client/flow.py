@@ -16,13 +16,12 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import structlog
-
 from huddle.client.driver import MemberDriver
 from huddle.client.events import Event, Reconnect, Rejoin, SessionExpired
 from huddle.client.leader import subscribed_topics
 from huddle.client.machine import MemberState, Next, Step
 from huddle.client.partition_counts import Scope
+from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -38,7 +37,7 @@ from huddle.protocol.messages import (
     SyncGroupResponse,
 )
 
-log = structlog.get_logger("huddle.member")
+log = library_logger("huddle.member")
 E = ErrorCode
 R = TypeVar("R", bound=Response)
 LEAVE_TIMEOUT_MS = 5_000

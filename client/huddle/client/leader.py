@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import structlog
-
 from huddle.client.assignors.base import (
     Assignor,
     GroupAssignment,
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.logs import library_logger
 from huddle.protocol.embedded import (
     Assignment,
     EmbeddedSchemaError,
@@ -23,7 +22,7 @@ from huddle.protocol.embedded import (
 from huddle.protocol.errors import HuddleError
 from huddle.protocol.planted import planted
 
-log = structlog.get_logger("huddle.leader")
+log = library_logger("huddle.leader")
 
 
 class AssignmentError(HuddleError, RuntimeError):

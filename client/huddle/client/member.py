@@ -17,7 +17,6 @@ from typing import Self, TypeVar
 
 import anyio
 import anyio.lowlevel
-import structlog
 from anyio.abc import TaskGroup
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
@@ -53,6 +52,7 @@ from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.partition_counts import Scope
 from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
+from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, raise_for
 from huddle.protocol.messages import (
@@ -69,7 +69,7 @@ from huddle.protocol.messages import (
     TopicMetadataChanged,
 )
 
-log = structlog.get_logger("huddle.member")
+log = library_logger("huddle.member")
 E = ErrorCode
 R = TypeVar("R", bound=Response)
 V = TypeVar("V")
@@ -584,7 +584,7 @@ class Member:
         try:
             self._events_in.send_nowait(event)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._log.warning("member_event_dropped", event=type(event).__name__)
+            self._log.warning("member_event_dropped", dropped=type(event).__name__)
         self._notify()
 
     def _notify(self) -> None:
