@@ -10,6 +10,7 @@ reports (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``...).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import TypeVar
@@ -21,11 +22,13 @@ from huddle.client.describe import GroupView, view
 from huddle.client.discovery import connect_any, coordinator_of
 from huddle.client.security import NO_SECURITY, Security
 from huddle.protocol.addresses import format_address
+from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
     GroupIdNotFoundError,
     HuddleError,
+    NonEmptyGroupError,
     raise_for,
 )
 from huddle.protocol.messages import (
@@ -33,6 +36,8 @@ from huddle.protocol.messages import (
     AlterTopicsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
@@ -45,6 +50,12 @@ from huddle.protocol.messages import (
     ListGroupsResponse,
     ListTopicsRequest,
     ListTopicsResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     Request,
     Response,
     TopicResult,
@@ -244,3 +255,55 @@ class Admin:
                 raise_for(group.error_code, group.error_message)
                 return group
         raise GroupIdNotFoundError(f"group {group_id!r} was not described")
+
+    # --- group administration (as kafka-consumer-groups) -------------------------------
+
+    async def delete_group(self, group_id: str) -> None:
+        """Delete a group and its committed offsets; NonEmptyGroupError while it has
+        members, GroupIdNotFoundError if there is no such group."""
+        request = DeleteGroupsRequest(groups=[group_id])
+        response = await self._group_call(group_id, request, DeleteGroupsResponse)
+        for result in response.results:
+            if result.group_id == group_id:
+                raise_for(result.error_code, result.error_message)
+                return
+        raise GroupIdNotFoundError(f"group {group_id!r} was not deleted")
+
+    async def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """Every offset the group has committed (none: an empty dict)."""
+        request = OffsetFetchRequest(group_id=group_id)
+        response = await self._group_call(group_id, request, OffsetFetchResponse)
+        found = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code == ErrorCode.NONE and p.offset >= 0:
+                    found[TopicPartition(topic.name, p.partition)] = p.offset
+        return dict(sorted(found.items()))
+
+    async def set_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for the group as an administrator (no member, generation -1),
+        as kafka-consumer-groups --reset-offsets --execute does: only while the group has
+        no members (NonEmptyGroupError otherwise; the coordinator checks it too)."""
+        try:
+            group = await self.describe_group(group_id)
+        except GroupIdNotFoundError:
+            group = None
+        if group is not None and group.members:
+            raise NonEmptyGroupError(
+                f"group {group_id!r} has {len(group.members)} members: stop them first"
+            )
+        by_topic: dict[str, list[OffsetCommitPartition]] = {}
+        for tp, offset in sorted(offsets.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitPartition(partition=tp.partition, offset=offset)
+            )
+        request = OffsetCommitRequest(
+            group_id=group_id,
+            topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        response = await self._group_call(group_id, request, OffsetCommitResponse)
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code != ErrorCode.NONE:
+                    where = f"{topic.name}:{p.partition}"
+                    raise_for(p.error_code, f"the offset of {where} was not set")

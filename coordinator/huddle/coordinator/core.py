@@ -27,6 +27,8 @@ from huddle.coordinator.records import (
     Record,
     SessionRecord,
     TopicRecord,
+    group_deleted,
+    offset_deleted,
 )
 from huddle.coordinator.security.access import described_topics, screen
 from huddle.coordinator.security.acls import Authorizer
@@ -38,6 +40,9 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
     CreateTopicsRequest,
+    DeletedGroup,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -171,6 +176,8 @@ class Coordinator:
                 fx.reply((peer.conn_id, correlation_id), self._describe(request))
             case ListGroupsRequest():
                 fx.reply((peer.conn_id, correlation_id), self._list_groups(request))
+            case DeleteGroupsRequest():
+                fx.reply((peer.conn_id, correlation_id), self._delete_groups(request))
             case FindCoordinatorRequest():
                 fx.reply((peer.conn_id, correlation_id), self.locate(request.group_id))
             case DescribeClusterRequest():
@@ -373,6 +380,29 @@ class Coordinator:
                     conn_id,
                     notice if len(shown) == len(changed) else TopicMetadataChanged(topics=shown),
                 )
+
+    def _delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        """Kafka's DeleteGroups: a group without members goes, with its committed offsets
+        (kept as deletions: a restart or another node does not bring them back)."""
+        results = []
+        for group_id in dict.fromkeys(request.groups):
+            group = self.groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
+            elif group.members or group.pending or not group.is_(GroupState.EMPTY):
+                code = E.NON_EMPTY_GROUP
+                message = f"group {group_id!r} has {group.size} members: only an empty group goes"
+            else:
+                for topic, partition in sorted(group.offsets):
+                    self.changes.append(offset_deleted(group_id, topic, partition))
+                group.offsets.clear()
+                if self.membership.keep_groups:
+                    self.changes.append(group_deleted(group_id))
+                self.membership.collect(group)
+                log.info("group_deleted", group_id=group_id)
+                code, message = E.NONE, None
+            results.append(DeletedGroup(group_id=group_id, error_code=code, error_message=message))
+        return DeleteGroupsResponse(results=results)
 
     def _describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
         described = []

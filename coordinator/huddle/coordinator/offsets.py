@@ -7,7 +7,7 @@ import structlog
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
 from huddle.coordinator.membership import Membership
-from huddle.coordinator.records import OffsetRecord, Record
+from huddle.coordinator.records import DELETED, OffsetRecord, Record
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Refusal
@@ -185,6 +185,11 @@ class Offsets:
         """An offset kept from before a restart (not fenced: it was accepted then)."""
         groups = self.membership.groups
         group = groups.get(record.group_id)
+        if record.offset == DELETED:  # deleted with its group since
+            if group is not None:
+                group.offsets.pop((record.topic, record.partition), None)
+                self.membership.collect(group)
+            return
         if group is None:
             group = groups[record.group_id] = Group(record.group_id)
         group.offsets[(record.topic, record.partition)] = (record.offset, record.metadata)

@@ -6,7 +6,9 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
 - ``OffsetRecord(group_id, topic, partition, offset, metadata)``: an accepted commit;
+  ``offset`` -1 (``DELETED``): the offset was deleted with its group;
 - ``GroupRecord(group_id, generation, ...)``: a group as a rebalance left it (cluster only);
+  ``generation`` -1 (``DELETED``): the group was deleted;
 - ``SessionRecord(longest_ms)``: the longest session timeout any member was granted so far.
   A restarted coordinator forms no generation until that long after it started: a member
   of the forgotten groups may count its session alive for that long, and must have given
@@ -78,6 +80,17 @@ class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
 
 
 Record = TopicRecord | OffsetRecord | SessionRecord | GroupRecord
+
+DELETED = -1  # an OffsetRecord's offset, or a GroupRecord's generation: it was deleted
+
+
+def offset_deleted(group_id: str, topic: str, partition: int) -> OffsetRecord:
+    return OffsetRecord(group_id, topic, partition, DELETED)
+
+
+def group_deleted(group_id: str) -> GroupRecord:
+    return GroupRecord(group_id, DELETED, None, None, None, [])
+
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Record)

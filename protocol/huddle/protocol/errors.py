@@ -49,6 +49,7 @@ class ErrorCode(IntEnum):
     POLICY_VIOLATION = 44
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
+    NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
@@ -233,6 +234,12 @@ class KafkaStorageError(ServerError):
 
     code = ErrorCode.KAFKA_STORAGE_ERROR
     retriable = True
+
+
+class NonEmptyGroupError(ServerError):
+    """A group with members cannot be deleted (Kafka's DeleteGroups)."""
+
+    code = ErrorCode.NON_EMPTY_GROUP
 
 
 class GroupIdNotFoundError(ServerError):

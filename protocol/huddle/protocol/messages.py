@@ -373,6 +373,25 @@ class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=Tru
     groups: list[DescribedGroup] = field(default_factory=list)
 
 
+class DeleteGroupsRequest(Message, tag="delete_groups", frozen=True, kw_only=True):
+    """Delete groups and their committed offsets; only a group without members (Kafka's
+    DeleteGroups: NON_EMPTY_GROUP otherwise)."""
+
+    groups: Annotated[list[GroupId], Meta(max_length=MAX_ITEMS)]
+
+
+class DeletedGroup(Struct, frozen=True, kw_only=True):
+    group_id: str
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+
+
+class DeleteGroupsResponse(Message, tag="delete_groups_response", frozen=True, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    results: list[DeletedGroup] = field(default_factory=list)
+
+
 class ListGroupsRequest(Message, tag="list_groups", frozen=True, kw_only=True):
     states: Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)] | None = (
         None  # None: every state
@@ -482,6 +501,7 @@ Request = (
     | DeleteTopicsRequest
     | ListTopicsRequest
     | DescribeGroupsRequest
+    | DeleteGroupsRequest
     | ListGroupsRequest
     | FindCoordinatorRequest
     | DescribeClusterRequest
@@ -499,6 +519,7 @@ Response = (
     | DeleteTopicsResponse
     | ListTopicsResponse
     | DescribeGroupsResponse
+    | DeleteGroupsResponse
     | ListGroupsResponse
     | FindCoordinatorResponse
     | DescribeClusterResponse

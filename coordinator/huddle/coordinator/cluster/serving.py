@@ -32,7 +32,13 @@ from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.core import Coordinator, Outgoing
-from huddle.coordinator.records import GroupRecord, OffsetRecord, Record, TopicRecord
+from huddle.coordinator.records import (
+    DELETED,
+    GroupRecord,
+    OffsetRecord,
+    Record,
+    TopicRecord,
+)
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -67,6 +73,15 @@ Dispatch = Callable[[list[Outgoing]], None]
 Drain = Callable[[], Awaitable[None]]
 _encode = msgspec.msgpack.Encoder().encode
 _group_decoder = msgspec.msgpack.Decoder(GroupRecord)
+
+
+def _deletes(record: OffsetRecord | GroupRecord) -> bool:
+    """A deletion (DeleteGroups): its key goes from etcd."""
+    if isinstance(record, OffsetRecord):
+        return record.offset == DELETED
+    return record.generation == DELETED
+
+
 _offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
 
 
@@ -227,7 +242,7 @@ class ClusterServing:
         longer served: what memory holds of it is ahead of etcd). A record made while its
         shard was served before (the node gave it up, or was deposed, and took it up again
         since) is not written: a later serving loaded what etcd held without it."""
-        by_shard: dict[int, dict[bytes, bytes]] = defaultdict(dict)
+        by_shard: dict[int, dict[bytes, bytes | None]] = defaultdict(dict)  # None: delete
         topics: list[TopicRecord] = []
         stale: set[int] = set()
         for record, serving in records:
@@ -250,7 +265,7 @@ class ClusterServing:
             if serving is None or serving != self.node.serving(shard):
                 stale.add(shard)
                 continue
-            by_shard[shard][key] = _encode(record)
+            by_shard[shard][key] = None if _deletes(record) else _encode(record)
         if stale:
             log.warning("stale_changes_dropped", node=self.node.node_id, shards=sorted(stale))
         results = await asyncio.gather(
@@ -259,17 +274,20 @@ class ClusterServing:
         )
         return all(results) and not stale
 
-    async def _write_shard(self, shard: int, puts: dict[bytes, bytes]) -> bool:
+    async def _write_shard(self, shard: int, changes: dict[bytes, bytes | None]) -> bool:
+        """Puts, and deletes (None), fenced on the shard's epoch; one op per key."""
         epoch = self.node.epoch(shard)
         if epoch is None:
             self.shards_lost([shard], "a write for a shard no longer served")
             return False
         owner_key = self._key("shards", str(shard))
-        items = list(puts.items())
+        items = list(changes.items())
         try:
             for i in range(0, len(items), MAX_TXN_OPS):
-                chunk = dict(items[i : i + MAX_TXN_OPS])
-                if not await self.store.write_fenced(owner_key, epoch, chunk):
+                chunk = items[i : i + MAX_TXN_OPS]
+                puts = {k: v for k, v in chunk if v is not None}
+                deletes = [k for k, v in chunk if v is None]
+                if not await self.store.write_fenced(owner_key, epoch, puts, deletes):
                     self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
                     return False
         except Exception as exc:

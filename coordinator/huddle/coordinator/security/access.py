@@ -15,7 +15,7 @@ TOPIC_AUTHORIZATION_FAILED (29) or GROUP_AUTHORIZATION_FAILED (30), the rest are
 * CreateTopics: CREATE on the cluster, or CREATE on the topic; AlterTopics: ALTER on the
   topic; DeleteTopics: DELETE on the topic;
 * ListTopics: DESCRIBE on each topic (listing every topic leaves the others out);
-* DescribeGroups: DESCRIBE on each group;
+* DescribeGroups: DESCRIBE on each group; DeleteGroups: DELETE on each group;
 * ListGroups: DESCRIBE on the cluster lists every group, else only the groups the
   principal may DESCRIBE.
 
@@ -48,6 +48,9 @@ from huddle.protocol.messages import (
     AlterTopicsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeletedGroup,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
@@ -158,6 +161,8 @@ def screen(auth: Authorizer, peer: Peer, request: Request) -> Screened:
             return _list_topics(auth, peer, request)
         case DescribeGroupsRequest():
             return _describe(auth, peer, request)
+        case DeleteGroupsRequest():
+            return _delete_groups(auth, peer, request)
         case ListGroupsRequest():
             return _list_groups(auth, peer, request)
         case DescribeClusterRequest(include_shards=True):
@@ -177,8 +182,6 @@ def _may(auth: Authorizer, peer: Peer, operation: Operation, kind: ResourceType,
 
 def _commit(auth: Authorizer, peer: Peer, request: OffsetCommitRequest) -> Screened:
     allowed = [t for t in request.topics if _may(auth, peer, Operation.READ, T, t.name)]
-    if len(allowed) == len(request.topics):
-        return Screened(request=request)
     refused = [
         OffsetCommitTopicResult(
             name=t.name,
@@ -192,13 +195,7 @@ def _commit(auth: Authorizer, peer: Peer, request: OffsetCommitRequest) -> Scree
         for t in request.topics
         if t not in allowed
     ]
-
-    def finish(response: Response) -> Response:
-        if not isinstance(response, OffsetCommitResponse) or response.error_code:
-            return response
-        return _replace(response, topics=[*response.topics, *refused])
-
-    return Screened(request=_replace(request, topics=allowed), finish=finish)
+    return _partly(request, "topics", allowed, refused, OffsetCommitResponse, "topics")
 
 
 def _fetch(auth: Authorizer, peer: Peer, request: OffsetFetchRequest) -> Screened:
@@ -212,8 +209,6 @@ def _fetch(auth: Authorizer, peer: Peer, request: OffsetFetchRequest) -> Screene
 
         return Screened(request=request, finish=only_described)
     allowed = [t for t in request.topics if _may(auth, peer, Operation.DESCRIBE, T, t.name)]
-    if len(allowed) == len(request.topics):
-        return Screened(request=request)
     refused = [
         OffsetFetchTopicResult(
             name=t.name,
@@ -225,13 +220,7 @@ def _fetch(auth: Authorizer, peer: Peer, request: OffsetFetchRequest) -> Screene
         for t in request.topics
         if t not in allowed
     ]
-
-    def finish(response: Response) -> Response:
-        if not isinstance(response, OffsetFetchResponse) or response.error_code:
-            return response
-        return _replace(response, topics=[*response.topics, *refused])
-
-    return Screened(request=_replace(request, topics=allowed), finish=finish)
+    return _partly(request, "topics", allowed, refused, OffsetFetchResponse, "topics")
 
 
 def _topics(
@@ -244,35 +233,16 @@ def _topics(
     if everything:
         return Screened(request=request)
     allowed = [t for t in request.topics if _may(auth, peer, operation, T, t.name)]
-    if len(allowed) == len(request.topics):
-        return Screened(request=request)
     refused = _refused_topics(peer, operation, [t.name for t in request.topics if t not in allowed])
-    kind = type(request)
-
-    def finish(response: Response) -> Response:
-        if isinstance(response, CreateTopicsResponse) and kind is CreateTopicsRequest:
-            return _replace(response, topics=[*response.topics, *refused])
-        if isinstance(response, AlterTopicsResponse) and kind is AlterTopicsRequest:
-            return _replace(response, topics=[*response.topics, *refused])
-        return response
-
-    return Screened(request=_replace(request, topics=allowed), finish=finish)
+    answer = CreateTopicsResponse if type(request) is CreateTopicsRequest else AlterTopicsResponse
+    return _partly(request, "topics", allowed, refused, answer, "topics")
 
 
 def _delete(auth: Authorizer, peer: Peer, request: DeleteTopicsRequest) -> Screened:
     allowed = [t for t in request.topics if _may(auth, peer, Operation.DELETE, T, t)]
-    if len(allowed) == len(request.topics):
-        return Screened(request=request)
-    refused = _refused_topics(
-        peer, Operation.DELETE, [t for t in request.topics if t not in allowed]
-    )
-
-    def finish(response: Response) -> Response:
-        if not isinstance(response, DeleteTopicsResponse) or response.error_code:
-            return response
-        return _replace(response, topics=[*response.topics, *refused])
-
-    return Screened(request=_replace(request, topics=allowed), finish=finish)
+    names = [t for t in request.topics if t not in allowed]
+    refused = _refused_topics(peer, Operation.DELETE, names)
+    return _partly(request, "topics", allowed, refused, DeleteTopicsResponse, "topics")
 
 
 def _refused_topics(peer: Peer, operation: Operation, names: list[str]) -> list[TopicResult]:
@@ -299,42 +269,61 @@ def _list_topics(auth: Authorizer, peer: Peer, request: ListTopicsRequest) -> Sc
 
         return Screened(request=request, finish=only_described)
     allowed = [t for t in request.topics if may(t)]
-    if len(allowed) == len(request.topics):
-        return Screened(request=request)
     refused = [
         TopicMetadata(name=t, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         for t in request.topics
         if t not in allowed
     ]
-
-    def finish(response: Response) -> Response:
-        if not isinstance(response, ListTopicsResponse) or response.error_code:
-            return response
-        return _replace(response, topics=[*response.topics, *refused])
-
-    return Screened(request=_replace(request, topics=allowed), finish=finish)
+    return _partly(request, "topics", allowed, refused, ListTopicsResponse, "topics")
 
 
 def _describe(auth: Authorizer, peer: Peer, request: DescribeGroupsRequest) -> Screened:
-    allowed = [g for g in request.groups if _may(auth, peer, Operation.DESCRIBE, G, g)]
-    if len(allowed) == len(request.groups):
-        return Screened(request=request)
+    allowed, refused = _groups(auth, peer, request.groups, Operation.DESCRIBE, DescribedGroup)
+    return _partly(request, "groups", allowed, refused, DescribeGroupsResponse, "groups")
+
+
+def _delete_groups(auth: Authorizer, peer: Peer, request: DeleteGroupsRequest) -> Screened:
+    allowed, refused = _groups(auth, peer, request.groups, Operation.DELETE, DeletedGroup)
+    return _partly(request, "groups", allowed, refused, DeleteGroupsResponse, "results")
+
+
+def _groups(
+    auth: Authorizer, peer: Peer, names: list[str], operation: Operation, item: type[Any]
+) -> tuple[list[str], list[Any]]:
+    """The groups the principal may ``operation``, and the refusals of the others."""
+    allowed = [g for g in names if _may(auth, peer, operation, G, g)]
     refused = [
-        DescribedGroup(
+        item(
             group_id=g,
             error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            error_message=_group_message(peer, Operation.DESCRIBE, g),
+            error_message=_group_message(peer, operation, g),
         )
-        for g in request.groups
+        for g in names
         if g not in allowed
     ]
+    return allowed, refused
+
+
+def _partly(
+    request: Request,
+    field: str,
+    allowed: list[Any],
+    refused: list[Any],
+    answer: type[Any],
+    results: str,
+) -> Screened:
+    """The request with only its ``allowed`` items (in ``field``), and the refusals put
+    back into the answer's ``results``; the request as it is when nothing was refused."""
+    if not refused:
+        return Screened(request=request)
 
     def finish(response: Response) -> Response:
-        if not isinstance(response, DescribeGroupsResponse) or response.error_code:
+        if not isinstance(response, answer) or response.error_code != ErrorCode.NONE:
             return response
-        return _replace(response, groups=[*response.groups, *refused])
+        done: Response = _replace(response, **{results: [*getattr(response, results), *refused]})
+        return done
 
-    return Screened(request=_replace(request, groups=allowed), finish=finish)
+    return Screened(request=_replace(request, **{field: allowed}), finish=finish)
 
 
 def _list_groups(auth: Authorizer, peer: Peer, request: ListGroupsRequest) -> Screened:
