@@ -13,16 +13,16 @@ import signal
 import ssl as ssl_module
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
 import msgspec
+from huddle.testing.settle import settled as settled  # the tests take it from here
 from structlog.typing import EventDict
 
 from huddle.client.listener import RebalanceListener
-from huddle.client.member import Member
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import TopicPartition
@@ -63,16 +63,6 @@ async def running_server(config: ServerConfig | None = None) -> AsyncIterator[Co
         yield server
     finally:
         await server.close()
-
-
-def settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> bool:
-    """Stable in one generation; every partition owned by exactly one member."""
-    if not all(m.state.value == "stable" for m in members):
-        return False
-    if len({m.generation for m in members}) != 1:
-        return False
-    owned = [tp for m in members for tp in m.assignment]
-    return len(owned) == len(set(owned)) and set(owned) == expected
 
 
 async def wait_until(

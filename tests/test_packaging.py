@@ -23,7 +23,7 @@ def python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 def test_every_package_in_the_tree_is_packaged() -> None:
     """pyproject lists packages and their folders by hand; a new subpackage must be added."""
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    roots = ("cli", "protocol", "coordinator", "client", "chaos", "pipeline", "sim")
+    roots = ("cli", "protocol", "coordinator", "client", "chaos", "testing", "pipeline", "sim")
     found = {
         ".".join(init.parent.relative_to(REPO / root).parts)
         for root in roots

@@ -2,7 +2,8 @@
 
 The parts are subpackages: ``huddle.client`` (the member library), ``huddle.coordinator``
 (the service), ``huddle.protocol`` (the wire), ``huddle.chaos`` and ``huddle.pipeline``
-(fault injection and its analysis), ``huddle.cli`` (the ``huddle`` command). This module
+(fault injection and its analysis), ``huddle.testing`` (a coordinator and members for
+tests, and the pytest plugin), ``huddle.cli`` (the ``huddle`` command). This module
 stays tiny because every import of a part imports it first; ``HuddleError``, the root of
 every exception huddle raises, loads on first use.
 """

@@ -1,0 +1,48 @@
+"""The assertion tests of a group reach for: it settles with every partition owned once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import anyio
+
+from huddle.client.machine import MemberState
+from huddle.client.member import Member
+from huddle.protocol.embedded import TopicPartition
+
+POLL_S = 0.02
+
+
+class NotSettledError(AssertionError):
+    """The group did not settle in time; says who owned what at the deadline."""
+
+
+def settled(members: Iterable[Member], expected: frozenset[TopicPartition]) -> bool:
+    """Every member stable in one generation, and every expected partition owned by
+    exactly one of them (none owned twice, none left over)."""
+    members = list(members)
+    if not members or any(m.state is not MemberState.STABLE for m in members):
+        return False
+    if len({m.generation for m in members}) != 1:
+        return False
+    owned = [tp for m in members for tp in m.assignment]
+    return len(owned) == len(set(owned)) and set(owned) == expected
+
+
+async def wait_settled(
+    members: Iterable[Member], partitions: Mapping[str, int], within: float = 10.0
+) -> None:
+    """Wait until the members settle with every partition of ``partitions`` (topic ->
+    count) owned exactly once; NotSettledError after ``within`` seconds."""
+    group = list(members)
+    expected = frozenset(TopicPartition(t, p) for t, n in partitions.items() for p in range(n))
+    with anyio.move_on_after(within):
+        # members change state each on its own, with nothing to wait on for all of them
+        while not settled(group, expected):  # noqa: ASYNC110
+            await anyio.sleep(POLL_S)
+        return
+    owners = {m.member_id or "?": sorted(m.assignment) for m in group}
+    raise NotSettledError(
+        f"the group did not settle within {within:g} s with {len(expected)} partitions "
+        f"owned once; owned: {owners}"
+    )
