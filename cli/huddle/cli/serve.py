@@ -136,6 +136,21 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ),
     ServeFlag("max-group-size", "int", _G, "max_group_size", "members per group, 0: no limit"),
     ServeFlag(
+        "offsets-retention-ms",
+        "int",
+        _G,
+        "offsets_retention_ms",
+        "the offsets of a group without members expire this long after it emptied or last "
+        "committed (default 7 days, as Kafka)",
+    ),
+    ServeFlag(
+        "offsets-retention-check-interval-ms",
+        "int",
+        _G,
+        "offsets_retention_check_interval_ms",
+        "how often offsets are checked for expiry (default 600000)",
+    ),
+    ServeFlag(
         "max-rebalance-timeout-ms",
         "int",
         _G,

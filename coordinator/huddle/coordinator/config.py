@@ -25,9 +25,16 @@ class GroupConfig:
     # Beyond Kafka, both on by default:
     rebalance_notices: bool = True  # push RebalanceStarted so members rejoin at once
     disconnect_grace_ms: int = 500  # <0 disables; dynamic members gone this long are removed
+    # The committed offsets of a group without members expire this long after it emptied
+    # or last committed, whichever is later (Kafka's offsets.retention.minutes, KIP-211);
+    # looked for every check interval (offsets.retention.check.interval.ms).
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
+    offsets_retention_check_interval_ms: int = 600_000
 
     def __post_init__(self) -> None:
         problems = []
+        if self.offsets_retention_ms < 1 or self.offsets_retention_check_interval_ms < 1:
+            problems.append("offsets retention and its check interval must be positive")
         if self.min_session_timeout_ms < 1:
             problems.append("min session timeout must be positive")
         if self.max_session_timeout_ms < self.min_session_timeout_ms:

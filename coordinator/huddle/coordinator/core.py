@@ -327,11 +327,11 @@ class Coordinator:
         so replaying one twice is harmless)."""
         topics = dict(self.topics.partitions)
         longest = self.membership.longest_session_ms
-        groups: list[tuple[str, dict[tuple[str, int], tuple[int, str | None]]]] = []
+        groups: list[tuple[str, int, dict[tuple[str, int], tuple[int, str | None]]]] = []
         for gid in list(self.groups):
             group = self.groups.get(gid)
             if group is not None and group.offsets:
-                groups.append((gid, dict(group.offsets)))
+                groups.append((gid, group.last_commit_ms, dict(group.offsets)))
                 yield
 
         def records() -> Iterator[Record]:
@@ -342,9 +342,9 @@ class Coordinator:
             # one group's copy freed at a time: freeing them all at once is one long stall
             groups.sort(key=lambda item: item[0], reverse=True)
             while groups:
-                group_id, offsets = groups.pop()
+                group_id, committed_ms, offsets = groups.pop()
                 for (topic, partition), (offset, metadata) in sorted(offsets.items()):
-                    yield OffsetRecord(group_id, topic, partition, offset, metadata)
+                    yield OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms)
                 del offsets
 
         return records
@@ -381,6 +381,43 @@ class Coordinator:
                     notice if len(shown) == len(changed) else TopicMetadataChanged(topics=shown),
                 )
 
+    def expire_offsets(self, now: float, wall_ms: float) -> int:
+        """Offset retention (Kafka's KIP-211): a group without members loses its committed
+        offsets, and goes, ``offsets_retention_ms`` after it emptied or last committed,
+        whichever is later. The transport calls it every check interval with the wall
+        clock; a group is taken as emptied when it is first seen empty (a group restored
+        after a restart: when it last committed, the best known). Returns how many
+        groups expired."""
+        self.offsets.wall_offset_ms = wall_ms - now
+        retention = self.config.offsets_retention_ms
+        expired = 0
+        for group in list(self.groups.values()):
+            if group.members or group.pending or not group.is_(GroupState.EMPTY):
+                group.emptied_ms = 0
+                continue
+            if not group.offsets:
+                continue
+            if group.emptied_ms == 0:
+                # a group that had members emptied since the last look: now, at the latest;
+                # one that never had any (an admin's commits) "emptied" when it committed
+                group.emptied_ms = int(wall_ms) if group.generation > 0 else group.last_commit_ms
+            if max(group.emptied_ms, group.last_commit_ms) + retention > wall_ms:
+                continue
+            log.info("offsets_expired", group_id=group.group_id, partitions=len(group.offsets))
+            self._forget_group(group)
+            expired += 1
+        return expired
+
+    def _forget_group(self, group: Group) -> None:
+        """The group and its offsets go, and stay gone: deletions are kept as records."""
+        group_id = group.group_id
+        for topic, partition in sorted(group.offsets):
+            self.changes.append(offset_deleted(group_id, topic, partition))
+        group.offsets.clear()
+        if self.membership.keep_groups:
+            self.changes.append(group_deleted(group_id))
+        self.membership.collect(group)
+
     def _delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         """Kafka's DeleteGroups: a group without members goes, with its committed offsets
         (kept as deletions: a restart or another node does not bring them back)."""
@@ -393,12 +430,7 @@ class Coordinator:
                 code = E.NON_EMPTY_GROUP
                 message = f"group {group_id!r} has {group.size} members: only an empty group goes"
             else:
-                for topic, partition in sorted(group.offsets):
-                    self.changes.append(offset_deleted(group_id, topic, partition))
-                group.offsets.clear()
-                if self.membership.keep_groups:
-                    self.changes.append(group_deleted(group_id))
-                self.membership.collect(group)
+                self._forget_group(group)
                 log.info("group_deleted", group_id=group_id)
                 code, message = E.NONE, None
             results.append(DeletedGroup(group_id=group_id, error_code=code, error_message=message))

@@ -114,6 +114,10 @@ class Group:
         self.support: Counter[str] = Counter()  # protocol name -> members supporting it
         self.awaiting_join = 0  # members holding a JoinGroup
         self.offsets: dict[tuple[str, int], tuple[int, str | None]] = {}
+        # offset retention, wall clock ms: the group's last commit, and when it was first
+        # seen empty (0: not empty, or not looked at since)
+        self.last_commit_ms = 0
+        self.emptied_ms = 0
         # the initial rebalance delay (KIP-134) while it runs:
         self.initial_delay_active = False
         self.initial_delay_ms = 0
@@ -154,6 +158,7 @@ class Group:
     def add(self, member: Member) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
+            self.emptied_ms = 0  # not empty: retention runs again from when it empties
         self.members[member.member_id] = member
         self.support.update(member.protocol_names)
         if member.instance_id is not None:

@@ -44,6 +44,9 @@ class Offsets:
         self.metadata_max = metadata_max
         self.request_max = request_max  # partitions one request may name
         self.changes = changes  # what to keep across restarts (see coordinator.records)
+        # wall clock ms minus the core's clock (the transport sets it): commits are stamped
+        # with the wall clock, which outlives a restart, for retention
+        self.wall_offset_ms = 0.0
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
@@ -67,6 +70,7 @@ class Offsets:
         results = []
         stored = 0
         offsets, changes, group_id = group.offsets, self.changes, req.group_id
+        committed_ms = int(fx.now + self.wall_offset_ms)
         counts, metadata_max = self.topics.partitions, self.metadata_max
         for topic in req.topics:
             name = topic.name
@@ -83,10 +87,14 @@ class Offsets:
                 else:
                     code = E.NONE
                     offsets[(name, partition)] = (offset, metadata)
-                    changes.append(OffsetRecord(group_id, name, partition, offset, metadata))
+                    changes.append(
+                        OffsetRecord(group_id, name, partition, offset, metadata, committed_ms)
+                    )
                     stored += 1
                 partitions.append(PartitionResult(partition=partition, error_code=code))
             results.append(OffsetCommitTopicResult(name=name, partitions=partitions))
+        if stored:
+            group.last_commit_ms = max(group.last_commit_ms, committed_ms)
         log.debug(
             "offsets_committed",
             group_id=req.group_id,
@@ -193,6 +201,9 @@ class Offsets:
         if group is None:
             group = groups[record.group_id] = Group(record.group_id)
         group.offsets[(record.topic, record.partition)] = (record.offset, record.metadata)
+        group.last_commit_ms = max(group.last_commit_ms, record.committed_ms)
+        if not group.members:  # restored empty: it emptied when it last committed, at best
+            group.emptied_ms = group.last_commit_ms
 
     def forget_topic(self, name: str, partitions_left: int = 0) -> None:
         """Drop committed offsets of a deleted topic, or of partitions cut off by a shrink."""

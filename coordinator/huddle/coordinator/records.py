@@ -5,7 +5,8 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 ``huddle.coordinator.journal``) of these records:
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
-- ``OffsetRecord(group_id, topic, partition, offset, metadata)``: an accepted commit;
+- ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms)``: an
+  accepted commit, with when the group committed (for retention);
   ``offset`` -1 (``DELETED``): the offset was deleted with its group;
 - ``GroupRecord(group_id, generation, ...)``: a group as a rebalance left it (cluster only);
   ``generation`` -1 (``DELETED``): the group was deleted;
@@ -50,6 +51,9 @@ class OffsetRecord(msgspec.Struct, tag="o", array_like=True, frozen=True):
     partition: int
     offset: int
     metadata: str | None = None
+    # when the group committed last, wall clock ms since the epoch (0: not known, a record
+    # from before retention): offsets of an empty group expire from it
+    committed_ms: int = 0
 
 
 class SessionRecord(msgspec.Struct, tag="s", array_like=True, frozen=True):

@@ -173,6 +173,7 @@ class CoordinatorServer:
         self._hops = 0
         self._hop_at = 0.0
         self._sweeper: asyncio.TimerHandle | None = None
+        self._retention_check: asyncio.TimerHandle | None = None  # offsets of empty groups
         self._stopping = False
         self._closed: asyncio.Event | None = None
         self._all_gone: asyncio.Event | None = None
@@ -242,6 +243,8 @@ class CoordinatorServer:
             self.core.locate = self._locate_self
             self.core.describe_cluster = self._describe_self
         self.core.start(self._now())  # a restart's fence, if it kept sessions before
+        self.core.offsets.wall_offset_ms = time.time() * 1000 - self._now()
+        self._retention_check = self._loop.call_later(_retention_interval(cfg), self._retain)
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
         log.info("server_listening", host=cfg.host, port=self.port)
@@ -339,10 +342,10 @@ class CoordinatorServer:
         log.info("server_stopping", connections=len(self._conns))
         if self._server is not None:
             self._server.close()
-        for handle in (self._timer, self._sweeper, self._idle_sweeper):
+        for handle in (self._timer, self._sweeper, self._idle_sweeper, self._retention_check):
             if handle is not None:
                 handle.cancel()
-        self._timer = self._sweeper = self._idle_sweeper = None
+        self._timer = self._sweeper = self._idle_sweeper = self._retention_check = None
         stuck = False
         if self._keeper is not None:  # what was accepted is kept and answered first
             try:
@@ -903,6 +906,20 @@ class CoordinatorServer:
                 )
         self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
 
+    def _retain(self) -> None:
+        """Offset retention: the offsets of groups empty too long expire (kept as deletions,
+        so a restart does not bring them back)."""
+        self._retention_check = None
+        if self._stopping or self._refusing:
+            return
+        try:
+            self.core.expire_offsets(self._now(), time.time() * 1000)
+        except Exception:
+            log.exception("core_failed", operation="expire_offsets")
+        self._send_outside([])
+        self._flush()
+        self._retention_check = self.loop.call_later(_retention_interval(self.config), self._retain)
+
     def _sweep_idle(self) -> None:
         """Close connections that hold no member and have sent nothing for the idle timeout
         (as Kafka's connections.max.idle.ms): idle connections cannot hold every slot."""
@@ -921,6 +938,10 @@ class CoordinatorServer:
                 conn.log.info("connection_idle", idle_ms=int((now - conn.last_active) * 1000))
                 conn.close(f"idle for over {cfg.idle_timeout_ms} ms, holding no member")
         self._idle_sweeper = self.loop.call_later(_idle_interval(cfg), self._sweep_idle)
+
+
+def _retention_interval(config: ServerConfig) -> float:
+    return config.group.offsets_retention_check_interval_ms / 1000
 
 
 def _idle_interval(config: ServerConfig) -> float:
