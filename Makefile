@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.cluster
 	$(BIN)/python -m bench.security
+	$(BIN)/python -m bench.metrics
 
 $(STAMP): pyproject.toml $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

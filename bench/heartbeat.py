@@ -291,6 +291,54 @@ async def blasters_for(
     return out
 
 
+@dataclass(frozen=True)
+class Setup:
+    """One coordinator of a same-run comparison: a name, its process, TLS to it if any."""
+
+    name: str
+    server: ServerProcess
+    ssl: SSLContext | None = None
+
+
+async def compare(args: argparse.Namespace, base: Setup, other: Setup) -> dict[str, list[Round]]:
+    """Heartbeat rounds against two coordinators, alternating (``--members``,
+    ``--connections``, ``--window``, ``--rounds``, ``--seconds``, ``--warmup``,
+    ``--max-frames``); prints each round and the ratio of medians, other to base."""
+    targets = {}
+    conns: list[RawConnection] = []
+    for setup in (base, other):
+        group = await form_group(setup.server.port, args.members, args.connections, ssl=setup.ssl)
+        group_conns = list(dict.fromkeys(m.conn for m in group))
+        conns += group_conns
+        blocks = [heartbeat_frames(group, c) for c in group_conns]
+        blasters = await blasters_for("huddle", group_conns, blocks, args.window)
+        targets[setup.name] = (setup.server, blasters)
+    results: dict[str, list[Round]] = {base.name: [], other.name: []}
+    order = (base.name, other.name)
+    try:
+        for index in range(args.rounds):
+            for name in order if index % 2 == 0 else order[::-1]:
+                server, blasters = targets[name]
+                r = await measure(blasters, server, args.seconds, args.warmup, args.max_frames)
+                results[name].append(r)
+                print(
+                    f"  round {index + 1} {name:>8}: {r.rate:>9,.0f} heartbeats/s "
+                    f"({r.per_cpu:>9,.0f} per server CPU-s)  server CPU {r.server_cpu:4.0%}  "
+                    f"errors {r.errors}  unanswered {r.lost}",
+                    flush=True,
+                )
+    finally:
+        await close_all(conns)
+    rate = {k: statistics.median(r.rate for r in v) for k, v in results.items()}
+    per_cpu = {k: statistics.median(r.per_cpu for r in v) for k, v in results.items()}
+    print(
+        f"heartbeats/s median: {base.name} {rate[base.name]:,.0f}, {other.name} "
+        f"{rate[other.name]:,.0f}: {other.name} keeps {rate[other.name] / rate[base.name]:.1%} "
+        f"(per server CPU-s: {per_cpu[other.name] / per_cpu[base.name]:.1%})"
+    )
+    return results
+
+
 def report(huddle: list[Round], echo: list[Round]) -> None:
     def median(rounds: list[Round], key: Callable[[Round], float]) -> float:
         return statistics.median(key(r) for r in rounds)

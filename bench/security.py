@@ -27,20 +27,11 @@ from pathlib import Path
 import trustme
 
 from bench.common import cpu_model, quiet_logs
-from bench.heartbeat import (
-    CLIENT_CPU,
-    SERVER_CPU,
-    Round,
-    blasters_for,
-    form_group,
-    heartbeat_frames,
-    measure,
-)
+from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, compare
 from bench.rawclient import (
     HOST,
     ServerProcess,
     cancelled_by_sigterm,
-    close_all,
     cpu_seconds,
     exit_on_sigterm,
     huddle_serve,
@@ -104,42 +95,6 @@ def summary(times: list[float]) -> str:
     return f"median {statistics.median(times):6.2f} ms  p95 {p95:6.2f} ms"
 
 
-async def heartbeat_rounds(
-    args: argparse.Namespace, plain: ServerProcess, tls: ServerProcess, context: ssl.SSLContext
-) -> None:
-    plain_group = await form_group(plain.port, args.members, args.connections)
-    tls_group = await form_group(tls.port, args.members, args.connections, ssl=context)
-    targets = {}
-    conns = []
-    for name, server, group in (("plain", plain, plain_group), ("tls", tls, tls_group)):
-        group_conns = list(dict.fromkeys(m.conn for m in group))
-        conns += group_conns
-        blocks = [heartbeat_frames(group, c) for c in group_conns]
-        targets[name] = (server, await blasters_for("huddle", group_conns, blocks, args.window))
-    results: dict[str, list[Round]] = {"plain": [], "tls": []}
-    try:
-        for index in range(args.rounds):
-            for name in ("plain", "tls") if index % 2 == 0 else ("tls", "plain"):
-                server, blasters = targets[name]
-                r = await measure(blasters, server, args.seconds, args.warmup, args.max_frames)
-                results[name].append(r)
-                print(
-                    f"  round {index + 1} {name:>5}: {r.rate:>9,.0f} heartbeats/s "
-                    f"({r.per_cpu:>9,.0f} per server CPU-s)  server CPU {r.server_cpu:4.0%}  "
-                    f"errors {r.errors}  unanswered {r.lost}",
-                    flush=True,
-                )
-    finally:
-        await close_all(conns)
-    rate = {k: statistics.median(r.rate for r in v) for k, v in results.items()}
-    per_cpu = {k: statistics.median(r.per_cpu for r in v) for k, v in results.items()}
-    print(
-        f"heartbeats/s median: plain {rate['plain']:,.0f}, TLS {rate['tls']:,.0f}: "
-        f"TLS keeps {rate['tls'] / rate['plain']:.0%} (per server CPU-s: "
-        f"{per_cpu['tls'] / per_cpu['plain']:.0%})"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--handshakes", type=int, default=200, help="connections per way")
@@ -201,7 +156,8 @@ def main() -> None:
                 server_process("plain", huddle_serve(*delay), cpu=SERVER_CPU) as plain,
                 server_process("tls", huddle_serve(*delay, *tls_flags), cpu=SERVER_CPU) as tls,
             ):
-                runner.run(cancelled_by_sigterm(heartbeat_rounds(args, plain, tls, context)))
+                base, other = Setup("plain", plain), Setup("TLS", tls, context)
+                runner.run(cancelled_by_sigterm(compare(args, base, other)))
 
 
 if __name__ == "__main__":

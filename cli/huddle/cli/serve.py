@@ -89,6 +89,13 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "lease_ttl_s",
         "a node's etcd lease; one that cannot renew it stops serving before it ends (default 3)",
     ),
+    ServeFlag(
+        "metrics-port",
+        "int",
+        _S,
+        "metrics_port",
+        "serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; default off)",
+    ),
     ServeFlag("tls-cert", "str", _S, "tls_cert", "TLS on the listener: its certificate (PEM)"),
     ServeFlag("tls-key", "str", _S, "tls_key", "the TLS certificate's private key (PEM)"),
     ServeFlag(

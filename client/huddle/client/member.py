@@ -18,6 +18,7 @@ from typing import Self, TypeVar
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
+from prometheus_client import CollectorRegistry
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
 from huddle.client.assignors.base import ASSIGNORS, Assignor
@@ -49,6 +50,7 @@ from huddle.client.flow import (
 )
 from huddle.client.listener import RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
+from huddle.client.metrics import MemberStats, collector_for
 from huddle.client.partition_counts import Scope
 from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
@@ -66,6 +68,7 @@ from huddle.protocol.messages import (
     RebalanceStarted,
     Request,
     Response,
+    SyncGroupResponse,
     TopicMetadataChanged,
 )
 
@@ -97,6 +100,7 @@ class Member:
         max_retry_backoff_ms: int = 1_000,
         lags: Callable[[], Mapping[TopicPartition, int]] | None = None,
         security: Security = NO_SECURITY,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         if not group_id:
             raise ValueError("group_id must not be empty")
@@ -105,6 +109,9 @@ class Member:
         bootstrap_addresses(bootstrap)  # ValueError for a malformed list, at once
         self._bootstrap = bootstrap
         self._security = security
+        # Prometheus: this member's numbers, read from metrics_registry when it is scraped
+        self._stats = MemberStats(group_id, client_id, lambda: len(self.assignment))
+        self._metrics = None if metrics_registry is None else collector_for(metrics_registry)
         self._connects = 0  # connections lost so far: where the next discovery begins
         # between connections: the watchdog runs on_partitions_lost itself, under the lock
         self._offline = False
@@ -300,6 +307,8 @@ class Member:
         if self._tg is not None:
             raise RuntimeError("a Member can be entered only once")
         self._tg = anyio.create_task_group()
+        if self._metrics is not None:
+            self._metrics.add(self._stats)
         await self._tg.__aenter__()
         self._tg.start_soon(self._run_guarded)
         self._tg.start_soon(self._watchdog)
@@ -338,6 +347,8 @@ class Member:
                 await self._tg.__aexit__(None, None, None)
             self._events_in.close()
             self._events.close()
+            if self._metrics is not None:
+                self._metrics.remove(self._stats)
         failure = self._failure
         if failure is not None and failure.__cause__ is not None and (exc is None or absorbed):
             raise failure
@@ -466,9 +477,13 @@ class Member:
                 if expect is None:
                     return await conn.request(request, timeout=timeout)
                 if not isinstance(request, JoinGroupRequest):
-                    return await self._request(
+                    answer = await self._request(
                         conn, request, expect, timeout=timeout, loaded=loaded
                     )
+                    if isinstance(answer, SyncGroupResponse) and answer.error_code == E.NONE:
+                        self._stats.synced()
+                    return answer
+                self._stats.joining()
                 with anyio.CancelScope() as self._join_scope:  # cancelled when closing
                     try:
                         return await self._request(conn, request, expect, timeout=timeout)
@@ -480,6 +495,9 @@ class Member:
                 # own partitions its callback never finished taking up. A connection lost
                 # meanwhile is acted on once it returns (the checkpoint).
                 await self._callback(name, getattr(self._listener, name)(partitions))
+                if name == "on_partitions_lost":
+                    self._stats.lost += 1
+                self._stats.assignment_changed(len(self.assignment))
             case Replicas(standby, warmup):
                 await self._callback(
                     "on_replicas_assigned", self._listener.on_replicas_assigned(standby, warmup)

@@ -57,6 +57,7 @@ class GroupConfig:
 
 
 _SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_client_ca", "sasl", "authorizer", "super_users")
+_OTHER_FIELDS = ("metrics_port",)
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
@@ -131,6 +132,7 @@ class ServerConfig:
     sasl: str = ""
     authorizer: bool = False  # ACLs decide what each principal may do; nothing else is allowed
     super_users: str = ""  # principals allowed everything, ";"-separated (User:admin;User:ops)
+    metrics_port: int = -1  # serve Prometheus /metrics on this port (0: any free one; -1: off)
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:
@@ -149,6 +151,7 @@ class ServerConfig:
                 "cluster",
                 "cluster_prefix",
                 *_SECURITY_FIELDS,
+                *_OTHER_FIELDS,
             ):
                 continue
             if getattr(self, f.name) < 1:
@@ -169,6 +172,8 @@ class ServerConfig:
             except ValueError as exc:
                 problems.append(str(exc))
         problems.extend(security_problems(self))
+        if not -1 <= self.metrics_port <= 65_535:
+            problems.append(f"metrics port {self.metrics_port} is not in 0..65535 (or -1: off)")
         if self.max_response_bytes > self.max_write_buffer_bytes:
             problems.append(
                 "max response bytes is over the max write buffer bytes: a client could be "

@@ -94,6 +94,8 @@ class GroupCommit(EndOfPass):
         self._closed = False
         self._submit_due = False  # a submit is scheduled for the end of this loop pass
         self.batches = 0  # writes done, for tests and benchmarks
+        self.on_write: Callable[[float], None] | None = None  # seconds a batch took (metrics)
+        self._began: dict[int, float] = {}  # batch handed to the thread -> when
 
     @property
     def busy(self) -> bool:
@@ -133,15 +135,20 @@ class GroupCommit(EndOfPass):
         if self.journal.fsync or self._compacting or self._in_flight:
             self._batch += 1
             self._in_flight.append((self._batch, held))
+            if self.on_write is not None:
+                self._began[self._batch] = time.perf_counter()
             self._writer.put(encode_frames(records), len(records), self._batch)
             return
         # Without fsync a write only copies into the page cache (microseconds): handing it to
         # the thread would cost more than it saves. Still one write per batch.
+        began = time.perf_counter()
         try:
             self.journal.append(records)
         except OSError as exc:
             self._fail(exc, held)
             return
+        if self.on_write is not None:
+            self.on_write(time.perf_counter() - began)
         self._kept(held)
 
     def _from_thread(self, upto: int, error: BaseException | None) -> None:
@@ -156,8 +163,13 @@ class GroupCommit(EndOfPass):
             self._fail(error, [])
             return
         held: list[Held] = []
+        now = time.perf_counter()
         while self._in_flight and self._in_flight[0][0] <= upto:
-            held += self._in_flight.popleft()[1]
+            batch, waiting = self._in_flight.popleft()
+            held += waiting
+            began = self._began.pop(batch, None)
+            if began is not None and self.on_write is not None:
+                self.on_write(now - began)
         self._kept(held)
 
     def _kept(self, held: list[Held]) -> None:

@@ -49,6 +49,8 @@ class Rebalancing(Sessions):
         log.info(
             "rebalance_started", group_id=group.group_id, generation=group.generation, reason=reason
         )
+        if self.observer is not None:
+            self.observer.rebalance_started(group.group_id, reason, fx.now)
         if self.config.rebalance_notices and previous in (S.STABLE, S.COMPLETING_REBALANCE):
             notice = RebalanceStarted(
                 group_id=group.group_id, generation_id=group.generation, reason=reason
@@ -92,6 +94,10 @@ class Rebalancing(Sessions):
             group.leader = joined[0].member_id if joined else None
         group.next_generation()
         group.topics_version = self.topics_version
+        if self.observer is not None:
+            self.observer.join_completed(group.group_id, fx.now)
+            if group.is_(S.EMPTY):  # nobody rejoined: the rebalance ends here
+                self.observer.rebalance_completed(group.group_id, fx.now)
         if group.is_(S.EMPTY):
             self._keep(group)
         log.info(
@@ -190,6 +196,8 @@ class Rebalancing(Sessions):
                 self._touch(fx, member)  # its session starts again with the answer
         group.transition(S.STABLE)
         self._keep(group)
+        if self.observer is not None:
+            self.observer.rebalance_completed(group.group_id, fx.now)
         log.info(
             "assignment_stored",
             group_id=group.group_id,

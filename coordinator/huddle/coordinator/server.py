@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import structlog
@@ -34,6 +34,7 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
+from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
 from huddle.coordinator.security.access import group_refusal
 from huddle.coordinator.security.listener import ListenerSecurity
 
@@ -144,6 +145,13 @@ class CoordinatorServer:
         self._keeper: Keeper | None = None  # answers wait for its writes: data dir or etcd
         self.gate: Callable[[Request], ErrorResponse | None] | None = None  # a cluster's
         self.cluster: ClusterServing | None = None
+        self.metrics: CoordinatorMetrics | None = None  # Prometheus, with --metrics-port
+        self._metrics_http: Any = None
+        if config.metrics_port >= 0:
+            self.metrics = metrics = CoordinatorMetrics()
+            metrics.core = self.core
+            metrics.connections = lambda: len(self._conns)
+            self.core.membership.observer = metrics
         self.security: ListenerSecurity | None = None  # TLS, SASL and ACLs, when configured
         if config.tls_cert or config.sasl or config.authorizer:
             self.security = ListenerSecurity(config)
@@ -178,6 +186,7 @@ class CoordinatorServer:
         self._closed: asyncio.Event | None = None
         self._all_gone: asyncio.Event | None = None
         self.port = config.port
+        self.metrics_port = config.metrics_port
         self.host = config.host
         self.max_connections = config.max_connections  # lowered to what the fd limit allows
 
@@ -244,6 +253,13 @@ class CoordinatorServer:
             self.core.describe_cluster = self._describe_self
         self.core.start(self._now())  # a restart's fence, if it kept sessions before
         self.core.offsets.wall_offset_ms = time.time() * 1000 - self._now()
+        if self.metrics is not None:
+            if self._commits is not None:
+                self._commits.on_write = self.metrics.journal_written
+            self._metrics_http, self.metrics_port = serve_metrics(
+                self.metrics, cfg.host, cfg.metrics_port
+            )
+            log.info("metrics_listening", host=cfg.host, port=self.metrics_port)
         self._retention_check = self._loop.call_later(_retention_interval(cfg), self._retain)
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)
         self._idle_sweeper = self._loop.call_later(_idle_interval(cfg), self._sweep_idle)
@@ -281,6 +297,8 @@ class CoordinatorServer:
         every change is answered once etcd holds it."""
         self.cluster = serving
         self.gate = serving.refusal
+        if self.metrics is not None:
+            self.metrics.shards = lambda: serving.node.owned_count
         self._keeper = EtcdKeeper(
             self.loop, serving.write, stamp=serving.stamp, release=self._kept, refuse=self._not_kept
         )
@@ -301,6 +319,8 @@ class CoordinatorServer:
         """Frames a timer or a closed connection made the core produce: the changes made
         with them are kept first (a group emptied by session expiry, say), and the frames go
         once they are, behind any answer still waiting on an earlier change."""
+        if self.metrics is not None:
+            self.metrics.produced(out)
         changes = self.core.take_changes()
         keeper = self._keeper
         if keeper is not None and (changes or keeper.busy):
@@ -387,6 +407,10 @@ class CoordinatorServer:
             self.journal.close()
         if self.security is not None:
             await self.security.close()
+        if self._metrics_http is not None:
+            http, self._metrics_http = self._metrics_http, None
+            await asyncio.to_thread(http.shutdown)
+            http.server_close()
         log.info("server_stopped")
         self._closed.set()
 
@@ -728,6 +752,8 @@ class CoordinatorServer:
                     ),
                 )
             ]
+        if self.metrics is not None:
+            self.metrics.count(str(type(call.request).__struct_config__.tag), out)
         changes = self.core.take_changes()
         commits = self._keeper
         if commits is not None and (changes or commits.busy):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
 import structlog
 
@@ -38,6 +39,16 @@ def uuid_member_id(client_id: str) -> str:
     return f"{client_id or 'member'}-{uuid.uuid4()}"
 
 
+class RebalanceObserver(Protocol):
+    """Told of each rebalance's phases, on the core's clock (ms): metrics."""
+
+    def rebalance_started(self, group_id: str, reason: str, now: float) -> None: ...
+
+    def join_completed(self, group_id: str, now: float) -> None: ...
+
+    def rebalance_completed(self, group_id: str, now: float) -> None: ...
+
+
 class Sessions:
     """Owns the groups, their deadlines, and which connection each member speaks through."""
 
@@ -58,6 +69,7 @@ class Sessions:
         self.fenced_until = float("-inf")  # no generation forms before this (a restart)
         self.topics_version = 0  # topics created, altered or deleted so far
         self.keep_groups = False  # a cluster node: record groups after each rebalance
+        self.observer: RebalanceObserver | None = None  # metrics, if the transport wants them
 
     def granted(self, session_timeout_ms: int) -> None:
         """A member holds a session of ``session_timeout_ms``: keep the longest."""

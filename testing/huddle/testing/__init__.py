@@ -11,8 +11,31 @@ pytest too:
 * ``wait_settled``: the assertion that a group settles with every partition owned once.
 """
 
-from huddle.testing.coordinator import CoordinatorProcess
-from huddle.testing.members import MemberSet
-from huddle.testing.settle import NotSettledError, wait_settled
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from huddle.testing.coordinator import CoordinatorProcess
+    from huddle.testing.members import MemberSet
+    from huddle.testing.settle import NotSettledError, wait_settled
 
 __all__ = ["CoordinatorProcess", "MemberSet", "NotSettledError", "wait_settled"]
+
+# Loaded on first use: pytest imports this package at start-up for the plugin, and a test
+# session that never asks for huddle's fixtures should not import the member library.
+_WHERE = {
+    "CoordinatorProcess": "huddle.testing.coordinator",
+    "MemberSet": "huddle.testing.members",
+    "NotSettledError": "huddle.testing.settle",
+    "wait_settled": "huddle.testing.settle",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'huddle.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -34,6 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def huddle_coordinator(request: pytest.FixtureRequest) -> Iterator[CoordinatorProcess]:
     """``huddle serve`` for this test: ``.bootstrap``, ``.log``, ``.kill()``, ``.restart()``."""
+    from huddle.testing.coordinator import CoordinatorProcess
+
     marker = request.node.get_closest_marker("huddle_coordinator")
     options = dict(marker.kwargs) if marker is not None else {}
     coordinator = CoordinatorProcess(
@@ -46,4 +48,6 @@ def huddle_coordinator(request: pytest.FixtureRequest) -> Iterator[CoordinatorPr
 @pytest.fixture
 def huddle_members(huddle_coordinator: CoordinatorProcess) -> MemberSet:
     """Members of ``huddle_coordinator``'s groups: ``async with huddle_members.running()``."""
+    from huddle.testing.members import MemberSet
+
     return MemberSet(huddle_coordinator.bootstrap)

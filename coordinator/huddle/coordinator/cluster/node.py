@@ -114,6 +114,11 @@ class ClusterNode:
     def _key(self, *parts: str) -> bytes:
         return "/".join((self.prefix, *parts)).encode()
 
+    @property
+    def owned_count(self) -> int:
+        """How many shards it holds now, as last decided (read from any thread: metrics)."""
+        return len(self._owned)
+
     def owned(self) -> dict[int, int]:
         """The shards this node serves now, with their epochs (none past its deadline)."""
         if not self.guard.serving(self.clock()):

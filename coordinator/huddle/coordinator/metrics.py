@@ -1,0 +1,183 @@
+"""The coordinator's Prometheus metrics (``huddle serve --metrics-port``).
+
+What happens per request (heartbeats, commits, errors answered, notices pushed) is counted
+in plain integers by the server and read only when Prometheus scrapes (``collect``), so a
+heartbeat costs a few dictionary increments, not a metric lock. What happens per rebalance
+(its reason, its duration, the join and sync phases) and per journal write is observed into
+histograms as it happens. The sans-IO core reports rebalances through the
+``RebalanceObserver`` calls, with its own clock.
+
+Names, all under ``huddle_``:
+
+- ``connections``, ``groups{state}``, ``members`` (gauges, read at scrape);
+- ``rebalances_total{reason}``, ``rebalance_duration_seconds``,
+  ``join_phase_seconds``, ``sync_phase_seconds``;
+- ``heartbeats_total``, ``commits_total`` (OffsetCommit requests),
+  ``requests_total{type}``, ``errors_total{code}`` (answers carrying an error code),
+  ``notices_total{type}``;
+- ``journal_write_seconds`` (a batch of changes written to the data dir);
+- ``shards_owned`` (a cluster node).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from huddle.protocol.errors import error_name
+from huddle.protocol.messages import Reply
+
+if TYPE_CHECKING:
+    from huddle.coordinator.core import Coordinator
+    from huddle.coordinator.effects import Outgoing
+
+# Rebalances last milliseconds to minutes (a member's rebalance timeout).
+_PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_WRITE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1)
+_MAX_TRACKED = 100_000  # groups in the middle of a rebalance, at most (a bound, not a limit)
+
+
+class CoordinatorMetrics(Collector):
+    """Counts and observes; ``registry`` is what ``/metrics`` serves."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.core: Coordinator | None = None
+        self.connections: Callable[[], int] = lambda: 0
+        self.shards: Callable[[], int] | None = None  # a cluster node's owned shards
+        self.requests: Counter[str] = Counter()
+        self.errors: Counter[int] = Counter()
+        self.notices: Counter[str] = Counter()
+        self.rebalances: Counter[str] = Counter()
+        self._started: dict[str, tuple[float, float | None]] = {}  # group -> (began, synced)
+        self.rebalance_seconds = Histogram(
+            "huddle_rebalance_duration_seconds",
+            "From a group's rebalance starting to it being Stable again",
+            buckets=_PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.join_seconds = Histogram(
+            "huddle_join_phase_seconds",
+            "A rebalance's join phase: until the new generation forms",
+            buckets=_PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.sync_seconds = Histogram(
+            "huddle_sync_phase_seconds",
+            "A rebalance's sync phase: from the new generation to the leader's assignment",
+            buckets=_PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.write_seconds = Histogram(
+            "huddle_journal_write_seconds",
+            "Writing one batch of changes to the data dir (fsynced with --fsync)",
+            buckets=_WRITE_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(self)
+
+    # --- what the server counts ---------------------------------------------------------
+
+    def count(self, request_type: str, out: Iterable[Outgoing]) -> None:
+        """One request handled, and what it produced."""
+        self.requests[request_type] += 1
+        self.produced(out)
+
+    def produced(self, out: Iterable[Outgoing]) -> None:
+        """Frames the core produced: error answers and notices are counted."""
+        for _, frame in out:
+            if type(frame) is Reply:
+                code = frame.response.error_code
+                if code:
+                    self.errors[code] += 1
+            else:
+                self.notices[type(frame).__name__] += 1
+
+    # --- RebalanceObserver: what the core reports, on its clock (ms) ---------------------
+
+    def rebalance_started(self, group_id: str, reason: str, now: float) -> None:
+        if group_id in self._started:
+            return  # one already under way: the same rebalance goes on
+        if len(self._started) >= _MAX_TRACKED:
+            self._started.clear()
+        self._started[group_id] = (now, None)
+        self.rebalances[reason.split(":", 1)[0].strip() or "unknown"] += 1
+
+    def join_completed(self, group_id: str, now: float) -> None:
+        began = self._started.get(group_id)
+        if began is not None:
+            self._started[group_id] = (began[0], now)
+            self.join_seconds.observe(max(now - began[0], 0.0) / 1000)
+
+    def rebalance_completed(self, group_id: str, now: float) -> None:
+        began = self._started.pop(group_id, None)
+        if began is None:
+            return
+        start, synced = began
+        self.rebalance_seconds.observe(max(now - start, 0.0) / 1000)
+        if synced is not None:
+            self.sync_seconds.observe(max(now - synced, 0.0) / 1000)
+
+    def journal_written(self, seconds: float) -> None:
+        self.write_seconds.observe(seconds)
+
+    # --- Collector: read at scrape -------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        yield _gauge("huddle_connections", "Open client connections", self.connections())
+        states = GaugeMetricFamily("huddle_groups", "Groups by state", labels=["state"])
+        members = 0
+        by_state: Counter[str] = Counter()
+        if self.core is not None:
+            for group in list(self.core.groups.values()):
+                by_state[group.state.value] += 1
+                members += group.size
+        for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):
+            states.add_metric([state], by_state.get(state, 0))
+        yield states
+        yield _gauge("huddle_members", "Members of every group", members)
+        if self.shards is not None:
+            yield _gauge("huddle_shards_owned", "Shards this cluster node serves", self.shards())
+        yield _counter("huddle_heartbeats", "Heartbeats answered", self.requests["heartbeat"])
+        yield _counter("huddle_commits", "OffsetCommit requests", self.requests["offset_commit"])
+        yield _labelled("huddle_requests", "Requests handled, by type", "type", self.requests)
+        errors = {error_name(code): n for code, n in self.errors.items()}
+        yield _labelled("huddle_errors", "Answers carrying an error code", "code", errors)
+        yield _labelled("huddle_notices", "Notices pushed to members", "type", self.notices)
+        yield _labelled(
+            "huddle_rebalances", "Rebalances started, by reason", "reason", self.rebalances
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # collected lazily: nothing to check at registration
+
+
+def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=value)
+
+
+def _counter(name: str, text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, text, value=value)
+
+
+def _labelled(
+    name: str, text: str, label: str, counts: Counter[str] | dict[str, int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, text, labels=[label])
+    for key, value in sorted(counts.items()):
+        family.add_metric([str(key)], value)
+    return family
+
+
+def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int) -> tuple[object, int]:
+    """``/metrics`` over HTTP on ``host:port`` (0: any free port), in a daemon thread;
+    returns the server (``shutdown()`` stops it) and the port it listens on."""
+    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    assert isinstance(thread, threading.Thread)
+    return server, int(server.server_port)
