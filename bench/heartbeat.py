@@ -291,6 +291,19 @@ async def blasters_for(
     return out
 
 
+def add_compare_arguments(parser: argparse.ArgumentParser, rounds: int) -> None:
+    """The options ``compare`` reads."""
+    parser.add_argument("--members", type=int, default=16, help="members of the group")
+    parser.add_argument("--connections", type=int, default=16, help="connections they share")
+    parser.add_argument("--window", type=int, default=256, help="frames in flight per connection")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured time per round")
+    parser.add_argument("--warmup", type=float, default=0.5, help="unmeasured time per round")
+    parser.add_argument("--rounds", type=int, default=rounds, help="rounds per server")
+    parser.add_argument(
+        "--max-frames", type=int, default=20_000_000, help="frames sent per round at most"
+    )
+
+
 @dataclass(frozen=True)
 class Setup:
     """One coordinator of a same-run comparison: a name, its process, TLS to it if any."""

@@ -14,7 +14,7 @@ import threading
 import urllib.request
 
 from bench.common import cpu_model, quiet_logs
-from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, compare
+from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, add_compare_arguments, compare
 from bench.rawclient import (
     cancelled_by_sigterm,
     exit_on_sigterm,
@@ -35,13 +35,7 @@ def scrape_every_second(port: int, stop: threading.Event) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--members", type=int, default=16)
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--window", type=int, default=256)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--warmup", type=float, default=0.5)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--max-frames", type=int, default=20_000_000)
+    add_compare_arguments(parser, rounds=7)
     args = parser.parse_args()
     quiet_logs()
     exit_on_sigterm()

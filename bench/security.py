@@ -27,7 +27,7 @@ from pathlib import Path
 import trustme
 
 from bench.common import cpu_model, quiet_logs
-from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, compare
+from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, add_compare_arguments, compare
 from bench.rawclient import (
     HOST,
     ServerProcess,
@@ -99,13 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--handshakes", type=int, default=200, help="connections per way")
     parser.add_argument("--iterations", type=int, default=8192, help="the user's PBKDF2 count")
-    parser.add_argument("--members", type=int, default=16)
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--window", type=int, default=256)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--warmup", type=float, default=0.5)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--max-frames", type=int, default=20_000_000)
+    add_compare_arguments(parser, rounds=5)
     args = parser.parse_args()
     quiet_logs()
     exit_on_sigterm()
