@@ -4,12 +4,14 @@ no node that takes the shard over brings them back."""
 from __future__ import annotations
 
 from huddle.client.admin import Admin
+from huddle.client.connection import connect
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import CoordinatorNotAvailableError
+from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode
+from huddle.protocol.messages import DeleteGroupsRequest, ErrorResponse
 from tests.etcd import Etcd, etcd
 from tests.helpers import eventually
-from tests.test_cluster_failover import PREFIX, cluster
+from tests.test_cluster_failover import PREFIX, cluster, owner_of
 
 __all__ = ["etcd"]  # the fixture
 
@@ -45,5 +47,12 @@ async def test_a_deleted_group_leaves_nothing_in_etcd(etcd: Etcd) -> None:
                 assert await admin.committed_offsets("kept") == {TopicPartition("t", 1): 8}
             assert await keys_of("doomed") == []
             assert await keys_of("kept")
+            # asked of a node that does not own its shard: find the coordinator, as Kafka
+            owner = await owner_of(bootstrap, "kept")
+            other = next(port for _, port, _ in nodes if port != owner)
+            async with connect(f"127.0.0.1:{other}", notices=False) as conn:
+                refused = await conn.request(DeleteGroupsRequest(groups=["kept"]))
+            assert isinstance(refused, ErrorResponse)
+            assert refused.error_code == ErrorCode.NOT_COORDINATOR
         finally:
             await store.close()

@@ -139,3 +139,26 @@ async def test_a_member_s_metrics_in_the_application_s_registry(logs: list[Event
 def test_a_metrics_port_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="metrics port"):
         ServerConfig(metrics_port=70_000)
+
+
+def test_a_member_counts_a_rebalance_once_however_many_joins_it_takes() -> None:
+    from huddle.client.metrics import MemberStats
+
+    stats = MemberStats("g", "a", lambda: 0)
+    stats.joining()
+    stats.joining()  # KIP-394's second JoinGroup, or a retried one: the same rebalance
+    stats.synced()
+    stats.joining()
+    assert stats.rebalances == 2
+
+
+async def test_two_members_of_a_group_with_one_client_id_cannot_share_a_registry(
+    logs: list[EventDict],
+) -> None:
+    registry = CollectorRegistry()
+    async with running_server(fast_server_config()) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Member(bootstrap, group_id="g", topics=["t"], metrics_registry=registry):
+            twin = Member(bootstrap, group_id="g", topics=["t"], metrics_registry=registry)
+            with pytest.raises(ValueError, match="its own client_id"):
+                await twin.__aenter__()

@@ -144,3 +144,30 @@ def test_a_group_whose_members_left_keeps_its_offsets_the_retention_from_then() 
     assert d.core.expire_offsets(0, WALL) == 0
     assert d.core.expire_offsets(RETENTION - 1, WALL + RETENTION - 1) == 0
     assert d.core.expire_offsets(RETENTION, WALL + RETENTION) == 1
+
+
+def test_offsets_kept_before_retention_existed_get_a_full_retention() -> None:
+    c = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
+    c.restore([OffsetRecord("legacy", "t", 0, 5)])  # no commit time: kept by an older huddle
+    assert c.expire_offsets(0, WALL) == 0  # not at once: from the first look
+    assert c.expire_offsets(RETENTION - 1, WALL + RETENTION - 1) == 0
+    assert c.expire_offsets(RETENTION, WALL + RETENTION) == 1
+
+
+def test_when_a_group_emptied_is_kept_across_a_restart() -> None:
+    d = Driver(offsets_retention_ms=RETENTION)
+    d.core.offsets.wall_offset_ms = WALL
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
+    old = OffsetRecord("g", "t", 0, 3, None, WALL - 10 * DAY)
+    d.core.restore([old])
+    member_id, held = d.join_new(1)
+    assert d.join_response(held).error_code == 0
+    d.send(1, LeaveGroupRequest(group_id="g", members=[MemberIdentity(member_id=member_id)]))
+    d.core.take_changes()
+    assert d.core.expire_offsets(0, WALL) == 0  # emptied now: its offsets are stamped so
+    restamped = d.core.take_changes()
+    assert restamped == [OffsetRecord("g", "t", 0, 3, None, WALL)]
+    again = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
+    again.restore([old, *restamped])  # a restart right after
+    assert again.expire_offsets(RETENTION - 1, WALL + RETENTION - 1) == 0
+    assert again.expire_offsets(RETENTION, WALL + RETENTION) == 1

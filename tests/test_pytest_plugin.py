@@ -82,3 +82,32 @@ async def test_faults(huddle_coordinator, huddle_members):
     )
     result = pytester.runpytest("-o", "asyncio_mode=auto", "-o", SCOPE)
     result.assert_outcomes(passed=1)
+
+
+def test_the_plugin_loads_nothing_heavy_when_pytest_starts() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, huddle.testing.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith(('huddle.client', 'anyio', "
+        "'prometheus_client', 'huddle.coordinator'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_coordinator_that_does_not_start_leaves_nothing_behind() -> None:
+    from pathlib import Path
+
+    from huddle.testing.coordinator import CoordinatorError, CoordinatorProcess
+
+    coordinator = CoordinatorProcess(["--max-group-size", "-5"])
+    data_dir = coordinator.data_dir
+    assert data_dir is not None
+    assert Path(data_dir).is_dir()
+    with pytest.raises(CoordinatorError, match="did not start"), coordinator:
+        pass
+    assert not Path(data_dir).exists()

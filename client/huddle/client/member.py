@@ -338,6 +338,8 @@ class Member:
             if scope.cancelled_caught:
                 self._log.warning("close_timed_out")
         finally:
+            if self._metrics is not None:  # its series go with it, whatever happens next
+                self._metrics.remove(self._stats)
             self._tg.cancel_scope.cancel()
             if self._callback_scope is not None:  # a callback still running is given up
                 self._callback_scope.cancel()
@@ -347,8 +349,6 @@ class Member:
                 await self._tg.__aexit__(None, None, None)
             self._events_in.close()
             self._events.close()
-            if self._metrics is not None:
-                self._metrics.remove(self._stats)
         failure = self._failure
         if failure is not None and failure.__cause__ is not None and (exc is None or absorbed):
             raise failure

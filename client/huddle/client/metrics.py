@@ -51,8 +51,10 @@ class MemberStats:
         self.unassigned_total = 0.0
 
     def joining(self) -> None:
-        self.rebalances += 1
+        """A JoinGroup goes out: a rebalance begins, unless one is under way (KIP-394's
+        second join, a retried join)."""
         if self.join_began is None:
+            self.rebalances += 1
             self.join_began = time.monotonic()
 
     def synced(self) -> None:
@@ -79,7 +81,16 @@ class _MemberCollector(Collector):
         self._members: list[MemberStats] = []
 
     def add(self, stats: MemberStats) -> None:
+        """ValueError if a member of the same group with the same client id is in it: the
+        two would be one series."""
         with self._lock:
+            for other in self._members:
+                if (other.group_id, other.client_id) == (stats.group_id, stats.client_id):
+                    raise ValueError(
+                        f"a member of group {stats.group_id!r} with client_id "
+                        f"{stats.client_id!r} already exports into this registry: give each "
+                        "member its own client_id"
+                    )
             self._members.append(stats)
 
     def remove(self, stats: MemberStats) -> None:

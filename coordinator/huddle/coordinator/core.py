@@ -399,14 +399,27 @@ class Coordinator:
                 continue
             if group.emptied_ms == 0:
                 # a group that had members emptied since the last look: now, at the latest;
-                # one that never had any (an admin's commits) "emptied" when it committed
-                group.emptied_ms = int(wall_ms) if group.generation > 0 else group.last_commit_ms
+                # one that never had any (an admin's commits) "emptied" when it committed;
+                # one whose commits carry no time (kept before retention existed): now
+                emptied = group.last_commit_ms if group.generation == 0 else 0
+                group.emptied_ms = emptied or int(wall_ms)
+                if group.emptied_ms > group.last_commit_ms:
+                    self._restamp(group, group.emptied_ms)
             if max(group.emptied_ms, group.last_commit_ms) + retention > wall_ms:
                 continue
             log.info("offsets_expired", group_id=group.group_id, partitions=len(group.offsets))
             self._forget_group(group)
             expired += 1
         return expired
+
+    def _restamp(self, group: Group, at_ms: int) -> None:
+        """Keep the group's retention clock: its offsets again with ``at_ms`` as their time,
+        so a restart (or a node taking its shard over) counts from when it emptied."""
+        group.last_commit_ms = at_ms
+        for (topic, partition), (offset, metadata) in sorted(group.offsets.items()):
+            self.changes.append(
+                OffsetRecord(group.group_id, topic, partition, offset, metadata, at_ms)
+            )
 
     def _forget_group(self, group: Group) -> None:
         """The group and its offsets go, and stay gone: deletions are kept as records."""

@@ -147,7 +147,7 @@ class CoordinatorMetrics(Collector):
         yield _counter("huddle_heartbeats", "Heartbeats answered", self.requests["heartbeat"])
         yield _counter("huddle_commits", "OffsetCommit requests", self.requests["offset_commit"])
         yield _labelled("huddle_requests", "Requests handled, by type", "type", self.requests)
-        errors = {error_name(code): n for code, n in self.errors.items()}
+        errors = {error_name(code): n for code, n in list(self.errors.items())}
         yield _labelled("huddle_errors", "Answers carrying an error code", "code", errors)
         yield _labelled("huddle_notices", "Notices pushed to members", "type", self.notices)
         yield _labelled(
@@ -170,7 +170,7 @@ def _labelled(
     name: str, text: str, label: str, counts: Counter[str] | dict[str, int]
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(name, text, labels=[label])
-    for key, value in sorted(counts.items()):
+    for key, value in sorted(list(counts.items())):  # a copy: the loop adds meanwhile
         family.add_metric([str(key)], value)
     return family
 

@@ -256,9 +256,16 @@ class CoordinatorServer:
         if self.metrics is not None:
             if self._commits is not None:
                 self._commits.on_write = self.metrics.journal_written
-            self._metrics_http, self.metrics_port = serve_metrics(
-                self.metrics, cfg.host, cfg.metrics_port
-            )
+            try:
+                self._metrics_http, self.metrics_port = serve_metrics(
+                    self.metrics, cfg.host, cfg.metrics_port
+                )
+            except OSError as exc:
+                await self.close()
+                reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+                raise ListenError(
+                    f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {reason}"
+                ) from exc
             log.info("metrics_listening", host=cfg.host, port=self.metrics_port)
         self._retention_check = self._loop.call_later(_retention_interval(cfg), self._retain)
         self._sweeper = self._loop.call_later(_sweep_interval(cfg), self._sweep)

@@ -157,7 +157,11 @@ class CoordinatorProcess:
             self._own_dir = None
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # its temporary data dir too
+            raise
 
     def __exit__(
         self,

@@ -17,10 +17,13 @@ pytest plugin alike. ``huddle.testing.wait_settled`` is the assertion that a gro
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from huddle.testing.coordinator import CoordinatorProcess
-from huddle.testing.members import MemberSet
+
+if TYPE_CHECKING:  # imported when a test asks for a fixture, not when pytest starts
+    from huddle.testing.coordinator import CoordinatorProcess
+    from huddle.testing.members import MemberSet
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -43,6 +43,7 @@ from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     ClusterNodeInfo,
+    DeleteGroupsRequest,
     DescribeClusterResponse,
     DescribeGroupsRequest,
     ErrorResponse,
@@ -135,7 +136,7 @@ class ClusterServing:
         """Why this node will not handle ``request`` now, if it will not."""
         if isinstance(request, _GROUP_REQUESTS):
             group_ids: Iterable[str] = (request.group_id,)
-        elif isinstance(request, DescribeGroupsRequest):
+        elif isinstance(request, DescribeGroupsRequest | DeleteGroupsRequest):
             group_ids = request.groups
         else:
             return None
