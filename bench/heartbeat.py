@@ -344,12 +344,26 @@ async def compare(args: argparse.Namespace, base: Setup, other: Setup) -> dict[s
         await close_all(conns)
     rate = {k: statistics.median(r.rate for r in v) for k, v in results.items()}
     per_cpu = {k: statistics.median(r.per_cpu for r in v) for k, v in results.items()}
+    # each round's two measurements are next to each other in time: their ratio is
+    # steadier than the ratio of medians on a machine whose speed drifts
+    pairs = [
+        o.rate / b.rate for b, o in zip(results[base.name], results[other.name], strict=True)
+    ]
     print(
         f"heartbeats/s median: {base.name} {rate[base.name]:,.0f}, {other.name} "
         f"{rate[other.name]:,.0f}: {other.name} keeps {rate[other.name] / rate[base.name]:.1%} "
-        f"(per server CPU-s: {per_cpu[other.name] / per_cpu[base.name]:.1%})"
+        f"(per server CPU-s: {per_cpu[other.name] / per_cpu[base.name]:.1%}); median of "
+        f"the rounds' ratios {statistics.median(pairs):.1%} "
+        f"(quartiles {_quartiles(pairs)})"
     )
     return results
+
+
+def _quartiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return "-"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.1%} to {q3:.1%}"
 
 
 def report(huddle: list[Round], echo: list[Round]) -> None:

@@ -51,7 +51,8 @@ class CoordinatorMetrics(Collector):
         self.core: Coordinator | None = None
         self.connections: Callable[[], int] = lambda: 0
         self.shards: Callable[[], int] | None = None  # a cluster node's owned shards
-        self.requests: Counter[str] = Counter()
+        self.calls = 0  # every request handled (counted per slice of a connection's input)
+        self.requests: Counter[type] = Counter()  # request class -> handled, but heartbeats
         self.errors: Counter[int] = Counter()
         self.notices: Counter[str] = Counter()
         self.rebalances: Counter[str] = Counter()
@@ -83,11 +84,6 @@ class CoordinatorMetrics(Collector):
         self.registry.register(self)
 
     # --- what the server counts ---------------------------------------------------------
-
-    def count(self, request_type: str, out: Iterable[Outgoing]) -> None:
-        """One request handled, and what it produced."""
-        self.requests[request_type] += 1
-        self.produced(out)
 
     def produced(self, out: Iterable[Outgoing]) -> None:
         """Frames the core produced: error answers and notices are counted."""
@@ -144,9 +140,12 @@ class CoordinatorMetrics(Collector):
         yield _gauge("huddle_members", "Members of every group", members)
         if self.shards is not None:
             yield _gauge("huddle_shards_owned", "Shards this cluster node serves", self.shards())
-        yield _counter("huddle_heartbeats", "Heartbeats answered", self.requests["heartbeat"])
-        yield _counter("huddle_commits", "OffsetCommit requests", self.requests["offset_commit"])
-        yield _labelled("huddle_requests", "Requests handled, by type", "type", self.requests)
+        requests = {_tag(kind): n for kind, n in list(self.requests.items())}
+        requests["heartbeat"] = max(self.calls - sum(requests.values()), 0)
+        yield _counter("huddle_heartbeats", "Heartbeats answered", requests["heartbeat"])
+        commits = requests.get("offset_commit", 0)
+        yield _counter("huddle_commits", "OffsetCommit requests", commits)
+        yield _labelled("huddle_requests", "Requests handled, by type", "type", requests)
         errors = {error_name(code): n for code, n in list(self.errors.items())}
         yield _labelled("huddle_errors", "Answers carrying an error code", "code", errors)
         yield _labelled("huddle_notices", "Notices pushed to members", "type", self.notices)
@@ -156,6 +155,12 @@ class CoordinatorMetrics(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: nothing to check at registration
+
+
+def _tag(kind: type) -> str:
+    """A request class's wire tag (``heartbeat``, ``offset_commit``, ...)."""
+    config = getattr(kind, "__struct_config__", None)
+    return str(getattr(config, "tag", kind.__name__))
 
 
 def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:

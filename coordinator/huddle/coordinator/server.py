@@ -56,6 +56,7 @@ from huddle.protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     Handshake,
+    HeartbeatRequest,
     ProtocolError,
     Reply,
     Request,
@@ -536,6 +537,8 @@ class CoordinatorServer:
             calls = self._serve(conn)
         else:
             calls = 0
+        if self.metrics is not None:
+            self.metrics.calls += calls
         if conn.inbox and not conn.closing:
             if conn.sasl_busy:
                 # its SASL step is being checked (greeting puts it back in the backlog
@@ -574,7 +577,10 @@ class CoordinatorServer:
                 break  # the others keep their place: first in the next pass
             conn = backlog.popleft()
             if not conn.closing and not conn.write_paused:
-                calls += self._serve(conn)
+                served = self._serve(conn)
+                calls += served
+                if self.metrics is not None:
+                    self.metrics.calls += served
             if (
                 conn.closing
                 or conn.write_paused
@@ -721,8 +727,17 @@ class CoordinatorServer:
         """One request through the core; the caller reschedules the timer afterwards."""
         if self._stopping or self._refusing:
             return
+        metrics = self.metrics
+        if metrics is not None:
+            # one identity check for a heartbeat: heartbeats are the calls (counted per slice
+            # in _serve's callers) that are not other requests
+            request_type = type(call.request)
+            if request_type is not HeartbeatRequest:
+                metrics.requests[request_type] += 1
         if self.loading:
             self.refused_loading += 1
+            if metrics is not None:
+                metrics.errors[ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] += 1
             conn.send(
                 Reply(
                     correlation_id=call.correlation_id,
@@ -740,6 +755,8 @@ class CoordinatorServer:
                 refusal = group_refusal(self.core.authorizer, conn.peer, call.request)
             refusal = refusal or gate(call.request)
             if refusal is not None:
+                if metrics is not None:
+                    metrics.errors[refusal.error_code] += 1
                 conn.send(Reply(correlation_id=call.correlation_id, response=refusal))
                 return
         try:
@@ -759,8 +776,16 @@ class CoordinatorServer:
                     ),
                 )
             ]
-        if self.metrics is not None:
-            self.metrics.count(str(type(call.request).__struct_config__.tag), out)
+        if metrics is not None:  # inline: an answer's error code, a notice's type
+            if len(out) == 1:
+                frame = out[0][1]
+                if type(frame) is Reply:
+                    if frame.response.error_code:
+                        metrics.errors[frame.response.error_code] += 1
+                else:
+                    metrics.notices[type(frame).__name__] += 1
+            else:
+                metrics.produced(out)
         changes = self.core.take_changes()
         commits = self._keeper
         if commits is not None and (changes or commits.busy):
