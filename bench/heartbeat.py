@@ -346,9 +346,7 @@ async def compare(args: argparse.Namespace, base: Setup, other: Setup) -> dict[s
     per_cpu = {k: statistics.median(r.per_cpu for r in v) for k, v in results.items()}
     # each round's two measurements are next to each other in time: their ratio is
     # steadier than the ratio of medians on a machine whose speed drifts
-    pairs = [
-        o.rate / b.rate for b, o in zip(results[base.name], results[other.name], strict=True)
-    ]
+    pairs = [o.rate / b.rate for b, o in zip(results[base.name], results[other.name], strict=True)]
     print(
         f"heartbeats/s median: {base.name} {rate[base.name]:,.0f}, {other.name} "
         f"{rate[other.name]:,.0f}: {other.name} keeps {rate[other.name] / rate[base.name]:.1%} "
