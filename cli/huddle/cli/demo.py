@@ -28,6 +28,9 @@ def add_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--partitions", type=int, default=60)
     demo.add_argument("--duration", type=float, default=30.0, help="seconds per protocol")
     demo.add_argument("--run-dir", type=Path, default=None, help="default: runs/demo-<time>")
+    demo.add_argument(
+        "--verbose", action="store_true", help="Spark's own console progress and log lines too"
+    )
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -66,13 +69,19 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             print(f"huddle demo: the {protocol} run ended {result.outcome}")
             return result.exit_code
         run_dirs.append(run_dir)
-    print("\n== report (PySpark) ==")
-    spark = build_session("local[*]")
+    print("\n== report (PySpark) ==", flush=True)
+    spark = build_session("local[*]", verbose=bool(args.verbose))
     try:
-        summaries = [write_report(analyse(spark, d, 100.0)) for d in run_dirs]
-        print(write_comparison(summaries, root / "comparison"))
+        summaries = []
+        for d in run_dirs:
+
+            def step(what: str, d: Path = d) -> None:
+                print(f"report: {d.name}: {what}", flush=True)
+
+            summaries.append(write_report(analyse(spark, d, 100.0, progress=step)))
+        print(write_comparison(summaries, root / "comparison", run_dirs))
     finally:
         spark.stop()
-    print(f"\nreports: {', '.join(str(d / 'report' / 'report.md') for d in run_dirs)}")
-    print(f"comparison: {root / 'comparison' / 'comparison.md'}")
+    print(f"\nreports: {', '.join(str(d / 'report' / 'report.html') for d in run_dirs)}")
+    print(f"comparison: {root / 'comparison' / 'comparison.html'} (and comparison.md)")
     return 1 if any(s.violations_total for s in summaries) else 0

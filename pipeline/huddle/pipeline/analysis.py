@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,15 @@ def _keep(df: DataFrame) -> DataFrame:
     return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def analyse(spark: SparkSession, run_dir: Path, gap_ms: float) -> RunAnalysis:
+def analyse(
+    spark: SparkSession,
+    run_dir: Path,
+    gap_ms: float,
+    progress: Callable[[str], None] | None = None,
+) -> RunAnalysis:
+    """Every table of one run. ``progress`` is told each step as it begins."""
+    say = progress or (lambda _: None)
+    say("loading events")
     events = load_run(spark, run_dir)
     protocol, scenario = run_metadata(events)
     stops = coverage.stops(ownership.partition_changes(events.control))
@@ -75,12 +84,14 @@ def analyse(spark: SparkSession, run_dir: Path, gap_ms: float) -> RunAnalysis:
     runs = _keep(coverage.offset_runs(annotated))
     owned = _keep(ownership.ownership_intervals(events.control, events.processed))
     partitions = _keep(known_partitions(events))
+    say("availability")
     window = availability.measure_window(events.processed, steady_ts(events))
     tables: dict[str, DataFrame] = {"ownership": owned}
     if window is not None:
         outage_df = _keep(availability.outages(islands, partitions, window))
         tables["outages"] = outage_df
         tables["unavailability"] = availability.unavailability(outage_df, partitions, window)
+    say("rebalances and safety checks")
     tables["rebalances"] = rebalances.rebalances(events.control)
     tables["violations"] = _keep(
         safety.violations(events.processed, islands, runs, owned, events.control)
@@ -91,6 +102,7 @@ def analyse(spark: SparkSession, run_dir: Path, gap_ms: float) -> RunAnalysis:
         df = tables.get(name)
         return [] if df is None else df.orderBy(*order).collect()
 
+    say("collecting the results")
     result = RunAnalysis(
         run=events.run,
         run_dir=run_dir,

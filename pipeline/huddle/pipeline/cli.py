@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from huddle.pipeline.defaults import DEFAULT_GAP_MS, DEFAULT_MASTER
@@ -22,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Spark's own console progress and log lines too (off: huddle's progress only)",
+    )
+    parser.add_argument(
         "--compare-out",
         type=Path,
         default=None,
@@ -39,23 +45,37 @@ def run_report(args: argparse.Namespace) -> int:
     if missing:
         print(f"no events/ directory in: {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
+    print("huddle report: starting Spark", flush=True)
     spark = build_session(
-        args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory
+        args.master,
+        shuffle_partitions=args.shuffle_partitions,
+        driver_memory=args.driver_memory,
+        verbose=bool(args.verbose),
     )
     summaries = []
     try:
-        for run_dir in args.run_dirs:
-            analysis = analyse(spark, run_dir, args.gap_ms)
+        total = len(args.run_dirs)
+        for index, run_dir in enumerate(args.run_dirs, 1):
+            began = time.monotonic()
+
+            def step(what: str, index: int = index, run_dir: Path = run_dir) -> None:
+                print(f"huddle report: [{index}/{total}] {run_dir}: {what}", flush=True)
+
+            analysis = analyse(spark, run_dir, args.gap_ms, progress=step)
+            step("writing the report")
             summary = write_report(analysis)
             summaries.append(summary)
             print(
                 f"{run_dir}: {summary.total_unavailable_partition_seconds} unavailable "
                 f"partition-seconds, {summary.rebalance_count} rebalances, "
-                f"{summary.violations_total} violations -> {run_dir / 'report'}"
+                f"{summary.violations_total} violations ({time.monotonic() - began:.1f} s) "
+                f"-> {run_dir / 'report' / 'report.html'}",
+                flush=True,
             )
         if len(summaries) > 1:
             out = args.compare_out or args.run_dirs[0].resolve().parent / "comparison"
-            print(write_comparison(summaries, out))
+            print(write_comparison(summaries, out, args.run_dirs))
+            print(f"comparison: {out / 'comparison.html'}")
     finally:
         spark.stop()
     return 1 if any(s.violations_total for s in summaries) else 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from huddle.pipeline import plots
+from huddle.pipeline import html, plots
 from huddle.pipeline.report import markdown_table
 from huddle.pipeline.summary import RunSummary
 
@@ -25,26 +27,86 @@ COMPARISON_COLUMNS = (
 )
 
 
+# the same columns, as a person reads them
+COLUMN_LABELS = (
+    "run",
+    "protocol",
+    "scenario",
+    "unavailable partition-s",
+    "longest outage s",
+    "rebalances",
+    "in rebalances s",
+    "records processed",
+    "duplicates",
+    "lost",
+    "violations",
+)
+
+
 def comparison_rows(summaries: list[RunSummary]) -> list[list[Any]]:
     return [[getattr(s, c) for c in COMPARISON_COLUMNS] for s in summaries]
 
 
-def write_comparison(summaries: list[RunSummary], out_dir: Path) -> str:
-    """``comparison.md``, ``comparison.json`` and ``unavailability_by_protocol.png``."""
+def write_comparison(
+    summaries: list[RunSummary], out_dir: Path, run_dirs: Sequence[Path] = ()
+) -> str:
+    """``comparison.md``, ``comparison.json``, ``unavailability_by_protocol.png`` and
+    ``comparison.html`` (the plot inline: one file to open)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(list(COMPARISON_COLUMNS), comparison_rows(summaries))
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
     (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    plots.bars(
-        [f"{s.protocol} ({s.run})" for s in summaries],
-        [float(s.total_unavailable_partition_seconds or 0.0) for s in summaries],
-        "unavailable partition-seconds",
-        "unavailability per protocol",
-        out_dir / "unavailability_by_protocol.png",
+    plot = out_dir / "unavailability_by_protocol.png"
+    plots.comparison(
+        [s.protocol or s.run for s in summaries],
+        [
+            (
+                "unavailability",
+                "partition-seconds unavailable",
+                [float(s.total_unavailable_partition_seconds or 0.0) for s in summaries],
+            ),
+            (
+                "longest outage",
+                "seconds",
+                [float(s.max_outage_seconds or 0.0) for s in summaries],
+            ),
+            (
+                "time in rebalances",
+                "seconds",
+                [float(s.rebalance_total_seconds or 0.0) for s in summaries],
+            ),
+        ],
+        "protocols compared (lower is better)",
+        plot,
     )
     text = (
         "# Comparison\n\n" + table + "\n\n![unavailability per protocol]"
         "(unavailability_by_protocol.png)\n"
     )
     (out_dir / "comparison.md").write_text(text, encoding="utf-8")
+    page = html.page(
+        "huddle: protocols compared",
+        [
+            html.heading("Protocols compared", 1),
+            html.paragraph(
+                "One chaos scenario per protocol; lower is better for every figure.", "lead"
+            ),
+            html.image(plot, "unavailability, longest outage and rebalance time per protocol"),
+            html.table(list(COLUMN_LABELS), comparison_rows(summaries)),
+            *(
+                [
+                    html.links(
+                        "Each run's own report:",
+                        [
+                            (s.run, os.path.relpath(d / "report" / "report.html", out_dir))
+                            for s, d in zip(summaries, run_dirs, strict=True)
+                        ],
+                    )
+                ]
+                if len(run_dirs) == len(summaries)
+                else []
+            ),
+        ],
+    )
+    (out_dir / "comparison.html").write_text(page, encoding="utf-8")
     return table

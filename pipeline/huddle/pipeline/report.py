@@ -1,11 +1,12 @@
-"""A run's report directory: Parquet tables, ``summary.json``, ``report.md`` and PNGs."""
+"""A run's report directory: Parquet tables, ``summary.json``, ``report.md``, PNGs, and
+``report.html``: all of it in one self-contained page."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from huddle.pipeline import plots
+from huddle.pipeline import html, plots
 from huddle.pipeline.analysis import RunAnalysis, write_tables
 from huddle.pipeline.summary import RunSummary, summarise, write_summary
 
@@ -27,6 +28,47 @@ def _t(value: float | None, t0: float) -> float | None:
     return None if value is None else value - t0
 
 
+def unavailability_rows(a: RunAnalysis) -> list[list[Any]]:
+    return [
+        [
+            f"{r['topic']}-{r['partition']}",
+            r["unavailable_seconds"],
+            r["outages"],
+            r["max_outage_seconds"],
+        ]
+        for r in a.unavailability
+    ]
+
+
+def rebalance_rows(a: RunAnalysis, t0: float) -> list[list[Any]]:
+    return [
+        [
+            r["generation"],
+            _t(r["started"], t0),
+            _t(r["stored"], t0),
+            r["duration"],
+            r["triggers"],
+            r["reason"],
+            r["members"],
+        ]
+        for r in a.rebalances
+    ]
+
+
+def violation_rows(a: RunAnalysis, t0: float, evidence: str = "{}") -> list[list[Any]]:
+    return [
+        [
+            v["type"],
+            f"{v['topic']}-{v['partition']}",
+            _t(v["ts"], t0),
+            v["proc"],
+            v["records"],
+            evidence.format(v["evidence"]),
+        ]
+        for v in a.violations
+    ]
+
+
 def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
     out = [
         f"# Run `{a.run}`",
@@ -37,20 +79,7 @@ def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
         "",
         "## Figures",
         "",
-        markdown_table(
-            ["figure", "value"],
-            [
-                ["total unavailable partition-seconds", s.total_unavailable_partition_seconds],
-                ["max outage (s)", s.max_outage_seconds],
-                ["rebalances", s.rebalance_count],
-                ["rebalance time total (s)", s.rebalance_total_seconds],
-                ["records processed", s.records_processed],
-                ["duplicates", s.duplicates],
-                ["duplicates below commit", s.duplicates_below_commit],
-                ["lost", s.lost],
-                *[[f"violations: {k}", v] for k, v in s.violations.items()],
-            ],
-        ),
+        markdown_table(["figure", "value"], figures(s)),
         "",
         "![ownership timeline](ownership.png)",
         "",
@@ -59,34 +88,14 @@ def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
         "## Unavailability per partition",
         "",
         markdown_table(
-            ["partition", "unavailable s", "outages", "max outage s"],
-            [
-                [
-                    f"{r['topic']}-{r['partition']}",
-                    r["unavailable_seconds"],
-                    r["outages"],
-                    r["max_outage_seconds"],
-                ]
-                for r in a.unavailability
-            ],
+            ["partition", "unavailable s", "outages", "max outage s"], unavailability_rows(a)
         ),
         "",
         "## Rebalances",
         "",
         markdown_table(
             ["generation", "started", "stored", "duration s", "triggers", "reason", "members"],
-            [
-                [
-                    r["generation"],
-                    _t(r["started"], t0),
-                    _t(r["stored"], t0),
-                    r["duration"],
-                    r["triggers"],
-                    r["reason"],
-                    r["members"],
-                ]
-                for r in a.rebalances
-            ],
+            rebalance_rows(a, t0),
         ),
         "",
         "## Safety violations",
@@ -98,17 +107,7 @@ def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
         out.append(
             markdown_table(
                 ["type", "partition", "at", "proc", "records", "evidence"],
-                [
-                    [
-                        v["type"],
-                        f"{v['topic']}-{v['partition']}",
-                        _t(v["ts"], t0),
-                        v["proc"],
-                        v["records"],
-                        f"`{v['evidence']}`",
-                    ]
-                    for v in a.violations
-                ],
+                violation_rows(a, t0, "`{}`"),
             )
         )
     return "\n".join(out) + "\n"
@@ -133,4 +132,63 @@ def write_report(a: RunAnalysis, out_dir: Path | None = None) -> RunSummary:
         out / "unavailability.png",
     )
     (out / "report.md").write_text(render_markdown(a, summary, t0), encoding="utf-8")
+    (out / "report.html").write_text(render_html(a, summary, t0, out), encoding="utf-8")
     return summary
+
+
+def figures(s: RunSummary) -> list[list[Any]]:
+    return [
+        ["total unavailable partition-seconds", s.total_unavailable_partition_seconds],
+        ["max outage (s)", s.max_outage_seconds],
+        ["rebalances", s.rebalance_count],
+        ["rebalance time total (s)", s.rebalance_total_seconds],
+        ["records processed", s.records_processed],
+        ["duplicates", s.duplicates],
+        ["duplicates below commit", s.duplicates_below_commit],
+        ["lost", s.lost],
+        *[[f"violations: {k}", v] for k, v in s.violations.items()],
+    ]
+
+
+def render_html(a: RunAnalysis, s: RunSummary, t0: float, out: Path) -> str:
+    """``report.html``: the same as ``report.md``, with the plots inline, in one file."""
+    verdict = (
+        html.paragraph("No safety violations.", "good")
+        if not a.violations
+        else html.paragraph(f"{len(a.violations)} safety violations: see below.", "bad")
+    )
+    parts = [
+        html.heading(f"Run {a.run}", 1),
+        html.paragraph(
+            f"Protocol {a.protocol}, scenario {a.scenario}, tick gap {a.gap_ms:g} ms. Times are "
+            f"seconds since the run's first event. Availability window: "
+            f"{s.window.definition} ({s.window.seconds} s).",
+            "lead",
+        ),
+        verdict,
+        html.heading("Figures"),
+        html.table(["figure", "value"], figures(s), "figures"),
+        html.heading("Partition ownership"),
+        html.image(out / "ownership.png", "ownership timeline"),
+        html.heading("Unavailability per partition"),
+        html.image(out / "unavailability.png", "unavailability per partition"),
+        html.table(
+            ["partition", "unavailable s", "outages", "max outage s"], unavailability_rows(a)
+        ),
+        html.heading("Rebalances"),
+        html.table(
+            ["generation", "started s", "stored s", "duration s", "triggers", "reason", "members"],
+            rebalance_rows(a, t0),
+        ),
+        html.heading("Safety violations"),
+    ]
+    if a.violations:
+        parts.append(
+            html.table(
+                ["type", "partition", "at s", "proc", "records", "evidence"],
+                violation_rows(a, t0),
+            )
+        )
+    else:
+        parts.append(html.paragraph("None."))
+    return html.page(f"huddle report: {a.run}", parts)
