@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -137,3 +138,58 @@ def test_the_report_command_prints_its_progress_and_nothing_of_spark_s(tmp_path:
         if "[Stage" in line or " WARN " in line
     ]
     assert noise == []
+
+
+def test_links_to_reports_are_url_encoded() -> None:
+    from huddle.pipeline import html
+
+    link = html.links("see", [("run #2 <b>", "../run #2/report/report.html")])
+    assert 'href="../run%20%232/report/report.html"' in link
+    assert "run #2 &lt;b&gt;" in link
+
+
+def test_a_comparison_shows_a_missing_figure_as_not_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.axes
+
+    from huddle.pipeline import plots
+
+    labelled: list[list[str]] = []
+    real = matplotlib.axes.Axes.bar_label
+
+    def record(self: matplotlib.axes.Axes, container: Any, labels: Any = None, **kw: Any) -> Any:
+        labelled.append(list(labels))
+        return real(self, container, labels=labels, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar_label", record)
+    plots.comparison(["a", "b"], [("x", "s", [1.5, None])], "t", tmp_path / "c.png")
+    assert labelled == [["1.5", "n/a"]]  # not a bar of 0 that would look best
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_timeline_of_very_many_partitions_is_still_drawn(tmp_path: Path) -> None:
+    from pyspark.sql import Row
+
+    from huddle.pipeline import plots
+
+    rows = [Row(topic="t", partition=p, proc="member-1", start=0.0, end=1.0) for p in range(1_600)]
+    plots.ownership_timeline(rows, [], 0.0, tmp_path / "wide.png", "many partitions")
+    assert (tmp_path / "wide.png").stat().st_size > 0
+
+
+def test_a_user_s_own_spark_configuration_is_not_overridden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from huddle.pipeline.spark import _own_spark_config, quiet_log4j2
+
+    assert quiet_log4j2().is_file()  # installed with huddle
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    assert not _own_spark_config()
+    monkeypatch.setenv("SPARK_CONF_DIR", "/etc/spark")
+    assert _own_spark_config()
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Dlog4j2.configurationFile=/mine.properties")
+    assert _own_spark_config()

@@ -57,23 +57,26 @@ def write_comparison(
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
     (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     plot = out_dir / "unavailability_by_protocol.png"
+    names = [s.protocol or s.run for s in summaries]
+    if len(set(names)) < len(names):  # runs of one protocol: told apart by their run
+        names = [f"{n} ({s.run})" for n, s in zip(names, summaries, strict=True)]
     plots.comparison(
-        [s.protocol or s.run for s in summaries],
+        names,
         [
             (
                 "unavailability",
                 "partition-seconds unavailable",
-                [float(s.total_unavailable_partition_seconds or 0.0) for s in summaries],
+                [_figure(s.total_unavailable_partition_seconds) for s in summaries],
             ),
             (
                 "longest outage",
                 "seconds",
-                [float(s.max_outage_seconds or 0.0) for s in summaries],
+                [_figure(s.max_outage_seconds) for s in summaries],
             ),
             (
                 "time in rebalances",
                 "seconds",
-                [float(s.rebalance_total_seconds or 0.0) for s in summaries],
+                [_figure(s.rebalance_total_seconds) for s in summaries],
             ),
         ],
         "protocols compared (lower is better)",
@@ -110,3 +113,7 @@ def write_comparison(
     )
     (out_dir / "comparison.html").write_text(page, encoding="utf-8")
     return table
+
+
+def _figure(value: float | None) -> float | None:
+    return None if value is None else float(value)

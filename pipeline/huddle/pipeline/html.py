@@ -8,6 +8,7 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1b1b1b;
@@ -72,6 +73,6 @@ def paragraph(text: str, css: str = "") -> str:
 def links(lead: str, targets: Sequence[tuple[str, str]]) -> str:
     """Relative links (to files beside this one: still no network)."""
     items = ", ".join(
-        f'<a href="{html.escape(href)}">{html.escape(text)}</a>' for text, href in targets
+        f'<a href="{html.escape(quote(href))}">{html.escape(text)}</a>' for text, href in targets
     )
     return f"<p>{html.escape(lead)} {items}</p>"

@@ -2,7 +2,7 @@
 
 Colours are Okabe and Ito's colour-blind-safe palette; "unavailable" is black and hatched,
 a colour no member is ever given. With more members than colours, later members repeat a
-colour with a hatch, so no two look the same.
+colour with a hatch: the first 42 all look different.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ MEMBER_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E0
 HATCHES = ("", "//", "..", "xx", "\\\\", "--")
 UNAVAILABLE = "#000000"
 UNAVAILABLE_HATCH = "////"
+MAX_HEIGHT_IN = 300.0  # inches: 30,000 pixels at the 100 dpi the plots are saved at
 
 
 def member_style(index: int) -> tuple[str, str]:
@@ -39,7 +40,8 @@ def ownership_timeline(
     lanes = sorted({(r["topic"], r["partition"]) for r in [*ownership, *outages]})
     procs = sorted({r["proc"] for r in ownership})
     styles = {p: member_style(i) for i, p in enumerate(procs)}
-    fig, ax = plt.subplots(figsize=(11, 1.4 + 0.45 * max(len(lanes), 1)))
+    # tall enough to read a lane each, within what an image may be (2^16 pixels a side)
+    fig, ax = plt.subplots(figsize=(11, min(1.4 + 0.45 * max(len(lanes), 1), MAX_HEIGHT_IN)))
     for y, lane in enumerate(lanes):
         for r in ownership:
             if (r["topic"], r["partition"]) == lane and r["end"] is not None:
@@ -66,7 +68,7 @@ def ownership_timeline(
                 edgecolor="white",
                 linewidth=0.0,
             )
-    ax.set_yticks(range(len(lanes)), [f"{t}-{p}" for t, p in lanes])
+    ax.set_yticks(range(len(lanes)), [f"{t}-{p}" for t, p in lanes], fontsize="small")
     ax.set_xlabel("time since the run's first event (s)")
     ax.set_ylabel("partition")
     ax.set_title(title)
@@ -100,20 +102,32 @@ def bars(labels: list[str], values: list[float], ylabel: str, title: str, path: 
 
 def comparison(
     protocols: Sequence[str],
-    panels: Sequence[tuple[str, str, Sequence[float]]],
+    panels: Sequence[tuple[str, str, Sequence[float | None]]],
     title: str,
     path: Path,
 ) -> Path:
-    """Protocols side by side, one panel per figure (its title and unit on the y axis),
-    each bar labelled with its value: readable at a glance."""
+    """Runs side by side (named by protocol), one panel per figure (its title and unit on
+    the y axis), each bar labelled with its value; a figure a run has none of (no
+    measurement window) is "n/a", not a bar of 0 that would look best."""
     width = max(4.2, 1.1 * len(protocols) + 1.6)
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.4), squeeze=False)
-    colours = [member_style(i)[0] for i in range(len(protocols))]
+    styles = [member_style(i) for i in range(len(protocols))]
     for ax, (name, unit, values) in zip(axes[0], panels, strict=True):
-        positions = range(len(protocols))
-        drawn = ax.bar(positions, values, color=colours, edgecolor="#333333", linewidth=0.5)
-        ax.bar_label(drawn, labels=[f"{v:,.3g}" for v in values], padding=2, fontsize="small")
-        ax.set_xticks(list(positions), list(protocols), rotation=20, ha="right")
+        positions = list(range(len(protocols)))
+        heights = [0.0 if v is None else v for v in values]
+        drawn = ax.bar(
+            positions,
+            heights,
+            color=[c for c, _ in styles],
+            hatch=None,
+            edgecolor="#333333",
+            linewidth=0.5,
+        )
+        for bar, (_, hatch) in zip(drawn, styles, strict=True):
+            bar.set_hatch(hatch)
+        labels = ["n/a" if v is None else f"{v:,.3g}" for v in values]
+        ax.bar_label(drawn, labels=labels, padding=2, fontsize="small")
+        ax.set_xticks(positions, list(protocols), rotation=20, ha="right")
         ax.set_ylabel(unit)
         ax.set_title(name)
         ax.margins(y=0.15)

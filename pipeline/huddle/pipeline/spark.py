@@ -1,43 +1,35 @@
 """Building the one SparkSession the pipeline's jobs share.
 
 Quiet by default: no console progress bars (``[Stage 47:====>  (3 + 2) / 8]``) and no
-log4j lines under ERROR, from the JVM's start on (a log4j2 configuration given to the
-driver JVM, not only ``setLogLevel`` after it started). ``verbose`` brings Spark's own
-output back; huddle prints its own progress.
+log4j lines under ERROR, from the JVM's start on (``log4j2-quiet.properties``, shipped with
+huddle, given to the driver JVM, not only ``setLogLevel`` after it started). A user's own
+Spark configuration wins: with ``SPARK_CONF_DIR`` set, or Java options for the driver
+already in the environment, the log4j2 file is not imposed (the progress bars still go).
+``verbose`` brings Spark's own output back; huddle prints its own progress.
 """
 
 from __future__ import annotations
 
-import tempfile
+import os
+from importlib import resources
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from huddle.pipeline.defaults import DEFAULT_MASTER
 
-_QUIET_LOG4J2 = """\
-status = error
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-rootLogger.level = error
-rootLogger.appenderRef.console.ref = console
-# the level Spark gives a Python driver's console: the same, so it says nothing about it
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-"""
-
 
 def quiet_log4j2() -> Path:
-    """A log4j2 configuration with only errors, written once per process."""
-    path = Path(tempfile.gettempdir()) / "huddle-log4j2-quiet.properties"
-    if not path.is_file() or path.read_text() != _QUIET_LOG4J2:
-        path.write_text(_QUIET_LOG4J2)
-    return path
+    """The log4j2 configuration with only errors, as installed with huddle."""
+    return Path(str(resources.files("huddle.pipeline") / "log4j2-quiet.properties"))
+
+
+def _own_spark_config() -> bool:
+    """Whether the user configures Spark's logging or driver options themselves."""
+    if os.environ.get("SPARK_CONF_DIR"):
+        return True
+    given = " ".join(os.environ.get(v, "") for v in ("PYSPARK_SUBMIT_ARGS", "SPARK_SUBMIT_OPTS"))
+    return "log4j" in given or "extraJavaOptions" in given
 
 
 def build_session(
@@ -62,7 +54,7 @@ def build_session(
         .config("spark.sql.ansi.enabled", "false")
         .config("spark.ui.showConsoleProgress", "true" if verbose else "false")
     )
-    if not verbose:
+    if not verbose and not _own_spark_config():
         option = f"-Dlog4j2.configurationFile=file:{quiet_log4j2()}"
         builder = builder.config("spark.driver.extraJavaOptions", option)
     if driver_memory is not None:
