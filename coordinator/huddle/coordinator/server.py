@@ -49,6 +49,7 @@ from huddle.protocol.messages import (
     Call,
     ClusterNodeInfo,
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DeleteTopicsRequest,
     DescribeClusterResponse,
     DescribeGroupsRequest,
@@ -1013,7 +1014,8 @@ def _joining_cluster(request: Request) -> ErrorResponse | None:
             error_message="the node is joining its cluster",
         )
     if type(request) is not FindCoordinatorRequest and (
-        hasattr(request, "group_id") or type(request) is DescribeGroupsRequest
+        hasattr(request, "group_id")
+        or type(request) in (DescribeGroupsRequest, DeleteGroupsRequest)
     ):
         return ErrorResponse(
             error_code=ErrorCode.NOT_COORDINATOR,
