@@ -11,6 +11,7 @@ sends the password itself).
 
 from __future__ import annotations
 
+import functools
 import os
 import ssl
 from collections.abc import Mapping
@@ -41,9 +42,6 @@ class Security:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     mechanism: str = "SCRAM-SHA-512"
-    _contexts: dict[str, ssl.SSLContext] = field(
-        default_factory=dict, init=False, compare=False, repr=False
-    )
 
     def __post_init__(self) -> None:
         if (self.username is None) != (self.password is None):
@@ -75,11 +73,11 @@ class Security:
         be loaded."""
         if self.ssl_context is not None:
             return self.ssl_context
-        if not self.uses_tls:
-            return None
-        made = self._contexts.get("context")
-        if made is not None:
-            return made
+        return self._files_context if self.uses_tls else None
+
+    @functools.cached_property
+    def _files_context(self) -> ssl.SSLContext:
+        """Made from the files once (every connection of a member uses it)."""
         for path in (self.ca_file, self.cert_file, self.key_file):
             if path is not None and not os.path.isfile(path):
                 raise TlsError(f"no such file: {path}")
@@ -88,11 +86,8 @@ class Security:
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             if self.cert_file is not None:
                 context.load_cert_chain(self.cert_file, self.key_file)
-        except FileNotFoundError as exc:
-            raise TlsError(f"no such file: {exc.filename}") from None
         except (ssl.SSLError, OSError) as exc:
             raise TlsError(f"cannot load the TLS files: {exc}") from None
-        self._contexts["context"] = context
         return context
 
 

@@ -17,7 +17,6 @@ from scramp import ScramMechanism
 
 SCRAM_MECHANISMS: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 PLAIN = "PLAIN"
-MECHANISMS: tuple[str, ...] = (*SCRAM_MECHANISMS, PLAIN)
 MIN_ITERATIONS = 4_096  # RFC 7677's minimum, as Kafka's
 DEFAULT_ITERATIONS = 8_192
 MAX_ITERATIONS = 1_000_000
