@@ -593,3 +593,27 @@ def test_requests_on_a_connection_the_member_left_act_for_it_no_more() -> None:
     assert d.heartbeat(1, member_id, generation) == E.COORDINATOR_NOT_AVAILABLE
     assert d.group().members[member_id].conn_id == 2
     assert d.heartbeat(3, member_id, generation) == E.NONE  # a newer one still moves it
+
+
+def test_a_commit_on_another_connection_does_not_take_the_member_over() -> None:
+    """Kafka checks a commit's member id, instance id and generation only, whoever sends
+    it: another connection naming the member commits, but the member stays on its own
+    connection, heartbeats and commits there, and the other connection's close removes
+    nobody."""
+    d = Driver()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    a, b = d.form(1, 2)
+    generation = d.group().generation
+    other = d.commit(5, {("t", 0): 10}, member_id=a, generation=generation)
+    assert (other.error_code, other.topics[0].partitions[0].error_code) == (E.NONE, E.NONE)
+    assert d.group().members[a].client_id == "c1"  # DescribeGroups still shows its own
+    assert d.heartbeat(1, a, generation) == E.NONE
+    own = d.commit(1, {("t", 0): 11}, member_id=a, generation=generation)
+    assert (own.error_code, own.topics[0].partitions[0].error_code) == (E.NONE, E.NONE)
+    assert d.group().offsets[("t", 0)][0] == 11
+    d.close(5)
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert set(d.group().members) == {a, b}
+    assert (d.group().state, d.group().generation) == (S.STABLE, generation)
+    assert d.heartbeat(1, a, generation) == E.NONE
+    assert d.heartbeat(2, b, generation) == E.NONE

@@ -141,7 +141,10 @@ class Offsets:
         gone = self.membership.stale(member, peer)
         if gone is not None:
             return group, gone
-        self.membership.touch(fx, member, peer)
+        # Kafka accepts a commit from whoever names the member, its instance id and its
+        # generation (a transactional producer commits for its consumer on a connection of
+        # its own): the session is renewed, but the member does not move to that connection
+        self.membership.renew(fx, member)
         return group, None
 
     def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:

@@ -124,7 +124,9 @@ class Sessions:
         """A request that arrives on a connection older than the one the member speaks
         through now (connection ids only grow): its client gave that connection up, and it
         must not act for the member any more (a commit held up in the network would set an
-        offset back; a heartbeat would bind the member to a dead connection)."""
+        offset back; a heartbeat would bind the member to a dead connection). The member
+        speaks through the connection of its last JoinGroup, SyncGroup or Heartbeat; an
+        OffsetCommit naming it from another connection never moves it there."""
         if conn.conn_id < member.conn_id:
             return Refusal(
                 E.COORDINATOR_NOT_AVAILABLE,
@@ -252,8 +254,9 @@ class Sessions:
         self.timers.extend(member.session_key, fx.now + member.session_timeout_ms)
         member.overdue_since = None
 
-    def touch(self, fx: Effects, member: Member, conn: Peer) -> None:
-        self._bind(member, conn)
+    def renew(self, fx: Effects, member: Member) -> None:
+        """A request made for the member renews its session; only its own group requests
+        (JoinGroup, SyncGroup, Heartbeat) move it to the connection they came on."""
         self._touch(fx, member)
 
 
