@@ -19,6 +19,7 @@ from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
 from huddle.coordinator.records import DELETED, OffsetRecord
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
+from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, NonEmptyGroupError
 from huddle.protocol.messages import (
@@ -31,6 +32,7 @@ from huddle.protocol.messages import (
     Reply,
     TopicSpec,
 )
+from tests.harness import SESSION_MS, Driver
 from tests.helpers import fast_server_config, running_server
 from tests.security_setup import acl
 
@@ -179,3 +181,46 @@ async def test_reset_offsets_from_the_command_line(
         assert await huddle("groups", "delete", "g") == 0
         assert await huddle("groups", "delete", "g") == 1
         assert "GROUP_ID_NOT_FOUND" in capsys.readouterr().err
+
+
+def delete_through(d: Driver, *groups: str) -> dict[str, int]:
+    answer = d.response(d.send(9, DeleteGroupsRequest(groups=list(groups))))
+    assert isinstance(answer, DeleteGroupsResponse)
+    return {r.group_id: r.error_code for r in answer.results}
+
+
+def test_an_empty_group_is_deleted_while_a_handed_out_member_id_is_pending() -> None:
+    """Kafka moves an Empty group to Dead whatever member ids it handed out (KIP-394); the
+    pending member's JoinGroup with its id then finds no group (UNKNOWN_MEMBER_ID), and it
+    joins anew with an empty id, into a new group without the deleted offsets."""
+    d = Driver()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    assert d.commit(9, {("t", 0): 7}).error_code == ErrorCode.NONE
+    handed = d.join_response(d.join(1))
+    assert handed.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    d.advance(SESSION_MS / 2)
+    assert delete_through(d, "g") == {"g": ErrorCode.NONE}
+    assert "g" not in d.core.groups
+    late = d.join_response(d.join(1, handed.member_id))
+    assert late.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    member_id, held = d.join_new(1)
+    assert member_id != handed.member_id
+    joined = d.join_response(held)
+    assert (joined.error_code, joined.generation_id) == (ErrorCode.NONE, 1)
+    d.sync(1, member_id, 1, {member_id: b"t-0"})
+    d.advance(SESSION_MS / 2 + 1)  # the old id's expiry, had it stayed armed, is past
+    assert d.heartbeat(1, member_id, 1) == ErrorCode.NONE
+    assert d.group().offsets == {}
+    assert delete_through(d, "g") == {"g": ErrorCode.NON_EMPTY_GROUP}
+
+
+def test_a_pending_member_id_from_a_deleted_group_is_unknown_to_the_group_made_again() -> None:
+    d = Driver()
+    handed = d.join_response(d.join(1))
+    assert delete_through(d, "g") == {"g": ErrorCode.NONE}
+    newcomer, held = d.join_new(2)  # another member makes the group again
+    assert d.join_response(held).error_code == ErrorCode.NONE  # no old id holds it up
+    late = d.join_response(d.join(1, handed.member_id))
+    assert late.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert list(d.group().members) == [newcomer]
+    assert d.group().state is GroupState.COMPLETING_REBALANCE  # the late join changed nothing

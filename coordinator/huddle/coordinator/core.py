@@ -422,8 +422,12 @@ class Coordinator:
             )
 
     def _forget_group(self, group: Group) -> None:
-        """The group and its offsets go, and stay gone: deletions are kept as records."""
+        """The group and its offsets go, and stay gone: deletions are kept as records.
+        Member ids handed out and not yet used go with it (a JoinGroup with one later is
+        answered UNKNOWN_MEMBER_ID, as for any member id the group does not know)."""
         group_id = group.group_id
+        for member_id in list(group.pending):
+            self.membership.drop_pending(group, member_id, "the group was deleted")
         for topic, partition in sorted(group.offsets):
             self.changes.append(offset_deleted(group_id, topic, partition))
         group.offsets.clear()
@@ -432,14 +436,15 @@ class Coordinator:
         self.membership.collect(group)
 
     def _delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-        """Kafka's DeleteGroups: a group without members goes, with its committed offsets
-        (kept as deletions: a restart or another node does not bring them back)."""
+        """Kafka's DeleteGroups: an Empty group goes, with its committed offsets (kept as
+        deletions: a restart or another node does not bring them back), even while a member
+        id handed out by MEMBER_ID_REQUIRED waits to be used (Kafka moves it to Dead)."""
         results = []
         for group_id in dict.fromkeys(request.groups):
             group = self.groups.get(group_id)
             if group is None or group.is_(GroupState.DEAD):
                 code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
-            elif group.members or group.pending or not group.is_(GroupState.EMPTY):
+            elif group.members or not group.is_(GroupState.EMPTY):
                 code = E.NON_EMPTY_GROUP
                 message = f"group {group_id!r} has {group.size} members: only an empty group goes"
             else:

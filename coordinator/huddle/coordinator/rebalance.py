@@ -242,8 +242,5 @@ class Rebalancing(Sessions):
             self._try_complete_join(fx, group)
 
     def _drop_pending(self, fx: Effects, group: Group, member_id: str, reason: str) -> None:
-        self._forget_pending(group, member_id)
-        log.info(
-            "pending_member_removed", group_id=group.group_id, member_id=member_id, reason=reason
-        )
+        self.drop_pending(group, member_id, reason)
         self._try_complete_join(fx, group)

@@ -207,6 +207,13 @@ class Sessions:
         self.timers.cancel(member.grace_key)
         self._unbind_key(member.conn_id, (member.session_key.group_id, member.member_id))
 
+    def drop_pending(self, group: Group, member_id: str, reason: str) -> None:
+        """Forget a member id handed out (KIP-394) and not used yet."""
+        self._forget_pending(group, member_id)
+        log.info(
+            "pending_member_removed", group_id=group.group_id, member_id=member_id, reason=reason
+        )
+
     def _forget_pending(self, group: Group, member_id: str) -> None:
         conn_id = group.pending.pop(member_id)
         self.timers.cancel(PendingMemberExpires(group.group_id, member_id))
