@@ -3,6 +3,8 @@ shard moving between nodes), against the pure core."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from huddle.coordinator.records import GroupRecord, OffsetRecord, Record
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
@@ -21,9 +23,9 @@ E = ErrorCode
 S = GroupState
 
 
-def keeping() -> Driver:
+def keeping(**overrides: Any) -> Driver:
     """A core that keeps groups, with topic t of one partition (topics are cluster-wide)."""
-    d = Driver()
+    d = Driver(**overrides)
     d.core.membership.keep_groups = True
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
     return d
@@ -127,3 +129,36 @@ def test_an_emptied_group_is_recorded_without_members() -> None:
     loaded = keeping()
     loaded.core.load(records, 0.0)
     assert loaded.group().state is S.EMPTY
+
+
+def test_a_group_loaded_over_the_size_limit_rebalances_and_turns_the_last_away() -> None:
+    """Kafka's onGroupLoaded: a group kept with more members than the limit (lowered since)
+    prepares a rebalance on load; the first members to rejoin, up to the limit, form the
+    next generation, the next one is turned away with GROUP_MAX_SIZE_REACHED."""
+    old = keeping()
+    a, b, c = old.form(1, 2, 3)
+    gen = old.group().generation
+    new = keeping(max_group_size=2)
+    new.now = 50_000.0
+    new.core.load(kept(old), new.now)
+    assert (new.group().state, new.group().generation) == (S.PREPARING_REBALANCE, gen)
+    for conn, member in ((7, a), (8, b), (9, c)):  # they find the new coordinator
+        assert new.heartbeat(conn, member, gen) == E.REBALANCE_IN_PROGRESS
+    first, second = new.join(7, a), new.join(8, b)
+    assert not new.answered(first)  # c may still rejoin
+    turned_away = new.join_response(new.join(9, c))
+    assert turned_away.error_code == E.GROUP_MAX_SIZE_REACHED
+    assert [new.join_response(cid).generation_id for cid in (first, second)] == [gen + 1] * 2
+    assert set(new.group().members) == {a, b}
+    assert new.sync_all({7: a, 8: b}, [first, second]) == gen + 1
+    assert new.group().state is S.STABLE
+
+
+def test_a_group_loaded_at_the_size_limit_goes_on_without_a_rebalance() -> None:
+    old = keeping()
+    a, _, _ = old.form(1, 2, 3)
+    gen = old.group().generation
+    new = keeping(max_group_size=3)
+    new.core.load(kept(old), new.now)
+    assert (new.group().state, new.group().generation) == (S.STABLE, gen)
+    assert new.heartbeat(7, a, gen) == E.NONE

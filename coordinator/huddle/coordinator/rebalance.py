@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
+from huddle.coordinator.records import GroupRecord
 from huddle.coordinator.sessions import E, S, Sessions, log, sync_error
 from huddle.coordinator.values import Refusal
 from huddle.protocol.messages import (
@@ -18,6 +19,20 @@ from huddle.protocol.messages import (
 
 
 class Rebalancing(Sessions):
+    # --- a kept group loaded -----------------------------------------------------------
+
+    def load_group(self, record: GroupRecord, now: float) -> Group:
+        """``Sessions.load_group``; then, as Kafka's ``onGroupLoaded``, a group with more
+        members than ``max_group_size`` (the limit was lowered since it was kept) starts a
+        rebalance: in its join phase, the members over the limit are turned away. Its
+        members speak through no connection yet, so nothing is sent."""
+        group = super().load_group(record, now)
+        limit = self.config.max_group_size
+        if limit and group.size > limit:
+            reason = f"loaded with {group.size} members, over the group size limit of {limit}"
+            self._prepare_rebalance(Effects(now), group, reason)
+        return group
+
     # --- the join phase --------------------------------------------------------------
 
     def _prepare_rebalance(self, fx: Effects, group: Group, reason: str) -> None:
