@@ -513,9 +513,10 @@ class CoordinatorServer:
         if self._conns.pop(conn.conn_id, None) is None:
             return  # refused at the door: never registered, the core never saw it
         conn.log.info("connection_closed", reason=conn.close_reason)
-        if self.security is not None and greeting.in_exchange(conn):
-            self.security.exchange_ended(conn.host)
-            conn.sasl = None
+        if self.security is not None:
+            self.security.check_ended(conn.conn_id)  # its password check, if it had one
+            if greeting.in_exchange(conn):
+                conn.sasl = None  # a failure answer still to come is not sent
         if not self._stopping:
             try:
                 out = self.core.connection_closed(conn.conn_id, self._now())
@@ -950,7 +951,7 @@ class CoordinatorServer:
             elif (
                 not conn.handshaken
                 and now - conn.opened_at > handshake_s
-                and not greeting.held(conn)
+                and not greeting.held(self.security, conn)
             ):
                 conn.fail(
                     ErrorCode.INVALID_REQUEST,

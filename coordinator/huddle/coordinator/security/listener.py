@@ -30,16 +30,17 @@ from huddle.coordinator.security.store import (
     SecurityStore,
     SecurityStoreError,
 )
-from huddle.coordinator.security.throttle import FailureThrottle
+from huddle.coordinator.security.throttle import FailureThrottle, ProofTurns, Turn, address_group
 from huddle.coordinator.security.tls import ServerTls, TlsConfigError, certificate_principal
 from huddle.protocol.errors import ErrorCode, HuddleError
 
 log = structlog.get_logger("huddle.security")
 
 POLL_S = 1.0  # how often the store is asked whether users or ACLs changed
-# A host that failed lately may have this many SASL exchanges under way at once: a guesser
-# with many connections gets no more guesses than this per slow-down.
-MAX_EXCHANGES_AFTER_FAILURES = 4
+POLL_DEADLINE_S = 5.0  # a read of the store that takes longer failed
+# Password checks under way at once per address group, their answers held back included:
+# a guesser with many connections gets no more guesses than this per slow-down.
+PROOFS_AT_ONCE = 4
 FAILED_MESSAGE = "authentication failed: invalid credentials"
 
 
@@ -62,7 +63,7 @@ class ListenerSecurity:
         )
         self.users: dict[str, User] = {}
         self.decoy_iterations: dict[str, int] = {}  # mechanism -> the count most users have
-        self.exchanges: dict[str, int] = {}  # host -> SASL exchanges under way
+        self.turns = ProofTurns(PROOFS_AT_ONCE)  # password checks under way, and waiting
         # PLAIN's key derivations run here, never on the event loop; two at a time at most
         self.executor = (
             ThreadPoolExecutor(max_workers=2, thread_name_prefix="huddle-plain")
@@ -164,8 +165,8 @@ class ListenerSecurity:
         """A connection's principal before any SASL: its certificate's, or ANONYMOUS."""
         return certificate_principal(peercert) or ANONYMOUS
 
-    def greet(self, mechanism: str | None, host: str) -> SaslSession | tuple[ErrorCode, str] | None:
-        """What a handshake naming ``mechanism`` from ``host`` begins: a SASL exchange,
+    def greet(self, mechanism: str | None) -> SaslSession | tuple[ErrorCode, str] | None:
+        """What a handshake naming ``mechanism`` begins: a SASL exchange,
         nothing more to do (None), or a refusal (code, message)."""
         if not self.mechanisms:
             if mechanism is None:
@@ -186,26 +187,37 @@ class ListenerSecurity:
                 ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 f"SASL mechanism {mechanism} is not enabled here; use one of {offered}",
             )
-        loop_now = asyncio.get_running_loop().time()
-        if (
-            self.throttle.failures(host, loop_now) > 0
-            and self.exchanges.get(host, 0) >= MAX_EXCHANGES_AFTER_FAILURES
-        ):
-            return (
-                ErrorCode.SASL_AUTHENTICATION_FAILED,
-                "too many authentications at once from this address after failures; "
-                "try again later",
-            )
-        self.exchanges[host] = self.exchanges.get(host, 0) + 1
         iterations = self.decoy_iterations.get(mechanism, DEFAULT_ITERATIONS)
         return SaslSession(mechanism, self.users.get, self.secret, iterations)
 
-    def exchange_ended(self, host: str) -> None:
-        left = self.exchanges.get(host, 0) - 1
-        if left > 0:
-            self.exchanges[host] = left
-        else:
-            self.exchanges.pop(host, None)
+    # --- password checks, per address group ----------------------------------------------
+
+    def check_turn(self, conn_id: int, host: str, turn: Turn) -> bool:
+        """Whether the connection's password check may start now; else ``turn`` is called
+        (soon, from the event loop) once it may."""
+        return self.turns.take(conn_id, address_group(host), turn)
+
+    def check_ended(self, conn_id: int) -> None:
+        """The connection's check was answered, or it closed: the next one of its group
+        waiting, if any, starts. Nothing if it had none."""
+        turn = self.turns.end(conn_id)
+        if turn is not None:
+            asyncio.get_running_loop().call_soon(turn)
+
+    def waiting(self, conn_id: int) -> bool:
+        """Whether the connection's password check waits for its turn."""
+        return self.turns.is_waiting(conn_id)
+
+    def failed(self, host: str, now: float) -> float:
+        """Count a failure of the host's group; how long (s) to hold its answer back."""
+        return self.throttle.failed(address_group(host), now)
+
+    def failures(self, host: str, now: float) -> int:
+        return self.throttle.failures(address_group(host), now)
+
+    def penalty(self, host: str, now: float) -> float:
+        """How long (s) an answer to the host is held back, for its group's failures."""
+        return self.throttle.penalty(address_group(host), now)
 
 
 def typical_iterations(users: Iterable[User]) -> dict[str, int]:

@@ -75,6 +75,12 @@ class SaslSession:
         self._stage = 0
 
     @property
+    def checks_password(self) -> bool:
+        """Whether the next step checks the password (a SCRAM proof, a PLAIN password):
+        its answer tells a guesser whether the guess was right."""
+        return self._scram is None or self._stage == 1
+
+    @property
     def costly(self) -> bool:
         """Whether a step derives a key (PLAIN: PBKDF2), and so belongs off the event loop."""
         return self._scram is None
