@@ -75,6 +75,7 @@ class ListenerSecurity:
         self.store: SecurityStore | None = None
         self._etcd: Any = None
         self._poller: asyncio.Task[None] | None = None
+        self._live: ssl.SSLContext | None = None  # what new TLS connections use (reloads)
 
     @property
     def uses_store(self) -> bool:
@@ -84,9 +85,12 @@ class ListenerSecurity:
         """Load the TLS files and the users and ACLs; SecurityStartError if one cannot be."""
         if self.tls is not None:
             try:
-                self.context = self.tls.context()
+                self.context = self._live = self.tls.context()
             except TlsConfigError as exc:
                 raise SecurityStartError(f"TLS: {exc}") from None
+            # every new connection is made with ``context``; once its hello is read it
+            # is moved to the context loaded last (the same one until a reload)
+            self.context.sni_callback = self._use_live_context
         if not self.uses_store:
             return
         cfg = self.config
@@ -122,15 +126,23 @@ class ListenerSecurity:
             self._etcd = None
 
     def reload_tls(self) -> None:
-        """Load the certificate and key again (SIGHUP): new connections use them."""
+        """Load the certificate, key and client CA again (SIGHUP) into a new context, and
+        make new connections use it; if they do not load together (a certificate written
+        and its key not yet, say), nothing changes: the old ones are served on."""
         if self.tls is None or self.context is None:
             return
         try:
-            self.tls.load(self.context)
+            fresh = self.tls.context()
         except TlsConfigError as exc:
-            log.error("tls_reload_failed", error=str(exc))
+            log.error("tls_reload_failed", error=str(exc), keeping="the certificate in use")
             return
+        self._live = fresh
         log.info("tls_reloaded", cert=self.tls.cert)
+
+    def _use_live_context(self, conn: Any, server_name: str | None, context: Any) -> None:
+        live = self._live
+        if live is not None and live is not context:
+            conn.context = live
 
     def _apply(self, state: SecurityState) -> None:
         self.users = dict(state.users)
