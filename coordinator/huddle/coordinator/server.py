@@ -156,7 +156,12 @@ class CoordinatorServer:
             self.core.membership.observer = metrics
         self.security: ListenerSecurity | None = None  # TLS, SASL and ACLs, when configured
         if config.tls_cert or config.sasl or config.authorizer:
-            self.security = ListenerSecurity(config)
+            self.security = security = ListenerSecurity(config)
+            if self.metrics is not None and security.uses_store:
+                self.metrics.security_store = lambda: (
+                    security.store_healthy,
+                    security.store_failures,
+                )
         if config.cluster:  # no group is served before the node has joined its cluster
             self.gate = _joining_cluster
         self.storage_failure: str | None = None  # why the server stopped by itself

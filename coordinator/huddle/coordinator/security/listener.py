@@ -1,6 +1,7 @@
-"""A listener's security, as the server uses it: its TLS context, the SASL mechanisms it
-requires, the users and ACLs it reads from the store (again within a second of a change),
-and the slow-down of hosts that keep failing to authenticate.
+"""A listener's security, as the server uses it: its TLS context (reloaded whole, or not
+at all), the SASL mechanisms it requires, the users and ACLs it reads from the store
+(again within a second of a change; the last good ones kept while the store cannot be
+used), and the limits on password guesses per address group (``throttle``).
 
 Which principal a connection is: the SASL user when the listener requires SASL (Kafka's
 SASL_PLAINTEXT and SASL_SSL), else the subject of a verified client certificate (mTLS,
@@ -73,6 +74,9 @@ class ListenerSecurity:
         self.throttle = FailureThrottle(max_s=min(5.0, config.handshake_timeout_ms / 2000))
         self.secret = os.urandom(32)  # makes up the salts of users that do not exist
         self.store: SecurityStore | None = None
+        self.store_failures = 0  # reads of the store that failed, or found it unusable
+        self._store_unusable = ""  # why what the store holds now cannot be used
+        self._store_unreadable = ""  # why the last read of it failed
         self._etcd: Any = None
         self._poller: asyncio.Task[None] | None = None
         self._live: ssl.SSLContext | None = None  # what new TLS connections use (reloads)
@@ -144,6 +148,11 @@ class ListenerSecurity:
         if live is not None and live is not context:
             conn.context = live
 
+    @property
+    def store_healthy(self) -> bool:
+        """Whether the users and ACLs in use are what the store holds now."""
+        return not (self._store_unusable or self._store_unreadable)
+
     def _apply(self, state: SecurityState) -> None:
         self.users = dict(state.users)
         self.decoy_iterations = typical_iterations(state.users.values())
@@ -154,22 +163,48 @@ class ListenerSecurity:
         log.info("security_loaded", users=len(self.users), acls=len(state.acls))
 
     async def _poll(self) -> None:
+        """Read the store again every second. While it cannot be read (etcd away), or what
+        it holds cannot be used (malformed, or gone: a missing store after a good one is
+        a fault, not "no users"), the last good users and ACLs are kept, the failure is
+        logged (once) and counted, and ``store_healthy`` is False."""
         assert self.store is not None
-        failing = False
         while True:
             await asyncio.sleep(POLL_S)
+            was_healthy = self.store_healthy
             try:
-                state = await self.store.poll()
+                state = await asyncio.wait_for(self.store.poll(), POLL_DEADLINE_S)
+                if state is not None:
+                    self._apply(state)
+                    self._store_unusable = ""
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                if not failing:  # once per outage; the users and ACLs in use stay
-                    log.warning("security_store_unreadable", where=self.store.where, error=str(exc))
-                failing = True
+            except SecurityStoreError as exc:  # unusable until it changes
+                self._store_failed(str(exc), unusable=True)
                 continue
-            failing = False
-            if state is not None:
-                self._apply(state)
+            except Exception as exc:  # not read this time
+                self._store_failed(str(exc) or type(exc).__name__, unusable=False)
+                continue
+            self._store_unreadable = ""
+            if self.store_healthy and not was_healthy:
+                log.info("security_store_recovered", where=self.store.where)
+
+    def _store_failed(self, error: str, *, unusable: bool) -> None:
+        assert self.store is not None
+        self.store_failures += 1
+        if unusable:  # logged once per content that cannot be used
+            logged = error == self._store_unusable
+            self._store_unusable = error
+        else:  # once per time it cannot be read, however the reason reads
+            logged = bool(self._store_unreadable)
+            self._store_unreadable = error
+        if not logged:
+            log.error(
+                "security_store_failed",
+                where=self.store.where,
+                error=error,
+                keeping="the last good users and ACLs",
+                users=len(self.users),
+            )
 
     # --- connections ------------------------------------------------------------------
 
