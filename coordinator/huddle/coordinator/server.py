@@ -35,7 +35,7 @@ from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
 from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
-from huddle.coordinator.security.access import group_refusal
+from huddle.coordinator.security.access import nothing_left, screen
 from huddle.coordinator.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ from huddle.protocol.messages import (
     ProtocolError,
     Reply,
     Request,
+    Response,
     SaslAuthenticate,
 )
 
@@ -730,6 +731,31 @@ class CoordinatorServer:
     def _now(self) -> float:
         return self.loop.time() * 1000
 
+    def _refusal(self, conn: Connection, request: Request) -> Response | None:
+        """Why the request is not handled here now, checked in Kafka's order: may the
+        principal make it (each group it names: one it may not use is refused, never
+        located), then is the coordinator loading, then does this node serve the groups
+        left (a cluster). None: the core handles it (and screens it again, putting the
+        refused groups back into its answer)."""
+        routed: Request | None = request
+        auth = self.core.authorizer
+        if auth is not None:
+            screened = screen(auth, conn.peer, request)
+            if screened.refusal is not None:
+                return screened.refusal
+            routed = screened.request
+            if routed is None or nothing_left(routed):
+                return None
+        if self.loading:
+            self.refused_loading += 1
+            return ErrorResponse(
+                error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                error_message="the coordinator is loading its data dir",
+            )
+        if self.gate is not None and routed is not None:
+            return self.gate(routed)
+        return None
+
     def _call(self, conn: Connection, call: Call, now: float) -> None:
         """One request through the core; the caller reschedules the timer afterwards."""
         if self._stopping or self._refusing:
@@ -741,26 +767,8 @@ class CoordinatorServer:
             request_type = type(call.request)
             if request_type is not HeartbeatRequest:
                 metrics.requests[request_type] += 1
-        if self.loading:
-            self.refused_loading += 1
-            if metrics is not None:
-                metrics.errors[ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] += 1
-            conn.send(
-                Reply(
-                    correlation_id=call.correlation_id,
-                    response=ErrorResponse(
-                        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                        error_message="the coordinator is loading its data dir",
-                    ),
-                )
-            )
-            return
-        gate = self.gate
-        if gate is not None:
-            refusal = None
-            if self.core.authorizer is not None:  # as Kafka: who may ask, before where to
-                refusal = group_refusal(self.core.authorizer, conn.peer, call.request)
-            refusal = refusal or gate(call.request)
+        if self.loading or self.gate is not None:
+            refusal = self._refusal(conn, call.request)
             if refusal is not None:
                 if metrics is not None:
                     metrics.errors[refusal.error_code] += 1
