@@ -213,8 +213,8 @@ class ListenerSecurity:
         return certificate_principal(peercert) or ANONYMOUS
 
     def greet(self, mechanism: str | None) -> SaslSession | tuple[ErrorCode, str] | None:
-        """What a handshake naming ``mechanism`` begins: a SASL exchange,
-        nothing more to do (None), or a refusal (code, message)."""
+        """What a handshake naming ``mechanism`` begins: a SASL exchange, nothing more to
+        do (None), or a refusal (code, message)."""
         if not self.mechanisms:
             if mechanism is None:
                 return None
