@@ -142,9 +142,10 @@ async def test_the_scram_answers_are_alike_for_a_known_and_an_unknown_user(
 
 def alike(known: list[float], unknown: list[float]) -> bool:
     """Whether two sets of timings cannot be told apart by their medians (generously:
-    within half of the larger one, or 2 ms)."""
+    within half of the larger one, or 3 ms: a loaded machine's jitter; a PLAIN check
+    skipped would be over 10 ms faster here)."""
     a, b = statistics.median(known), statistics.median(unknown)
-    return abs(a - b) <= max(0.5 * max(a, b), 0.002)
+    return abs(a - b) <= max(0.5 * max(a, b), 0.003)
 
 
 @pytest.mark.parametrize("mechanism", [SHA512, SHA256, "PLAIN"])
@@ -154,7 +155,7 @@ async def test_an_unknown_user_is_answered_as_fast_as_a_known_one(
     assert server.security is not None
     server.security.throttle = FailureThrottle(base_s=0.0, max_s=0.0)  # the check's own time
     times: dict[str, list[Seen]] = {KNOWN: [], UNKNOWN: []}
-    for _ in range(15):  # interleaved: a slow moment of the machine falls on both
+    for _ in range(21):  # interleaved: a slow moment of the machine falls on both
         for name in (KNOWN, UNKNOWN):
             times[name].append(await exchange(server, pki, mechanism, name))
     known, unknown = times[KNOWN], times[UNKNOWN]
