@@ -41,11 +41,11 @@ BURST = 300
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[CoordinatorServer]:
-    """SCRAM-SHA-512 (no TLS: the test's connections are cheaper); a 3 s handshake
-    timeout, so failure answers are held back at most 1.5 s."""
+    """SCRAM-SHA-512 (no TLS: the test's connections are cheaper); a 4 s handshake
+    timeout, so failure answers are held back at most 2 s."""
     await keep(tmp_path, {"alice": PASSWORD})
     config = fast_server_config(
-        data_dir=str(tmp_path), sasl="SCRAM-SHA-512", handshake_timeout_ms=3_000
+        data_dir=str(tmp_path), sasl="SCRAM-SHA-512", handshake_timeout_ms=4_000
     )
     async with running_server(config) as running:
         yield running
@@ -75,21 +75,26 @@ def test_most_checks_is_the_rule_worked_out() -> None:
 async def guess(port: int, local: str) -> str:
     """One SCRAM exchange as alice with a made-up proof, as a guesser sends it (without
     deriving any key); how it ended: "answered" (refused, after its check), "closed"
-    (never checked: the handshake timeout), or what else came."""
+    (never checked: the handshake timeout ran out first), or what else came."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(local, 0))
     raw = RawClient(reader, writer)
     try:
         await raw.send(Handshake(version=1, sasl_mechanism="SCRAM-SHA-512"))
         hello = await raw.read_frame()
-        assert isinstance(hello, HandshakeResult)
-        assert hello.error_code == 0, hello
-        await raw.send(SaslAuthenticate(auth_bytes=b"n,,n=alice,r=guessing-nonce"))
-        first = await raw.read_frame()
-        assert isinstance(first, SaslAuthenticateResult), first
-        nonce = dict(p.split("=", 1) for p in first.auth_bytes.decode().split(","))["r"]
-        proof = base64.b64encode(os.urandom(64)).decode()
-        await raw.send(SaslAuthenticate(auth_bytes=f"c=biws,r={nonce},p={proof}".encode()))
-        frames = await raw.frames_until_closed(DEADLINE_S)
+        if isinstance(hello, HandshakeResult):
+            assert hello.error_code == 0, hello
+            await raw.send(SaslAuthenticate(auth_bytes=b"n,,n=alice,r=guessing-nonce"))
+            first = await raw.read_frame()
+            if isinstance(first, SaslAuthenticateResult):
+                fields = dict(p.split("=", 1) for p in first.auth_bytes.decode().split(","))
+                proof = base64.b64encode(os.urandom(64)).decode()
+                final = f"c=biws,r={fields['r']},p={proof}"
+                await raw.send(SaslAuthenticate(auth_bytes=final.encode()))
+                frames = await raw.frames_until_closed(DEADLINE_S)
+            else:
+                frames = [first] if first is not None else []
+        else:
+            frames = [hello] if hello is not None else []
     finally:
         await raw.close()
     if [type(f) for f in frames] == [SaslAuthenticateResult]:
