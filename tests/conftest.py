@@ -34,6 +34,7 @@ ON_BOTH_LOOPS = frozenset(
         "test_connection.py",
         "test_fairness.py",
         "test_security_server.py",
+        "test_security_tls_reload.py",
     }
 )
 

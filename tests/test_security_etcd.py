@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from structlog.typing import EventDict
 
 from huddle.cli import main
 from huddle.client.connection import connect
@@ -77,3 +78,56 @@ async def test_concurrent_updates_in_etcd_lose_nothing(etcd: Etcd) -> None:
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_bad_or_deleted_store_in_etcd_keeps_the_last_good_users(
+    etcd: Etcd, tmp_path: Path, logs: list[EventDict]
+) -> None:
+    endpoint = f"etcd://{etcd.host}:{etcd.port}"
+    (tmp_path / "pw").write_text("alice-pw\n")
+    add = ["users", "add", "alice", "--password-file", str(tmp_path / "pw")]
+    assert (
+        await asyncio.to_thread(main, [*add, "--etcd", endpoint, "--cluster-prefix", PREFIX], {})
+        == 0
+    )
+    config = fast_server_config(
+        cluster=endpoint, cluster_prefix=PREFIX, sasl="SCRAM-SHA-512", metrics_port=0
+    )
+    key = f"{PREFIX}/security".encode()
+    store = await EtcdStore.connect([etcd.endpoint])
+    try:
+        good = await store.get(key)
+        assert good is not None
+        async with running_server(config) as server:
+            assert server.metrics is not None
+            registry = server.metrics.registry
+
+            def healthy() -> float | None:
+                return registry.get_sample_value("huddle_security_store_healthy")
+
+            def failures() -> float | None:
+                return registry.get_sample_value("huddle_security_store_failures_total")
+
+            async def alice_gets_in() -> bool:
+                security = Security(username="alice", password="alice-pw")
+                async with connect(f"127.0.0.1:{server.port}", security=security) as conn:
+                    return conn.principal == "User:alice"
+
+            assert (healthy(), failures()) == (1.0, 0.0)
+            for count, fault in enumerate(("malformed", "deleted"), start=1):
+                if fault == "malformed":
+                    await store.put(key, b"{not json")
+                else:
+                    await store.delete(key)
+                await wait_until(lambda c=count: failures() == c, what=f"the {fault} store seen")  # type: ignore[misc]
+                assert healthy() == 0.0
+                assert await alice_gets_in()  # served on with what was read last
+                failed = [e for e in logs if e["event"] == "security_store_failed"]
+                assert len(failed) == count
+                assert failed[-1]["log_level"] == "error"
+                assert failed[-1]["where"] == f"etcd key {key.decode()}"
+            await store.put(key, good.value)
+            await wait_until(lambda: healthy() == 1.0, what="the store to be taken again")
+            assert await alice_gets_in()
+    finally:
+        await store.close()

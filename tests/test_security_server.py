@@ -465,37 +465,6 @@ async def test_plain_passwords_are_checked_off_the_event_loop(
     assert all(name.startswith("huddle-plain") for name in threads)
 
 
-async def test_after_failures_a_success_waits_as_long_and_few_tries_run_at_once(
-    secure: CoordinatorServer, pki: Pki
-) -> None:
-    import time
-
-    for _ in range(2):  # the next answer to this host is held back 200 ms, success or not
-        with pytest.raises(SaslAuthenticationFailedError):
-            await refused(address(secure), as_user(pki, "alice", "guess"))
-    began = time.monotonic()
-    async with connect(address(secure), security=as_user(pki, "alice")) as conn:
-        assert conn.principal == "User:alice"
-    assert time.monotonic() - began >= 0.2
-    # four exchanges under way from this host, a fifth is refused at the handshake
-    raws = []
-    for _ in range(4):
-        raw = await RawClient.open(secure.port, ssl=raw_tls(pki))
-        await raw.send(Handshake(version=1, sasl_mechanism="SCRAM-SHA-512"))
-        result = await raw.read_frame()
-        assert isinstance(result, HandshakeResult)
-        assert result.error_code == 0
-        raws.append(raw)
-    fifth = await RawClient.open(secure.port, ssl=raw_tls(pki))
-    await fifth.send(Handshake(version=1, sasl_mechanism="SCRAM-SHA-512"))
-    frames = await fifth.frames_until_closed()
-    assert isinstance(frames[0], HandshakeResult)
-    assert frames[0].error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
-    assert "too many" in (frames[0].error_message or "")
-    for raw in raws:
-        await raw.close()
-
-
 async def test_an_unknown_user_is_told_the_iteration_count_real_users_have(
     secure: CoordinatorServer, pki: Pki
 ) -> None:
@@ -540,28 +509,26 @@ async def plain_attempt(port: int, pki: Pki, password: str) -> RawClient:
     return raw
 
 
-async def test_failed_exchanges_count_until_answered(
+async def test_plain_checks_wait_their_turn_until_answered(
     secure: CoordinatorServer, pki: Pki, logs: list[EventDict]
 ) -> None:
-    for _ in range(3):  # the next failures are held back 800 ms and more
-        with pytest.raises(SaslAuthenticationFailedError):
-            await refused(address(secure), as_user(pki, "alice", "guess"))
+    from huddle.coordinator.security.throttle import LOOPBACK
+
+    assert secure.security is not None
+    turns = secure.security.turns
     pending = [await plain_attempt(secure.port, pki, f"guess-{i}") for i in range(4)]
     await wait_until(
-        lambda: sum(e["event"] == "authentication_failed" for e in logs) == 7,
+        lambda: sum(e["event"] == "authentication_failed" for e in logs) == 4,
         what="the four failures",
     )
-    fifth = await RawClient.open(secure.port, ssl=raw_tls(pki))
-    await fifth.send(Handshake(version=1, sasl_mechanism="PLAIN"))
-    result = await fifth.read_frame()
-    assert isinstance(result, HandshakeResult)
-    assert result.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
-    assert "too many" in (result.error_message or "")
-    for raw in pending:
+    fifth = await plain_attempt(secure.port, pki, "guess-5")  # its answers are held back:
+    await wait_until(lambda: turns.waiting(LOOPBACK) == 1, what="the fifth to wait its turn")
+    assert sum(e["event"] == "authentication_failed" for e in logs) == 4  # not checked yet
+    for raw in [*pending, fifth]:
         frames = await raw.frames_until_closed()
         assert [f.error_code for f in frames] == [ErrorCode.SASL_AUTHENTICATION_FAILED]  # type: ignore[union-attr]
-    assert secure.security is not None
-    await wait_until(lambda: not secure.security.exchanges, what="every exchange counted out")  # type: ignore[union-attr]
+    assert sum(e["event"] == "authentication_failed" for e in logs) == 5
+    await wait_until(lambda: turns.checking(LOOPBACK) == 0, what="every turn ended")
 
 
 async def test_a_plain_check_under_way_holds_the_connection_out_of_the_backlog(

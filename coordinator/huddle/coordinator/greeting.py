@@ -2,9 +2,11 @@
 requires one. Until they are done the connection may send nothing else (a request then is
 refused and the connection closed), and the handshake timeout counts for all of them.
 
-A failed authentication is logged with the peer's address and the reason; the client is
-told one thing whatever was wrong (SASL_AUTHENTICATION_FAILED, "invalid credentials"),
-after a delay that grows with its host's recent failures, and the connection is closed.
+A password check (a SCRAM proof, a PLAIN password) waits its turn: a few at once per
+address group (``huddle.coordinator.security.throttle``). A failed authentication is logged
+with the peer's address and the reason; the client is told one thing whatever was wrong
+(SASL_AUTHENTICATION_FAILED, "invalid credentials"), after a delay that grows with its
+address group's recent failures, and the connection is closed.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def handshake(
         _refuse(conn, ErrorCode.UNSUPPORTED_VERSION, message, hello.client_id)
         conn.close(f"unsupported protocol version {hello.version}")
         return
-    begun = None if security is None else security.greet(hello.sasl_mechanism, conn.host)
+    begun = None if security is None else security.greet(hello.sasl_mechanism)
     if isinstance(begun, tuple):
         code, message = begun
         _refuse(conn, code, message, hello.client_id)
@@ -94,12 +96,37 @@ def sasl_step(
             event="handshake_failed",
         )
         return
+    data = frame.auth_bytes
+    if session.checks_password:
+
+        def turn() -> None:  # later, outside the server's pass
+            conn.sasl_busy = False
+            if conn.closing:
+                return  # its turn ends as it is counted out (connection_lost)
+            _step(host, security, conn, session, data)
+            _resume(host, conn)
+
+        if not security.check_turn(conn.conn_id, conn.host, turn):
+            # others of its address group are being checked: it waits, reading on (a
+            # client that goes away is seen to) and handling nothing; the handshake
+            # timeout still runs
+            conn.sasl_busy = True
+            return
+    _step(host, security, conn, session, data)
+
+
+def _step(
+    host: GreetingHost,
+    security: ListenerSecurity,
+    conn: Connection,
+    session: SaslSession,
+    data: bytes,
+) -> None:
     if session.costly:
         # PLAIN derives the key again (PBKDF2): off the event loop, in a small pool, so
         # that guesses cannot stall everyone's heartbeats. Nothing else of this
         # connection is handled until it is done.
         conn.sasl_busy = True  # read on (a client that goes away is seen to), handle nothing
-        data = frame.auth_bytes
 
         def check() -> tuple[bytes, bool]:
             if conn.closing:  # gone while it waited its turn: no key derived for it
@@ -110,7 +137,7 @@ def sasl_step(
         work.add_done_callback(lambda done: _stepped(host, security, conn, session, done))
         return
     try:
-        answer, complete = session.step(frame.auth_bytes)
+        answer, complete = session.step(data)
     except AuthenticationFailed as exc:
         _failed(host, security, conn, session, exc)
         return
@@ -135,8 +162,14 @@ def _stepped(
     else:
         answer, complete = done.result()
         _answer(host, security, conn, session, answer, complete)
-    conn.flush()  # answered outside the server's pass: written now
-    if not conn.sasl_busy and conn.sasl is not FAILED:
+    _resume(host, conn)
+
+
+def _resume(host: GreetingHost, conn: Connection) -> None:
+    """After a step answered outside the server's pass: write it now, and handle what the
+    client sent meanwhile, unless the connection still waits on the coordinator."""
+    conn.flush()
+    if not conn.sasl_busy and conn.sasl is not FAILED and not conn.closing:
         conn.release_input()
         host.backlogged(conn)
 
@@ -152,9 +185,9 @@ def _answer(
     if not complete:
         conn.send(SaslAuthenticateResult(auth_bytes=answer))
         return
-    # A host that failed lately waits as long for a success as for a failure: else a
+    # A group that failed lately waits as long for a success as for a failure: else a
     # guesser with many connections would read an answer's silence as "wrong".
-    wait = security.throttle.penalty(conn.host, host.loop.time())
+    wait = security.penalty(conn.host, host.loop.time())
     if wait <= 0:
         _authenticated(host, security, conn, session, answer)
         return
@@ -180,7 +213,7 @@ def _authenticated(
     session: SaslSession,
     answer: bytes,
 ) -> None:
-    security.exchange_ended(conn.host)
+    security.check_ended(conn.conn_id)
     conn.sasl = None
     conn.peer = Peer(conn.conn_id, conn.client_id, conn.host, session.principal)
     conn.log = conn.log.bind(principal=session.principal)
@@ -190,15 +223,18 @@ def _authenticated(
 
 
 def in_exchange(conn: Connection) -> bool:
-    """Whether a SASL exchange is under way on the connection (counted per host): being
-    made, or failed and its answer held back."""
+    """Whether a SASL exchange is under way on the connection: being made, or failed and
+    its answer held back."""
     return isinstance(conn.sasl, SaslSession) or conn.sasl is FAILED
 
 
-def held(conn: Connection) -> bool:
+def held(security: ListenerSecurity | None, conn: Connection) -> bool:
     """Whether the connection waits on the coordinator: a SASL step being checked, or an
-    answer held back. The handshake timeout does not run out on it meanwhile."""
-    return conn.sasl_busy or conn.sasl is FAILED
+    answer held back. The handshake timeout does not run out on it meanwhile; it does on
+    a password check still waiting for its turn (a guesser's queue is not kept open)."""
+    if conn.sasl is FAILED:
+        return True
+    return conn.sasl_busy and not (security is not None and security.waiting(conn.conn_id))
 
 
 def _ready(host: GreetingHost, conn: Connection) -> None:
@@ -220,23 +256,23 @@ def _failed(
     session: SaslSession,
     exc: AuthenticationFailed,
 ) -> None:
-    delay = security.throttle.failed(conn.host, host.loop.time())
+    delay = security.failed(conn.host, host.loop.time())
     conn.log.warning(
         "authentication_failed",
         mechanism=session.mechanism,
         username=exc.username,
         reason=exc.reason,
         delay_ms=round(delay * 1000),
-        failures=security.throttle.failures(conn.host, host.loop.time()),
+        failures=security.failures(conn.host, host.loop.time()),
     )
-    conn.sasl = FAILED  # still counted as under way for its host until answered
+    conn.sasl = FAILED  # its check still counts for its group until answered
     conn.inbox.clear()  # what it sent after the failed message is not handled: nothing
     conn.hold_input()  # more is read from it, and it is answered only after the delay
 
     def answer() -> None:
         if conn.sasl is not FAILED:
             return  # the connection closed meanwhile (and was counted out then)
-        security.exchange_ended(conn.host)
+        security.check_ended(conn.conn_id)
         conn.sasl = None
         message = f"{FAILED_MESSAGE} ({session.mechanism})"
         conn.send(

@@ -16,7 +16,10 @@ Names, all under ``huddle_``:
   ``requests_total{type}``, ``errors_total{code}`` (answers carrying an error code),
   ``notices_total{type}``;
 - ``journal_write_seconds`` (a batch of changes written to the data dir);
-- ``shards_owned`` (a cluster node).
+- ``shards_owned`` (a cluster node);
+- ``security_store_healthy`` (1, or 0 while the users and ACLs store cannot be read or
+  used and the last good ones are kept) and ``security_store_failures_total`` (with
+  ``--sasl`` or ``--authorizer``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class CoordinatorMetrics(Collector):
         self.core: Coordinator | None = None
         self.connections: Callable[[], int] = lambda: 0
         self.shards: Callable[[], int] | None = None  # a cluster node's owned shards
+        # the users and ACLs store: whether it is healthy, and how many reads of it failed
+        self.security_store: Callable[[], tuple[bool, int]] | None = None
         self.calls = 0  # every request handled (counted per slice of a connection's input)
         self.requests: Counter[type] = Counter()  # request class -> handled, but heartbeats
         self.errors: Counter[int] = Counter()
@@ -140,6 +145,19 @@ class CoordinatorMetrics(Collector):
         yield _gauge("huddle_members", "Members of every group", members)
         if self.shards is not None:
             yield _gauge("huddle_shards_owned", "Shards this cluster node serves", self.shards())
+        if self.security_store is not None:
+            healthy, failures = self.security_store()
+            yield _gauge(
+                "huddle_security_store_healthy",
+                "1 while the users and ACLs in use are the store's; 0 while it cannot be read "
+                "or used (the last good ones are kept)",
+                int(healthy),
+            )
+            yield _counter(
+                "huddle_security_store_failures",
+                "Reads of the users and ACLs store that failed or found it unusable",
+                failures,
+            )
         requests = {_tag(kind): n for kind, n in list(self.requests.items())}
         requests["heartbeat"] = max(self.calls - sum(requests.values()), 0)
         yield _counter("huddle_heartbeats", "Heartbeats answered", requests["heartbeat"])

@@ -35,7 +35,7 @@ from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.group_commit import GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
 from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
-from huddle.coordinator.security.access import group_refusal
+from huddle.coordinator.security.access import nothing_left, screen
 from huddle.coordinator.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ from huddle.protocol.messages import (
     ProtocolError,
     Reply,
     Request,
+    Response,
     SaslAuthenticate,
 )
 
@@ -156,7 +157,12 @@ class CoordinatorServer:
             self.core.membership.observer = metrics
         self.security: ListenerSecurity | None = None  # TLS, SASL and ACLs, when configured
         if config.tls_cert or config.sasl or config.authorizer:
-            self.security = ListenerSecurity(config)
+            self.security = security = ListenerSecurity(config)
+            if self.metrics is not None and security.uses_store:
+                self.metrics.security_store = lambda: (
+                    security.store_healthy,
+                    security.store_failures,
+                )
         if config.cluster:  # no group is served before the node has joined its cluster
             self.gate = _joining_cluster
         self.storage_failure: str | None = None  # why the server stopped by itself
@@ -513,9 +519,10 @@ class CoordinatorServer:
         if self._conns.pop(conn.conn_id, None) is None:
             return  # refused at the door: never registered, the core never saw it
         conn.log.info("connection_closed", reason=conn.close_reason)
-        if self.security is not None and greeting.in_exchange(conn):
-            self.security.exchange_ended(conn.host)
-            conn.sasl = None
+        if self.security is not None:
+            self.security.check_ended(conn.conn_id)  # its password check, if it had one
+            if greeting.in_exchange(conn):
+                conn.sasl = None  # a failure answer still to come is not sent
         if not self._stopping:
             try:
                 out = self.core.connection_closed(conn.conn_id, self._now())
@@ -724,6 +731,31 @@ class CoordinatorServer:
     def _now(self) -> float:
         return self.loop.time() * 1000
 
+    def _refusal(self, conn: Connection, request: Request) -> Response | None:
+        """Why the request is not handled here now, checked in Kafka's order: may the
+        principal make it (each group it names: one it may not use is refused, never
+        located), then is the coordinator loading, then does this node serve the groups
+        left (a cluster). None: the core handles it (and screens it again, putting the
+        refused groups back into its answer)."""
+        routed: Request | None = request
+        auth = self.core.authorizer
+        if auth is not None:
+            screened = screen(auth, conn.peer, request)
+            if screened.refusal is not None:
+                return screened.refusal
+            routed = screened.request
+            if routed is None or nothing_left(routed):
+                return None
+        if self.loading:
+            self.refused_loading += 1
+            return ErrorResponse(
+                error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                error_message="the coordinator is loading its data dir",
+            )
+        if self.gate is not None and routed is not None:
+            return self.gate(routed)
+        return None
+
     def _call(self, conn: Connection, call: Call, now: float) -> None:
         """One request through the core; the caller reschedules the timer afterwards."""
         if self._stopping or self._refusing:
@@ -735,26 +767,8 @@ class CoordinatorServer:
             request_type = type(call.request)
             if request_type is not HeartbeatRequest:
                 metrics.requests[request_type] += 1
-        if self.loading:
-            self.refused_loading += 1
-            if metrics is not None:
-                metrics.errors[ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] += 1
-            conn.send(
-                Reply(
-                    correlation_id=call.correlation_id,
-                    response=ErrorResponse(
-                        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                        error_message="the coordinator is loading its data dir",
-                    ),
-                )
-            )
-            return
-        gate = self.gate
-        if gate is not None:
-            refusal = None
-            if self.core.authorizer is not None:  # as Kafka: who may ask, before where to
-                refusal = group_refusal(self.core.authorizer, conn.peer, call.request)
-            refusal = refusal or gate(call.request)
+        if self.loading or self.gate is not None:
+            refusal = self._refusal(conn, call.request)
             if refusal is not None:
                 if metrics is not None:
                     metrics.errors[refusal.error_code] += 1
@@ -950,7 +964,7 @@ class CoordinatorServer:
             elif (
                 not conn.handshaken
                 and now - conn.opened_at > handshake_s
-                and not greeting.held(conn)
+                and not greeting.held(self.security, conn)
             ):
                 conn.fail(
                     ErrorCode.INVALID_REQUEST,

@@ -6,5 +6,5 @@
 * ``acls``: ACL bindings and the authorizer that decides with them (DENY wins);
 * ``access``: what each request needs, and the answers that refuse it;
 * ``store``: users and ACLs kept with the coordinator's state (data dir or etcd);
-* ``throttle``: repeated authentication failures from one address are slowed down.
+* ``throttle``: password guesses are limited per address group, however many connections.
 """

@@ -133,11 +133,10 @@ def group_allowed(auth: Authorizer, peer: Peer, request: Request) -> Response | 
     )
 
 
-def group_refusal(auth: Authorizer, peer: Peer, request: Request) -> Response | None:
-    """The refusal of a request about one group, if it is one and refused; else None."""
-    if type(request) in _GROUP_REFUSALS:
-        return group_allowed(auth, peer, request)
-    return None
+def nothing_left(request: Request) -> bool:
+    """Whether a screened request about several groups has none left: its answer is its
+    refusals, wherever the coordinator is and whatever it is doing."""
+    return isinstance(request, DescribeGroupsRequest | DeleteGroupsRequest) and not request.groups
 
 
 def screen(auth: Authorizer, peer: Peer, request: Request) -> Screened:

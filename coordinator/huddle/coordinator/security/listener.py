@@ -1,6 +1,7 @@
-"""A listener's security, as the server uses it: its TLS context, the SASL mechanisms it
-requires, the users and ACLs it reads from the store (again within a second of a change),
-and the slow-down of hosts that keep failing to authenticate.
+"""A listener's security, as the server uses it: its TLS context (reloaded whole, or not
+at all), the SASL mechanisms it requires, the users and ACLs it reads from the store
+(again within a second of a change; the last good ones kept while the store cannot be
+used), and the limits on password guesses per address group (``throttle``).
 
 Which principal a connection is: the SASL user when the listener requires SASL (Kafka's
 SASL_PLAINTEXT and SASL_SSL), else the subject of a verified client certificate (mTLS,
@@ -30,16 +31,17 @@ from huddle.coordinator.security.store import (
     SecurityStore,
     SecurityStoreError,
 )
-from huddle.coordinator.security.throttle import FailureThrottle
+from huddle.coordinator.security.throttle import FailureThrottle, ProofTurns, Turn, address_group
 from huddle.coordinator.security.tls import ServerTls, TlsConfigError, certificate_principal
 from huddle.protocol.errors import ErrorCode, HuddleError
 
 log = structlog.get_logger("huddle.security")
 
 POLL_S = 1.0  # how often the store is asked whether users or ACLs changed
-# A host that failed lately may have this many SASL exchanges under way at once: a guesser
-# with many connections gets no more guesses than this per slow-down.
-MAX_EXCHANGES_AFTER_FAILURES = 4
+POLL_DEADLINE_S = 5.0  # a read of the store that takes longer failed
+# Password checks under way at once per address group, their answers held back included:
+# a guesser with many connections gets no more guesses than this per slow-down.
+PROOFS_AT_ONCE = 4
 FAILED_MESSAGE = "authentication failed: invalid credentials"
 
 
@@ -62,7 +64,7 @@ class ListenerSecurity:
         )
         self.users: dict[str, User] = {}
         self.decoy_iterations: dict[str, int] = {}  # mechanism -> the count most users have
-        self.exchanges: dict[str, int] = {}  # host -> SASL exchanges under way
+        self.turns = ProofTurns(PROOFS_AT_ONCE)  # password checks under way, and waiting
         # PLAIN's key derivations run here, never on the event loop; two at a time at most
         self.executor = (
             ThreadPoolExecutor(max_workers=2, thread_name_prefix="huddle-plain")
@@ -72,8 +74,12 @@ class ListenerSecurity:
         self.throttle = FailureThrottle(max_s=min(5.0, config.handshake_timeout_ms / 2000))
         self.secret = os.urandom(32)  # makes up the salts of users that do not exist
         self.store: SecurityStore | None = None
+        self.store_failures = 0  # reads of the store that failed, or found it unusable
+        self._store_unusable = ""  # why what the store holds now cannot be used
+        self._store_unreadable = ""  # why the last read of it failed
         self._etcd: Any = None
         self._poller: asyncio.Task[None] | None = None
+        self._live: ssl.SSLContext | None = None  # what new TLS connections use (reloads)
 
     @property
     def uses_store(self) -> bool:
@@ -83,9 +89,12 @@ class ListenerSecurity:
         """Load the TLS files and the users and ACLs; SecurityStartError if one cannot be."""
         if self.tls is not None:
             try:
-                self.context = self.tls.context()
+                self.context = self._live = self.tls.context()
             except TlsConfigError as exc:
                 raise SecurityStartError(f"TLS: {exc}") from None
+            # every new connection is made with ``context``; once its hello is read it
+            # is moved to the context loaded last (the same one until a reload)
+            self.context.sni_callback = self._use_live_context
         if not self.uses_store:
             return
         cfg = self.config
@@ -121,15 +130,28 @@ class ListenerSecurity:
             self._etcd = None
 
     def reload_tls(self) -> None:
-        """Load the certificate and key again (SIGHUP): new connections use them."""
+        """Load the certificate, key and client CA again (SIGHUP) into a new context, and
+        make new connections use it; if they do not load together (a certificate written
+        and its key not yet, say), nothing changes: the old ones are served on."""
         if self.tls is None or self.context is None:
             return
         try:
-            self.tls.load(self.context)
+            fresh = self.tls.context()
         except TlsConfigError as exc:
-            log.error("tls_reload_failed", error=str(exc))
+            log.error("tls_reload_failed", error=str(exc), keeping="the certificate in use")
             return
+        self._live = fresh
         log.info("tls_reloaded", cert=self.tls.cert)
+
+    def _use_live_context(self, conn: Any, server_name: str | None, context: Any) -> None:
+        live = self._live
+        if live is not None and live is not context:
+            conn.context = live
+
+    @property
+    def store_healthy(self) -> bool:
+        """Whether the users and ACLs in use are what the store holds now."""
+        return not (self._store_unusable or self._store_unreadable)
 
     def _apply(self, state: SecurityState) -> None:
         self.users = dict(state.users)
@@ -141,22 +163,48 @@ class ListenerSecurity:
         log.info("security_loaded", users=len(self.users), acls=len(state.acls))
 
     async def _poll(self) -> None:
+        """Read the store again every second. While it cannot be read (etcd away), or what
+        it holds cannot be used (malformed, or gone: a missing store after a good one is
+        a fault, not "no users"), the last good users and ACLs are kept, the failure is
+        logged (once) and counted, and ``store_healthy`` is False."""
         assert self.store is not None
-        failing = False
         while True:
             await asyncio.sleep(POLL_S)
+            was_healthy = self.store_healthy
             try:
-                state = await self.store.poll()
+                state = await asyncio.wait_for(self.store.poll(), POLL_DEADLINE_S)
+                if state is not None:
+                    self._apply(state)
+                    self._store_unusable = ""
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                if not failing:  # once per outage; the users and ACLs in use stay
-                    log.warning("security_store_unreadable", where=self.store.where, error=str(exc))
-                failing = True
+            except SecurityStoreError as exc:  # unusable until it changes
+                self._store_failed(str(exc), unusable=True)
                 continue
-            failing = False
-            if state is not None:
-                self._apply(state)
+            except Exception as exc:  # not read this time
+                self._store_failed(str(exc) or type(exc).__name__, unusable=False)
+                continue
+            self._store_unreadable = ""
+            if self.store_healthy and not was_healthy:
+                log.info("security_store_recovered", where=self.store.where)
+
+    def _store_failed(self, error: str, *, unusable: bool) -> None:
+        assert self.store is not None
+        self.store_failures += 1
+        if unusable:  # logged once per content that cannot be used
+            logged = error == self._store_unusable
+            self._store_unusable = error
+        else:  # once per time it cannot be read, however the reason reads
+            logged = bool(self._store_unreadable)
+            self._store_unreadable = error
+        if not logged:
+            log.error(
+                "security_store_failed",
+                where=self.store.where,
+                error=error,
+                keeping="the last good users and ACLs",
+                users=len(self.users),
+            )
 
     # --- connections ------------------------------------------------------------------
 
@@ -164,9 +212,9 @@ class ListenerSecurity:
         """A connection's principal before any SASL: its certificate's, or ANONYMOUS."""
         return certificate_principal(peercert) or ANONYMOUS
 
-    def greet(self, mechanism: str | None, host: str) -> SaslSession | tuple[ErrorCode, str] | None:
-        """What a handshake naming ``mechanism`` from ``host`` begins: a SASL exchange,
-        nothing more to do (None), or a refusal (code, message)."""
+    def greet(self, mechanism: str | None) -> SaslSession | tuple[ErrorCode, str] | None:
+        """What a handshake naming ``mechanism`` begins: a SASL exchange, nothing more to
+        do (None), or a refusal (code, message)."""
         if not self.mechanisms:
             if mechanism is None:
                 return None
@@ -186,26 +234,37 @@ class ListenerSecurity:
                 ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 f"SASL mechanism {mechanism} is not enabled here; use one of {offered}",
             )
-        loop_now = asyncio.get_running_loop().time()
-        if (
-            self.throttle.failures(host, loop_now) > 0
-            and self.exchanges.get(host, 0) >= MAX_EXCHANGES_AFTER_FAILURES
-        ):
-            return (
-                ErrorCode.SASL_AUTHENTICATION_FAILED,
-                "too many authentications at once from this address after failures; "
-                "try again later",
-            )
-        self.exchanges[host] = self.exchanges.get(host, 0) + 1
         iterations = self.decoy_iterations.get(mechanism, DEFAULT_ITERATIONS)
         return SaslSession(mechanism, self.users.get, self.secret, iterations)
 
-    def exchange_ended(self, host: str) -> None:
-        left = self.exchanges.get(host, 0) - 1
-        if left > 0:
-            self.exchanges[host] = left
-        else:
-            self.exchanges.pop(host, None)
+    # --- password checks, per address group ----------------------------------------------
+
+    def check_turn(self, conn_id: int, host: str, turn: Turn) -> bool:
+        """Whether the connection's password check may start now; else ``turn`` is called
+        (soon, from the event loop) once it may."""
+        return self.turns.take(conn_id, address_group(host), turn)
+
+    def check_ended(self, conn_id: int) -> None:
+        """The connection's check was answered, or it closed: the next one of its group
+        waiting, if any, starts. Nothing if it had none."""
+        turn = self.turns.end(conn_id)
+        if turn is not None:
+            asyncio.get_running_loop().call_soon(turn)
+
+    def waiting(self, conn_id: int) -> bool:
+        """Whether the connection's password check waits for its turn."""
+        return self.turns.is_waiting(conn_id)
+
+    def failed(self, host: str, now: float) -> float:
+        """Count a failure of the host's group; how long (s) to hold its answer back."""
+        return self.throttle.failed(address_group(host), now)
+
+    def failures(self, host: str, now: float) -> int:
+        return self.throttle.failures(address_group(host), now)
+
+    def penalty(self, host: str, now: float) -> float:
+        """How long (s) an answer to the host is held back, for its group's failures."""
+        return self.throttle.penalty(address_group(host), now)
 
 
 def typical_iterations(users: Iterable[User]) -> dict[str, int]:

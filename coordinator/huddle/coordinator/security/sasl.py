@@ -3,14 +3,13 @@
 ``SaslSession.step`` takes one client message and returns the answer and whether the
 exchange is over; it raises ``AuthenticationFailed`` with the reason, which is for the log
 only: the client is told one thing whatever was wrong. An unknown user goes through the
-whole SCRAM exchange with a made-up salt and fails at the proof, as a wrong password does,
-so the answers do not tell who exists. SCRAM itself (nonces, proofs, the server
-signature) is the ``scramp`` library's.
+whole exchange with a made-up credential (``decoy``) and fails at the proof, as a wrong
+password does, so the answers do not tell who exists. SCRAM itself (nonces, proofs, the
+server signature) is the ``scramp`` library's.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import os
@@ -22,20 +21,22 @@ from huddle.coordinator.security.credentials import (
     DEFAULT_ITERATIONS,
     PLAIN,
     SCRAM_MECHANISMS,
+    ScramCredential,
     User,
-    make_user,
     password_matches,
 )
 
 UserLookup = Callable[[str], User | None]
 
 
-@functools.lru_cache(maxsize=4)
-def _decoy(secret: bytes, iterations: int) -> User:
-    """A user no password matches, to check an unknown user's PLAIN password against (as
-    long as a real user's check takes)."""
-    return make_user(
-        "decoy", secret.hex(), mechanisms=(SCRAM_MECHANISMS[0],), iterations=iterations
+def decoy(secret: bytes, username: str, mechanism: str, iterations: int) -> ScramCredential:
+    """The credential told for a user that does not exist, as a real user's looks: a salt
+    of a real salt's length, its own per mechanism (a real user's salts differ between
+    SCRAM-SHA-256 and SCRAM-SHA-512), the same for a name every time (made from the
+    server's secret), and random keys no password's proof matches."""
+    salt = hmac.new(secret, f"{mechanism}\0{username}".encode(), hashlib.sha256).digest()
+    return ScramCredential(
+        salt=salt, iterations=iterations, stored_key=os.urandom(64), server_key=os.urandom(64)
     )
 
 
@@ -59,8 +60,8 @@ class SaslSession:
         decoy_iterations: int = DEFAULT_ITERATIONS,
     ) -> None:
         self.mechanism = mechanism
-        # The iteration count told for a user that does not exist: the one most users have,
-        # so the count does not tell who exists.
+        # The iteration count told for a user that does not exist: the one most users have
+        # for this mechanism, so the count does not tell who exists.
         self.decoy_iterations = decoy_iterations
         self.username = ""
         self.principal = ""
@@ -73,6 +74,12 @@ class SaslSession:
         elif mechanism != PLAIN:
             raise ValueError(f"not a SASL mechanism huddle serves: {mechanism}")
         self._stage = 0
+
+    @property
+    def checks_password(self) -> bool:
+        """Whether the next step checks the password (a SCRAM proof, a PLAIN password):
+        its answer tells a guesser whether the guess was right."""
+        return self._scram is None or self._stage == 1
 
     @property
     def costly(self) -> bool:
@@ -105,8 +112,9 @@ class SaslSession:
         if authzid and authzid != user:
             raise AuthenticationFailed(f"authorization id {authzid!r} is not the user")
         kept = self._users(user)
-        if kept is None:
-            password_matches(self._decoy(user), password)  # the same work as a real check
+        if kept is None:  # the same work as a real check: one key derived
+            fake = decoy(self._secret, user, SCRAM_MECHANISMS[0], self.decoy_iterations)
+            password_matches(User(name=user, scram={SCRAM_MECHANISMS[0]: fake}), password)
             raise AuthenticationFailed("unknown user")
         if not password_matches(kept, password):
             raise AuthenticationFailed("wrong password")
@@ -144,15 +152,9 @@ class SaslSession:
         self.username = username
         kept = self._users(username)
         credential = None if kept is None else kept.scram.get(self.mechanism)
-        if credential is None:
-            # Made up, the same for a name every time: the client cannot tell the user
-            # does not exist. The keys are random, so no password's proof matches.
-            salt = hmac.new(self._secret, username.encode(), hashlib.sha256).digest()
-            return salt, os.urandom(64), os.urandom(64), self.decoy_iterations
+        if credential is None:  # the client cannot tell the user does not exist
+            credential = decoy(self._secret, username, self.mechanism, self.decoy_iterations)
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
-
-    def _decoy(self, username: str) -> User:
-        return _decoy(self._secret, self.decoy_iterations)
 
     def _succeed(self, username: str) -> None:
         self.done = True

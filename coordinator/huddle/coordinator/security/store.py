@@ -4,6 +4,11 @@ Both hold one ``SecurityState`` document. ``huddle users`` and ``huddle acls`` c
 with ``update`` (a read-change-write that two writers cannot interleave: a lock file
 beside it, or an etcd transaction on the key's revision); a running coordinator reads it
 again when it changed (``poll``), within a second, so no restart is needed.
+
+A store that is not there at all is a new one: no users, no ACLs. But one that goes away
+once it was read is a fault, as one that cannot be decoded is: ``poll`` raises
+``SecurityStoreError`` for both (once per change), and the coordinator keeps what it read
+last.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from huddle.coordinator.security.credentials import User
 FILE_NAME = "security.json"
 LOCK_NAME = "security.lock"
 ETCD_KEY = "security"  # under the cluster's prefix
+_UNREAD = (-1, -1, -1)  # no file has this stamp: read the file at the next poll
 
 
 class SecurityState(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +82,7 @@ class FileStore:
         self.directory = Path(directory)
         self.path = self.directory / FILE_NAME
         self.where = str(self.path)
-        self._seen: tuple[int, int, int] | None = None
+        self._seen: tuple[int, int, int] | None = _UNREAD  # None: there was no file
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -85,13 +91,17 @@ class FileStore:
             return None
         return st.st_ino, st.st_mtime_ns, st.st_size
 
-    def _read(self) -> SecurityState:
+    def _read(self, *, missing_ok: bool = True) -> SecurityState:
         self._seen = self._stamp()
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return SecurityState()
+            self._seen = None
+            if missing_ok:
+                return SecurityState()
+            raise SecurityStoreError(f"{self.path} is gone") from None
         except OSError as exc:
+            self._seen = _UNREAD  # tried again at the next poll
             raise SecurityStoreError(f"cannot read {self.path}: {exc.strerror}") from None
         return decode_state(data, str(self.path))
 
@@ -101,7 +111,7 @@ class FileStore:
     async def poll(self) -> SecurityState | None:
         if self._stamp() == self._seen:
             return None
-        return self._read()
+        return self._read(missing_ok=False)  # read before: gone now is a fault
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -162,7 +172,9 @@ class EtcdSecurityStore:
         if revision == self._revision:
             return None
         self._revision = revision
-        return SecurityState() if entry is None else decode_state(entry.value, self.where)
+        if entry is None:  # there was one when it was loaded or polled before
+            raise SecurityStoreError(f"{self.where} is gone")
+        return decode_state(entry.value, self.where)
 
     async def update(self, change: Change) -> SecurityState:
         for _ in range(100):  # another writer in between: read again and redo

@@ -1,18 +1,47 @@
-"""Repeated authentication failures from one address are slowed down.
+"""Password guessing is slowed down per address group, however many connections it uses.
 
-Each failure from a host doubles the time its next failure answer is held back (from
-``base_s``, at most ``max_s``), as Kafka holds a failed authentication's answer
-(``connection.failed.authentication.delay.ms``) but growing: a client guessing passwords
-gets a few tries a second at first and one every ``max_s`` after. A host that has not
-failed for ``forget_s`` starts again from ``base_s``. The table is bounded: the host that
-failed longest ago is forgotten first. A success does not wipe a host's failures: one
-valid account (or a NAT shared with one) must not reset the slow-down between guesses.
+An *address group* is what one attacker is taken to hold (``address_group``): an IPv4
+address; an IPv6 /64 (what one site or host is given: its addresses are as many as it
+wants); every loopback address (127.0.0.0/8 and ::1: all of them are this machine's).
+
+Two rules hold per group, from its first exchange on:
+
+* ``ProofTurns``: at most ``per_group`` password checks (a SCRAM proof, a PLAIN password)
+  are under way at once, from the check until its answer is sent (held back, see
+  below); another one waits its turn, in order. Many connections buy no more guesses.
+* ``FailureThrottle``: each failure doubles the time its answer is held back (from
+  ``base_s``, at most ``max_s``), as Kafka holds a failed authentication's answer
+  (``connection.failed.authentication.delay.ms``) but growing: a guesser gets a few tries
+  a second at first and ``per_group`` every ``max_s`` after. A group that has not failed
+  for ``forget_s`` starts again from ``base_s``. The table is bounded: the group that
+  failed longest ago is forgotten first. A success does not wipe a group's failures: one
+  valid account (or a NAT shared with one) must not reset the slow-down between guesses.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+
+LOOPBACK = "loopback"
+
+
+def address_group(host: str) -> str:
+    """The group of a peer's address: ``203.0.113.7``, ``2001:db8:1:2::/64``, ``loopback``
+    (an address that is not an IP, as a Unix socket's, is its own group)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # no IPv6 zone
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return LOOPBACK
+    if isinstance(address, ipaddress.IPv4Address):
+        return str(address)
+    return str(ipaddress.IPv6Network((address, 64), strict=False))
 
 
 @dataclass(slots=True)
@@ -41,12 +70,15 @@ class FailureThrottle:
             return 0
         return record.failures
 
+    def delay(self, failures: int) -> float:
+        """How long (s) the answer after ``failures`` recent failures is held back."""
+        if failures == 0:
+            return 0.0
+        return min(self.base_s * float(2 ** min(failures - 1, 30)), self.max_s)
+
     def penalty(self, host: str, now: float) -> float:
         """How long (s) an answer to this host is held back now, for its recent failures."""
-        count = self.failures(host, now)
-        if count == 0:
-            return 0.0
-        return min(self.base_s * float(2 ** min(count - 1, 30)), self.max_s)
+        return self.delay(self.failures(host, now))
 
     def failed(self, host: str, now: float) -> float:
         """Count a failure; how long (s) to hold its answer back."""
@@ -55,4 +87,63 @@ class FailureThrottle:
         self._hosts.move_to_end(host)
         while len(self._hosts) > self.max_hosts:
             self._hosts.popitem(last=False)
-        return min(self.base_s * float(2 ** min(count - 1, 30)), self.max_s)
+        return self.delay(count)
+
+
+Turn = Callable[[], None]
+
+
+class ProofTurns:
+    """At most ``per_group`` password checks under way per address group; the others wait
+    their turn in order. A check is named by a key (its connection's id): ``take`` starts
+    it (True) or queues it with the ``turn`` to call when it may start; ``end`` ends it, or
+    takes it out of the queue, and returns the ``turn`` of the check that starts in its
+    place, for the caller to call."""
+
+    def __init__(self, per_group: int) -> None:
+        self.per_group = per_group
+        self._group_of: dict[int, str] = {}  # key -> its group, checking or waiting
+        self._checking: dict[str, set[int]] = {}
+        self._waiting: dict[str, OrderedDict[int, Turn]] = {}
+
+    def checking(self, group: str) -> int:
+        return len(self._checking.get(group, ()))
+
+    def waiting(self, group: str) -> int:
+        return len(self._waiting.get(group, ()))
+
+    def is_waiting(self, key: int) -> bool:
+        group = self._group_of.get(key)
+        return group is not None and key in self._waiting.get(group, ())
+
+    def take(self, key: int, group: str, turn: Turn) -> bool:
+        if key in self._group_of:
+            raise ValueError(f"check {key} is already under way or waiting")
+        self._group_of[key] = group
+        checking = self._checking.setdefault(group, set())
+        if len(checking) < self.per_group:
+            checking.add(key)
+            return True
+        self._waiting.setdefault(group, OrderedDict())[key] = turn
+        return False
+
+    def end(self, key: int) -> Turn | None:
+        group = self._group_of.pop(key, None)
+        if group is None:
+            return None
+        waiting = self._waiting.get(group)
+        if waiting is not None and waiting.pop(key, None) is not None:
+            if not waiting:
+                del self._waiting[group]
+            return None
+        checking = self._checking[group]
+        checking.discard(key)
+        if waiting:  # the next check of the group starts in its place
+            key, turn = waiting.popitem(last=False)
+            if not waiting:
+                del self._waiting[group]
+            checking.add(key)
+            return turn
+        if not checking:
+            del self._checking[group]
+        return None

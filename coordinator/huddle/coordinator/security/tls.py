@@ -3,8 +3,9 @@
 TLS 1.2 is the least version taken. With a client CA (``--tls-client-ca``) every client must
 present a certificate that CA signed (mTLS); the certificate's subject, written as RFC 2253
 does (``CN=alice,O=acme``), is the client's principal: ``User:CN=alice,O=acme``, as
-Kafka's default principal builder names it. ``reload`` loads the certificate and key again
-into the same context: connections made afterwards use the new ones, open ones keep theirs.
+Kafka's default principal builder names it. A reload (SIGHUP) makes a whole new context
+with ``ServerTls.context``, which fails unless the certificate, key and CA load together;
+the listener then makes new connections use it (open ones keep theirs).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ServerTls:
         return context
 
     def load(self, context: ssl.SSLContext) -> None:
-        """(Re)load the certificate, key and client CA into ``context``."""
+        """Load the certificate, key and client CA into a new ``context``."""
         for path in (self.cert, self.key, self.client_ca):
             if path is not None and not os.path.isfile(path):
                 raise TlsConfigError(f"no such file: {path}")

@@ -1,0 +1,161 @@
+"""A running coordinator whose users and ACLs store goes bad (malformed, deleted, or not
+readable for a while) keeps serving with what it read last, logs an error and shows it in
+its metrics; it takes the store again once it is good."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from structlog.typing import EventDict
+
+from huddle.client.connection import connect
+from huddle.client.security import Security
+from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.security import listener
+from huddle.coordinator.security.listener import ListenerSecurity
+from huddle.coordinator.security.store import FILE_NAME, SecurityState, SecurityStoreError
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.errors import SaslAuthenticationFailedError
+from tests.helpers import fast_server_config, running_server, wait_until
+from tests.security_setup import keep
+
+ALICE = Security(username="alice", password="alice-pw")
+
+
+async def authenticates(server: CoordinatorServer, security: Security = ALICE) -> bool:
+    try:
+        async with connect(f"127.0.0.1:{server.port}", security=security) as conn:
+            return conn.principal == f"User:{security.username}"
+    except SaslAuthenticationFailedError:
+        return False
+
+
+def health(server: CoordinatorServer) -> tuple[float | None, float | None]:
+    """The store's gauge and failure counter, as Prometheus reads them."""
+    assert server.metrics is not None
+    registry = server.metrics.registry
+    return (
+        registry.get_sample_value("huddle_security_store_healthy"),
+        registry.get_sample_value("huddle_security_store_failures_total"),
+    )
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``path`` at once (a rename), as an editor saves it: never seen half-written."""
+    temp = path.with_suffix(".new")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def failed_events(logs: list[EventDict]) -> list[EventDict]:
+    return [e for e in logs if e["event"] == "security_store_failed"]
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[CoordinatorServer]:
+    await keep(tmp_path, {"alice": "alice-pw"})
+    config = fast_server_config(data_dir=str(tmp_path), sasl="SCRAM-SHA-512", metrics_port=0)
+    async with running_server(config) as running:
+        yield running
+
+
+async def test_a_malformed_store_file_keeps_the_last_good_users(
+    server: CoordinatorServer, tmp_path: Path, logs: list[EventDict]
+) -> None:
+    path = tmp_path / FILE_NAME
+    good = path.read_bytes()
+    assert health(server) == (1.0, 0.0)
+    replace_file(path, b'{"users": {"alice": "not a user"}}')  # not what a user is
+    await wait_until(lambda: failed_events(logs) != [], what="the failure logged")
+    (failed,) = failed_events(logs)
+    assert failed["log_level"] == "error"
+    assert failed["where"] == str(path)
+    assert await authenticates(server)  # served on with what was read last
+    assert health(server) == (0.0, 1.0)
+    replace_file(path, good)
+    await wait_until(lambda: health(server)[0] == 1.0, what="the store to be taken again")
+    assert any(e["event"] == "security_store_recovered" for e in logs)
+    assert len(failed_events(logs)) == 1  # once for the fault, not every second
+
+
+async def test_a_deleted_store_file_locks_nobody_out(
+    server: CoordinatorServer, tmp_path: Path, logs: list[EventDict]
+) -> None:
+    (tmp_path / FILE_NAME).unlink()
+    await wait_until(lambda: failed_events(logs) != [], what="the failure logged")
+    assert "is gone" in failed_events(logs)[0]["error"]
+    assert await authenticates(server)
+    assert health(server) == (0.0, 1.0)
+    await keep(tmp_path, {"bob": "bob-pw"})  # a store written anew (huddle users add)
+    await wait_until(lambda: health(server)[0] == 1.0, what="the new store to be taken")
+    assert await authenticates(server, Security(username="bob", password="bob-pw"))
+    assert not await authenticates(server)  # the new store has no alice
+
+
+class ScriptedStore:
+    """A store whose polls answer what the test hands it, one at a time (an exception is
+    raised)."""
+
+    where = "scripted"
+
+    def __init__(self) -> None:
+        self.answers: asyncio.Queue[SecurityState | Exception | None] = asyncio.Queue()
+        self.polls = 0  # polls begun
+
+    async def load(self) -> SecurityState:
+        return SecurityState()
+
+    async def update(self, change: Callable[[SecurityState], SecurityState]) -> SecurityState:
+        raise NotImplementedError
+
+    async def poll(self) -> SecurityState | None:
+        self.polls += 1
+        answer = await self.answers.get()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def polled(answers: list[SecurityState | Exception | None]) -> list[bool]:
+    """Whether the store was healthy after each of ``answers``."""
+    security = ListenerSecurity(ServerConfig(sasl="SCRAM-SHA-512", data_dir="unused"))
+    store = ScriptedStore()
+    security.store = store
+    seen: list[bool] = []
+    task = asyncio.create_task(security._poll())
+    try:
+        for count, answer in enumerate(answers, start=2):
+            store.answers.put_nowait(answer)
+            # the next poll has begun: the answer was taken in
+            await wait_until(lambda count=count: store.polls >= count, what="a poll")  # type: ignore[misc]
+            seen.append(security.store_healthy)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert security.store_failures == sum(isinstance(a, Exception) for a in answers)
+    return seen
+
+
+async def test_health_follows_what_the_store_answers(
+    monkeypatch: pytest.MonkeyPatch, logs: list[EventDict]
+) -> None:
+    monkeypatch.setattr(listener, "POLL_S", 0.001)
+    away = ConnectionError("etcd is away")
+    bad = SecurityStoreError("scripted is not a huddle security store")
+    # not read for a while: healthy again at the next read, even with nothing changed
+    assert await polled([away, away, None, None]) == [False, False, True, True]
+    # unusable: unhealthy until a usable state is read, whatever the polls in between
+    assert await polled([bad, None, away, None, SecurityState(), None]) == [
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    errors = [e["error"] for e in failed_events(logs)]
+    assert errors == ["etcd is away", str(bad), "etcd is away"]  # once per fault
