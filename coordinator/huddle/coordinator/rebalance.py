@@ -170,11 +170,10 @@ class Rebalancing(Sessions):
                 ),
             )
             return
-        gone = self.stale(member, conn)
+        gone = self.follow(member, conn)
         if gone is not None:
             fx.reply(waiter, sync_error(gone.code, gone.message))
             return
-        self._bind(member, conn)
         self._touch(fx, member)
         if group.is_(S.PREPARING_REBALANCE):
             fx.reply(waiter, sync_error(E.REBALANCE_IN_PROGRESS, "the group is rebalancing"))
