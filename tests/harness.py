@@ -40,6 +40,7 @@ from huddle.protocol.messages import (
 FAST = GroupConfig(initial_rebalance_delay_ms=0)
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
+ANONYMOUS = "User:ANONYMOUS"
 
 
 def protocols(*names: str, metadata: bytes = b"") -> list[Protocol]:
@@ -56,6 +57,9 @@ class Driver:
         self.replies: dict[int, Response] = {}
         self.notices: dict[int, list[Notice]] = {}
         self.closed: set[int] = set()
+        # who each connection is, where a test says: (client id, principal); otherwise
+        # connection n is its own client, "cn", anonymous
+        self.clients: dict[int, tuple[str, str]] = {}
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -69,11 +73,24 @@ class Driver:
             else:
                 self.notices.setdefault(conn_id, []).append(frame)
 
+    def peer(self, conn: int) -> Peer:
+        client_id, principal = self.clients.get(conn, (f"c{conn}", ANONYMOUS))
+        return Peer(conn, client_id=client_id, host="127.0.0.1", principal=principal)
+
     def send(self, conn: int, request: Request) -> int:
         cid = next(self._cids)
-        peer = Peer(conn, client_id=f"c{conn}", host="127.0.0.1")
-        self._collect(self.core.handle(peer, cid, request, self.now))
+        self._collect(self.core.handle(self.peer(conn), cid, request, self.now))
         return cid
+
+    def reconnect(self, old: int, new: int) -> None:
+        """Connection ``new`` is the client of connection ``old`` come back: the same
+        client id and principal."""
+        peer = self.peer(old)
+        self.clients[new] = (peer.client_id, peer.principal)
+
+    def connect_as(self, conn: int, client_id: str, principal: str = ANONYMOUS) -> None:
+        """Connection ``conn`` is a client with this client id and principal."""
+        self.clients[conn] = (client_id, principal)
 
     def advance(self, ms: float, unread: Callable[[int], bool] | None = None) -> None:
         """Move the clock, firing every deadline on the way in order (``unread``: as the

@@ -3,9 +3,20 @@ shard moving between nodes), against the pure core."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
-from huddle.coordinator.records import GroupRecord, OffsetRecord, Record
+import msgspec
+
+from huddle.coordinator.kept_groups import NO_CONNECTION
+from huddle.coordinator.records import (
+    HEADER,
+    GroupRecord,
+    OffsetRecord,
+    Record,
+    decode_frames,
+    encode_frames,
+)
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -73,8 +84,11 @@ def test_a_group_loaded_elsewhere_goes_on_in_its_generation_without_a_rebalance(
     group = new.group()
     assert (group.state, group.generation, group.leader) == (S.STABLE, gen, a)
     # the members find the new coordinator on new connections and carry on
+    new.reconnect(1, 7)
+    new.reconnect(2, 8)
     assert new.heartbeat(7, a, gen) == E.NONE
     assert new.heartbeat(8, b, gen) == E.NONE
+    assert (group.members[a].conn_id, group.members[b].conn_id) == (7, 8)
     assert new.sync_response(new.sync(8, b, gen)).assignment == b.encode()
     assert new.group().generation == gen
     committed = new.commit(7, {("t", 0): 43}, member_id=a, generation=gen)
@@ -87,6 +101,55 @@ def test_a_group_loaded_elsewhere_goes_on_in_its_generation_without_a_rebalance(
     assert isinstance(fetched, OffsetFetchResponse)
     assert fetched.topics[0].partitions[0].offset == 43
     assert next(r for r in kept(new) if isinstance(r, OffsetRecord)).offset == 43
+
+
+def test_a_loaded_member_moves_only_with_its_own_client() -> None:
+    """The member's principal is kept with it: on the node that loads the group, another
+    principal using the member's client id (DescribeGroups shows both ids) is checked as
+    Kafka checks it and does not take the member over; the member's own client does."""
+    old = keeping()
+    old.connect_as(1, "app", "User:alice")
+    a, b = old.form(1, 2)
+    gen = old.group().generation
+    new = keeping()
+    new.core.load(kept(old), new.now)
+    new.connect_as(7, "app", "User:mallory")
+    new.connect_as(8, "app", "User:alice")
+    assert new.heartbeat(7, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == NO_CONNECTION
+    assert new.heartbeat(8, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == 8
+    new.close(7)
+    new.advance(new.config.disconnect_grace_ms + 1)
+    assert a in new.group().members
+    new.close(8)
+    new.advance(new.config.disconnect_grace_ms + 1)
+    assert set(new.group().members) == {b}  # a's own connection's grace
+
+
+def test_a_group_kept_before_principals_were_loads_and_its_member_moves_by_client_id() -> None:
+    """A record written by a node that did not keep principals still loads; its member is
+    moved by the first connection with its client id, whoever that authenticated as."""
+    old = keeping()
+    (a,) = old.form(1)
+    gen = old.group().generation
+    (record,) = [r for r in kept(old) if isinstance(r, GroupRecord)]
+    raw = msgspec.msgpack.decode(bytes(encode_frames([record]))[HEADER.size :])
+    for member in raw[-1]:
+        member.pop()  # the principal, last of a kept member's fields
+    body = msgspec.msgpack.encode(raw)
+    frame = HEADER.pack(len(body), zlib.crc32(body)) + body
+    (loaded,) = decode_frames(frame).records
+    assert isinstance(loaded, GroupRecord)
+    assert loaded.members[0].principal is None
+    new = keeping()
+    new.core.load([loaded], new.now)
+    assert new.heartbeat(7, a, gen) == E.NONE  # another client id: "c7"
+    assert new.group().members[a].conn_id == NO_CONNECTION
+    new.connect_as(8, "c1", "User:alice")
+    assert new.heartbeat(8, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == 8
+    assert new.group().members[a].principal == "User:alice"
 
 
 def test_a_loaded_member_that_never_comes_back_expires_after_its_session() -> None:

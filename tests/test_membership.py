@@ -584,6 +584,7 @@ def test_requests_on_a_connection_the_member_left_act_for_it_no_more() -> None:
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
     (member_id,) = d.form(1)
     generation = d.group().generation
+    d.reconnect(1, 2)
     assert d.heartbeat(2, member_id, generation) == E.NONE  # it reconnected: connection 2
     newer = d.commit(2, {("t", 0): 1165}, member_id=member_id, generation=generation)
     assert newer.topics[0].partitions[0].error_code == E.NONE
@@ -592,7 +593,9 @@ def test_requests_on_a_connection_the_member_left_act_for_it_no_more() -> None:
     assert d.group().offsets[("t", 0)][0] == 1165
     assert d.heartbeat(1, member_id, generation) == E.COORDINATOR_NOT_AVAILABLE
     assert d.group().members[member_id].conn_id == 2
+    d.reconnect(1, 3)
     assert d.heartbeat(3, member_id, generation) == E.NONE  # a newer one still moves it
+    assert d.group().members[member_id].conn_id == 3
 
 
 def test_a_commit_on_another_connection_does_not_take_the_member_over() -> None:

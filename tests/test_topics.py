@@ -325,6 +325,7 @@ def test_a_closed_connection_hears_nothing_and_its_replacement_hears_again() -> 
     create(d, ("orders", 1))
     assert d.take_notices(1) == []
     assert d.take_notices(2) != []
+    d.reconnect(1, 3)
     assert d.heartbeat(3, a, d.group().generation) == E.NONE  # back through connection 3
     create(d, ("audit", 1))
     assert d.take_notices(3) == [

@@ -68,6 +68,7 @@ from huddle.protocol.messages import (
     RebalanceStarted,
     Request,
     Response,
+    SyncGroupRequest,
     SyncGroupResponse,
     TopicMetadataChanged,
 )
@@ -150,6 +151,9 @@ class Member:
         self._events_in, self._events = send, receive
         self._changed = anyio.Event()
         self._conn: Connection | None = None
+        # set once the member's own first request (a heartbeat, a join) is on its way on
+        # the connection: an application's commit waits for it (``_spoken_first``)
+        self._spoken = anyio.Event()
         self._tg: TaskGroup | None = None
         self._failure: MemberFailedError | None = None
         self._join_scope: anyio.CancelScope | None = None
@@ -258,6 +262,7 @@ class Member:
         More than ``REQUEST_PARTITIONS`` offsets go in several requests, one after another
         (a coordinator bounds the partitions one request may name)."""
         conn = self._require_connection()
+        await self._spoken_first()
         generation = self._core.current
         refused = self._driver.commit_refusal(generation, _now_ms())
         if refused is not None:
@@ -393,6 +398,7 @@ class Member:
                         self._offline = False
                         self._lost = False
                         self._offline_expiry = None  # the queued event is handled now
+                        self._spoken = anyio.Event()
                         self._conn = conn
                     driver.connected(conn.disconnect_grace_ms)  # heartbeat at once
                     self._log.info("member_connected", member_id=self._core.member_id)
@@ -413,6 +419,7 @@ class Member:
                 self._connection_lost()
             finally:
                 self._conn = None
+                self._spoken.set()  # a commit waiting for it goes on, and finds it closed
                 driver.disconnected()
                 self._notify()
             # callbacks of a step the lost connection cut off (a listener error fails it)
@@ -473,6 +480,8 @@ class Member:
             case Call(request, expect, timeout_ms, loaded):
                 if conn is None:
                     raise NotConnectedError("the member is not connected to the coordinator")
+                if isinstance(request, JoinGroupRequest | SyncGroupRequest):
+                    self._spoken.set()  # sent before any commit waiting: see _spoken_first
                 timeout = None if timeout_ms is None else timeout_ms / 1000
                 if expect is None:
                     return await conn.request(request, timeout=timeout)
@@ -556,6 +565,7 @@ class Member:
                     await self._changed.wait()
                 continue
             timeout_s = driver.heartbeat_timeout_ms / 1000
+            self._spoken.set()  # sent before any commit waiting: see _spoken_first
             response = await conn.request(action.request, timeout=timeout_s)
             if isinstance(response, HeartbeatResponse | ErrorResponse):
                 code = response.error_code
@@ -608,6 +618,18 @@ class Member:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+    async def _spoken_first(self) -> None:
+        """On a new connection, the member's own first heartbeat (or JoinGroup, SyncGroup)
+        goes before an application's commit: a coordinator moves the member to a new
+        connection with those, and refuses a commit held up on the old one from then on.
+        Whoever sets ``_spoken`` sends at once, with no await before the connection's
+        send lock is taken, and the lock is first come, first served: that request is
+        written first. Bounded by a heartbeat's timeout (the coordinator moves the member
+        with a commit too)."""
+        if not self._spoken.is_set():
+            with anyio.move_on_after(self._driver.heartbeat_timeout_ms / 1000):
+                await self._spoken.wait()
 
     def _require_connection(self) -> Connection:
         if self._conn is None or self._lost:  # lost: its end may wait on a callback

@@ -37,6 +37,7 @@ class Member:
         "join_waiter",
         "member_id",
         "overdue_since",
+        "principal",
         "protocol_type",
         "protocols",
         "rebalance_timeout_ms",
@@ -52,6 +53,7 @@ class Member:
         instance_id: str | None,
         *,
         client_id: str,
+        principal: str | None,
         host: str,
         conn_id: int,
         protocol_type: str,
@@ -62,6 +64,8 @@ class Member:
         self.member_id = member_id
         self.instance_id = instance_id
         self.client_id = client_id
+        # who its client authenticated as (None: loaded from a record that did not say)
+        self.principal = principal
         self.host = host
         self.conn_id = conn_id
         self.protocol_type = protocol_type
@@ -192,6 +196,7 @@ class Group:
             new_member_id,
             old.instance_id,
             client_id=old.client_id,
+            principal=old.principal,
             host=old.host,
             conn_id=old.conn_id,
             protocol_type=old.protocol_type,

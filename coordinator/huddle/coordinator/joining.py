@@ -153,11 +153,10 @@ class Joining(Rebalancing):
         if not group.supports(req.protocol_type, req.protocols, member):
             fx.reply(waiter, inconsistent(member_id))
             return
-        gone = self.stale(member, conn)
+        gone = self.follow(member, conn)
         if gone is not None:
             fx.reply(waiter, join_error(gone.code, gone.message, member_id))
             return
-        self._bind(member, conn)
         self._touch(fx, member)
         unchanged = member.same_protocols(req.protocols)
         is_leader = member.member_id == group.leader
@@ -191,6 +190,7 @@ class Joining(Rebalancing):
             member_id,
             req.group_instance_id,
             client_id=conn.client_id,
+            principal=conn.principal,
             host=conn.host,
             conn_id=conn.conn_id,
             protocol_type=req.protocol_type,

@@ -29,6 +29,7 @@ def group_record(group: Group) -> GroupRecord:
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             protocols=[(p.name, p.metadata) for p in m.protocols],
             assignment=m.assignment,
+            principal=m.principal,
         )
         for m in group.members.values()
     ]
@@ -54,6 +55,7 @@ def loaded_group(record: GroupRecord) -> Group:
             kept.member_id,
             kept.instance_id,
             client_id=kept.client_id,
+            principal=kept.principal,
             host=kept.host,
             conn_id=NO_CONNECTION,
             protocol_type=record.protocol_type or "",

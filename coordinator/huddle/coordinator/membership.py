@@ -68,11 +68,10 @@ class Membership(Joining):
                 return conn.conn_id, Reply(correlation_id=cid, response=response)
             group, member = checked
         if member.conn_id != conn.conn_id:
-            gone = self.stale(member, conn)
+            gone = self.follow(member, conn)
             if gone is not None:
                 response = HeartbeatResponse(error_code=gone.code, error_message=gone.message)
                 return conn.conn_id, Reply(correlation_id=cid, response=response)
-            self._bind(member, conn)
         self.timers.extend(member.session_key, now + member.session_timeout_ms)
         member.overdue_since = None
         response = _REBALANCING_HEARTBEAT if group.state is S.PREPARING_REBALANCE else _OK_HEARTBEAT

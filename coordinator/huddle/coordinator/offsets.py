@@ -138,12 +138,12 @@ class Offsets:
             )
         if group.is_(S.COMPLETING_REBALANCE):
             return group, Refusal(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
-        gone = self.membership.stale(member, peer)
+        # Kafka accepts a commit from whoever names the member, its instance id and its
+        # generation (a producer may commit for its consumer on a connection of its own),
+        # and renews the member's session; the member moves only with its own client
+        gone = self.membership.follow(member, peer)
         if gone is not None:
             return group, gone
-        # Kafka accepts a commit from whoever names the member, its instance id and its
-        # generation (a transactional producer commits for its consumer on a connection of
-        # its own): the session is renewed, but the member does not move to that connection
         self.membership.renew(fx, member)
         return group, None
 

@@ -29,7 +29,8 @@ class Rebalancing(Sessions):
         group = super().load_group(record, now)
         limit = self.config.max_group_size
         if limit and group.size > limit:
-            reason = f"loaded with {group.size} members, over the group size limit of {limit}"
+            # the text before ':' labels huddle_rebalances_total: no numbers in it
+            reason = f"loaded over the size limit: {group.size} members, the limit is {limit}"
             self._prepare_rebalance(Effects(now), group, reason)
         return group
 
@@ -170,11 +171,10 @@ class Rebalancing(Sessions):
                 ),
             )
             return
-        gone = self.stale(member, conn)
+        gone = self.follow(member, conn)
         if gone is not None:
             fx.reply(waiter, sync_error(gone.code, gone.message))
             return
-        self._bind(member, conn)
         self._touch(fx, member)
         if group.is_(S.PREPARING_REBALANCE):
             fx.reply(waiter, sync_error(E.REBALANCE_IN_PROGRESS, "the group is rebalancing"))

@@ -69,6 +69,9 @@ class KeptMember(msgspec.Struct, array_like=True, frozen=True):
     rebalance_timeout_ms: int
     protocols: list[tuple[str, bytes]]  # (name, metadata): the member's subscriptions
     assignment: bytes
+    # who its client authenticated as: only that client moves the member to a new
+    # connection (None: a record kept before principals were)
+    principal: str | None = None
 
 
 class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):

@@ -119,19 +119,26 @@ class Sessions:
             )
         return group, member
 
-    @staticmethod
-    def stale(member: Member, conn: Peer) -> Refusal | None:
-        """A request that arrives on a connection older than the one the member speaks
-        through now (connection ids only grow): its client gave that connection up, and it
-        must not act for the member any more (a commit held up in the network would set an
-        offset back; a heartbeat would bind the member to a dead connection). The member
-        speaks through the connection of its last JoinGroup, SyncGroup or Heartbeat; an
-        OffsetCommit naming it from another connection never moves it there."""
+    def follow(self, member: Member, conn: Peer) -> Refusal | None:
+        """Why a request for ``member`` that passed Kafka's checks (member id, instance id,
+        generation) must not act after all, or None; and which connection the member speaks
+        through from now on. A client is told by its principal and client id together.
+
+        The member's own client on a newer connection (connection ids only grow) came back:
+        the member moves there, whatever the request (JoinGroup, SyncGroup, Heartbeat or
+        OffsetCommit), and the old connection's disconnect grace no longer applies. The same
+        client on an older connection gave that one up: its request is refused (a commit
+        held up in the network on it would set an offset back). Another client's request
+        acts as in Kafka, but never moves the member (its connection closing removes
+        nobody) nor is refused for its connection's age."""
+        if conn.conn_id == member.conn_id or not same_client(member, conn):
+            return None
         if conn.conn_id < member.conn_id:
             return Refusal(
                 E.COORDINATOR_NOT_AVAILABLE,
-                f"member {member.member_id} speaks through a newer connection",
+                f"member {member.member_id} speaks through a newer connection of its client",
             )
+        self._bind(member, conn)
         return None
 
     # --- kept groups (a cluster) -----------------------------------------------------
@@ -244,6 +251,7 @@ class Sessions:
             member.conn_id = conn.conn_id
             self.timers.cancel(member.grace_key)
         member.client_id = conn.client_id
+        member.principal = conn.principal
         member.host = conn.host
 
     def _bind_key(self, conn_id: int, key: MemberKey) -> None:
@@ -262,9 +270,15 @@ class Sessions:
         member.overdue_since = None
 
     def renew(self, fx: Effects, member: Member) -> None:
-        """A request made for the member renews its session; only its own group requests
-        (JoinGroup, SyncGroup, Heartbeat) move it to the connection they came on."""
+        """A request made for the member renews its session (which connection it speaks
+        through is ``follow``'s)."""
         self._touch(fx, member)
+
+
+def same_client(member: Member, conn: Peer) -> bool:
+    """Whether ``conn`` is the client the member speaks through: the same client id and
+    principal (a member loaded from a record kept before principals were: any principal)."""
+    return conn.client_id == member.client_id and member.principal in (None, conn.principal)
 
 
 def rebalance_timeout(req: JoinGroupRequest) -> int:

@@ -1,0 +1,164 @@
+"""Which connection a member speaks through (docs/coordinator.md section 4), against the
+pure core: its client coming back on a newer connection moves it there, whatever that
+client's first request is, and a request held up on the connection it left is refused;
+another client naming the member is checked as Kafka checks it and never moves it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import CreateTopicsRequest, SyncGroupResponse, TopicSpec
+from tests.harness import Driver
+
+E = ErrorCode
+
+
+def with_topic() -> Driver:
+    d = Driver()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    return d
+
+
+def follower_of(d: Driver, a: str, b: str) -> tuple[str, int]:
+    """The member of ``d.form(1, 2)`` that is not the leader, and its connection (a
+    JoinGroup of a leader would start a rebalance)."""
+    return (b, 2) if d.group().leader == a else (a, 1)
+
+
+def offset(d: Driver) -> int:
+    return d.group().offsets[("t", 0)][0]
+
+
+def committed(d: Driver, conn: int, member_id: str, generation: int, value: int) -> int:
+    """The error of a commit of ``value`` to t-0 (the request's, else the partition's)."""
+    response = d.commit(conn, {("t", 0): value}, member_id=member_id, generation=generation)
+    return response.error_code or response.topics[0].partitions[0].error_code
+
+
+def synced(d: Driver, conn: int, member_id: str, generation: int) -> int:
+    response = d.response(d.sync(conn, member_id, generation))
+    assert isinstance(response, SyncGroupResponse)
+    return response.error_code
+
+
+# The first request a member's client may send on its new connection, as (name, send):
+# each returns the error code it was answered with.
+FirstRequest = Callable[[Driver, int, str, int], int]
+FIRST_REQUESTS: dict[str, FirstRequest] = {
+    "commit": lambda d, conn, m, gen: committed(d, conn, m, gen, 20),
+    "heartbeat": lambda d, conn, m, gen: d.heartbeat(conn, m, gen),
+    "sync": synced,
+    "join": lambda d, conn, m, gen: d.join_response(d.join(conn, m)).error_code,
+}
+
+
+# --- the member's own client on a newer connection ------------------------------------
+
+
+def test_a_held_up_commit_is_refused_after_the_member_committed_first_on_its_new_connection() -> (
+    None
+):
+    """huddle's Member may commit on a new connection before its first heartbeat there:
+    that commit moves the member, so one held up on the connection it left cannot set the
+    offset back."""
+    d = with_topic()
+    (a,) = d.form(1)
+    gen = d.group().generation
+    d.reconnect(1, 3)
+    assert committed(d, 3, a, gen, 20) == E.NONE  # its first request on connection 3
+    assert committed(d, 1, a, gen, 10) == E.COORDINATOR_NOT_AVAILABLE  # held up on 1
+    assert offset(d) == 20
+    assert d.heartbeat(1, a, gen) == E.COORDINATOR_NOT_AVAILABLE
+    assert d.heartbeat(3, a, gen) == E.NONE
+
+
+@pytest.mark.parametrize("first", sorted(FIRST_REQUESTS))
+def test_a_member_whose_first_request_on_its_new_connection_is_any_is_not_removed_by_the_grace(
+    first: str,
+) -> None:
+    d = with_topic()
+    a, b = d.form(1, 2)
+    member, conn = follower_of(d, a, b)
+    gen = d.group().generation
+    d.close(conn)
+    d.reconnect(conn, 3)
+    assert FIRST_REQUESTS[first](d, 3, member, gen) == E.NONE
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert member in d.group().members
+    assert d.group().generation == gen
+    assert d.heartbeat(3, member, gen) == E.NONE
+
+
+# --- another client naming the member -------------------------------------------------
+
+
+@pytest.mark.parametrize("first", sorted(FIRST_REQUESTS))
+def test_a_request_from_another_client_does_not_take_the_member_over(first: str) -> None:
+    """Member ids are visible to anyone who may DescribeGroups: another client naming a
+    member and its generation is answered as Kafka answers it, and the member goes on on
+    its own connection; that client's close removes nobody."""
+    d = with_topic()
+    a, b = d.form(1, 2)
+    follower, conn = follower_of(d, a, b)
+    gen = d.group().generation
+    assert FIRST_REQUESTS[first](d, 5, follower, gen) == E.NONE  # someone else's connection
+    assert d.heartbeat(conn, follower, gen) == E.NONE
+    assert committed(d, conn, follower, gen, 30) == E.NONE
+    assert d.group().members[follower].client_id == f"c{conn}"  # DescribeGroups shows its own
+    d.close(5)
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert set(d.group().members) == {a, b}
+    assert d.group().generation == gen
+    assert d.heartbeat(conn, follower, gen) == E.NONE
+
+
+def test_another_principal_with_the_members_client_id_does_not_take_it_over() -> None:
+    """Client ids are shown by DescribeGroups too: a client is told by its principal and its
+    client id together."""
+    d = with_topic()
+    (a,) = d.form(1)
+    gen = d.group().generation
+    d.connect_as(5, "c1", "User:mallory")
+    assert d.heartbeat(5, a, gen) == E.NONE
+    assert committed(d, 5, a, gen, 10) == E.NONE
+    assert committed(d, 1, a, gen, 11) == E.NONE
+    d.close(5)
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert a in d.group().members
+    assert offset(d) == 11
+
+
+def test_a_commit_from_an_older_connection_is_checked_as_kafka_checks_it() -> None:
+    """A producer or admin connection opened before the consumer (re)connected commits for
+    it as in Kafka (validateOffsetCommit: member id, instance id, generation)."""
+    d = Driver()
+    d.send(2, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))  # conn 2 first
+    (a,) = d.form(5)
+    gen = d.group().generation
+    assert committed(d, 2, a, gen, 10) == E.NONE
+    assert offset(d) == 10
+    assert d.heartbeat(2, a, gen) == E.NONE
+    assert committed(d, 5, a, gen, 11) == E.NONE  # the member itself goes on
+
+
+def test_another_clients_requests_keep_the_member_alive_as_in_kafka_but_not_its_connection() -> (
+    None
+):
+    """Kafka renews a member's session on a commit or heartbeat from anyone; the disconnect
+    grace still follows the member's own connection: once it closes, another client's
+    requests for the member do not keep it in the group."""
+    d = with_topic()
+    (a,) = d.form(1)
+    gen = d.group().generation
+    session = d.group().members[a].session_timeout_ms
+    for _ in range(3):
+        d.advance(session * 2 / 3)
+        assert committed(d, 5, a, gen, 10) == E.NONE
+    assert a in d.group().members  # renewed by the commits, past its own session
+    d.close(1)
+    assert d.heartbeat(5, a, gen) == E.NONE
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert a not in d.group().members
