@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 
 from huddle.cli.usage import ENV_PREFIX, UsageError
 from huddle.coordinator.config import GroupConfig, ServerConfig
-from huddle.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
+from huddle.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging, flush_logs
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -398,6 +398,7 @@ def run_serve(settings: ServeSettings) -> int:
         ClusterStartError,
         SecurityStartError,
     ) as exc:
+        flush_logs()  # the log's last lines first, then the reason
         print(f"huddle: {exc}", file=sys.stderr)
         return 1
     return 0
