@@ -12,6 +12,7 @@ from typing import Annotated, Union, get_args, get_origin, get_type_hints
 import msgspec
 
 from huddle.protocol import messages
+from huddle.protocol.errors import ErrorCode
 
 WIRE_MD = Path(__file__).resolve().parent.parent / "docs" / "wire.md"
 COMMON = ("error_code", "error_message")  # every response has them; the table says so once
@@ -99,3 +100,11 @@ def test_the_check_reads_nested_fields() -> None:
         "topics[name, partitions[partition, offset, metadata]]"
     )
     assert fields_of(messages.Call) == "correlation_id, request"
+
+
+def test_every_error_code_is_in_the_coordinator_s_table() -> None:
+    """docs/coordinator.md section 2, which the wire protocol's responses refer to, names
+    every code as ``huddle.protocol.errors.ErrorCode`` numbers it."""
+    table = (WIRE_MD.parent / "coordinator.md").read_text()
+    rows = dict(re.findall(r"^\| (-?\d+) \| ([A-Z_]+) \|", table, re.MULTILINE))
+    assert rows == {str(code.value): code.name for code in ErrorCode}
