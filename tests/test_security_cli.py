@@ -33,7 +33,9 @@ def test_users_are_added_listed_and_removed(
     )
     capsys.readouterr()
     assert users("list", "--json", data=tmp_path) == 0
-    listed = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, "one JSON document on one line, as every --json"
+    listed = json.loads(out)
     assert listed == [
         {"name": "alice", "mechanisms": ["SCRAM-SHA-256", "SCRAM-SHA-512"], "iterations": 4096},
         {"name": "bob", "mechanisms": ["SCRAM-SHA-256"], "iterations": 8192},
