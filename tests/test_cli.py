@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,6 +144,14 @@ def test_every_setting_has_a_flag() -> None:
     assert {s.field for s in SERVE_FLAGS if s.target == "group"} == group
     assert {s.field for s in SERVE_FLAGS if s.target == "server"} == server
     assert all(s.env == "HUDDLE_" + s.dest.upper() for s in SERVE_FLAGS)
+
+
+def test_every_flag_is_in_the_readme_s_table() -> None:
+    """The README's "Configuration of huddle serve" table has a row for every flag."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `--")]
+    named = {flag for row in rows for flag in re.findall(r"`--([a-z0-9-]+)`", row)}
+    assert {s.flag for s in SERVE_FLAGS} <= named
 
 
 def test_bootstrap() -> None:

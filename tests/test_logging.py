@@ -6,12 +6,14 @@ import io
 import json
 import logging
 import os
+import threading
 from collections.abc import Iterator
+from typing import TextIO
 
 import pytest
 import structlog
 
-from huddle.logs import LogFormat, configure_logging, parse_level, printable
+from huddle.logs import LogFormat, close_logs, configure_logging, parse_level, printable
 
 
 @pytest.fixture(autouse=True)
@@ -19,6 +21,7 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield
+    close_logs()
     structlog.reset_defaults()
     root.handlers[:] = handlers
     root.setLevel(level)
@@ -158,3 +161,52 @@ def test_tracebacks_carry_no_local_variables(fmt: LogFormat) -> None:
     assert "cannot handle it" in text
     assert "handle" in text  # the frames are there
     assert secret not in text
+
+
+def pipe() -> tuple[int, TextIO]:
+    """A pipe's read end and its write end as a text stream, as a process's stderr."""
+    read, write = os.pipe()
+    return read, os.fdopen(write, "w", encoding="utf-8")
+
+
+def test_a_reader_that_has_gone_never_makes_logging_raise() -> None:
+    """``huddle serve 2>&1 | head -1``: once ``head`` exits, every write meets EPIPE; the
+    code that logs (a signal handler, the event loop) must never see it."""
+    read, stream = pipe()
+    os.close(read)
+    configure_logging("json", stream=stream)
+    for n in range(1000):
+        structlog.get_logger("huddle.test").info("connection_opened", conn_id=n)
+    logging.getLogger("asyncio").error("through the standard library too")
+    close_logs()
+    stream.close()
+
+
+def test_a_reader_that_reads_nothing_never_blocks_logging() -> None:
+    """A full pipe holds lines back (up to a bound, then they are dropped and counted), but
+    never the code that logs; once the reader reads again, every line is accounted for."""
+    read, stream = pipe()
+    configure_logging("json", stream=stream)
+    log = structlog.get_logger("huddle.test")
+    logged = threading.Event()
+
+    def log_many() -> None:
+        for n in range(30_000):
+            log.info("connection_opened", conn_id=n, peer="127.0.0.1:40000")
+        logged.set()
+
+    threading.Thread(target=log_many, daemon=True).start()
+    assert logged.wait(30), "logging blocked on a pipe nobody reads"
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(read, 65536), b"")))
+    reader.start()
+    close_logs(timeout=30)
+    stream.close()
+    reader.join(30)
+    os.close(read)
+    events = [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    opened = [e["conn_id"] for e in events if e["event"] == "connection_opened"]
+    dropped = [e["count"] for e in events if e["event"] == "log_lines_dropped"]
+    assert dropped, "the drop was said"
+    assert len(opened) + sum(dropped) == 30_000
+    assert opened == sorted(opened)

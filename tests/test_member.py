@@ -86,8 +86,8 @@ async def test_members_join_and_share_the_partitions(bootstrap: str) -> None:
             view = await admin.describe("g")
         assert view.state == "Stable"
         assert view.protocol == "cooperative-sticky"
-        assert {tp for mv in view.members for tp in mv.assigned} == partitions(6)
-        assert {mv.member_id: frozenset(mv.assigned) for mv in view.members} == {
+        assert {tp for mv in view.members for tp in mv.owned} == partitions(6)
+        assert {mv.member_id: frozenset(mv.owned) for mv in view.members} == {
             m.member_id: m.assignment for m in members
         }
         shown = render_group(view)  # what `huddle groups describe g` prints

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,7 +33,9 @@ def test_users_are_added_listed_and_removed(
     )
     capsys.readouterr()
     assert users("list", "--json", data=tmp_path) == 0
-    listed = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, "one JSON document on one line, as every --json"
+    listed = json.loads(out)
     assert listed == [
         {"name": "alice", "mechanisms": ["SCRAM-SHA-256", "SCRAM-SHA-512"], "iterations": 4096},
         {"name": "bob", "mechanisms": ["SCRAM-SHA-256"], "iterations": 8192},
@@ -172,17 +172,26 @@ def test_serve_refuses_security_settings_that_cannot_work(
     assert "PLAIN sends passwords in the clear" in capsys.readouterr().err
     assert main(["serve", "--authorizer"], {}) == 2
     assert "--data-dir" in capsys.readouterr().err
+
+
+def test_a_missing_or_bad_tls_file_is_a_bad_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the README says: a bad setting exits 2, in one line, before anything starts."""
     missing = str(tmp_path / "missing.pem")
-    serve = [sys.executable, "-m", "huddle", "serve", "--port", "0"]
-    done = subprocess.run(
-        [*serve, "--tls-cert", missing, "--tls-key", missing],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1
-    assert f"TLS: no such file: {missing}" in done.stderr
+    assert main(["serve", "--port", "0", "--tls-cert", missing, "--tls-key", missing], {}) == 2
+    assert capsys.readouterr().err == f"huddle: TLS: no such file: {missing}\n"
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    junk = str(tmp_path / "junk.pem")
+    assert main(["serve", "--port", "0", "--tls-cert", junk, "--tls-key", junk], {}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("huddle: TLS: cannot load the certificate")
+    assert err.count("\n") == 1
+    for command in (["ping"], ["topics", "list"], ["groups", "describe", "g"]):
+        assert main([*command, "--tls-ca", missing], {}) == 2
+        assert capsys.readouterr().err == f"huddle: TLS: no such file: {missing}\n"
+    assert main(["ping"], {"HUDDLE_CLIENT_TLS_CA": junk}) == 2
+    assert capsys.readouterr().err.startswith("huddle: TLS: cannot load the TLS files")
 
 
 async def test_sighup_reloads_the_certificate_and_keeps_connections(tmp_path: Path) -> None:

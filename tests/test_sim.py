@@ -83,7 +83,7 @@ def test_a_few_hundred_seeds_keep_every_invariant(protocol: str) -> None:
 PLANTED = {
     "commit-fencing-off": ("cooperative-sticky", 40, "commits"),
     "leader-check-skipped": ("cooperative-sticky", 20, "cooperative-rounds"),
-    "session-from-receive-time": ("cooperative-sticky", 60, "exclusive-ownership"),
+    "session-from-receive-time": ("cooperative-sticky", 200, "exclusive-ownership"),
     "heartbeats-paused-in-callbacks": ("cooperative-sticky", 20, "availability"),
     # the tie goes to one claimant, and the leader's own check refuses the round
     "tie-handed-out": ("cooperative-sticky", 20, "member-failed"),

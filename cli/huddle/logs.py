@@ -14,13 +14,25 @@ other part of huddle: every layer may use it.
 
 Records from the standard library's ``logging`` (asyncio's own complaints, for instance)
 are rendered the same way, so stderr carries one format only.
+
+Lines go out through a ``LogSink``: a thread of its own writes them, so a reader that stops
+reading never blocks the code that logs (the coordinator's event loop), and one that has
+gone (``huddle serve 2>&1 | head -1``) never raises into it: a process logs on, and stops
+on SIGTERM, whatever became of its log's reader.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
+import os
+import select
 import sys
-from typing import Any, Literal, TextIO
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Literal, TextIO, cast
 
 import structlog
 import structlog.tracebacks
@@ -35,6 +47,162 @@ LOG_LEVELS: dict[str, int] = {
     "error": logging.ERROR,
     "critical": logging.CRITICAL,
 }
+
+
+MAX_QUEUED_LINES = 10_000  # lines waiting for a slow reader; more are dropped and counted
+EXIT_FLUSH_S = 2.0  # at exit, how long lines still queued get to be written
+
+
+class LogSink:
+    """A text stream for log lines that never blocks and never raises.
+
+    ``write`` queues the line; a daemon thread writes the queue to (a duplicate of) the
+    stream's file descriptor. While the reader is slow, at most ``max_queued`` lines wait
+    and later ones are dropped and counted; ``on_dropped(count)`` is called once writing
+    goes on (``configure_logging`` logs ``log_lines_dropped``). Once a write fails (the
+    reader is gone: EPIPE), every line is dropped. ``flush`` does nothing; ``drain`` waits,
+    a bounded time, for what is queued to be written.
+    """
+
+    def __init__(self, stream: TextIO, *, max_queued: int = MAX_QUEUED_LINES) -> None:
+        self._stream = stream
+        self._fd = os.dup(stream.fileno())  # ours: valid whatever becomes of the stream
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
+        self._max_queued = max_queued
+        self._queue: deque[str] = deque()
+        self._changed = threading.Condition()
+        self._writing = False
+        self._closing = False
+        self.broken = False
+        self.dropped = 0  # lines dropped since the last report
+        self.on_dropped: Callable[[int], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="huddle-log-writer", daemon=True)
+        self._thread.start()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def write(self, text: str) -> int:
+        with self._changed:
+            if self.broken or self._closing:
+                return len(text)
+            if len(self._queue) >= self._max_queued:
+                self.dropped += 1
+                return len(text)
+            self._queue.append(text)
+            self._changed.notify_all()
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing: the writer thread writes as soon as it can."""
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every queued line to be written (or dropped)."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self.broken or not (self._queue or self._writing), timeout
+            )
+
+    def close(self, timeout: float) -> None:
+        """Take no more lines; give those queued ``timeout`` s to be written."""
+        self.drain(timeout)
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join(0.1)
+        if not self._thread.is_alive():
+            os.close(self._fd)
+
+    def _run(self) -> None:
+        try:
+            while self._write_next():
+                pass
+        finally:
+            with self._changed:
+                self.broken = self.broken or not self._closing
+                self._queue.clear()
+                self._writing = False
+                self._changed.notify_all()
+
+    def _write_next(self) -> bool:
+        with self._changed:
+            self._changed.wait_for(lambda: self._queue or self._closing)
+            if not self._queue:
+                return False
+            text = "".join(self._queue)
+            self._queue.clear()
+            dropped, self.dropped = self.dropped, 0
+            self._writing = True
+        written = _write_all(self._fd, text.encode(self._encoding, "backslashreplace"))
+        if written and dropped and self.on_dropped is not None:
+            self.on_dropped(dropped)  # queued before ``drain`` can see an empty queue
+        with self._changed:
+            self._writing = False
+            self.broken = not written
+            self._changed.notify_all()
+        return written
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data``; False once the file cannot be written (EPIPE, EBADF, ...)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # someone made the file non-blocking: wait until writable
+            select.select([], [fd], [], 1.0)
+        except OSError:
+            return False
+    return True
+
+
+class _QuietStream:
+    """A stream without a file descriptor (a StringIO): written at once, errors ignored."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def write(self, text: str) -> int:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+
+_sink: LogSink | None = None
+
+
+def _sink_for(stream: TextIO) -> TextIO:
+    """The stream log lines go to: a LogSink where ``stream`` has a file descriptor."""
+    global _sink
+    close_logs()
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return cast(TextIO, _QuietStream(stream))
+    _sink = LogSink(stream)
+    return cast(TextIO, _sink)
+
+
+def flush_logs(timeout: float = EXIT_FLUSH_S) -> None:
+    """Wait up to ``timeout`` s for the log lines queued so far to be written."""
+    if _sink is not None:
+        _sink.drain(timeout)
+
+
+@atexit.register
+def close_logs(timeout: float = EXIT_FLUSH_S) -> None:
+    """Give the queued log lines ``timeout`` s to be written, then write no more (at exit)."""
+    global _sink
+    if _sink is not None:
+        _sink.close(timeout)
+        _sink = None
 
 
 class _NamedWriteLogger(structlog.WriteLogger):
@@ -158,8 +326,9 @@ def configure_logging(
     if fmt not in LOG_FORMATS:
         raise ValueError(f"unknown log format {fmt!r} (choose from {', '.join(LOG_FORMATS)})")
     levelno = parse_level(level)
-    out = stream if stream is not None else sys.stderr
-    console = fmt == "console" or (fmt == "auto" and out.isatty())
+    given = stream if stream is not None else sys.stderr
+    console = fmt == "console" or (fmt == "auto" and given.isatty())
+    out = _sink_for(given)
 
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -210,3 +379,11 @@ def configure_logging(
     handler._huddle = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(max(levelno, logging.INFO))
+    if _sink is not None:
+        _sink.on_dropped = _report_dropped
+
+
+def _report_dropped(count: int) -> None:
+    structlog.get_logger("huddle.logs").warning(
+        "log_lines_dropped", count=count, reason="the log's reader was too slow"
+    )

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from huddle.cli.parsing import HuddleParser
+
 __all__ = ["COMMANDS", "build_parser", "main", "parse_args"]
 
 
@@ -111,9 +113,9 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> HuddleParser:
     """The parser; only the subcommand named in ``argv`` gets (and imports) its arguments."""
-    parser = argparse.ArgumentParser(
+    parser = HuddleParser(
         prog="huddle", description="A group coordinator for cooperative rebalancing."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -126,7 +128,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse a command line; argparse itself reports usage errors (exit 2)."""
+    """Parse a command line; a usage error is one line and a hint on stderr (exit 2)."""
     words = list(sys.argv[1:] if argv is None else argv)
     return build_parser(words).parse_args(words)
 

@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import anyio
+import msgspec
 
 from huddle.cli.client_security import add_security_flags, security_of
 from huddle.cli.group_admin import add_group_admin, delete_group, offsets_table, reset_offsets
+from huddle.cli.parsing import positive_seconds
 from huddle.cli.render import format_table, to_json
 from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin
@@ -28,6 +30,7 @@ from huddle.client.discovery import bootstrap_addresses, connect_any
 from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.logs import printable
 from huddle.protocol.addresses import format_address
+from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import SaslAuthenticationFailedError, ServerError, error_name
 from huddle.protocol.messages import DescribeClusterResponse, ListedGroup
 
@@ -37,22 +40,24 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
 # --- arguments --------------------------------------------------------------------------
 
 
-def _add_client_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+def _add_client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap",
         default=None,
         help=f"coordinator HOST:PORT (default {DEFAULT_BOOTSTRAP}) [env HUDDLE_BOOTSTRAP]",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the coordinator"
+        "--timeout",
+        type=positive_seconds,
+        default=10.0,
+        help="seconds to wait for the coordinator",
     )
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_security_flags(parser)
 
 
 def add_ping(ping: argparse.ArgumentParser) -> None:
-    _add_client_flags(ping, json_flag=False)
+    _add_client_flags(ping)
 
 
 def add_topics(topics: argparse.ArgumentParser) -> None:
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     timeout = float(args.timeout)
     try:
         if args.command == "ping":
-            output = anyio.run(_ping, bootstrap, timeout, security)
+            output = anyio.run(_ping, bootstrap, timeout, security, bool(args.json))
         else:
             output = anyio.run(run_admin_command, args, bootstrap, timeout, security)
     except UsageError as exc:  # found once the coordinator was asked (an unknown topic)
@@ -154,11 +159,23 @@ def _os_reason(exc: OSError) -> str:
     return str(exc).lower()
 
 
-async def _ping(bootstrap: str, wait_s: float, security: Security = NO_SECURITY) -> str:
+async def _ping(
+    bootstrap: str, wait_s: float, security: Security = NO_SECURITY, as_json: bool = False
+) -> str:
     try:
         async with connect_any(
             bootstrap, client_id="huddle-cli", timeout=wait_s, notices=False, security=security
         ) as conn:
+            if as_json:
+                return to_json(
+                    {
+                        "address": conn.bootstrap,
+                        "protocol_version": conn.server_version,
+                        "node_id": conn.node_id or None,
+                        "principal": conn.principal or None,
+                        "authentication_required": False,
+                    }
+                )
             who = f" as {conn.principal}" if conn.principal else ""
             return f"ok huddle protocol v{conn.server_version} at {conn.bootstrap}{who}"
     except SaslAuthenticationFailedError as exc:
@@ -166,6 +183,16 @@ async def _ping(bootstrap: str, wait_s: float, security: Security = NO_SECURITY)
             raise
         # It answered the handshake: it is up, and asks for credentials (a health check
         # needs none to know that).
+        if as_json:
+            return to_json(
+                {
+                    "address": bootstrap,
+                    "protocol_version": None,
+                    "node_id": None,
+                    "principal": None,
+                    "authentication_required": True,  # answered, but wants credentials
+                }
+            )
         return f"ok {bootstrap} answers; it requires authentication: {exc.message}"
 
 
@@ -187,7 +214,7 @@ def render_group(group: GroupView) -> str:
     if not group.members:
         return head
     members = format_table(
-        ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "TOPICS", "OWNED", "ASSIGNED"),
+        ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "TOPICS", "OWNED"),
         [
             (
                 m.member_id,
@@ -196,12 +223,32 @@ def render_group(group: GroupView) -> str:
                 m.client_host or "-",
                 ",".join(m.topics) or "-",
                 compact(m.owned),
-                compact(m.assigned),
             )
             for m in group.members
         ],
     )
+    if group.state != "Stable":
+        members += (
+            f"\n(the group is {group.state}: what each member owns is shown once it is Stable)"
+        )
     return f"{head}\n\n{members}"
+
+
+def describe_view(group: GroupView, offsets: Mapping[TopicPartition, int]) -> dict[str, object]:
+    """A group as ``huddle groups describe --json`` prints it: the group, its members and
+    what each owns now, and every committed offset with the member that owns it."""
+    owners = {tp: m.member_id for m in group.members for tp in m.owned}
+    view = cast(dict[str, object], msgspec.to_builtins(group))
+    view["offsets"] = [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "offset": offsets.get(tp),
+            "owner": owners.get(tp),
+        }
+        for tp in sorted(set(offsets) | set(owners))
+    ]
+    return view
 
 
 def cluster_view(
@@ -296,8 +343,8 @@ async def run_admin_command(
                 group = await admin.describe(args.group)
                 offsets = await admin.committed_offsets(args.group)
                 if as_json:
-                    return to_json(group)
-                owners = {tp: m.member_id for m in group.members for tp in m.assigned}
+                    return to_json(describe_view(group, offsets))
+                owners = {tp: m.member_id for m in group.members for tp in m.owned}
                 text = render_group(group)
                 if offsets or owners:
                     text += "\n\n" + offsets_table(offsets, owners)

@@ -2,7 +2,7 @@
 
 Each flag has a ``HUDDLE_CLIENT_*`` or ``HUDDLE_*`` variable, so a container's health check
 and scripts set them once. The password is never a flag: ``--password-file`` or
-``HUDDLE_PASSWORD``.
+``HUDDLE_PASSWORD``. A TLS file that is missing or cannot be loaded is a bad setting (exit 2).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from huddle.client.security import (
     SASL_MECHANISMS,
     PlainWithoutTlsError,
     Security,
+    TlsError,
     read_password_file,
 )
 
@@ -65,7 +66,7 @@ def security_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Securit
         raise UsageError("--username needs a password: --password-file or HUDDLE_PASSWORD")
     mechanism = args.sasl_mechanism or environ.get("HUDDLE_SASL_MECHANISM") or "SCRAM-SHA-512"
     try:
-        return Security(
+        security = Security(
             tls=bool(args.tls),
             ca_file=ca,
             cert_file=cert,
@@ -75,5 +76,9 @@ def security_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Securit
             password=password if username is not None else None,
             mechanism=mechanism.upper(),
         )
+        security.context()  # a TLS file missing or unreadable is a bad setting
+    except TlsError as exc:
+        raise UsageError(f"TLS: {exc.message}") from None
     except (ValueError, PlainWithoutTlsError) as exc:
         raise UsageError(str(exc)) from None
+    return security

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 
+from huddle.cli.render import to_json
 from huddle.coordinator.journal import DataDirError
 from huddle.coordinator.salvage import Salvage, check, repair
 
@@ -25,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         sub = actions.add_parser(name, help=text, description=text)
         sub.add_argument("directory", metavar="DIR", help="the coordinator's --data-dir")
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _describe(found: Salvage) -> list[str]:
@@ -38,10 +40,27 @@ def _describe(found: Salvage) -> list[str]:
     return lines
 
 
+def _as_json(found: Salvage, backup: str | None = None) -> str:
+    """The journal as ``check --json`` and ``repair --json`` print it."""
+    view: dict[str, object] = {
+        "bytes": found.size,
+        "intact_records": len(found.records),
+        "damaged": [{"at": at, "bytes": n, "reason": why} for at, n, why in found.damaged],
+        "torn_tail_bytes": found.torn_tail,
+        "clean": found.clean,
+    }
+    if backup is not None:
+        view["backup"] = backup
+    return to_json(view)
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         if args.action == "check":
             found = check(args.directory)
+            if args.json:
+                print(_as_json(found))
+                return 0 if found.clean else 1
             print("\n".join(_describe(found)))
             if not found.clean:
                 print(
@@ -53,6 +72,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except (DataDirError, OSError) as exc:
         print(f"huddle data: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print(_as_json(found, None if backup is None else str(backup)))
+        return 0
     print("\n".join(_describe(found)))
     if backup is None:
         print("nothing to repair")

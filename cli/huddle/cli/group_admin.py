@@ -53,7 +53,9 @@ def reset_of(args: argparse.Namespace) -> Reset:
 
 async def delete_group(admin: Admin, args: argparse.Namespace, as_json: bool) -> str:
     await admin.delete_group(args.group)
-    return to_json({"deleted": args.group}) if as_json else f'deleted group "{args.group}"'
+    if as_json:  # as ``topics delete --json``: what was deleted, and that it was
+        return to_json({"group_id": args.group, "deleted": True})
+    return f'deleted group "{args.group}"'
 
 
 async def reset_offsets(admin: Admin, args: argparse.Namespace, as_json: bool) -> str:
@@ -81,7 +83,7 @@ def render_plan(group: str, planned: list[PlannedOffset], *, executed: bool, as_
     if as_json:
         return to_json(
             {
-                "group": group,
+                "group_id": group,
                 "executed": executed,
                 "offsets": [
                     {

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from huddle.cli.render import to_json
 from huddle.cli.usage import UsageError
 from huddle.coordinator.security.acls import (
     CLUSTER_NAME,
@@ -250,7 +250,7 @@ def _users_action(
             for u in sorted(state.users.values(), key=lambda u: u.name)
         ]
         if args.json:
-            return json.dumps(rows, indent=1)
+            return to_json(rows)
         if not rows:
             return f"no users in {store.where}"
         return "\n".join(
@@ -312,7 +312,7 @@ def _acls_action(args: argparse.Namespace) -> Callable[[SecurityStore], Awaitabl
         state = await store.load()
         acls = [a for a in sorted(state.acls) if args.principal in (None, a.principal)]
         if args.json:
-            return json.dumps([_acl_json(a) for a in acls], indent=1)
+            return to_json([_acl_json(a) for a in acls])
         if not acls:
             return f"no ACLs in {store.where}"
         return "\n".join(a.describe() for a in acls)

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 
 from huddle.cli.usage import ENV_PREFIX, UsageError
 from huddle.coordinator.config import GroupConfig, ServerConfig
-from huddle.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
+from huddle.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging, flush_logs
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -309,9 +309,23 @@ class ServeSettings:
 # --- parsing ----------------------------------------------------------------------------
 
 
+def shown_default(spec: ServeFlag) -> str:
+    """A flag's default as ``--help`` shows it, from the configuration's own defaults."""
+    if spec.target == "log":
+        return {"format": "auto", "level": "info"}[spec.field]
+    defaults = GroupConfig() if spec.target == _G else ServerConfig()
+    value = getattr(defaults, spec.field)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value) if value != "" else "none"
+
+
 def add_arguments(serve: argparse.ArgumentParser) -> None:
     for spec in SERVE_FLAGS:
-        help_text = f"{spec.help} [env {spec.env}]"
+        text = (
+            spec.help if "default" in spec.help else f"{spec.help} (default {shown_default(spec)})"
+        )
+        help_text = f"{text} [env {spec.env}]"
         if spec.kind == "bool":
             serve.add_argument(
                 f"--{spec.flag}",
@@ -398,14 +412,29 @@ def run_serve(settings: ServeSettings) -> int:
         ClusterStartError,
         SecurityStartError,
     ) as exc:
+        flush_logs()  # the log's last lines first, then the reason
         print(f"huddle: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
+def check_tls_files(config: ServerConfig) -> None:
+    """UsageError if a TLS file is missing or cannot be loaded: a bad setting, not a failure
+    at run time."""
+    if not config.tls_cert:
+        return
+    from huddle.coordinator.security.tls import ServerTls, TlsConfigError
+
+    try:
+        ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None).context()
+    except TlsConfigError as exc:
+        raise UsageError(f"TLS: {exc}") from None
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         settings = serve_settings(args, environ)
+        check_tls_files(settings.config)
     except UsageError as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 2

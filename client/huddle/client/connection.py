@@ -260,18 +260,28 @@ class Connection:
         Frames that arrived with it (a notice right after the handshake result) are kept
         for the reader.
         """
+        heard = False
         while not self._early:
             try:
                 data = await self._stream.receive()
             except anyio.EndOfStream:
-                raise ConnectionClosedError(
-                    "the coordinator closed the connection during the handshake"
-                ) from None
+                raise ConnectionClosedError(self._closed_in_handshake(heard)) from None
             except (anyio.BrokenResourceError, OSError) as exc:
                 reason = f"connection lost during the handshake: {exc or type(exc).__name__}"
                 raise ConnectionClosedError(reason) from exc
+            heard = True
             self._early.extend(self._reader.feed(data))
         return self._codec.decode(self._early.pop(0))
+
+    def _closed_in_handshake(self, heard: bool) -> str:
+        """Why the connection closed before the first answer: a TLS listener closes a plain
+        client's connection without a word (it cannot read the handshake)."""
+        if heard or self.server_version or self.security.uses_tls:
+            return "the coordinator closed the connection during the handshake"
+        return (
+            "the coordinator closed the connection without answering the handshake: it "
+            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...))"
+        )
 
     async def _handshake(self) -> None:
         mechanism = self.security.sasl_mechanism
@@ -308,6 +318,8 @@ class Connection:
         """The next frame of the handshake, of type ``expect``; raises the error it carries."""
         try:
             frame = await self._receive_frame()
+        except ConnectionClosedError:
+            raise
         except (HuddleError, msgspec.MsgspecError) as exc:
             message = f"bad handshake answer from the coordinator: {exc}"
             raise ConnectionClosedError(message) from exc

@@ -21,8 +21,10 @@ class MemberView(msgspec.Struct, frozen=True, kw_only=True):
     client_id: str
     client_host: str
     topics: list[str]  # its subscription ([] if unreadable)
-    owned: list[TopicPartition]  # what it said it owned when it last joined
-    assigned: list[TopicPartition]  # what the leader gave it in this generation
+    # What it owns now: its part of the group's current assignment (the coordinator shows
+    # assignments of a Stable group only: [] while the group rebalances).
+    owned: list[TopicPartition]
+    claimed: list[TopicPartition]  # what its last JoinGroup said it owned
     readable: bool = True  # False: the metadata is not huddle's embedded protocol
 
 
@@ -52,8 +54,8 @@ def view(group: DescribedGroup) -> GroupView:
                 client_id=m.client_id,
                 client_host=m.client_host,
                 topics=list(sub.topics) if sub else [],
-                owned=sorted(sub.owned) if sub else [],
-                assigned=sorted(assigned),
+                owned=sorted(assigned),
+                claimed=sorted(sub.owned) if sub else [],
                 readable=readable,
             )
         )

@@ -1135,8 +1135,8 @@ class StorageFailedError(HuddleError):
 
 
 def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:
+    stop.set()  # first: nothing that follows may keep the server from stopping
     log.info("signal_received", signal=signum.name)
-    stop.set()
 
 
 __all__ = ["ClusterStartError", "CoordinatorServer", "ListenError", "StorageFailedError", "serve"]
