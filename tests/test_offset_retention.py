@@ -1,6 +1,6 @@
-"""Offset retention (Kafka's KIP-211): the committed offsets of a group without members
-expire ``offsets_retention_ms`` after it emptied or last committed, and the expiry is kept
-across restarts. The core is driven with explicit clocks."""
+"""Offset retention as Kafka's ``GroupMetadata.removeExpiredOffsets`` (KIP-211): which
+offsets expire, from when, kept across restarts and shard moves. The core is driven with
+explicit clocks."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 from huddle.client.admin import Admin
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
-from huddle.coordinator.records import DELETED, OffsetRecord
-from huddle.protocol.embedded import TopicPartition
+from huddle.coordinator.records import DELETED, GroupRecord, OffsetRecord, Record, group_deleted
+from huddle.coordinator.state import GroupState
+from huddle.protocol.embedded import Subscription, TopicPartition, encode
 from huddle.protocol.messages import (
     CreateTopicsRequest,
     LeaveGroupRequest,
@@ -54,7 +55,7 @@ def commit(c: Coordinator, group: str, offset: int, now: float) -> None:
     c.handle(ADMIN, 2, request, now)
 
 
-def test_an_empty_group_s_offsets_expire_after_the_retention_and_stay_expired() -> None:
+def test_an_admin_group_s_offsets_expire_after_the_retention_and_stay_expired() -> None:
     c = core()
     commit(c, "idle", 7, now=0)
     kept = c.take_changes()
@@ -71,7 +72,7 @@ def test_an_empty_group_s_offsets_expire_after_the_retention_and_stay_expired() 
     assert "idle" not in again.groups
 
 
-def test_a_commit_puts_the_expiry_off() -> None:
+def test_a_commit_puts_the_expiry_of_its_partition_off() -> None:
     c = core()
     commit(c, "g", 1, now=0)
     c.expire_offsets(0, WALL)
@@ -154,20 +155,139 @@ def test_offsets_kept_before_retention_existed_get_a_full_retention() -> None:
     assert c.expire_offsets(RETENTION, WALL + RETENTION) == 1
 
 
-def test_when_a_group_emptied_is_kept_across_a_restart() -> None:
+def stable_consumers(*conns: int, topics: list[str]) -> tuple[Driver, list[str]]:
+    """A Stable group of huddle members (protocol type ``consumer``) subscribed to
+    ``topics``, with topics t and u of 2 partitions; core time 0 is ``WALL``."""
     d = Driver(offsets_retention_ms=RETENTION)
     d.core.offsets.wall_offset_ms = WALL
-    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
-    old = OffsetRecord("g", "t", 0, 3, None, WALL - 10 * DAY)
-    d.core.restore([old])
-    member_id, held = d.join_new(1)
-    assert d.join_response(held).error_code == 0
-    d.send(1, LeaveGroupRequest(group_id="g", members=[MemberIdentity(member_id=member_id)]))
-    d.core.take_changes()
-    assert d.core.expire_offsets(0, WALL) == 0  # emptied now: its offsets are stamped so
-    restamped = d.core.take_changes()
-    assert restamped == [OffsetRecord("g", "t", 0, 3, None, WALL)]
-    again = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
-    again.restore([old, *restamped])  # a restart right after
-    assert again.expire_offsets(RETENTION - 1, WALL + RETENTION - 1) == 0
-    assert again.expire_offsets(RETENTION, WALL + RETENTION) == 1
+    d.core.membership.keep_groups = True
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name=n, partitions=2) for n in "tu"]))
+    members = d.form(*conns, metadata=encode(Subscription(topics=topics)))
+    assert d.group().state is GroupState.STABLE
+    return d, members
+
+
+def committed(d: Driver, group: str = "g") -> set[tuple[str, int]]:
+    return set(d.core.groups[group].offsets) if group in d.core.groups else set()
+
+
+def test_a_group_that_never_had_members_expires_each_partition_from_its_own_commit() -> None:
+    c = core()
+    commit(c, "admin", 1, now=0)
+    c.handle(ADMIN, 3, _commit_request("admin", partition=1, offset=5), RETENTION / 2)
+    assert c.expire_offsets(RETENTION - 1, WALL + RETENTION - 1) == 0
+    assert c.expire_offsets(RETENTION, WALL + RETENTION) == 1  # t-0 only
+    assert set(c.groups["admin"].offsets) == {("t", 1)}
+    assert c.take_changes()[-1] == OffsetRecord("admin", "t", 0, DELETED)
+    assert c.expire_offsets(RETENTION * 3 / 2, WALL + RETENTION * 3 / 2) == 1
+    assert "admin" not in c.groups
+
+
+def test_a_commit_to_an_empty_group_does_not_restart_its_clock() -> None:
+    """Kafka counts an Empty group's offsets from when it emptied (its
+    currentStateTimestamp), whatever was committed since: an administrator's offsets set
+    long after the group emptied expire with the rest."""
+    d, (a,) = stable_consumers(1, topics=["t"])
+    d.commit(1, {("t", 0): 3}, member_id=a, generation=d.group().generation)
+    d.advance(1_000)
+    d.leave(1, a)  # emptied at WALL + 1 s
+    d.advance(RETENTION - 2_000)
+    assert d.commit(2, {("t", 1): 9}).topics[0].partitions[0].error_code == 0  # an admin
+    assert d.core.expire_offsets(d.now, WALL + 1_000 + RETENTION - 1) == 0
+    assert d.core.expire_offsets(d.now, WALL + 1_000 + RETENTION) == 2  # both at once
+    assert "g" not in d.core.groups
+    assert d.core.take_changes()[-1] == group_deleted("g")  # its record goes with it
+
+
+def test_a_stable_consumer_group_loses_the_offsets_of_topics_it_no_longer_subscribes_to() -> None:
+    d, (a, b) = stable_consumers(1, 2, topics=["t"])
+    generation = d.group().generation
+    d.commit(1, {("t", 0): 1, ("u", 0): 2}, member_id=a, generation=generation)  # u: before
+    assert d.core.expire_offsets(d.now, WALL + RETENTION - 1) == 0
+    assert d.core.expire_offsets(d.now, WALL + RETENTION) == 1
+    # t is subscribed: its offset stays however old, and so does the group
+    assert committed(d) == {("t", 0)}
+    assert set(d.group().members) == {a, b}
+    assert d.group().generation == generation
+
+
+def test_a_group_whose_subscriptions_the_coordinator_cannot_read_keeps_its_offsets() -> None:
+    """Another protocol type, or subscriptions that are not huddle's (a Kafka client's),
+    or a group in a rebalance: the coordinator does not know what is subscribed, and
+    expires nothing while the group has members (as Kafka)."""
+    for kwargs in ({"protocol_type": "connect"}, {"metadata": b"not a subscription"}):
+        d = Driver(offsets_retention_ms=RETENTION)
+        d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+        (a,) = d.form(1, **kwargs)
+        d.commit(1, {("t", 0): 1}, member_id=a, generation=d.group().generation)
+        assert d.core.expire_offsets(0, WALL + 10 * RETENTION) == 0
+        assert committed(d) == {("t", 0)}
+    d, (a,) = stable_consumers(1, topics=["t"])
+    d.commit(1, {("u", 0): 2}, member_id=a, generation=d.group().generation)
+    d.join_new(2, metadata=encode(Subscription(topics=["t"])))  # a rebalance begins
+    assert d.group().state is GroupState.PREPARING_REBALANCE
+    assert d.core.expire_offsets(d.now, WALL + 10 * RETENTION) == 0
+
+
+def emptied_group(leave_at: float) -> tuple[Driver, list[Record]]:
+    """A group whose member committed at wall time ``WALL`` and left ``leave_at`` ms
+    later (by the wall clock; the process's own clock stands still): the records a data dir
+    or etcd keeps of it."""
+    d, (a,) = stable_consumers(1, topics=["t"])
+    d.commit(1, {("t", 0): 3}, member_id=a, generation=d.group().generation)
+    d.core.offsets.wall_offset_ms = WALL + leave_at
+    d.leave(1, a)
+    kept = d.core.take_changes()
+    emptied = [r for r in kept if isinstance(r, GroupRecord)][-1]
+    assert (emptied.members, emptied.current_state_ms) == ([], WALL + leave_at)
+    return d, kept
+
+
+def test_when_a_group_emptied_survives_a_restart() -> None:
+    """Found by probing: a restart lost when a group emptied, and its offsets expired the
+    retention after its last commit, long before the retention after it emptied."""
+    _, kept = emptied_group(leave_at=10 * DAY)
+    restarted = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
+    restarted.restore(kept)
+    restarted.start(0.0)
+    assert restarted.groups["g"].state_ms == WALL + 10 * DAY
+    assert restarted.expire_offsets(0, WALL + 10 * DAY + RETENTION - 1) == 0
+    assert restarted.expire_offsets(0, WALL + 10 * DAY + RETENTION) == 1
+    assert "g" not in restarted.groups
+
+
+def test_when_a_group_emptied_survives_a_shard_move() -> None:
+    _, kept = emptied_group(leave_at=10 * DAY)
+    taker = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
+    taker.membership.keep_groups = True
+    taker.load([r for r in kept if isinstance(r, GroupRecord | OffsetRecord)], 0.0)
+    assert taker.expire_offsets(0, WALL + 10 * DAY + RETENTION - 1) == 0
+    assert taker.expire_offsets(0, WALL + 10 * DAY + RETENTION) == 1
+
+
+def test_a_group_record_that_does_not_say_when_it_emptied_counts_from_each_commit() -> None:
+    """A record written before it kept the time (Kafka: an old GroupMetadata schema with no
+    currentStateTimestamp): each partition from its own commit."""
+    old = GroupRecord("g", 3, "consumer", None, None, [])
+    taker = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
+    taker.load(
+        [
+            old,
+            OffsetRecord("g", "t", 0, 1, None, WALL),
+            OffsetRecord("g", "t", 1, 1, None, WALL + DAY),
+        ],
+        0.0,
+    )
+    assert taker.expire_offsets(0, WALL + RETENTION) == 1
+    assert set(taker.groups["g"].offsets) == {("t", 1)}
+
+
+def _commit_request(group: str, *, partition: int, offset: int) -> OffsetCommitRequest:
+    return OffsetCommitRequest(
+        group_id=group,
+        topics=[
+            OffsetCommitTopic(
+                name="t", partitions=[OffsetCommitPartition(partition=partition, offset=offset)]
+            )
+        ],
+    )

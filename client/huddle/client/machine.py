@@ -25,6 +25,7 @@ from huddle.client.generation import NOT_JOINED, Generation
 from huddle.client.heartbeat import HeartbeatTimer
 from huddle.client.leader import assign, decode_members
 from huddle.protocol.embedded import (
+    CONSUMER_PROTOCOL_TYPE,
     Subscription,
     TaskLag,
     TopicPartition,
@@ -49,7 +50,7 @@ from huddle.protocol.messages import (
 )
 
 E = ErrorCode
-PROTOCOL_TYPE = "consumer"
+PROTOCOL_TYPE = CONSUMER_PROTOCOL_TYPE
 
 
 class MemberState(Enum):

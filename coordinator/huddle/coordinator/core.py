@@ -18,10 +18,11 @@ import structlog
 
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Outgoing, Peer
-from huddle.coordinator.group import Group
+from huddle.coordinator.group import Committed, Group
 from huddle.coordinator.membership import Membership, uuid_member_id
 from huddle.coordinator.offsets import Offsets
 from huddle.coordinator.records import (
+    DELETED,
     GroupRecord,
     OffsetRecord,
     Record,
@@ -30,6 +31,7 @@ from huddle.coordinator.records import (
     group_deleted,
     offset_deleted,
 )
+from huddle.coordinator.retention import Retention
 from huddle.coordinator.security.access import described_topics, screen
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
@@ -95,6 +97,8 @@ class Coordinator:
             self.changes,
             self.config.max_request_partitions,
         )
+        self.retention = Retention(self.membership, self.config, self.changes)
+        self._kept_groups: dict[str, GroupRecord] = {}  # restored, loaded by ``start``
 
         # Which node coordinates a group: the transport sets it (its own address, or the
         # cluster's shard owners); without one, nobody is known.
@@ -211,14 +215,23 @@ class Coordinator:
         return fx.out
 
     def start(self, now: float) -> None:
-        """The coordinator starts serving at ``now``, after ``restore``. If it kept state
-        from before, a member of the groups it forgot may still count its session alive
-        for as long as the longest session it was granted: no generation forms before
-        then, so nobody is handed a partition such a member may still be processing."""
+        """The coordinator starts serving at ``now``, after ``restore``: the kept groups
+        are loaded as a cluster node loads a shard's (``load``), each Stable in its kept
+        generation with a fresh session for every member, and their offsets with them.
+
+        A journal written by an older version kept no groups, only the longest session it
+        granted: a member of the groups it forgot may still count its session alive for
+        that long, so no generation forms before then (``Sessions.fence``), and nobody is
+        handed a partition such a member may still be processing."""
         m = self.membership
-        if m.longest_session_ms > 0:
-            m.fenced_until = now + m.longest_session_ms
-            log.info("restart_fence", until_ms=m.longest_session_ms)
+        kept, self._kept_groups = self._kept_groups, {}
+        for record in kept.values():
+            restored = self.groups.pop(record.group_id, None)  # its offsets, replayed
+            group = m.load_group(record, now)
+            if restored is not None:
+                group.offsets = restored.offsets
+            m.collect(group)  # emptied with no offsets: nothing to keep it for
+        m.fence(now)
 
     def next_deadline(self) -> float | None:
         return self.timers.next_deadline()
@@ -253,10 +266,13 @@ class Coordinator:
         for record in records:
             if isinstance(record, OffsetRecord):
                 self.offsets.restore(record)
-            elif isinstance(record, SessionRecord):
-                m.longest_session_ms = max(m.longest_session_ms, record.longest_ms)
-            elif isinstance(record, GroupRecord):
-                continue  # a cluster's: groups are loaded with their shard (``load``)
+            elif isinstance(record, SessionRecord):  # the last one says (0: served)
+                m.unserved_fence_ms = record.longest_ms
+            elif isinstance(record, GroupRecord):  # loaded by ``start``, the last one of each
+                if record.generation == DELETED:
+                    self._kept_groups.pop(record.group_id, None)
+                else:
+                    self._kept_groups[record.group_id] = record
             elif record.partitions > 0:
                 old = self.topics.partitions.get(record.name, 0)
                 self.topics.partitions[record.name] = record.partitions
@@ -326,33 +342,35 @@ class Coordinator:
         caller replays the records of changes made meanwhile after it (records set values,
         so replaying one twice is harmless)."""
         topics = dict(self.topics.partitions)
-        longest = self.membership.longest_session_ms
-        groups: list[tuple[str, int, dict[tuple[str, int], tuple[int, str | None]]]] = []
+        fence = self.membership.unserved_fence_ms
+        groups: list[tuple[str, GroupRecord | None, dict[tuple[str, int], Committed]]] = []
         for gid in list(self.groups):
             group = self.groups.get(gid)
-            if group is not None and group.offsets:
-                groups.append((gid, group.last_commit_ms, dict(group.offsets)))
+            if group is not None and (group.offsets or group.kept is not None):
+                groups.append((gid, group.kept, dict(group.offsets)))
                 yield
 
         def records() -> Iterator[Record]:
-            if longest > 0:
-                yield SessionRecord(longest)
+            if fence > 0:
+                yield SessionRecord(fence)
             for name, count in sorted(topics.items()):
                 yield TopicRecord(name, count)
             # one group's copy freed at a time: freeing them all at once is one long stall
             groups.sort(key=lambda item: item[0], reverse=True)
             while groups:
-                group_id, committed_ms, offsets = groups.pop()
-                for (topic, partition), (offset, metadata) in sorted(offsets.items()):
-                    yield OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms)
+                group_id, kept, offsets = groups.pop()
+                if kept is not None:  # as its last record said, not as it is mid-rebalance
+                    yield kept
+                for (topic, partition), (offset, metadata, at) in sorted(offsets.items()):
+                    yield OffsetRecord(group_id, topic, partition, offset, metadata, at)
                 del offsets
 
         return records
 
     def kept_size(self) -> int:
         """How many records ``snapshot()`` would return."""
-        kept = len(self.topics.partitions) + (1 if self.membership.longest_session_ms else 0)
-        return kept + sum(len(g.offsets) for g in self.groups.values())
+        kept = len(self.topics.partitions) + (1 if self.membership.unserved_fence_ms else 0)
+        return kept + sum(len(g.offsets) + (g.kept is not None) for g in self.groups.values())
 
     # --- topics and inspection -------------------------------------------------------
 
@@ -382,44 +400,11 @@ class Coordinator:
                 )
 
     def expire_offsets(self, now: float, wall_ms: float) -> int:
-        """Offset retention (Kafka's KIP-211): a group without members loses its committed
-        offsets, and goes, ``offsets_retention_ms`` after it emptied or last committed,
-        whichever is later. The transport calls it every check interval with the wall
-        clock; a group is taken as emptied when it is first seen empty (a group restored
-        after a restart: when it last committed, the best known). Returns how many
-        groups expired."""
-        self.offsets.wall_offset_ms = wall_ms - now
-        retention = self.config.offsets_retention_ms
-        expired = 0
-        for group in list(self.groups.values()):
-            if group.members or group.pending or not group.is_(GroupState.EMPTY):
-                group.emptied_ms = 0
-                continue
-            if not group.offsets:
-                continue
-            if group.emptied_ms == 0:
-                # a group that had members emptied since the last look: now, at the latest;
-                # one that never had any (an admin's commits) "emptied" when it committed;
-                # one whose commits carry no time (kept before retention existed): now
-                emptied = group.last_commit_ms if group.generation == 0 else 0
-                group.emptied_ms = emptied or int(wall_ms)
-                if group.emptied_ms > group.last_commit_ms:
-                    self._restamp(group, group.emptied_ms)
-            if max(group.emptied_ms, group.last_commit_ms) + retention > wall_ms:
-                continue
-            log.info("offsets_expired", group_id=group.group_id, partitions=len(group.offsets))
-            self._forget_group(group)
-            expired += 1
-        return expired
-
-    def _restamp(self, group: Group, at_ms: int) -> None:
-        """Keep the group's retention clock: its offsets again with ``at_ms`` as their time,
-        so a restart (or a node taking its shard over) counts from when it emptied."""
-        group.last_commit_ms = at_ms
-        for (topic, partition), (offset, metadata) in sorted(group.offsets.items()):
-            self.changes.append(
-                OffsetRecord(group.group_id, topic, partition, offset, metadata, at_ms)
-            )
+        """Offset retention (``huddle.coordinator.retention``, Kafka's KIP-211): the
+        transport calls it every check interval with the wall clock. Returns how many
+        offsets expired."""
+        self.membership.wall_offset_ms = wall_ms - now
+        return self.retention.expire(wall_ms)
 
     def _forget_group(self, group: Group) -> None:
         """The group and its offsets go, and stay gone: deletions are kept as records.
@@ -433,6 +418,7 @@ class Coordinator:
         group.offsets.clear()
         if self.membership.keep_groups:
             self.changes.append(group_deleted(group_id))
+            group.kept = None  # deleted already
         self.membership.collect(group)
 
     def _delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:

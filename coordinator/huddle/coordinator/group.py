@@ -12,6 +12,7 @@ from collections import Counter
 import structlog
 
 from huddle.coordinator.effects import Waiter
+from huddle.coordinator.records import GroupRecord
 from huddle.coordinator.state import GroupState, check_transition
 from huddle.coordinator.values import (
     DisconnectGraceEnds,
@@ -22,6 +23,8 @@ from huddle.coordinator.values import (
 from huddle.protocol.messages import JoinGroupMember, Protocol
 
 log = structlog.get_logger("huddle.group")
+
+Committed = tuple[int, str | None, int]  # offset, metadata, committed (wall clock ms)
 
 
 class Member:
@@ -117,11 +120,12 @@ class Group:
         self.pending_sync: set[str] = set()
         self.support: Counter[str] = Counter()  # protocol name -> members supporting it
         self.awaiting_join = 0  # members holding a JoinGroup
-        self.offsets: dict[tuple[str, int], tuple[int, str | None]] = {}
-        # offset retention, wall clock ms: the group's last commit, and when it was first
-        # seen empty (0: not empty, or not looked at since)
-        self.last_commit_ms = 0
-        self.emptied_ms = 0
+        # (topic, partition) -> (offset, metadata, when committed: wall clock ms, 0 unknown)
+        self.offsets: dict[tuple[str, int], Committed] = {}
+        # when the group entered its state, wall clock ms (Kafka's currentStateTimestamp;
+        # 0: not known): kept when it goes Stable or Empty, offset retention counts from it
+        self.state_ms = 0
+        self.kept: GroupRecord | None = None  # the record that rebuilds it, if it has one
         # the initial rebalance delay (KIP-134) while it runs:
         self.initial_delay_active = False
         self.initial_delay_ms = 0
@@ -162,7 +166,6 @@ class Group:
     def add(self, member: Member) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
-            self.emptied_ms = 0  # not empty: retention runs again from when it empties
         self.members[member.member_id] = member
         self.support.update(member.protocol_names)
         if member.instance_id is not None:

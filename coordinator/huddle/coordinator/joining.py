@@ -199,7 +199,6 @@ class Joining(Rebalancing):
             rebalance_timeout_ms=rebalance_timeout(req),
         )
         group.add(member)
-        self.granted(req.session_timeout_ms)
         group.set_join_waiter(member, waiter)
         member.join_received_at = fx.now
         self._bind_key(conn.conn_id, (group.group_id, member_id))
@@ -247,11 +246,12 @@ class Joining(Rebalancing):
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout(req)
         self._touch(fx, member)
-        self.granted(req.session_timeout_ms)
         if was_pending_sync:
             group.pending_sync.add(member_id)
         if group.is_(S.STABLE):
             self._keep(group)  # the same generation under the new member id
+        else:
+            self._keep_static(group, old.member_id, member_id)
         log.info(
             "static_member_replaced",
             group_id=group.group_id,
@@ -282,7 +282,6 @@ class Joining(Rebalancing):
         group.update_protocols(member, req.protocols)
         member.rebalance_timeout_ms = rebalance_timeout(req)
         member.session_timeout_ms = req.session_timeout_ms
-        self.granted(req.session_timeout_ms)
         if member.join_waiter is not None and member.join_waiter != waiter:
             fx.reply(
                 member.join_waiter,

@@ -1,13 +1,18 @@
 """Groups kept across a change of coordinator, as Kafka keeps its GroupMetadata records.
 
-In a cluster, the node owning a group's shard writes the group at the end of each rebalance
-(``group_record``): its generation, protocol, leader and members with their subscriptions
-and assignments. A node that takes the shard over loads it (``loaded_group``) as Stable in
-that generation, each member with a fresh session: members that find the new coordinator
-go on heartbeating, with no rebalance and nothing revoked.
+The coordinator writes each group at the end of each rebalance and as it empties
+(``group_record``): its generation, protocol, leader, members with their subscriptions and
+assignments, and since when it is in that state; to its data dir's journal, or (a cluster
+node) to etcd. A restarted coordinator, or a node that takes the shard over, loads it
+(``loaded_group``) as Stable in that generation, each member with a fresh session (Kafka's
+GroupMetadataManager loading, then ``onGroupLoaded`` rescheduling each member's heartbeat):
+members that find the coordinator again go on heartbeating, with no rebalance and nothing
+revoked.
 """
 
 from __future__ import annotations
+
+import msgspec
 
 from huddle.coordinator.group import Group, Member
 from huddle.coordinator.records import GroupRecord, KeptMember
@@ -40,7 +45,30 @@ def group_record(group: Group) -> GroupRecord:
         protocol_name=group.protocol_name,
         leader=group.leader,
         members=members,
+        current_state_ms=group.state_ms,
     )
+
+
+def static_member_changed(
+    record: GroupRecord, old_id: str, new_id: str | None
+) -> GroupRecord | None:
+    """The record with a static member's member id replaced by the one the instance
+    rejoined under (KIP-345), or (``new_id`` None) without the member, removed since; None
+    if the record does not hold ``old_id``. A restart must not load the old id and fence
+    the instance's new one as a zombie."""
+    if all(m.member_id != old_id for m in record.members):
+        return None
+    if new_id is None:
+        members = [m for m in record.members if m.member_id != old_id]
+    else:
+        members = [
+            msgspec.structs.replace(m, member_id=new_id) if m.member_id == old_id else m
+            for m in record.members
+        ]
+    leader = record.leader
+    if leader == old_id:
+        leader = new_id if new_id is not None else next((m.member_id for m in members), None)
+    return msgspec.structs.replace(record, members=members, leader=leader)
 
 
 def loaded_group(record: GroupRecord) -> Group:
@@ -49,6 +77,7 @@ def loaded_group(record: GroupRecord) -> Group:
     group = Group(record.group_id)
     group.generation = record.generation
     group.protocol_type = record.protocol_type
+    group.state_ms = record.current_state_ms
     for kept in record.members:
         member = Member(
             record.group_id,

@@ -24,6 +24,7 @@ from huddle.coordinator.values import (
     JoinPhaseEnds,
     PendingMemberExpires,
     Refusal,
+    RestartFenceEnds,
     SessionExpires,
     SyncPhaseEnds,
 )
@@ -128,6 +129,9 @@ class Membership(Joining):
         self, fx: Effects, key: Deadline, unread: Callable[[int], bool] | None = None
     ) -> None:
         """The deadline ``key`` has passed. ``unread``: see ``Coordinator.advance``."""
+        if type(key) is RestartFenceEnds:
+            self.fence_served()
+            return
         group = self.groups.get(key.group_id)
         if group is None:
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from huddle.coordinator.effects import Effects, Peer
-from huddle.coordinator.group import Group, Member
+from huddle.coordinator.group import Committed, Group, Member
 from huddle.coordinator.membership import Membership
 from huddle.coordinator.records import DELETED, OffsetRecord, Record
 from huddle.coordinator.state import GroupState
@@ -28,6 +28,7 @@ log = structlog.get_logger("huddle.offsets")
 
 E = ErrorCode
 S = GroupState
+_NONE: Committed = (-1, None, 0)  # what a partition with no committed offset shows
 
 
 class Offsets:
@@ -44,9 +45,16 @@ class Offsets:
         self.metadata_max = metadata_max
         self.request_max = request_max  # partitions one request may name
         self.changes = changes  # what to keep across restarts (see coordinator.records)
-        # wall clock ms minus the core's clock (the transport sets it): commits are stamped
-        # with the wall clock, which outlives a restart, for retention
-        self.wall_offset_ms = 0.0
+
+    @property
+    def wall_offset_ms(self) -> float:
+        """Wall clock ms minus the core's clock (``Sessions.wall_offset_ms``): commits are
+        stamped with the wall clock, which outlives a restart, for retention."""
+        return self.membership.wall_offset_ms
+
+    @wall_offset_ms.setter
+    def wall_offset_ms(self, value: float) -> None:
+        self.membership.wall_offset_ms = value
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
@@ -70,7 +78,7 @@ class Offsets:
         results = []
         stored = 0
         offsets, changes, group_id = group.offsets, self.changes, req.group_id
-        committed_ms = int(fx.now + self.wall_offset_ms)
+        committed_ms = self.membership.wall_ms(fx.now)
         counts, metadata_max = self.topics.partitions, self.metadata_max
         for topic in req.topics:
             name = topic.name
@@ -86,15 +94,13 @@ class Offsets:
                     code = E.OFFSET_METADATA_TOO_LARGE
                 else:
                     code = E.NONE
-                    offsets[(name, partition)] = (offset, metadata)
+                    offsets[(name, partition)] = (offset, metadata, committed_ms)
                     changes.append(
                         OffsetRecord(group_id, name, partition, offset, metadata, committed_ms)
                     )
                     stored += 1
                 partitions.append(PartitionResult(partition=partition, error_code=code))
             results.append(OffsetCommitTopicResult(name=name, partitions=partitions))
-        if stored:
-            group.last_commit_ms = max(group.last_commit_ms, committed_ms)
         log.debug(
             "offsets_committed",
             group_id=req.group_id,
@@ -161,7 +167,7 @@ class Offsets:
                 too_many = self._too_many(len(offsets), "fetch them by partition instead")
                 fx.reply(waiter, _fetch_refused(too_many))
                 return
-            for (name, partition), (offset, metadata) in sorted(offsets.items()):
+            for (name, partition), (offset, metadata, _) in sorted(offsets.items()):
                 topics.setdefault(name, []).append(
                     FetchedOffset(partition=partition, offset=offset, metadata=metadata)
                 )
@@ -177,7 +183,7 @@ class Offsets:
                 topics[name] = [
                     FetchedOffset(partition=partition, offset=offset, metadata=metadata)
                     for partition in partitions
-                    for offset, metadata in (offsets.get((name, partition), (-1, None)),)
+                    for offset, metadata, _ in (offsets.get((name, partition), _NONE),)
                 ]
         fx.reply(
             waiter,
@@ -203,10 +209,11 @@ class Offsets:
             return
         if group is None:
             group = groups[record.group_id] = Group(record.group_id)
-        group.offsets[(record.topic, record.partition)] = (record.offset, record.metadata)
-        group.last_commit_ms = max(group.last_commit_ms, record.committed_ms)
-        if not group.members:  # restored empty: it emptied when it last committed, at best
-            group.emptied_ms = group.last_commit_ms
+        group.offsets[(record.topic, record.partition)] = (
+            record.offset,
+            record.metadata,
+            record.committed_ms,
+        )
 
     def forget_topic(self, name: str, partitions_left: int = 0) -> None:
         """Drop committed offsets of a deleted topic, or of partitions cut off by a shrink."""

@@ -115,6 +115,7 @@ class Rebalancing(Sessions):
             if group.is_(S.EMPTY):  # nobody rejoined: the rebalance ends here
                 self.observer.rebalance_completed(group.group_id, fx.now)
         if group.is_(S.EMPTY):
+            group.state_ms = self.wall_ms(fx.now)  # offsets expire from when it emptied
             self._keep(group)
         log.info(
             "generation_started",
@@ -210,6 +211,7 @@ class Rebalancing(Sessions):
                 member.sync_waiter = None
                 self._touch(fx, member)  # its session starts again with the answer
         group.transition(S.STABLE)
+        group.state_ms = self.wall_ms(fx.now)
         self._keep(group)
         if self.observer is not None:
             self.observer.rebalance_completed(group.group_id, fx.now)

@@ -6,18 +6,24 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
 - ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms)``: an
-  accepted commit, with when the group committed (for retention);
+  accepted commit, with when it was committed (for retention);
   ``offset`` -1 (``DELETED``): the offset was deleted with its group;
-- ``GroupRecord(group_id, generation, ...)``: a group as a rebalance left it (cluster only);
-  ``generation`` -1 (``DELETED``): the group was deleted;
-- ``SessionRecord(longest_ms)``: the longest session timeout any member was granted so far.
-  A restarted coordinator forms no generation until that long after it started: a member
-  of the forgotten groups may count its session alive for that long, and must have given
-  its partitions up before anyone else is handed them.
+- ``GroupRecord(group_id, generation, ..., current_state_ms)``: a group as a rebalance
+  left it (Stable, with its members, their subscriptions and assignments) or as it emptied
+  (no members), and since when it has been so (Kafka's GroupMetadata record and its
+  ``currentStateTimestamp``); ``generation`` -1 (``DELETED``): the group was deleted;
+- ``SessionRecord(longest_ms)``: written only by versions that kept no groups: the longest
+  session timeout any member was granted. Such a journal's groups are not in it, and a
+  member of them may count its session alive for that long after a restart: no generation
+  forms before then (the restart fence). ``SessionRecord(0)``: that fence has been served,
+  nothing is left to wait for.
 
-Replaying them in order rebuilds the state (``Coordinator.restore``). Group membership is
-not kept: after a restart members rejoin, as after any coordinator fail-over they do not
-survive, and resume from the kept offsets.
+Replaying them in order rebuilds the state (``Coordinator.restore``, then
+``Coordinator.start``): topics, offsets, and every group Stable in its kept generation with
+a fresh session for each member (``huddle.coordinator.kept_groups``), as a cluster node
+taking a shard over loads them. Records only ever gain trailing fields with defaults: an
+older reader ignores what it does not know, a newer one gets the defaults for what an older
+writer did not write.
 
 On disk every record is a frame: a 4-byte big-endian length of the body, a 4-byte CRC-32
 of the body, then the body (msgpack, array-like). ``decode_frames`` stops at the first
@@ -51,8 +57,9 @@ class OffsetRecord(msgspec.Struct, tag="o", array_like=True, frozen=True):
     partition: int
     offset: int
     metadata: str | None = None
-    # when the group committed last, wall clock ms since the epoch (0: not known, a record
-    # from before retention): offsets of an empty group expire from it
+    # when the offset was committed, wall clock ms since the epoch (Kafka's commitTimestamp;
+    # 0: not known, a record from before retention, which counts from when it is first
+    # looked at): retention counts from it (huddle.coordinator.retention)
     committed_ms: int = 0
 
 
@@ -76,7 +83,7 @@ class KeptMember(msgspec.Struct, array_like=True, frozen=True):
 
 class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
     """A group at the end of a rebalance (Kafka's GroupMetadata record); no members: it
-    emptied. Kept only in a cluster, where a node taking a shard over loads its groups."""
+    emptied. A restarted coordinator, or a cluster node taking the shard over, loads it."""
 
     group_id: str
     generation: int
@@ -84,6 +91,10 @@ class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
     protocol_name: str | None
     leader: str | None
     members: list[KeptMember]
+    # when the group entered the state the record shows (Stable, or Empty: when it emptied),
+    # wall clock ms since the epoch (Kafka's currentStateTimestamp); 0: not known, a record
+    # written before it was kept. Offsets of an Empty group expire from it.
+    current_state_ms: int = 0
 
 
 Record = TopicRecord | OffsetRecord | SessionRecord | GroupRecord

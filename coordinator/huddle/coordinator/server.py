@@ -259,8 +259,8 @@ class CoordinatorServer:
         if not self.config.cluster:  # a cluster node's serving names the owners
             self.core.locate = self._locate_self
             self.core.describe_cluster = self._describe_self
-        self.core.start(self._now())  # a restart's fence, if it kept sessions before
-        self.core.offsets.wall_offset_ms = time.time() * 1000 - self._now()
+        self.core.membership.wall_offset_ms = time.time() * 1000 - self._now()
+        self.core.start(self._now())  # the kept groups, each member with a fresh session
         if self.metrics is not None:
             if self._commits is not None:
                 self._commits.on_write = self.metrics.journal_written
@@ -348,6 +348,7 @@ class CoordinatorServer:
         """Read and check the journal off the loop, then replay it into the core."""
         assert self._loop is not None
         journal = await asyncio.to_thread(Journal.open, data_dir, fsync=fsync)  # DataDirError
+        self.core.membership.keep_groups = True  # a restart loads them (``Coordinator.start``)
         try:
             self.core.restore(journal.records)
         except Exception as exc:

@@ -15,8 +15,8 @@ import structlog
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.kept_groups import group_record, loaded_group
-from huddle.coordinator.records import GroupRecord, Record, SessionRecord
+from huddle.coordinator.kept_groups import group_record, loaded_group, static_member_changed
+from huddle.coordinator.records import GroupRecord, Record, SessionRecord, group_deleted
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.values import (
@@ -24,6 +24,7 @@ from huddle.coordinator.values import (
     DisconnectGraceEnds,
     PendingMemberExpires,
     Refusal,
+    RestartFenceEnds,
 )
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
@@ -65,21 +66,40 @@ class Sessions:
         self.by_conn: dict[int, set[MemberKey]] = {}
         self._new_member_id = new_member_id
         self.changes: list[Record] = changes if changes is not None else []
-        self.longest_session_ms = 0  # granted to any member, ever (kept across restarts)
+        # the restart fence a journal of an older version asks for (its longest session,
+        # see ``huddle.coordinator.records``), until it has been served; 0: none
+        self.unserved_fence_ms = 0
         self.fenced_until = float("-inf")  # no generation forms before this (a restart)
         self.topics_version = 0  # topics created, altered or deleted so far
-        self.keep_groups = False  # a cluster node: record groups after each rebalance
+        # a data dir or a cluster: record groups after each rebalance and as they empty
+        self.keep_groups = False
         self.observer: RebalanceObserver | None = None  # metrics, if the transport wants them
+        # wall clock ms minus the core's clock (the transport sets it): what is kept for
+        # retention is stamped with the wall clock, which outlives a restart
+        self.wall_offset_ms = 0.0
 
-    def granted(self, session_timeout_ms: int) -> None:
-        """A member holds a session of ``session_timeout_ms``: keep the longest."""
-        if session_timeout_ms > self.longest_session_ms:
-            self.longest_session_ms = session_timeout_ms
-            self.changes.append(SessionRecord(session_timeout_ms))
+    def wall_ms(self, now: float) -> int:
+        """The wall clock (ms since the epoch) at the core's time ``now``."""
+        return int(now + self.wall_offset_ms)
+
+    def fence(self, now: float) -> None:
+        """Start the restart fence of a journal written by an older version, if it asks for
+        one: no generation forms for its longest session (``RestartFenceEnds`` then)."""
+        if self.unserved_fence_ms > 0:
+            self.fenced_until = now + self.unserved_fence_ms
+            self.timers.set(RestartFenceEnds(), self.fenced_until)
+            log.info("restart_fence", until_ms=self.unserved_fence_ms)
+
+    def fence_served(self) -> None:
+        """The fence is over: kept as such, so the next restart has nothing to wait for."""
+        if self.unserved_fence_ms > 0:
+            self.unserved_fence_ms = 0
+            self.changes.append(SessionRecord(0))
+            log.info("restart_fence_served")
 
     def fenced(self, fx: Effects, group: Group) -> bool:
-        """Whether the group must not form a generation yet (a restarted coordinator's
-        fence, see ``Coordinator.start``): then its join phase ends when the fence does."""
+        """Whether the group must not form a generation yet (the restart fence, see
+        ``fence``): then its join phase ends when the fence does."""
         if fx.now >= self.fenced_until:
             return False
         self.timers.set(group.join_key, self.fenced_until)
@@ -144,9 +164,21 @@ class Sessions:
     # --- kept groups (a cluster) -----------------------------------------------------
 
     def _keep(self, group: Group) -> None:
-        """The group ended a rebalance (or emptied): record it, for a node taking over."""
+        """The group ended a rebalance (or emptied): record it, for a restart or a node
+        taking over."""
         if self.keep_groups:
-            self.changes.append(group_record(group))
+            group.kept = group_record(group)
+            self.changes.append(group.kept)
+
+    def _keep_static(self, group: Group, old_id: str, new_id: str | None) -> None:
+        """A static member rejoined under a new member id (``new_id``) or was removed
+        (None) since the group's last record: that record, so changed (in Stable, ``_keep``
+        records the group as it is instead)."""
+        if self.keep_groups and group.kept is not None:
+            changed = static_member_changed(group.kept, old_id, new_id)
+            if changed is not None:
+                group.kept = changed
+                self.changes.append(changed)
 
     def load_group(self, record: GroupRecord, now: float) -> Group:
         """Serve a kept group: Stable in its generation, every member with a fresh session
@@ -155,6 +187,7 @@ class Sessions:
         if old is not None:
             self.unload_group(Effects(now), old.group_id)
         group = loaded_group(record)
+        group.kept = record
         group.topics_version = self.topics_version
         self.groups[group.group_id] = group
         for member in group.members.values():
@@ -200,6 +233,8 @@ class Sessions:
             member.sync_waiter = None
         group.remove(member.member_id)
         self._forget(member)
+        if member.instance_id is not None:  # a restart must not bring it back
+            self._keep_static(group, member.member_id, None)
         log.info(
             "member_removed",
             group_id=group.group_id,
@@ -238,6 +273,9 @@ class Sessions:
         ):
             group.transition(S.DEAD)
             del self.groups[group.group_id]
+            if group.kept is not None and self.keep_groups:  # its record goes too
+                group.kept = None
+                self.changes.append(group_deleted(group.group_id))
             self.timers.cancel(group.join_key)
             self.timers.cancel(group.sync_key)
 

@@ -61,6 +61,18 @@ class DisconnectGraceEnds(NamedTuple):
     kind: Literal["grace"] = "grace"
 
 
+class RestartFenceEnds(NamedTuple):
+    """A restart fence is over (``Sessions.fence``): no group's; the group id is empty."""
+
+    group_id: str = ""
+    kind: Literal["fence"] = "fence"
+
+
 Deadline = (
-    JoinPhaseEnds | SyncPhaseEnds | SessionExpires | PendingMemberExpires | DisconnectGraceEnds
+    JoinPhaseEnds
+    | SyncPhaseEnds
+    | SessionExpires
+    | PendingMemberExpires
+    | DisconnectGraceEnds
+    | RestartFenceEnds
 )

@@ -1,7 +1,8 @@
 """The embedded protocol: what members tell the leader and what the leader tells them.
 
 The coordinator carries these as opaque bytes (JoinGroup protocol metadata, SyncGroup
-assignments). Both are msgpack maps with a ``version``: a newer member may add fields, an
+assignments); it reads only the subscribed topics of a ``consumer`` group, for offset
+retention, as Kafka's coordinator does. Both are msgpack maps with a ``version``: a newer member may add fields, an
 older one ignores fields it does not know and gets defaults for fields it does not send,
 so mixed versions interoperate.
 """
@@ -18,6 +19,9 @@ from huddle.protocol.errors import HuddleError
 
 SUBSCRIPTION_VERSION = 2
 ASSIGNMENT_VERSION = 2
+# The protocol type of groups whose members send a ``Subscription`` (as Kafka's consumer
+# protocol type): the coordinator reads their subscribed topics, for offset retention.
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class TopicPartition(NamedTuple):

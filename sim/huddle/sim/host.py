@@ -1,6 +1,7 @@
 """The coordinator as the simulator runs it: the real sans-IO core behind the simulated
 network, its deadlines on the simulated clock, and a crash and restart that keep what a
-data dir keeps (topics and committed offsets) and forget every group."""
+data dir keeps (topics, committed offsets, and each group as its last rebalance left it,
+loaded again with fresh sessions)."""
 
 from __future__ import annotations
 
@@ -67,13 +68,15 @@ class CoordinatorHost:
     def start(self) -> None:
         self.incarnation += 1
         core = Coordinator(self.config, new_member_id=self._member_id)
+        core.membership.keep_groups = True  # as a data dir keeps them
         core.restore(self.kept)
         core.start(self.sched.now)
         self.core = core
         self.observer.coordinator_changed(core)
 
     def crash(self) -> None:
-        """The process dies: every connection is reset, every group forgotten."""
+        """The process dies: every connection is reset; what it kept is loaded again at
+        the restart."""
         if self.core is None:
             return
         self.core = None
@@ -156,7 +159,9 @@ class CoordinatorHost:
         self._wake = None
         core = self.core
         if core is not None:
-            self._send(core.advance(self.sched.now))
+            out = core.advance(self.sched.now)
+            self.kept.extend(core.take_changes())  # a group a session expiry emptied, say
+            self._send(out)
 
 
 def _committed(core: Coordinator, request: OffsetCommitRequest) -> dict[tuple[str, int], int]:
