@@ -162,6 +162,21 @@ def test_a_member_that_notices_a_lost_connection_late_works_on_nothing_it_may_ha
     assert d.visible(2_500.0) == tps("t-0")  # still a member: it goes on
 
 
+def test_a_coordinator_that_said_it_was_stopping_leaves_the_member_its_whole_session() -> None:
+    """A coordinator that stops (SIGTERM) removes nobody for the connections it closes, and
+    the one after it (restarted on its data dir, or a cluster node taking its shards) gives
+    every member a fresh session: a dynamic member keeps what it owns for its session, not
+    half the disconnect grace (a restart takes longer than that)."""
+    d = stable_driver(generation=1, answered_at=10_010.0)
+    d.connection_lost(10_100.0, coordinator_stopping=True)
+    assert d.visible(12_000.0) == tps("t-0")  # long past half the grace (250 ms)
+    assert d.visible(10_000.0 + SESSION_MS - 1) == tps("t-0")
+    assert d.visible(10_000.0 + SESSION_MS) == frozenset()  # then, as any session, it ends
+    cut_off = stable_driver(generation=1, answered_at=10_010.0)
+    cut_off.connection_lost(10_100.0)  # no word from the coordinator: it may be alive
+    assert cut_off.visible(10_000.0 + 500) == frozenset()
+
+
 def heartbeat_every_second(d: MemberDriver, start: float, end: float) -> None:
     """Heartbeats from ``start`` to ``end``, each answered NONE 5 ms after it went out."""
     now = start

@@ -141,6 +141,9 @@ class Connection:
         self.client_id = client_id
         self.server_version = 0
         self.disconnect_grace_ms = -1  # as the coordinator announced it
+        # the coordinator closed this connection because it is stopping: it removes no
+        # member for the close (see ``ProtocolError.stopping``)
+        self.coordinator_stopping = False
         self.node_id = ""  # the node connected to, as it named itself
         self._stream = stream
         self._reader = FrameReader(max_frame_bytes)
@@ -393,6 +396,7 @@ class Connection:
                 waiter.event.set()
         elif isinstance(frame, ProtocolError):
             self._close_code = frame.error_code
+            self.coordinator_stopping = frame.stopping
             self._log.warning(
                 "protocol_error_received",
                 error_code=error_name(frame.error_code),

@@ -350,11 +350,15 @@ class MemberDriver:
         self.timer.sent(float("-inf"))
         self.backoff_ms = self.retry_backoff_ms
 
-    def connection_lost(self, now: float) -> None:
+    def connection_lost(self, now: float, *, coordinator_stopping: bool = False) -> None:
         """A dynamic member whose connection is gone is removed by the coordinator after
         its disconnect grace: its partitions must count as lost well before then unless it
-        is back. Static members keep session-timeout semantics."""
+        is back. Static members keep session-timeout semantics, and so does a dynamic one
+        whose coordinator said it was stopping as it closed the connection: it removes
+        nobody for that, and the coordinator after it gives every member a fresh session."""
         grace = self.grace_ms
+        if coordinator_stopping:
+            return
         if self.core.config.instance_id is None and grace is not None and grace >= 0:
             self.timer.shorten(now + grace / 2)
             # The coordinator may have seen the connection end right after it last proved

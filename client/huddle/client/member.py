@@ -451,7 +451,8 @@ class Member:
     def _connection_lost(self) -> None:
         if not self._lost:
             self._lost = True
-            self._driver.connection_lost(_now_ms())
+            stopping = self._conn is not None and self._conn.coordinator_stopping
+            self._driver.connection_lost(_now_ms(), coordinator_stopping=stopping)
             self._notify()
 
     async def _serve(self, conn: Connection) -> None:

@@ -401,6 +401,7 @@ class CoordinatorServer:
                     ProtocolError(
                         error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         error_message="the coordinator is shutting down",
+                        stopping=True,  # no member is removed for this close
                     )
                 )
                 conn.close("server shutdown")
