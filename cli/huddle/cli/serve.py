@@ -147,8 +147,9 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "int",
         _G,
         "offsets_retention_ms",
-        "the offsets of a group without members expire this long after it emptied or last "
-        "committed (default 7 days, as Kafka)",
+        "committed offsets expire this long after their group emptied, or after their own "
+        "commit for a group that never had members and for topics a Stable group no longer "
+        "subscribes to (default 7 days, as Kafka)",
     ),
     ServeFlag(
         "offsets-retention-check-interval-ms",
@@ -270,7 +271,7 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "str",
         _S,
         "data_dir",
-        "keep topics and committed offsets in this directory across restarts "
+        "keep topics, committed offsets and groups in this directory across restarts "
         "(default: in memory only)",
     ),
     ServeFlag(

@@ -2,9 +2,9 @@
 
 The coordinator carries these as opaque bytes (JoinGroup protocol metadata, SyncGroup
 assignments); it reads only the subscribed topics of a ``consumer`` group, for offset
-retention, as Kafka's coordinator does. Both are msgpack maps with a ``version``: a newer member may add fields, an
-older one ignores fields it does not know and gets defaults for fields it does not send,
-so mixed versions interoperate.
+retention, as Kafka's coordinator does. Both are msgpack maps with a ``version``: a newer
+member may add fields, an older one ignores fields it does not know and gets defaults for
+fields it does not send, so mixed versions interoperate.
 """
 
 from __future__ import annotations
