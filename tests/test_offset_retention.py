@@ -4,14 +4,23 @@ explicit clocks."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
+from huddle.client import Member
 from huddle.client.admin import Admin
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
 from huddle.coordinator.records import DELETED, GroupRecord, OffsetRecord, Record, group_deleted
+from huddle.coordinator.server import serve
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import Subscription, TopicPartition, encode
+from huddle.protocol.errors import (
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    TopicAlreadyExistsError,
+)
 from huddle.protocol.messages import (
     CreateTopicsRequest,
     LeaveGroupRequest,
@@ -21,8 +30,12 @@ from huddle.protocol.messages import (
     OffsetCommitTopic,
     TopicSpec,
 )
+from tests.etcd import Etcd, etcd
 from tests.harness import Driver
-from tests.helpers import eventually, fast_server_config, running_server
+from tests.helpers import eventually, fast_server_config, running_server, wait_until
+from tests.test_cluster_failover import owner_of
+
+__all__ = ["etcd"]  # the fixture
 
 RETENTION = 60_000
 DAY = 86_400_000
@@ -291,3 +304,85 @@ def _commit_request(group: str, *, partition: int, offset: int) -> OffsetCommitR
             )
         ],
     )
+
+
+RETAIN = GroupConfig().offsets_retention_ms  # 7 days: the servers' own checks never expire
+PARTITION = TopicPartition("t", 0)
+
+
+async def empty_a_group(bootstrap: str) -> tuple[float, float]:
+    """Offsets set for ``g``, then a member joins and leaves it: (after the commit,
+    before the member left), by the wall clock (ms), the first strictly before the second."""
+    async with Admin(bootstrap) as admin:
+        await admin.set_offsets("g", {PARTITION: 4})
+    committed_by = time.time() * 1000
+    async with Member(bootstrap, group_id="g", topics=["t"]) as member:
+        await wait_until(lambda: member.assignment == {PARTITION}, what="the member owns t-0")
+        left_from = time.time() * 1000
+    assert committed_by < left_from
+    return committed_by, left_from
+
+
+def expire_at(core: Coordinator, wall_ms: float) -> int:
+    return core.expire_offsets(time.monotonic() * 1000, wall_ms)
+
+
+async def test_the_retention_clock_survives_a_restart_of_serve_data_dir(tmp_path: Path) -> None:
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config) as server, Admin(f"127.0.0.1:{server.port}") as admin:
+        await admin.create_topic("t", 1)
+        _, left_from = await empty_a_group(f"127.0.0.1:{server.port}")
+        emptied = time.time() * 1000
+    async with running_server(config) as server:
+        core = server.core
+        assert expire_at(core, left_from + RETAIN - 1) == 0  # not from the commit before
+        assert core.groups["g"].offsets
+        assert expire_at(core, emptied + RETAIN) == 1
+        assert "g" not in core.groups
+
+
+async def test_the_retention_clock_survives_a_shard_move(etcd: Etcd) -> None:
+    """Two ``huddle serve --cluster`` nodes (in this process, to reach their cores) on a
+    real etcd: the node serving an emptied group stops, the other takes its shard over, and
+    counts the group's retention from when it emptied, not from its last commit."""
+    config = fast_server_config(
+        cluster=f"etcd://{etcd.host}:{etcd.port}",
+        shards=2,
+        lease_ttl_s=2,
+        cluster_prefix="/retention",
+    )
+    cores = [Coordinator(config.group) for _ in range(2)]
+    stops = [asyncio.Event() for _ in range(2)]
+    ports: list[int] = []
+    nodes = [
+        asyncio.create_task(serve(config, ready=ports.append, stop=stop, core=core))
+        for core, stop in zip(cores, stops, strict=True)
+    ]
+    try:
+        await wait_until(lambda: len(ports) == 2, what="both nodes listen")
+        bootstrap = ",".join(f"127.0.0.1:{port}" for port in ports)
+
+        async def created() -> bool:  # refused while the nodes are still joining
+            try:
+                async with Admin(bootstrap) as admin:
+                    await admin.create_topic("t", 1)
+            except (CoordinatorNotAvailableError, NotCoordinatorError):
+                return False
+            except TopicAlreadyExistsError:
+                pass
+            return True
+
+        await eventually(created, what="the cluster takes the topic")
+        owner = ports.index(await owner_of(bootstrap, "g"))
+        _, left_from = await empty_a_group(bootstrap)
+        emptied = time.time() * 1000
+        stops[owner].set()
+        await nodes[owner]
+        taker = cores[1 - owner]
+        await wait_until(lambda: "g" in taker.groups, what="the other node loads the group")
+        assert expire_at(taker, left_from + RETAIN - 1) == 0  # not from the commit before
+        assert expire_at(taker, emptied + RETAIN) == 1
+    finally:
+        for stop in stops:
+            stop.set()
+        await asyncio.gather(*nodes)
