@@ -20,6 +20,7 @@ from huddle.protocol.errors import (
     CoordinatorNotAvailableError,
     NotCoordinatorError,
     TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
 )
 from huddle.protocol.messages import (
     CreateTopicsRequest,
@@ -313,8 +314,16 @@ PARTITION = TopicPartition("t", 0)
 async def empty_a_group(bootstrap: str) -> tuple[float, float]:
     """Offsets set for ``g``, then a member joins and leaves it: (after the commit,
     before the member left), by the wall clock (ms), the first strictly before the second."""
-    async with Admin(bootstrap) as admin:
-        await admin.set_offsets("g", {PARTITION: 4})
+
+    async def committed() -> bool:  # a cluster node may not have seen the topic yet
+        try:
+            async with Admin(bootstrap) as admin:
+                await admin.set_offsets("g", {PARTITION: 4})
+        except (UnknownTopicOrPartitionError, NotCoordinatorError, CoordinatorNotAvailableError):
+            return False
+        return True
+
+    await eventually(committed, what="the offsets are set")
     committed_by = time.time() * 1000
     async with Member(bootstrap, group_id="g", topics=["t"]) as member:
         await wait_until(lambda: member.assignment == {PARTITION}, what="the member owns t-0")
@@ -373,6 +382,15 @@ async def test_the_retention_clock_survives_a_shard_move(etcd: Etcd) -> None:
             return True
 
         await eventually(created, what="the cluster takes the topic")
+
+        async def spread() -> bool:  # each node owns a shard: none moves until one stops
+            async with Admin(bootstrap) as admin:
+                described = await admin.describe_cluster()
+            return len({s.owner for s in described.shards if s.owner}) == 2 and all(
+                s.owner for s in described.shards
+            )
+
+        await eventually(spread, what="each node owns a shard")
         owner = ports.index(await owner_of(bootstrap, "g"))
         _, left_from = await empty_a_group(bootstrap)
         emptied = time.time() * 1000
