@@ -12,6 +12,7 @@ from huddle.coordinator.kept_groups import NO_CONNECTION
 from huddle.coordinator.records import (
     HEADER,
     GroupRecord,
+    KeptMember,
     OffsetRecord,
     Record,
     decode_frames,
@@ -225,3 +226,24 @@ def test_a_group_loaded_at_the_size_limit_goes_on_without_a_rebalance() -> None:
     new.core.load(kept(old), new.now)
     assert (new.group().state, new.group().generation) == (S.STABLE, gen)
     assert new.heartbeat(7, a, gen) == E.NONE
+
+
+class OlderGroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
+    """A group record as versions before ``current_state_ms`` wrote and read it."""
+
+    group_id: str
+    generation: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str | None
+    members: list[KeptMember]
+
+
+def test_group_records_read_across_versions() -> None:
+    """A record an older version wrote (in a data dir or in etcd) reads with the time it
+    emptied unknown; one this version writes reads in an older version, which ignores it."""
+    older = OlderGroupRecord("g", 3, "consumer", None, None, [])
+    decoded = decode_frames(encode_frames([older]))  # type: ignore[list-item]
+    assert decoded.records == [GroupRecord("g", 3, "consumer", None, None, [], 0)]
+    newer = GroupRecord("g", 3, "consumer", None, None, [], 1_700_000_000_000)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(newer), type=OlderGroupRecord) == older
