@@ -404,3 +404,23 @@ async def test_the_retention_clock_survives_a_shard_move(etcd: Etcd) -> None:
         for stop in stops:
             stop.set()
         await asyncio.gather(*nodes)
+
+
+def test_offsets_of_a_topic_a_new_generation_no_longer_subscribes_to_expire_on_time() -> None:
+    """A look before the subscription changed must not put the expiry off: the next
+    generation's subscriptions count, and a commit made after a look still expires on its
+    own time."""
+    d, (a,) = stable_consumers(1, topics=["t", "u"])
+    d.commit(1, {("u", 0): 2}, member_id=a, generation=d.group().generation)
+    assert d.core.expire_offsets(d.now, WALL + RETENTION - 1) == 0  # u is subscribed
+    rejoined = d.join(1, a, metadata=encode(Subscription(topics=["t"])))
+    generation = d.join_response(rejoined).generation_id
+    d.sync(1, a, generation, {a: b"t"})
+    assert d.group().state is GroupState.STABLE
+    d.core.offsets.wall_offset_ms = WALL + RETENTION - 1 - d.now  # the wall clock moved on
+    d.commit(1, {("u", 1): 3}, member_id=a, generation=generation)  # after that look
+    assert d.core.expire_offsets(d.now, WALL + RETENTION) == 1  # u-0, from its own commit
+    assert d.core.expire_offsets(d.now, WALL + 2 * RETENTION - 2) == 0
+    assert d.core.expire_offsets(d.now, WALL + 2 * RETENTION - 1) == 1  # u-1
+    assert committed(d) == set()
+    assert d.group().members  # a Stable group with no offsets left stays

@@ -20,6 +20,11 @@ from huddle.coordinator.values import (
     SessionExpires,
     SyncPhaseEnds,
 )
+from huddle.protocol.embedded import (
+    CONSUMER_PROTOCOL_TYPE,
+    EmbeddedSchemaError,
+    decode_subscription,
+)
 from huddle.protocol.messages import JoinGroupMember, Protocol
 
 log = structlog.get_logger("huddle.group")
@@ -126,6 +131,11 @@ class Group:
         # 0: not known): kept when it goes Stable or Empty, offset retention counts from it
         self.state_ms = 0
         self.kept: GroupRecord | None = None  # the record that rebuilds it, if it has one
+        # the topics its members subscribe to in this generation (None: not known), and
+        # when the first of its offsets may expire (wall ms), for ``coordinator.retention``
+        self.subscribed_topics: frozenset[str] | None = None
+        self.retention_due_ms = 0
+        self.retention_generation = -1  # the generation ``retention_due_ms`` was found in
         # the initial rebalance delay (KIP-134) while it runs:
         self.initial_delay_active = False
         self.initial_delay_ms = 0
@@ -272,8 +282,38 @@ class Group:
         self.generation += 1
         if self.members:
             self.protocol_name = self.select_protocol()
+            self.subscribed_topics = self.read_subscribed_topics()
             self.transition(GroupState.COMPLETING_REBALANCE)
         else:
             self.protocol_name = None
             self.leader = None
+            self.subscribed_topics = self.read_subscribed_topics()
             self.transition(GroupState.EMPTY)
+
+    def read_subscribed_topics(self) -> frozenset[str] | None:
+        """The topics the members of a ``consumer`` group subscribe to in the chosen
+        protocol, read from their subscriptions when a generation forms or the group is
+        loaded (Kafka's ``computeSubscribedTopics``, for offset retention): none for a group
+        without members; None (not known) for another protocol type, or a subscription
+        that is not huddle's (a member of another client library)."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        name = self.protocol_name
+        if name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                topics.update(decode_subscription(member.metadata_for(name)).topics)
+            except (EmbeddedSchemaError, KeyError) as exc:
+                log.warning(
+                    "subscriptions_unreadable",
+                    group_id=self.group_id,
+                    generation=self.generation,
+                    member_id=member.member_id,
+                    error=str(exc),
+                )
+                return None
+        return frozenset(topics)

@@ -188,6 +188,7 @@ class Sessions:
             self.unload_group(Effects(now), old.group_id)
         group = loaded_group(record)
         group.kept = record
+        group.subscribed_topics = group.read_subscribed_topics()
         group.topics_version = self.topics_version
         self.groups[group.group_id] = group
         for member in group.members.values():
