@@ -7,13 +7,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import pytest
 from huddle.testing import CoordinatorProcess
 
 from huddle.client import Admin, Member
 from huddle.protocol.embedded import TopicPartition
-from tests.helpers import Recorder, settled, wait_until
+from tests.helpers import (
+    Recorder,
+    fast_server_config,
+    raw_member,
+    running_server,
+    settled,
+    wait_until,
+)
 
 GROUP = "orders"
 PARTITIONS = frozenset(TopicPartition("t", p) for p in range(6))
@@ -124,3 +132,17 @@ async def test_a_restart_under_a_busy_cooperative_group_costs_no_rebalance(
         # every commit acknowledged before, during and after the restart is kept
         lost = {tp: n for tp, n in committer.acknowledged.items() if committed.get(tp, -1) < n}
         assert lost == {}
+
+
+async def test_a_member_that_never_comes_back_after_a_restart_is_removed_after_its_session(
+    tmp_path: Path,
+) -> None:
+    """The restarted coordinator arms the loaded sessions itself: nobody needs to ask it
+    anything for a member that never returns to be removed, and its group to empty."""
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with running_server(config) as server:
+        client, _, _ = await raw_member(server.port, "gone", session_timeout_ms=300)
+        await client.close()
+    async with running_server(config) as server:
+        assert server.core.groups["gone"].members  # loaded, with a fresh session
+        await wait_until(lambda: "gone" not in server.core.groups, what="the member removed")

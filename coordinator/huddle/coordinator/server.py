@@ -261,6 +261,7 @@ class CoordinatorServer:
             self.core.describe_cluster = self._describe_self
         self.core.membership.wall_offset_ms = time.time() * 1000 - self._now()
         self.core.start(self._now())  # the kept groups, each member with a fresh session
+        self._reschedule()  # their sessions end even if nobody ever asks anything again
         if self.metrics is not None:
             if self._commits is not None:
                 self._commits.on_write = self.metrics.journal_written
