@@ -251,7 +251,7 @@ class Joining(Rebalancing):
         if group.is_(S.STABLE):
             self._keep(group)  # the same generation under the new member id
         else:
-            self._keep_static(group, old.member_id, member_id)
+            self._keep_static(group, old.member_id, member)
         log.info(
             "static_member_replaced",
             group_id=group.group_id,

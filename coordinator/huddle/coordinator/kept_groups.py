@@ -24,50 +24,52 @@ NO_CONNECTION = 0  # connection ids start at 1: a loaded member speaks through n
 
 def group_record(group: Group) -> GroupRecord:
     """The group as it is now (Stable after a rebalance, or just emptied)."""
-    members = [
-        KeptMember(
-            member_id=m.member_id,
-            instance_id=m.instance_id,
-            client_id=m.client_id,
-            host=m.host,
-            session_timeout_ms=m.session_timeout_ms,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
-            protocols=[(p.name, p.metadata) for p in m.protocols],
-            assignment=m.assignment,
-            principal=m.principal,
-        )
-        for m in group.members.values()
-    ]
     return GroupRecord(
         group_id=group.group_id,
         generation=group.generation,
         protocol_type=group.protocol_type,
         protocol_name=group.protocol_name,
         leader=group.leader,
-        members=members,
+        members=[kept_member(m, m.assignment) for m in group.members.values()],
         current_state_ms=group.state_ms,
     )
 
 
+def kept_member(m: Member, assignment: bytes) -> KeptMember:
+    return KeptMember(
+        member_id=m.member_id,
+        instance_id=m.instance_id,
+        client_id=m.client_id,
+        host=m.host,
+        session_timeout_ms=m.session_timeout_ms,
+        rebalance_timeout_ms=m.rebalance_timeout_ms,
+        protocols=[(p.name, p.metadata) for p in m.protocols],
+        assignment=assignment,
+        principal=m.principal,
+    )
+
+
 def static_member_changed(
-    record: GroupRecord, old_id: str, new_id: str | None
+    record: GroupRecord, old_id: str, member: Member | None
 ) -> GroupRecord | None:
-    """The record with a static member's member id replaced by the one the instance
-    rejoined under (KIP-345), or (``new_id`` None) without the member, removed since; None
-    if the record does not hold ``old_id``. A restart must not load the old id and fence
-    the instance's new one as a zombie."""
+    """The record with a static member's entry taken over by ``member``, the instance
+    rejoined under a new member id (KIP-345; it keeps the assignment the record gave the
+    old id), or (``member`` None) without the entry, removed since; None if the record
+    does not hold ``old_id``. A restart must not load the old id and fence the instance's
+    new one as a zombie."""
     if all(m.member_id != old_id for m in record.members):
         return None
-    if new_id is None:
+    if member is None:
         members = [m for m in record.members if m.member_id != old_id]
     else:
         members = [
-            msgspec.structs.replace(m, member_id=new_id) if m.member_id == old_id else m
+            kept_member(member, m.assignment) if m.member_id == old_id else m
             for m in record.members
         ]
     leader = record.leader
     if leader == old_id:
-        leader = new_id if new_id is not None else next((m.member_id for m in members), None)
+        leader = member.member_id if member is not None else None
+        leader = leader or next((m.member_id for m in members), None)
     return msgspec.structs.replace(record, members=members, leader=leader)
 
 

@@ -170,12 +170,12 @@ class Sessions:
             group.kept = group_record(group)
             self.changes.append(group.kept)
 
-    def _keep_static(self, group: Group, old_id: str, new_id: str | None) -> None:
-        """A static member rejoined under a new member id (``new_id``) or was removed
+    def _keep_static(self, group: Group, old_id: str, member: Member | None) -> None:
+        """A static member rejoined under a new member id (``member``) or was removed
         (None) since the group's last record: that record, so changed (in Stable, ``_keep``
         records the group as it is instead)."""
         if self.keep_groups and group.kept is not None:
-            changed = static_member_changed(group.kept, old_id, new_id)
+            changed = static_member_changed(group.kept, old_id, member)
             if changed is not None:
                 group.kept = changed
                 self.changes.append(changed)
