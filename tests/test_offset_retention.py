@@ -424,3 +424,18 @@ def test_offsets_of_a_topic_a_new_generation_no_longer_subscribes_to_expire_on_t
     assert d.core.expire_offsets(d.now, WALL + 2 * RETENTION - 1) == 1  # u-1
     assert committed(d) == set()
     assert d.group().members  # a Stable group with no offsets left stays
+
+
+def test_a_check_goes_a_group_at_a_time_and_sees_what_changed_between() -> None:
+    """The transport runs a check a few milliseconds at a time: between two groups other
+    requests are handled, and the check sees what they changed."""
+    c = core()
+    for group in ("a", "b", "c"):
+        commit(c, group, 1, now=0)
+    steps = c.expiring_offsets(RETENTION, WALL + RETENTION)
+    next(steps)  # the first group looked into, and gone
+    assert set(c.groups) == {"b", "c"}
+    c.handle(ADMIN, 9, _commit_request("b", partition=0, offset=2), RETENTION)  # meanwhile
+    assert list(steps) == [None, None]  # b (committed to again: kept) and c (gone)
+    assert set(c.groups) == {"b"}
+    assert c.take_changes()[-1] == OffsetRecord("c", "t", 0, DELETED)

@@ -400,11 +400,16 @@ class Coordinator:
                 )
 
     def expire_offsets(self, now: float, wall_ms: float) -> int:
-        """Offset retention (``huddle.coordinator.retention``, Kafka's KIP-211): the
-        transport calls it every check interval with the wall clock. Returns how many
-        offsets expired."""
+        """Offset retention (``huddle.coordinator.retention``, Kafka's KIP-211) at the
+        wall clock ``wall_ms``. Returns how many offsets expired."""
         self.membership.wall_offset_ms = wall_ms - now
         return self.retention.expire(wall_ms)
+
+    def expiring_offsets(self, now: float, wall_ms: float) -> Generator[None, None, int]:
+        """``expire_offsets`` one group at a time (``Retention.expiring``): the transport
+        runs it every check interval, a few milliseconds at a time."""
+        self.membership.wall_offset_ms = wall_ms - now
+        return self.retention.expiring(wall_ms)
 
     def _forget_group(self, group: Group) -> None:
         """The group and its offsets go, and stay gone: deletions are kept as records.

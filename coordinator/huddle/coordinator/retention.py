@@ -23,6 +23,8 @@ the time it is first looked at, and kept so: it gets a whole retention from then
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import structlog
 
 from huddle.coordinator.config import GroupConfig
@@ -45,34 +47,47 @@ class Retention:
         self.changes = changes
 
     def expire(self, wall_ms: float) -> int:
-        """Remove every expired offset (kept as deletions); how many were removed. A group
-        is looked at again only once one of its offsets may have expired (``due``), so a
+        """Remove every expired offset (kept as deletions); how many were removed."""
+        steps = self.expiring(wall_ms)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                removed: int = done.value
+                return removed
+
+    def expiring(self, wall_ms: float) -> Generator[None, None, int]:
+        """``expire`` one group at a time: yields after each group it looked into, so the
+        caller can let other work run between them (a million offsets take tens of
+        milliseconds to look through). A group is looked into again only once one of its
+        offsets may have expired (``expired``'s due time) or its generation changed, so a
         check costs little more than a glance at each group."""
         now = int(wall_ms)
         retention = self.config.offsets_retention_ms
+        groups = self.membership.groups
         removed = 0
-        for group in list(self.membership.groups.values()):
-            if not group.offsets:
-                continue
+        for group in list(groups.values()):
+            if groups.get(group.group_id) is not group or not group.offsets:
+                continue  # gone, or emptied of offsets, since the pass began
             if group.retention_generation == group.generation and now < group.retention_due_ms:
                 continue
             self._stamp_unknown(group, now)
             doomed, group.retention_due_ms = self.expired(group, now, retention)
             group.retention_generation = group.generation
-            if not doomed:
-                continue
-            for topic, partition in doomed:
-                del group.offsets[(topic, partition)]
-                self.changes.append(offset_deleted(group.group_id, topic, partition))
-            removed += len(doomed)
-            log.info(
-                "offsets_expired",
-                group_id=group.group_id,
-                partitions=len(doomed),
-                left=len(group.offsets),
-                state=group.state.value,
-            )
-            self.membership.collect(group)  # Empty with nothing left: it goes
+            if doomed:
+                for topic, partition in doomed:
+                    del group.offsets[(topic, partition)]
+                    self.changes.append(offset_deleted(group.group_id, topic, partition))
+                removed += len(doomed)
+                log.info(
+                    "offsets_expired",
+                    group_id=group.group_id,
+                    partitions=len(doomed),
+                    left=len(group.offsets),
+                    state=group.state.value,
+                )
+                self.membership.collect(group)  # Empty with nothing left: it goes
+            yield
         return removed
 
     def expired(self, group: Group, now_ms: int, retention_ms: int) -> tuple[list[Key], int]:

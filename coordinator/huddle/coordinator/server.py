@@ -20,7 +20,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,7 +32,7 @@ from huddle.coordinator.cluster.keeper import NO_CALLER, EtcdKeeper, Keeper
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing
-from huddle.coordinator.group_commit import GroupCommit, Held
+from huddle.coordinator.group_commit import COPY_SLICE_S, GroupCommit, Held
 from huddle.coordinator.journal import DataDirError, Journal
 from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
 from huddle.coordinator.security.access import nothing_left, screen
@@ -190,6 +190,7 @@ class CoordinatorServer:
         self._hop_at = 0.0
         self._sweeper: asyncio.TimerHandle | None = None
         self._retention_check: asyncio.TimerHandle | None = None  # offsets of empty groups
+        self._retaining: Generator[None, None, int] | None = None  # a check under way
         self._stopping = False
         self._closed: asyncio.Event | None = None
         self._all_gone: asyncio.Event | None = None
@@ -983,18 +984,28 @@ class CoordinatorServer:
         self._sweeper = self.loop.call_later(_sweep_interval(cfg), self._sweep)
 
     def _retain(self) -> None:
-        """Offset retention: the offsets of groups empty too long expire (kept as deletions,
-        so a restart does not bring them back)."""
+        """Offset retention: expired offsets go (kept as deletions, so a restart does not
+        bring them back). The check runs a few milliseconds at a time, a group at a time,
+        with other work in between, until it has been through every group."""
         self._retention_check = None
         if self._stopping or self._refusing:
+            self._retaining = None
             return
+        if self._retaining is None:
+            self._retaining = self.core.expiring_offsets(self._now(), time.time() * 1000)
+        until = time.perf_counter() + COPY_SLICE_S
         try:
-            self.core.expire_offsets(self._now(), time.time() * 1000)
+            while time.perf_counter() < until:
+                next(self._retaining)
+        except StopIteration:
+            self._retaining = None
         except Exception:
             log.exception("core_failed", operation="expire_offsets")
+            self._retaining = None
         self._send_outside([])
         self._flush()
-        self._retention_check = self.loop.call_later(_retention_interval(self.config), self._retain)
+        wait = 0.0 if self._retaining is not None else _retention_interval(self.config)
+        self._retention_check = self.loop.call_later(wait, self._retain)
 
     def _sweep_idle(self) -> None:
         """Close connections that hold no member and have sent nothing for the idle timeout
