@@ -23,8 +23,14 @@ import structlog
 
 from huddle.coordinator.config import ServerConfig, sasl_mechanisms, super_users
 from huddle.coordinator.security.acls import ANONYMOUS, Authorizer
-from huddle.coordinator.security.credentials import DEFAULT_ITERATIONS, User
-from huddle.coordinator.security.sasl import SaslSession
+from huddle.coordinator.security.credentials import (
+    DEFAULT_ITERATIONS,
+    PLAIN,
+    SCRAM_MECHANISMS,
+    User,
+    plain_credential,
+)
+from huddle.coordinator.security.sasl import DecoyShape, SaslSession
 from huddle.coordinator.security.store import (
     FileStore,
     SecurityState,
@@ -63,7 +69,7 @@ class ListenerSecurity:
             Authorizer(super_users=super_users(config.super_users)) if config.authorizer else None
         )
         self.users: dict[str, User] = {}
-        self.decoy_iterations: dict[str, int] = {}  # mechanism -> the count most users have
+        self.decoys: dict[str, DecoyShape] = {}  # mechanism -> what most users' is like
         self.turns = ProofTurns(PROOFS_AT_ONCE)  # password checks under way, and waiting
         # PLAIN's key derivations run here, never on the event loop; two at a time at most
         self.executor = (
@@ -155,7 +161,7 @@ class ListenerSecurity:
 
     def _apply(self, state: SecurityState) -> None:
         self.users = dict(state.users)
-        self.decoy_iterations = typical_iterations(state.users.values())
+        self.decoys = typical_iterations(state.users.values())
         if state.decoy_secret:
             self.secret = state.decoy_secret
         if self.authorizer is not None:
@@ -234,8 +240,7 @@ class ListenerSecurity:
                 ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 f"SASL mechanism {mechanism} is not enabled here; use one of {offered}",
             )
-        iterations = self.decoy_iterations.get(mechanism, DEFAULT_ITERATIONS)
-        return SaslSession(mechanism, self.users.get, self.secret, iterations)
+        return SaslSession(mechanism, self.users.get, self.secret, self.decoys.get(mechanism))
 
     # --- password checks, per address group ----------------------------------------------
 
@@ -267,19 +272,25 @@ class ListenerSecurity:
         return self.throttle.penalty(address_group(host), now)
 
 
-def typical_iterations(users: Iterable[User]) -> dict[str, int]:
-    """Per mechanism, the iteration count most users have (the default on a tie)."""
-    counts: dict[str, Counter[int]] = {}
+def typical_iterations(users: Iterable[User]) -> dict[str, DecoyShape]:
+    """Per mechanism, what most users' credential is like, for the one made up for a user
+    that does not exist: a SCRAM mechanism's iteration count; for PLAIN, the mechanism and
+    count of the credential a PLAIN check derives with (each user's ``plain_credential``:
+    SCRAM-SHA-512's for users kept for that mechanism only). On a tie, the default."""
+    counts: dict[str, Counter[DecoyShape]] = {}
     for user in users:
         for mechanism, credential in user.scram.items():
-            counts.setdefault(mechanism, Counter())[credential.iterations] += 1
+            shape = DecoyShape(mechanism, credential.iterations)
+            counts.setdefault(mechanism, Counter())[shape] += 1
+        first = plain_credential(user)
+        if first is not None:
+            counts.setdefault(PLAIN, Counter())[DecoyShape(first[0], first[1].iterations)] += 1
     typical = {}
-    for mechanism, counter in counts.items():
-        best = max(counter.values())
-        tied = [n for n, c in counter.items() if c == best]
-        typical[mechanism] = DEFAULT_ITERATIONS if DEFAULT_ITERATIONS in tied else min(tied)
-    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        typical.setdefault(mechanism, DEFAULT_ITERATIONS)
-    # PLAIN checks against a user's SCRAM-SHA-256 or SHA-512 credential, the first kept
-    typical["PLAIN"] = typical["SCRAM-SHA-256"]
+    for mechanism in (*SCRAM_MECHANISMS, PLAIN):
+        hashed = SCRAM_MECHANISMS[0] if mechanism == PLAIN else mechanism
+        default = DecoyShape(hashed, DEFAULT_ITERATIONS)
+        counter = counts.get(mechanism, Counter())
+        best = max(counter.values(), default=0)
+        tied = [shape for shape, count in counter.items() if count == best]
+        typical[mechanism] = default if default in tied or not tied else min(tied)
     return typical
