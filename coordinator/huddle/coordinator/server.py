@@ -520,7 +520,7 @@ class CoordinatorServer:
             return  # refused at the door: never registered, the core never saw it
         conn.log.info("connection_closed", reason=conn.close_reason)
         if self.security is not None:
-            self.security.check_ended(conn.conn_id)  # its password check, if it had one
+            self.security.connection_gone(conn.conn_id)  # its place in the queue, if any
             if greeting.in_exchange(conn):
                 conn.sasl = None  # a failure answer still to come is not sent
         if not self._stopping:
@@ -966,11 +966,8 @@ class CoordinatorServer:
                 and now - conn.opened_at > handshake_s
                 and not greeting.held(self.security, conn)
             ):
-                conn.fail(
-                    ErrorCode.INVALID_REQUEST,
-                    f"no handshake within {cfg.handshake_timeout_ms} ms",
-                    event="handshake_failed",
-                )
+                code, message = greeting.timed_out(self.security, conn, cfg.handshake_timeout_ms)
+                conn.fail(code, message, event="handshake_failed")
             elif conn.frame_started is not None and now - conn.frame_started > stalled_s:
                 conn.fail(
                     ErrorCode.INVALID_REQUEST,

@@ -250,15 +250,31 @@ class ListenerSecurity:
         return self.turns.take(conn_id, address_group(host), turn)
 
     def check_ended(self, conn_id: int) -> None:
-        """The connection's check was answered, or it closed: the next one of its group
-        waiting, if any, starts. Nothing if it had none."""
+        """The connection's check succeeded, or was never made (its client went first):
+        its turn goes to the next check of its group waiting, if any. Nothing if it had
+        none."""
         turn = self.turns.end(conn_id)
         if turn is not None:
             asyncio.get_running_loop().call_soon(turn)
 
+    def check_failed(self, conn_id: int, delay: float) -> None:
+        """The connection's check failed: it keeps its turn until its answer's time,
+        ``delay`` from now, whatever becomes of the connection meanwhile."""
+        asyncio.get_running_loop().call_later(delay, self.check_ended, conn_id)
+
+    def connection_gone(self, conn_id: int) -> None:
+        """The connection closed: a check of it still waiting for its turn is never made.
+        A check made keeps its turn as long as it would have (``check_failed``)."""
+        if self.turns.is_waiting(conn_id):
+            self.turns.end(conn_id)
+
     def waiting(self, conn_id: int) -> bool:
         """Whether the connection's password check waits for its turn."""
         return self.turns.is_waiting(conn_id)
+
+    def group_of(self, host: str) -> str:
+        """The address group a host's password checks count for."""
+        return address_group(host)
 
     def failed(self, host: str, now: float) -> float:
         """Count a failure of the host's group; how long (s) to hold its answer back."""

@@ -7,8 +7,11 @@ wants); every loopback address (127.0.0.0/8 and ::1: all of them are this machin
 Two rules hold per group, from its first exchange on:
 
 * ``ProofTurns``: at most ``per_group`` password checks (a SCRAM proof, a PLAIN password)
-  are under way at once, from the check until its answer is sent (held back, see
-  below); another one waits its turn, in order. Many connections buy no more guesses.
+  hold a turn at once; another one waits its turn, in order. A check that succeeds gives
+  its turn back at once; one that fails keeps it until its answer's time (held back, see
+  below), whether or not its client stays for the answer. So the failed checks of a group
+  within any time are bounded, whatever its clients do: many connections, or connections
+  closed once the guess is sent, buy no more guesses.
 * ``FailureThrottle``: each failure doubles the time its answer is held back (from
   ``base_s``, at most ``max_s``), as Kafka holds a failed authentication's answer
   (``connection.failed.authentication.delay.ms``) but growing: a guesser gets a few tries
@@ -94,11 +97,12 @@ Turn = Callable[[], None]
 
 
 class ProofTurns:
-    """At most ``per_group`` password checks under way per address group; the others wait
-    their turn in order. A check is named by a key (its connection's id): ``take`` starts
-    it (True) or queues it with the ``turn`` to call when it may start; ``end`` ends it, or
-    takes it out of the queue, and returns the ``turn`` of the check that starts in its
-    place, for the caller to call."""
+    """At most ``per_group`` password checks hold a turn per address group; the others
+    wait their turn in order. A check is named by a key (its connection's id): ``take``
+    starts it (True) or queues it with the ``turn`` to call when it may start; ``end`` ends
+    its turn (the caller says when: at once for a success, at its answer's time for a
+    failure), or takes it out of the queue, and returns the ``turn`` of the check that
+    starts in its place, for the caller to call."""
 
     def __init__(self, per_group: int) -> None:
         self.per_group = per_group
