@@ -403,9 +403,23 @@ def run_serve(settings: ServeSettings) -> int:
     return 0
 
 
+def check_tls_files(config: ServerConfig) -> None:
+    """UsageError if a TLS file is missing or cannot be loaded: a bad setting, not a failure
+    at run time."""
+    if not config.tls_cert:
+        return
+    from huddle.coordinator.security.tls import ServerTls, TlsConfigError
+
+    try:
+        ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None).context()
+    except TlsConfigError as exc:
+        raise UsageError(f"TLS: {exc}") from None
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         settings = serve_settings(args, environ)
+        check_tls_files(settings.config)
     except UsageError as exc:
         print(f"huddle: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,8 @@ present a certificate that CA signed (mTLS); the certificate's subject, written 
 does (``CN=alice,O=acme``), is the client's principal: ``User:CN=alice,O=acme``, as
 Kafka's default principal builder names it. A reload (SIGHUP) makes a whole new context
 with ``ServerTls.context``, which fails unless the certificate, key and CA load together;
-the listener then makes new connections use it (open ones keep theirs).
+the listener then makes new connections use it (open ones keep theirs). A key with a
+passphrase is refused: OpenSSL would ask for it on the terminal, from the event loop.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ class TlsConfigError(ValueError):
     """A certificate, key or CA that cannot be loaded: says which file and why."""
 
 
+class _Passphrase(Exception):
+    """OpenSSL asked for a key's passphrase."""
+
+
+def _no_passphrase() -> bytes:
+    raise _Passphrase
+
+
 @dataclass(frozen=True, slots=True)
 class ServerTls:
     cert: str
@@ -54,7 +63,13 @@ class ServerTls:
             if path is not None and not os.path.isfile(path):
                 raise TlsConfigError(f"no such file: {path}")
         try:
-            context.load_cert_chain(self.cert, self.key)
+            context.load_cert_chain(self.cert, self.key, password=_no_passphrase)
+        except _Passphrase:
+            raise TlsConfigError(
+                f"the key {self.key} is encrypted (it has a passphrase): encrypted keys are "
+                "not supported; give huddle the key without one (openssl pkey -in KEY -out "
+                "NEW), in a file only huddle may read"
+            ) from None
         except FileNotFoundError as exc:
             raise TlsConfigError(f"no such file: {exc.filename}") from None
         except (ssl.SSLError, OSError) as exc:
