@@ -23,6 +23,7 @@ import structlog
 
 from huddle.coordinator.config import ServerConfig, sasl_mechanisms, super_users
 from huddle.coordinator.security.acls import ANONYMOUS, Authorizer
+from huddle.coordinator.security.chain import Names, changes
 from huddle.coordinator.security.credentials import (
     DEFAULT_ITERATIONS,
     PLAIN,
@@ -86,6 +87,7 @@ class ListenerSecurity:
         self._etcd: Any = None
         self._poller: asyncio.Task[None] | None = None
         self._live: ssl.SSLContext | None = None  # what new TLS connections use (reloads)
+        self._chain: list[Names] = []  # the names of the certificate chain in use
 
     @property
     def uses_store(self) -> bool:
@@ -95,7 +97,8 @@ class ListenerSecurity:
         """Load the TLS files and the users and ACLs; SecurityStartError if one cannot be."""
         if self.tls is not None:
             try:
-                self.context = self._live = self.tls.context()
+                self.context, self._chain = self.tls.load()
+                self._live = self.context
             except TlsConfigError as exc:
                 raise SecurityStartError(f"TLS: {exc}") from None
             # every new connection is made with ``context``; once its hello is read it
@@ -138,15 +141,24 @@ class ListenerSecurity:
     def reload_tls(self) -> None:
         """Load the certificate, key and client CA again (SIGHUP) into a new context, and
         make new connections use it; if they do not load together (a certificate written
-        and its key not yet, say), nothing changes: the old ones are served on."""
+        and its key not yet, say, or a chain cut short), or the certificate's names
+        change without ``--tls-allow-name-changes``, nothing changes: the old ones are
+        served on."""
         if self.tls is None or self.context is None:
             return
         try:
-            fresh = self.tls.context()
+            fresh, chain = self.tls.load()
+            changed = changes(self._chain, chain)
+            if changed and not self.config.tls_allow_name_changes:
+                raise TlsConfigError(
+                    f"the new certificate in {self.tls.cert} changes {', '.join(changed)}: "
+                    "a reload keeps them unless huddle serve runs with "
+                    "--tls-allow-name-changes (or restart it with the new certificate)"
+                )
         except TlsConfigError as exc:
             log.error("tls_reload_failed", error=str(exc), keeping="the certificate in use")
             return
-        self._live = fresh
+        self._live, self._chain = fresh, chain
         log.info("tls_reloaded", cert=self.tls.cert)
 
     def _use_live_context(self, conn: Any, server_name: str | None, context: Any) -> None:
