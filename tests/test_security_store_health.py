@@ -12,12 +12,19 @@ from pathlib import Path
 import pytest
 from structlog.typing import EventDict
 
+from huddle.cli import main
 from huddle.client.connection import connect
 from huddle.client.security import Security
 from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.security import listener
 from huddle.coordinator.security.listener import ListenerSecurity
-from huddle.coordinator.security.store import FILE_NAME, SecurityState, SecurityStoreError
+from huddle.coordinator.security.store import (
+    FILE_NAME,
+    FileStore,
+    SecurityState,
+    SecurityStoreError,
+)
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import SaslAuthenticationFailedError
 from tests.helpers import fast_server_config, running_server, wait_until
@@ -83,17 +90,50 @@ async def test_a_malformed_store_file_keeps_the_last_good_users(
 
 
 async def test_a_deleted_store_file_locks_nobody_out(
-    server: CoordinatorServer, tmp_path: Path, logs: list[EventDict]
+    server: CoordinatorServer,
+    tmp_path: Path,
+    logs: list[EventDict],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (tmp_path / FILE_NAME).unlink()
     await wait_until(lambda: failed_events(logs) != [], what="the failure logged")
     assert "is gone" in failed_events(logs)[0]["error"]
     assert await authenticates(server)
     assert health(server) == (0.0, 1.0)
-    await keep(tmp_path, {"bob": "bob-pw"})  # a store written anew (huddle users add)
+    # `huddle users add` then must not make a new store holding only the new user (with a
+    # new decoy secret, no ACLs), which the coordinator would take: alice locked out
+    (tmp_path / "pw").write_text("bob-pw\n")
+    add = ["users", "add", "bob", "--password-file", str(tmp_path / "pw")]
+    add += ["--data-dir", str(tmp_path), "--iterations", "4096"]
+    assert await asyncio.to_thread(main, add, {}) == 1
+    refusal = capsys.readouterr().err
+    assert f"huddle: {tmp_path / FILE_NAME} does not exist, but {tmp_path} holds a " in refusal
+    assert "was the store deleted?" in refusal
+    assert "--new-store" in refusal
+    assert not (tmp_path / FILE_NAME).exists()
+    assert await authenticates(server)
+    assert health(server) == (0.0, 1.0)
+    # unless the operator says so: then the coordinator takes it, and says what went
+    assert await asyncio.to_thread(main, [*add, "--new-store"], {}) == 0
     await wait_until(lambda: health(server)[0] == 1.0, what="the new store to be taken")
+    (replaced,) = [e for e in logs if e["event"] == "security_store_replaced"]
+    assert (replaced["log_level"], replaced["users"], replaced["users_gone"]) == ("warning", 1, 1)
     assert await authenticates(server, Security(username="bob", password="bob-pw"))
     assert not await authenticates(server)  # the new store has no alice
+
+
+async def test_a_new_store_is_made_only_where_no_coordinator_kept_state(tmp_path: Path) -> None:
+    fresh, used = tmp_path / "fresh", tmp_path / "used"
+    await keep(fresh, {"alice": "alice-pw"})  # before the first `huddle serve`: made
+    assert (fresh / FILE_NAME).exists()
+    used.mkdir()
+    (used / JOURNAL).write_bytes(b"")  # a coordinator ran here, without users or ACLs
+    with pytest.raises(SecurityStoreError, match="was the store deleted"):
+        await keep(used, {"alice": "alice-pw"})
+    assert not (used / FILE_NAME).exists()
+    await FileStore(used).update(lambda state: state, create=True)
+    await keep(used, {"alice": "alice-pw"})  # there is one now
+    assert list((await FileStore(used).load()).users) == ["alice"]
 
 
 class ScriptedStore:
@@ -109,7 +149,9 @@ class ScriptedStore:
     async def load(self) -> SecurityState:
         return SecurityState()
 
-    async def update(self, change: Callable[[SecurityState], SecurityState]) -> SecurityState:
+    async def update(
+        self, change: Callable[[SecurityState], SecurityState], *, create: bool = False
+    ) -> SecurityState:
         raise NotImplementedError
 
     async def poll(self) -> SecurityState | None:

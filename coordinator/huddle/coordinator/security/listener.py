@@ -80,6 +80,7 @@ class ListenerSecurity:
         )
         self.throttle = FailureThrottle(max_s=min(5.0, config.handshake_timeout_ms / 2000))
         self.secret = os.urandom(32)  # makes up the salts of users that do not exist
+        self._kept_secret = b""  # the store's own, to tell a new store from the one read
         self.store: SecurityStore | None = None
         self.store_failures = 0  # reads of the store that failed, or found it unusable
         self._store_unusable = ""  # why what the store holds now cannot be used
@@ -172,6 +173,18 @@ class ListenerSecurity:
         return not (self._store_unusable or self._store_unreadable)
 
     def _apply(self, state: SecurityState) -> None:
+        kept = self._kept_secret
+        if kept and state.decoy_secret and state.decoy_secret != kept:
+            # not the store read before but a new one (`--new-store`, a backup restored):
+            # users it lacks can no longer log in
+            assert self.store is not None
+            log.warning(
+                "security_store_replaced",
+                where=self.store.where,
+                users=len(state.users),
+                users_gone=len(set(self.users) - set(state.users)),
+            )
+        self._kept_secret = state.decoy_secret
         self.users = dict(state.users)
         self.decoys = typical_iterations(state.users.values())
         if state.decoy_secret:

@@ -8,7 +8,9 @@ again when it changed (``poll``), within a second, so no restart is needed.
 A store that is not there at all is a new one: no users, no ACLs. But one that goes away
 once it was read is a fault, as one that cannot be decoded is: ``poll`` raises
 ``SecurityStoreError`` for both (once per change), and the coordinator keeps what it read
-last.
+last. So ``update`` does not make a new store where a coordinator has kept its state (a
+journal in the data dir, keys under the cluster's prefix) unless told to (``create``): the
+store there was most likely deleted, and a new one would lock out every user it held.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.security.acls import Acl
 from huddle.coordinator.security.credentials import User
 
@@ -64,12 +67,22 @@ def encode_state(state: SecurityState) -> bytes:
 Change = Callable[[SecurityState], SecurityState]
 
 
+def new_store_refused(where: str, state: str) -> SecurityStoreError:
+    return SecurityStoreError(
+        f"{where} does not exist, but {state}: was the store deleted? A running coordinator "
+        "serves on with the users and ACLs it read last; restore the store from a backup, "
+        "or start a new one, without the users and ACLs it held, with --new-store"
+    )
+
+
 class SecurityStore(Protocol):
     where: str
 
     async def load(self) -> SecurityState: ...
 
-    async def update(self, change: Change) -> SecurityState: ...
+    async def update(self, change: Change, *, create: bool = False) -> SecurityState:
+        """Apply ``change`` and keep the result; SecurityStoreError if there is no store yet
+        where a coordinator kept its state, unless ``create``."""
 
     async def poll(self) -> SecurityState | None:
         """The state if it changed since the last load or poll, else None."""
@@ -126,9 +139,12 @@ class FileStore:
         finally:
             os.close(fd)
 
-    async def update(self, change: Change) -> SecurityState:
+    async def update(self, change: Change, *, create: bool = False) -> SecurityState:
         with self._locked():
-            state = with_secret(change(self._read()))
+            current = self._read()
+            if self._seen is None and not create and (self.directory / JOURNAL).exists():
+                raise new_store_refused(self.where, f"{self.directory} holds a coordinator's data")
+            state = with_secret(change(current))
             temp = self.path.with_suffix(".json.tmp")
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -152,7 +168,8 @@ class EtcdSecurityStore:
 
     def __init__(self, store: Any, prefix: str) -> None:
         self.store = store  # an EtcdStore
-        self.key = f"{prefix.rstrip('/')}/{ETCD_KEY}".encode()
+        self.prefix = f"{prefix.rstrip('/')}/".encode()
+        self.key = self.prefix + ETCD_KEY.encode()
         self.where = f"etcd key {self.key.decode()}"
         self._revision = -1
 
@@ -176,9 +193,12 @@ class EtcdSecurityStore:
             raise SecurityStoreError(f"{self.where} is gone")
         return decode_state(entry.value, self.where)
 
-    async def update(self, change: Change) -> SecurityState:
+    async def update(self, change: Change, *, create: bool = False) -> SecurityState:
         for _ in range(100):  # another writer in between: read again and redo
             state, revision = await self._read()
+            if revision == 0 and not create and await self._cluster_state():
+                cluster = f"the cluster under {self.prefix.decode()} holds state"
+                raise new_store_refused(self.where, cluster)
             new = with_secret(change(state))
             data = encode_state(new)
             if revision == 0:
@@ -187,3 +207,8 @@ class EtcdSecurityStore:
             elif await self.store.write_fenced(self.key, revision, {self.key: data}):
                 return new
         raise SecurityStoreError(f"{self.where} kept changing under this update; try again")
+
+    async def _cluster_state(self) -> bool:
+        """Whether a cluster keeps state under the prefix (the store itself aside: another
+        writer may have made it since it was read)."""
+        return any(key != self.key for key in await self.store.keys(self.prefix))
