@@ -5,7 +5,9 @@ its metrics; it takes the store again once it is good."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from huddle.coordinator.security.store import (
 )
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import SaslAuthenticationFailedError
-from tests.helpers import fast_server_config, running_server, wait_until
+from tests.helpers import fast_server_config, running_server, serve_process, wait_until
 from tests.security_setup import keep
 
 ALICE = Security(username="alice", password="alice-pw")
@@ -201,3 +203,54 @@ async def test_health_follows_what_the_store_answers(
     ]
     errors = [e["error"] for e in failed_events(logs)]
     assert errors == ["etcd is away", str(bad), "etcd is away"]  # once per fault
+
+
+async def test_a_fifo_in_place_of_the_store_never_stalls_the_coordinator(tmp_path: Path) -> None:
+    # A FIFO (or a file on a hung network file system) in place of security.json: a read
+    # of it on the event loop waited for ever, and the coordinator answered nobody.
+    await keep(tmp_path, {"alice": "alice-pw"})
+    path = tmp_path / FILE_NAME
+    flags = ["--data-dir", str(tmp_path), "--sasl", "SCRAM-SHA-512"]
+    async with serve_process(*flags) as (_, port, events):
+        fifo = tmp_path / "security.fifo"
+        os.mkfifo(fifo)
+        os.replace(fifo, path)
+        try:
+
+            def refused() -> bool:
+                return any(
+                    e["event"] == "security_store_failed"
+                    and e["error"] == f"{path} is not a regular file"
+                    for e in events
+                )
+
+            await wait_until(refused, what="the FIFO refused")
+            async with connect(f"127.0.0.1:{port}", security=ALICE, timeout=5) as conn:
+                assert conn.principal == "User:alice"  # served on, with the users read last
+        finally:  # a reader stuck in the FIFO's open (before the fix) lets go
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+
+async def test_a_store_read_that_never_returns_fails_the_polls_after_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path)
+    await store.load()
+    release = threading.Event()
+
+    def stuck() -> SecurityState | None:
+        release.wait(30)
+        return None
+
+    monkeypatch.setattr(store, "_poll_now", stuck)
+    try:
+        with pytest.raises(TimeoutError):  # the caller's deadline; the loop goes on
+            await asyncio.wait_for(store.poll(), 0.05)
+        with pytest.raises(TimeoutError, match="has not returned yet"):  # no second read
+            await asyncio.wait_for(store.poll(), 1.0)
+    finally:
+        release.set()
+    monkeypatch.undo()
+    await wait_until(lambda: store._reading is not None and store._reading.done(), what="it")
+    assert await store.poll() is None  # nothing changed since: read again, at once

@@ -117,10 +117,16 @@ class ListenerSecurity:
                 self.store = EtcdSecurityStore(self._etcd, cfg.cluster_prefix)
             else:
                 self.store = FileStore(cfg.data_dir)
-            self._apply(await self.store.load())
+            self._apply(await asyncio.wait_for(self.store.load(), POLL_DEADLINE_S))
         except SecurityStoreError as exc:
             await self.close()
             raise SecurityStartError(str(exc)) from None
+        except TimeoutError:
+            await self.close()
+            raise SecurityStartError(
+                f"reading the users and ACLs ({self.store.where if self.store else 'store'}) "
+                f"took over {POLL_DEADLINE_S:.0f} s"
+            ) from None
         except Exception as exc:
             await self.close()
             raise SecurityStartError(f"cannot read the users and ACLs: {exc}") from None

@@ -15,12 +15,15 @@ store there was most likely deleted, and a new one would lock out every user it 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
+import stat
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -65,6 +68,34 @@ def encode_state(state: SecurityState) -> bytes:
 
 
 Change = Callable[[SecurityState], SecurityState]
+T = TypeVar("T")
+
+
+def in_thread(work: Callable[[], T]) -> asyncio.Future[T]:
+    """``work()`` in a daemon thread of its own, its result in a future of the running loop.
+    A read that never returns (a hung network file system) holds that thread only: not the
+    event loop, not a pool's worker, not the process's exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as exc:  # handed to the loop, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="huddle-store-read", daemon=True).start()
+    return future
 
 
 def new_store_refused(where: str, state: str) -> SecurityStoreError:
@@ -89,13 +120,19 @@ class SecurityStore(Protocol):
 
 
 class FileStore:
-    """``security.json`` in a directory (the data dir), written atomically, mode 0600."""
+    """``security.json`` in a directory (the data dir), written atomically, mode 0600.
+
+    A coordinator reads it off its event loop (``load``, ``poll``), one read at a time: a
+    read that does not return (a hung file system) fails every poll after it at once until
+    it does. Only a regular file is read: a FIFO or a device in its place is refused (a
+    FIFO's open would wait for a writer for ever)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.path = self.directory / FILE_NAME
         self.where = str(self.path)
         self._seen: tuple[int, int, int] | None = _UNREAD  # None: there was no file
+        self._reading: asyncio.Future[SecurityState | None] | None = None
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -107,7 +144,11 @@ class FileStore:
     def _read(self, *, missing_ok: bool = True) -> SecurityState:
         self._seen = self._stamp()
         try:
-            data = self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's: at once
+            with os.fdopen(fd, "rb") as file:
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                    raise SecurityStoreError(f"{self.path} is not a regular file")
+                data = file.read()
         except FileNotFoundError:
             self._seen = None
             if missing_ok:
@@ -118,13 +159,26 @@ class FileStore:
             raise SecurityStoreError(f"cannot read {self.path}: {exc.strerror}") from None
         return decode_state(data, str(self.path))
 
-    async def load(self) -> SecurityState:
-        return self._read()
-
-    async def poll(self) -> SecurityState | None:
+    def _poll_now(self) -> SecurityState | None:
         if self._stamp() == self._seen:
             return None
         return self._read(missing_ok=False)  # read before: gone now is a fault
+
+    async def _off_loop(self, read: Callable[[], SecurityState | None]) -> SecurityState | None:
+        if self._reading is not None and not self._reading.done():
+            raise TimeoutError(
+                f"the last read of {self.path} has not returned yet (a hung file system?)"
+            )
+        self._reading = in_thread(read)
+        return await asyncio.shield(self._reading)  # a caller's deadline leaves it running
+
+    async def load(self) -> SecurityState:
+        state = await self._off_loop(self._read)
+        assert state is not None
+        return state
+
+    async def poll(self) -> SecurityState | None:
+        return await self._off_loop(self._poll_now)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
