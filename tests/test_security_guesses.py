@@ -201,10 +201,12 @@ def test_addresses_are_grouped_as_an_attacker_spreads_them() -> None:
     assert address_group("203.0.113.7") == "203.0.113.7"
     assert address_group("203.0.113.8") == "203.0.113.8"
     assert address_group("::ffff:203.0.113.7") == "203.0.113.7"  # mapped: the IPv4 address
+    # an IPv6 /56: a customer's delegation, its 256 /64s and all their addresses
     assert address_group("2001:db8:1:2::5") == address_group("2001:db8:1:2:ffff::9")
-    assert address_group("2001:db8:1:2::5") == "2001:db8:1:2::/64"
-    assert address_group("2001:db8:1:3::5") != address_group("2001:db8:1:2::5")
-    assert address_group("fe80::1%eth0") == "fe80::/64"
+    assert address_group("2001:db8:1:2::5") == address_group("2001:db8:1:ff:1::9")
+    assert address_group("2001:db8:1:2::5") == "2001:db8:1::/56"
+    assert address_group("2001:db8:1:100::5") == "2001:db8:1:100::/56"  # the next /56
+    assert address_group("fe80::1%eth0") == "fe80::/56"
     for loopback in ("127.0.0.1", "127.0.0.2", "127.255.0.9", "::1", "::ffff:127.0.0.1"):
         assert address_group(loopback) == LOOPBACK
     assert address_group("/run/huddle.sock") == "/run/huddle.sock"

@@ -1,8 +1,9 @@
 """Password guessing is slowed down per address group, however many connections it uses.
 
 An *address group* is what one attacker is taken to hold (``address_group``): an IPv4
-address; an IPv6 /64 (what one site or host is given: its addresses are as many as it
-wants); every loopback address (127.0.0.0/8 and ::1: all of them are this machine's).
+address; an IPv6 /56 (what a provider commonly gives one customer or site: 256 /64s, each
+with as many addresses as it wants); every loopback address (127.0.0.0/8 and ::1: all of
+them are this machine's).
 
 Two rules hold per group, from its first exchange on:
 
@@ -29,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 LOOPBACK = "loopback"
+IPV6_GROUP_PREFIX = 56  # bits: a customer's or site's delegation (RIPE-690: /56 or /48)
 
 
 def address_group(host: str) -> str:
-    """The group of a peer's address: ``203.0.113.7``, ``2001:db8:1:2::/64``, ``loopback``
-    (an address that is not an IP, as a Unix socket's, is its own group)."""
+    """The group of a peer's address: ``203.0.113.7``, ``2001:db8:1:200::/56``,
+    ``loopback`` (an address that is not an IP, as a Unix socket's, is its own group)."""
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])  # no IPv6 zone
     except ValueError:
@@ -44,7 +46,7 @@ def address_group(host: str) -> str:
         return LOOPBACK
     if isinstance(address, ipaddress.IPv4Address):
         return str(address)
-    return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(ipaddress.IPv6Network((address, IPV6_GROUP_PREFIX), strict=False))
 
 
 @dataclass(slots=True)
