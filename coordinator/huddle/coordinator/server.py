@@ -51,6 +51,7 @@ from huddle.protocol.messages import (
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeGroupsRequest,
     ErrorResponse,
@@ -243,9 +244,14 @@ class CoordinatorServer:
         sockets = self._server.sockets
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
+        if not self.config.cluster:  # a cluster node's serving names the owners
+            self.core.locate = self._locate_self
+            self.core.describe_cluster = self._describe_self
         if cfg.data_dir and self.journal is None:
             # Listening already: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS (as
-            # Kafka answers while it loads a coordinator partition), not a refused connection.
+            # Kafka answers while it loads a coordinator partition), not a refused connection;
+            # FindCoordinator and DescribeCluster are answered (where, not what: Kafka
+            # answers them from its metadata whatever it is loading).
             self.loading = True
             try:
                 await self._load(cfg.data_dir, cfg.fsync)
@@ -256,9 +262,6 @@ class CoordinatorServer:
                 raise
             finally:
                 self.loading = False
-        if not self.config.cluster:  # a cluster node's serving names the owners
-            self.core.locate = self._locate_self
-            self.core.describe_cluster = self._describe_self
         self.core.start(self._now())  # a restart's fence, if it kept sessions before
         self.core.offsets.wall_offset_ms = time.time() * 1000 - self._now()
         if self.metrics is not None:
@@ -746,7 +749,7 @@ class CoordinatorServer:
             routed = screened.request
             if routed is None or nothing_left(routed):
                 return None
-        if self.loading:
+        if self.loading and type(request) not in _ANSWERED_WHILE_LOADING:
             self.refused_loading += 1
             return ErrorResponse(
                 error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -1016,6 +1019,9 @@ def _retention_interval(config: ServerConfig) -> float:
 
 def _idle_interval(config: ServerConfig) -> float:
     return min(max(config.idle_timeout_ms / 1000 / 10, _SWEEP_MIN_S), 10.0)
+
+
+_ANSWERED_WHILE_LOADING = (FindCoordinatorRequest, DescribeClusterRequest)
 
 
 def _joining_cluster(request: Request) -> ErrorResponse | None:
