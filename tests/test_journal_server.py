@@ -21,7 +21,11 @@ from huddle.coordinator.server import CoordinatorServer, StorageFailedError, ser
 from huddle.protocol.errors import ErrorCode, error_class
 from huddle.protocol.messages import (
     CreateTopicsRequest,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     ErrorResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     ListTopicsRequest,
     ListTopicsResponse,
     OffsetCommitPartition,
@@ -150,7 +154,9 @@ async def test_requests_while_the_data_dir_loads_get_load_in_progress(
 ) -> None:
     """The coordinator listens while it replays its data dir and answers
     COORDINATOR_LOAD_IN_PROGRESS (retriable) meanwhile, as Kafka does while it loads a
-    coordinator partition; then it answers from the whole state."""
+    coordinator partition; then it answers from the whole state. Where the coordinator is
+    (FindCoordinator, DescribeCluster) is answered meanwhile: Kafka answers those from its
+    metadata, never with COORDINATOR_LOAD_IN_PROGRESS."""
     config = fast_server_config(data_dir=str(tmp_path))
     async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:
         await conn.request(CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
@@ -173,6 +179,13 @@ async def test_requests_while_the_data_dir_loads_get_load_in_progress(
             assert isinstance(early, ErrorResponse)
             assert early.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             assert error_class(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS).retriable
+            found = await conn.request(FindCoordinatorRequest(group_id="g"))
+            assert isinstance(found, FindCoordinatorResponse), found
+            assert (found.error_code, found.host, found.port) == (0, "127.0.0.1", server.port)
+            described = await conn.request(DescribeClusterRequest())
+            assert isinstance(described, DescribeClusterResponse), described
+            assert [(n.host, n.port) for n in described.nodes] == [("127.0.0.1", server.port)]
+            assert server.loading
             release.set()
             await wait_until(lambda: not server.loading, what="the load to finish")
             loaded = await conn.request(ListTopicsRequest(topics=None))

@@ -81,7 +81,7 @@ async def test_concurrent_updates_in_etcd_lose_nothing(etcd: Etcd) -> None:
 
 
 async def test_a_bad_or_deleted_store_in_etcd_keeps_the_last_good_users(
-    etcd: Etcd, tmp_path: Path, logs: list[EventDict]
+    etcd: Etcd, tmp_path: Path, logs: list[EventDict], capsys: pytest.CaptureFixture[str]
 ) -> None:
     endpoint = f"etcd://{etcd.host}:{etcd.port}"
     (tmp_path / "pw").write_text("alice-pw\n")
@@ -126,6 +126,18 @@ async def test_a_bad_or_deleted_store_in_etcd_keeps_the_last_good_users(
                 assert len(failed) == count
                 assert failed[-1]["log_level"] == "error"
                 assert failed[-1]["where"] == f"etcd key {key.decode()}"
+            # deleted: `huddle users add` makes no new store holding only its user, which
+            # the node would take (alice locked out), while the cluster keeps its state
+            await store.put(f"{PREFIX}/config/shards".encode(), b"6")  # as a node writes it
+            (tmp_path / "bob.pw").write_text("bob-pw\n")
+            add_bob = ["users", "add", "bob", "--password-file", str(tmp_path / "bob.pw")]
+            add_bob += ["--etcd", endpoint, "--cluster-prefix", PREFIX]
+            assert await asyncio.to_thread(main, add_bob, {}) == 1
+            refusal = capsys.readouterr().err
+            assert f"etcd key {key.decode()} does not exist, but the cluster under" in refusal
+            assert "--new-store" in refusal
+            assert await store.get(key) is None
+            assert await alice_gets_in()
             await store.put(key, good.value)
             await wait_until(lambda: healthy() == 1.0, what="the store to be taken again")
             assert await alice_gets_in()

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import functools
 import os
+import ssl
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+import scramp.core
 from structlog.typing import EventDict
 
 from huddle.client.connection import connect
@@ -32,8 +38,15 @@ from huddle.protocol.messages import (
     SaslAuthenticate,
     SaslAuthenticateResult,
 )
-from tests.helpers import DEADLINE_S, RawClient, fast_server_config, running_server, wait_until
-from tests.security_setup import keep
+from tests.helpers import (
+    DEADLINE_S,
+    RawClient,
+    fast_server_config,
+    running_server,
+    serve_process,
+    wait_until,
+)
+from tests.security_setup import keep, make_pki
 
 PASSWORD = "alice-secret"
 BURST = 300
@@ -75,7 +88,8 @@ def test_most_checks_is_the_rule_worked_out() -> None:
 async def guess(port: int, local: str) -> str:
     """One SCRAM exchange as alice with a made-up proof, as a guesser sends it (without
     deriving any key); how it ended: "answered" (refused, after its check), "closed"
-    (never checked: the handshake timeout ran out first), or what else came."""
+    (never checked: the handshake timeout ran out first, and the client was told why), or
+    what else came."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(local, 0))
     raw = RawClient(reader, writer)
     try:
@@ -101,7 +115,10 @@ async def guess(port: int, local: str) -> str:
         assert frames[0].error_code == ErrorCode.SASL_AUTHENTICATION_FAILED  # type: ignore[union-attr]
         return "answered"
     if [type(f) for f in frames] == [ProtocolError]:
-        assert "no handshake within" in (frames[0].error_message or "")  # type: ignore[union-attr]
+        assert frames[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE, frames  # type: ignore[union-attr]
+        message = frames[0].error_message or ""  # type: ignore[union-attr]
+        assert message.startswith("authentication attempts from loopback are being throttled")
+        assert "waited 4000 ms for its turn and was not checked; try again later" in message
         return "closed"
     return repr(frames)
 
@@ -184,10 +201,12 @@ def test_addresses_are_grouped_as_an_attacker_spreads_them() -> None:
     assert address_group("203.0.113.7") == "203.0.113.7"
     assert address_group("203.0.113.8") == "203.0.113.8"
     assert address_group("::ffff:203.0.113.7") == "203.0.113.7"  # mapped: the IPv4 address
+    # an IPv6 /56: a customer's delegation, its 256 /64s and all their addresses
     assert address_group("2001:db8:1:2::5") == address_group("2001:db8:1:2:ffff::9")
-    assert address_group("2001:db8:1:2::5") == "2001:db8:1:2::/64"
-    assert address_group("2001:db8:1:3::5") != address_group("2001:db8:1:2::5")
-    assert address_group("fe80::1%eth0") == "fe80::/64"
+    assert address_group("2001:db8:1:2::5") == address_group("2001:db8:1:ff:1::9")
+    assert address_group("2001:db8:1:2::5") == "2001:db8:1::/56"
+    assert address_group("2001:db8:1:100::5") == "2001:db8:1:100::/56"  # the next /56
+    assert address_group("fe80::1%eth0") == "fe80::/56"
     for loopback in ("127.0.0.1", "127.0.0.2", "127.255.0.9", "::1", "::ffff:127.0.0.1"):
         assert address_group(loopback) == LOOPBACK
     assert address_group("/run/huddle.sock") == "/run/huddle.sock"
@@ -217,3 +236,137 @@ def test_turns_are_given_in_order_and_a_closed_waiter_loses_its_place() -> None:
     assert turns.checking("g") == turns.waiting("g") == 0
     with pytest.raises(ValueError, match="already"):
         turns.take(9, "other", lambda: None)
+
+
+async def test_one_stale_password_on_a_host_does_not_keep_its_good_logins_out(
+    server: CoordinatorServer,
+) -> None:
+    # One client of the host with a stale password (six tries, one at a time) makes the
+    # group's answers wait its penalty (2 s here), successes too; a success's turn must
+    # not be held that long, or 36 of 40 clients logging in together run out of
+    # handshake time queued behind the four turns.
+    bootstrap = f"127.0.0.1:{server.port}"
+    for _ in range(6):
+        with pytest.raises(SaslAuthenticationFailedError):
+            async with connect(bootstrap, security=Security(username="alice", password="old")):
+                pass
+    good = Security(username="alice", password=PASSWORD)
+
+    async def login() -> str:
+        try:
+            async with connect(bootstrap, security=good) as conn:
+                return conn.principal or ""
+        except Exception as exc:
+            return type(exc).__name__
+
+    results = await asyncio.gather(*(login() for _ in range(40)))
+    assert results == ["User:alice"] * 40, Counter(results)
+
+
+async def abandoned_guess(
+    port: int, context: ssl.SSLContext, mechanism: str
+) -> tuple[RawClient, bytes]:
+    """A TLS connection ready to send its guess (SCRAM: past its first message), and the
+    guess; the guesser will not wait for the answer."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+    )
+    raw = RawClient(reader, writer)
+    await raw.send(Handshake(version=1, sasl_mechanism=mechanism))
+    await raw.read_frame()
+    if mechanism == "PLAIN":
+        return raw, b"\0alice\0a guess"
+    await raw.send(SaslAuthenticate(auth_bytes=b"n,,n=alice,r=guess"))
+    first = await raw.read_frame()
+    assert isinstance(first, SaslAuthenticateResult), first
+    fields = dict(p.split("=", 1) for p in first.auth_bytes.decode().split(","))
+    return raw, f"c=biws,r={fields['r']},p={'A' * 88}".encode()
+
+
+async def abandon_waves(
+    port: int, context: ssl.SSLContext, mechanism: str, checked: Callable[[], int]
+) -> float:
+    """Ten waves of four guesses, each connection aborted once its guess was checked (or
+    after a second): how long it took."""
+    began = time.monotonic()
+    for wave in range(0, 40, 4):
+        guesses = [await abandoned_guess(port, context, mechanism) for _ in range(4)]
+        for raw, message in guesses:
+            await raw.send(SaslAuthenticate(auth_bytes=message))
+
+        def at_least(count: int) -> bool:
+            return checked() >= count
+
+        with contextlib.suppress(AssertionError):  # checked by now, or never mind
+            await wait_until(functools.partial(at_least, wave + 4), wait_s=1.0, what="checks")
+        for raw, _ in guesses:
+            raw.writer.transport.abort()  # its answer not awaited
+    return time.monotonic() - began
+
+
+async def test_a_guess_abandoned_after_its_check_holds_its_turn_until_its_answer(
+    tmp_path: Path,
+) -> None:
+    # `huddle serve` (uvloop) over TLS: a guesser that closes each connection once its
+    # proof was checked must not free the turn before the answer's time: 40 checks within
+    # about a second, where the rule allows 4 at first and a fifth only after 100 ms.
+    pki = make_pki(tmp_path)
+    await keep(tmp_path, {"alice": PASSWORD})
+    flags = ["--data-dir", str(tmp_path), "--sasl", "SCRAM-SHA-512"]
+    flags += ["--tls-cert", pki.server, "--tls-key", pki.server]
+    context = ssl.create_default_context(cafile=pki.ca)
+    async with serve_process(*flags) as (_, port, events):
+
+        def checked() -> int:
+            return sum(e["event"] == "authentication_failed" for e in events)
+
+        took = await abandon_waves(port, context, "SCRAM-SHA-512", checked)
+        allowed = most_checks(took, PROOFS_AT_ONCE, FailureThrottle(max_s=5.0))  # serve's
+        assert checked() <= allowed, (checked(), round(took, 3), allowed)
+
+
+async def test_a_plain_guess_abandoned_in_its_check_counts_and_holds_its_turn(
+    tmp_path: Path, logs: list[EventDict]
+) -> None:
+    # PLAIN derives the key in a pool; a guesser that closes the connection while it does
+    # must not get its turn back before the answer's time (a new guess at once), nor its
+    # guess uncounted: it would get as many guesses as it can open connections
+    pki = make_pki(tmp_path)
+    await keep(tmp_path, {"alice": PASSWORD})
+    config = fast_server_config(
+        data_dir=str(tmp_path), sasl="PLAIN", tls_cert=pki.server, tls_key=pki.server
+    )
+    deriving, finish = threading.Event(), threading.Event()
+    real = scramp.core.hi
+
+    def held_derivation(hf: object, password: bytes, salt: bytes, iterations: object) -> bytes:
+        deriving.set()  # the check is made
+        finish.wait(DEADLINE_S)  # until the client has gone
+        return real(hf, password, salt, iterations)  # type: ignore[no-any-return]
+
+    context = ssl.create_default_context(cafile=pki.ca)
+    scramp.core.hi = held_derivation
+    try:
+        async with running_server(config) as running:
+            assert running.security is not None
+            running.security.throttle = FailureThrottle(base_s=1.0, max_s=1.0)
+            turns = running.security.turns
+            raw, guess = await abandoned_guess(running.port, context, "PLAIN")
+            await raw.send(SaslAuthenticate(auth_bytes=guess))
+            assert await asyncio.to_thread(deriving.wait, DEADLINE_S)
+            raw.writer.transport.abort()
+            await wait_until(lambda: running.connection_count == 0, what="the close seen")
+            finish.set()
+
+            def failures() -> list[EventDict]:
+                return [e for e in logs if e["event"] == "authentication_failed"]
+
+            await wait_until(lambda: bool(failures()), what="the abandoned guess counted")
+            assert [(e["failures"], e["delay_ms"]) for e in failures()] == [(1, 1000)]
+            assert turns.checking(LOOPBACK) == 1  # its turn, until its answer's time
+            began = time.monotonic()
+            await wait_until(lambda: turns.checking(LOOPBACK) == 0, what="the turn back")
+            assert time.monotonic() - began > 0.5
+    finally:
+        finish.set()
+        scramp.core.hi = real

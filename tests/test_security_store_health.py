@@ -5,22 +5,31 @@ its metrics; it takes the store again once it is good."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from structlog.typing import EventDict
 
+from huddle.cli import main
 from huddle.client.connection import connect
 from huddle.client.security import Security
 from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.security import listener
 from huddle.coordinator.security.listener import ListenerSecurity
-from huddle.coordinator.security.store import FILE_NAME, SecurityState, SecurityStoreError
+from huddle.coordinator.security.store import (
+    FILE_NAME,
+    FileStore,
+    SecurityState,
+    SecurityStoreError,
+)
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import SaslAuthenticationFailedError
-from tests.helpers import fast_server_config, running_server, wait_until
+from tests.helpers import fast_server_config, running_server, serve_process, wait_until
 from tests.security_setup import keep
 
 ALICE = Security(username="alice", password="alice-pw")
@@ -83,17 +92,50 @@ async def test_a_malformed_store_file_keeps_the_last_good_users(
 
 
 async def test_a_deleted_store_file_locks_nobody_out(
-    server: CoordinatorServer, tmp_path: Path, logs: list[EventDict]
+    server: CoordinatorServer,
+    tmp_path: Path,
+    logs: list[EventDict],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (tmp_path / FILE_NAME).unlink()
     await wait_until(lambda: failed_events(logs) != [], what="the failure logged")
     assert "is gone" in failed_events(logs)[0]["error"]
     assert await authenticates(server)
     assert health(server) == (0.0, 1.0)
-    await keep(tmp_path, {"bob": "bob-pw"})  # a store written anew (huddle users add)
+    # `huddle users add` then must not make a new store holding only the new user (with a
+    # new decoy secret, no ACLs), which the coordinator would take: alice locked out
+    (tmp_path / "pw").write_text("bob-pw\n")
+    add = ["users", "add", "bob", "--password-file", str(tmp_path / "pw")]
+    add += ["--data-dir", str(tmp_path), "--iterations", "4096"]
+    assert await asyncio.to_thread(main, add, {}) == 1
+    refusal = capsys.readouterr().err
+    assert f"huddle: {tmp_path / FILE_NAME} does not exist, but {tmp_path} holds a " in refusal
+    assert "was the store deleted?" in refusal
+    assert "--new-store" in refusal
+    assert not (tmp_path / FILE_NAME).exists()
+    assert await authenticates(server)
+    assert health(server) == (0.0, 1.0)
+    # unless the operator says so: then the coordinator takes it, and says what went
+    assert await asyncio.to_thread(main, [*add, "--new-store"], {}) == 0
     await wait_until(lambda: health(server)[0] == 1.0, what="the new store to be taken")
+    (replaced,) = [e for e in logs if e["event"] == "security_store_replaced"]
+    assert (replaced["log_level"], replaced["users"], replaced["users_gone"]) == ("warning", 1, 1)
     assert await authenticates(server, Security(username="bob", password="bob-pw"))
     assert not await authenticates(server)  # the new store has no alice
+
+
+async def test_a_new_store_is_made_only_where_no_coordinator_kept_state(tmp_path: Path) -> None:
+    fresh, used = tmp_path / "fresh", tmp_path / "used"
+    await keep(fresh, {"alice": "alice-pw"})  # before the first `huddle serve`: made
+    assert (fresh / FILE_NAME).exists()
+    used.mkdir()
+    (used / JOURNAL).write_bytes(b"")  # a coordinator ran here, without users or ACLs
+    with pytest.raises(SecurityStoreError, match="was the store deleted"):
+        await keep(used, {"alice": "alice-pw"})
+    assert not (used / FILE_NAME).exists()
+    await FileStore(used).update(lambda state: state, create=True)
+    await keep(used, {"alice": "alice-pw"})  # there is one now
+    assert list((await FileStore(used).load()).users) == ["alice"]
 
 
 class ScriptedStore:
@@ -109,7 +151,9 @@ class ScriptedStore:
     async def load(self) -> SecurityState:
         return SecurityState()
 
-    async def update(self, change: Callable[[SecurityState], SecurityState]) -> SecurityState:
+    async def update(
+        self, change: Callable[[SecurityState], SecurityState], *, create: bool = False
+    ) -> SecurityState:
         raise NotImplementedError
 
     async def poll(self) -> SecurityState | None:
@@ -159,3 +203,54 @@ async def test_health_follows_what_the_store_answers(
     ]
     errors = [e["error"] for e in failed_events(logs)]
     assert errors == ["etcd is away", str(bad), "etcd is away"]  # once per fault
+
+
+async def test_a_fifo_in_place_of_the_store_never_stalls_the_coordinator(tmp_path: Path) -> None:
+    # A FIFO (or a file on a hung network file system) in place of security.json: a read
+    # of it on the event loop waited for ever, and the coordinator answered nobody.
+    await keep(tmp_path, {"alice": "alice-pw"})
+    path = tmp_path / FILE_NAME
+    flags = ["--data-dir", str(tmp_path), "--sasl", "SCRAM-SHA-512"]
+    async with serve_process(*flags) as (_, port, events):
+        fifo = tmp_path / "security.fifo"
+        os.mkfifo(fifo)
+        os.replace(fifo, path)
+        try:
+
+            def refused() -> bool:
+                return any(
+                    e["event"] == "security_store_failed"
+                    and e["error"] == f"{path} is not a regular file"
+                    for e in events
+                )
+
+            await wait_until(refused, what="the FIFO refused")
+            async with connect(f"127.0.0.1:{port}", security=ALICE, timeout=5) as conn:
+                assert conn.principal == "User:alice"  # served on, with the users read last
+        finally:  # a reader stuck in the FIFO's open (before the fix) lets go
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+
+async def test_a_store_read_that_never_returns_fails_the_polls_after_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path)
+    await store.load()
+    release = threading.Event()
+
+    def stuck() -> SecurityState | None:
+        release.wait(30)
+        return None
+
+    monkeypatch.setattr(store, "_poll_now", stuck)
+    try:
+        with pytest.raises(TimeoutError):  # the caller's deadline; the loop goes on
+            await asyncio.wait_for(store.poll(), 0.05)
+        with pytest.raises(TimeoutError, match="has not returned yet"):  # no second read
+            await asyncio.wait_for(store.poll(), 1.0)
+    finally:
+        release.set()
+    monkeypatch.undo()
+    await wait_until(lambda: store._reading is not None and store._reading.done(), what="it")
+    assert await store.poll() is None  # nothing changed since: read again, at once

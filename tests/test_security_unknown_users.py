@@ -15,9 +15,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import scramp.core
 from structlog.typing import EventDict
 
 from huddle.coordinator.security.credentials import User, make_user
+from huddle.coordinator.security.listener import typical_iterations
+from huddle.coordinator.security.sasl import AuthenticationFailed, SaslSession
 from huddle.coordinator.security.store import FileStore
 from huddle.coordinator.security.throttle import FailureThrottle
 from huddle.coordinator.server import CoordinatorServer
@@ -177,3 +180,46 @@ async def test_a_failure_for_an_unknown_user_counts_as_one_for_a_known_user(
     assert [e["username"] for e in failures] == [KNOWN, UNKNOWN, KNOWN, UNKNOWN]
     assert [e["delay_ms"] for e in failures] == [100, 200, 400, 800]
     assert [e["failures"] for e in failures] == [1, 2, 3, 4]
+
+
+def plain_derivations(users: dict[str, User], name: str) -> list[tuple[str, int]]:
+    """The key derivations (hash, iterations) a PLAIN check of ``name`` with a wrong
+    password makes, the decoy's shaped as a listener with these users shapes it."""
+    seen: list[tuple[str, int]] = []
+    real = scramp.core.hi
+
+    def spy(hf: object, password: bytes, salt: bytes, iterations: object) -> bytes:
+        seen.append((getattr(hf, "__name__", str(hf)), int(iterations)))  # type: ignore[call-overload]
+        return real(hf, password, salt, iterations)  # type: ignore[no-any-return]
+
+    scramp.core.hi = spy
+    try:
+        shape = typical_iterations(users.values())["PLAIN"]
+        session = SaslSession("PLAIN", users.get, os.urandom(32), shape)
+        with pytest.raises(AuthenticationFailed):
+            session.step(b"\0" + name.encode() + b"\0a wrong guess")
+    finally:
+        scramp.core.hi = real
+    return seen
+
+
+def test_a_plain_check_of_an_unknown_user_does_the_work_a_real_users_does() -> None:
+    # users kept for SCRAM-SHA-512 only (`huddle users add --mechanism SCRAM-SHA-512`), a
+    # listener with --sasl SCRAM-SHA-512,PLAIN: a real user's PLAIN check derives with
+    # SHA-512 (about twice SHA-256's time); an unknown user's must too
+    users = {n: make_user(n, "pw", mechanisms=(SHA512,)) for n in ("bob", "carol")}
+    real = plain_derivations(users, "bob")
+    assert real == [("openssl_sha512", 8192)]
+    assert plain_derivations(users, "zed") == real
+
+
+def test_a_plain_decoy_is_shaped_as_most_users_first_credential() -> None:
+    # PLAIN checks a user with both credentials against SCRAM-SHA-256's: most users here
+    # are SCRAM-SHA-512 only, with 4096 iterations; one has both
+    users = {n: make_user(n, "pw", mechanisms=(SHA512,), iterations=4_096) for n in "abc"}
+    users["dan"] = user("dan", "pw")  # SHA-256 with 40960, SHA-512 with 4096
+    assert plain_derivations(users, "dan") == [("openssl_sha256", ITERATIONS[SHA256])]
+    assert plain_derivations(users, "a") == [("openssl_sha512", 4_096)]
+    assert plain_derivations(users, "zed") == [("openssl_sha512", 4_096)]
+    # and with no users at all, as a user made with the defaults would be checked
+    assert plain_derivations({}, "zed") == [("openssl_sha256", 8_192)]

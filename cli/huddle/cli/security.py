@@ -56,6 +56,15 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-prefix", help="the cluster's keys in etcd (default /huddle)")
 
 
+def _add_new_store_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--new-store",
+        action="store_true",
+        help="start a new store if there is none, even where a coordinator keeps its state "
+        "(there, a missing store was most likely deleted: restore it instead)",
+    )
+
+
 def add_users(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = actions.add_parser("add", help="add a user, or set a user's password")
@@ -78,6 +87,7 @@ def add_users(parser: argparse.ArgumentParser) -> None:
         help=f"PBKDF2 iterations, at least 4096 (default {DEFAULT_ITERATIONS})",
     )
     _add_store_flags(add)
+    _add_new_store_flag(add)
     remove = actions.add_parser("remove", help="remove a user")
     remove.add_argument("name")
     _add_store_flags(remove)
@@ -108,6 +118,7 @@ def _add_acl_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--deny", action="store_true", help="a DENY ACL (default ALLOW)")
     _add_store_flags(parser)
+    _add_new_store_flag(parser)
 
 
 def add_acls(parser: argparse.ArgumentParser) -> None:
@@ -217,7 +228,7 @@ def _users_action(
             def change(state: SecurityState) -> SecurityState:
                 return msgspec.structs.replace(state, users={**state.users, user.name: user})
 
-            await store.update(change)
+            await store.update(change, create=args.new_store)
             return f"user {user.name} ({', '.join(mechanisms)}) kept in {store.where}"
 
         return add
@@ -299,7 +310,7 @@ def _acls_action(args: argparse.Namespace) -> Callable[[SecurityStore], Awaitabl
                 acls = [*kept, *chosen] if adding else kept
                 return msgspec.structs.replace(state, acls=acls)
 
-            state = await store.update(change)
+            state = await store.update(change, create=args.new_store)
             changed = abs(len(state.acls) - before)
             if not adding and changed == 0:
                 raise SecurityStoreError("no ACL matched exactly: nothing removed")

@@ -107,6 +107,14 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "its principal",
     ),
     ServeFlag(
+        "tls-allow-name-changes",
+        "bool",
+        _S,
+        "tls_allow_name_changes",
+        "let a certificate reload (SIGHUP) change the certificate's subject, its SANs or the "
+        "CA its chain ends at (default off: such a reload is refused, as Kafka's)",
+    ),
+    ServeFlag(
         "sasl",
         "str",
         _S,

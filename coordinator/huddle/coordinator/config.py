@@ -56,7 +56,15 @@ class GroupConfig:
             raise ValueError("; ".join(problems))
 
 
-_SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_client_ca", "sasl", "authorizer", "super_users")
+_SECURITY_FIELDS = (
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "tls_allow_name_changes",
+    "sasl",
+    "authorizer",
+    "super_users",
+)
 _OTHER_FIELDS = ("metrics_port",)
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
@@ -127,6 +135,10 @@ class ServerConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
+    # A certificate reload may change the certificate's subject, its subject alternative
+    # names and the CA its chain ends at (as Kafka's ssl.allow.dn.changes and
+    # ssl.allow.san.changes; off, as there: such a reload is refused).
+    tls_allow_name_changes: bool = False
     # SASL mechanisms every client must authenticate with ("SCRAM-SHA-512,SCRAM-SHA-256");
     # "": none. Users are kept in the data dir, or in etcd for a cluster.
     sasl: str = ""

@@ -3,10 +3,12 @@ requires one. Until they are done the connection may send nothing else (a reques
 refused and the connection closed), and the handshake timeout counts for all of them.
 
 A password check (a SCRAM proof, a PLAIN password) waits its turn: a few at once per
-address group (``huddle.coordinator.security.throttle``). A failed authentication is logged
-with the peer's address and the reason; the client is told one thing whatever was wrong
-(SASL_AUTHENTICATION_FAILED, "invalid credentials"), after a delay that grows with its
-address group's recent failures, and the connection is closed.
+address group (``huddle.coordinator.security.throttle``). A check that succeeds gives its
+turn back at once; one that fails keeps it until its answer's time, whether or not the
+client stays to read the answer. A failed authentication is logged with the peer's address
+and the reason; the client is told one thing whatever was wrong (SASL_AUTHENTICATION_FAILED,
+"invalid credentials"), after a delay that grows with its address group's recent failures,
+and the connection is closed.
 """
 
 from __future__ import annotations
@@ -101,8 +103,9 @@ def sasl_step(
 
         def turn() -> None:  # later, outside the server's pass
             conn.sasl_busy = False
-            if conn.closing:
-                return  # its turn ends as it is counted out (connection_lost)
+            if conn.closing:  # gone while it waited: no check made, the turn goes on
+                security.check_ended(conn.conn_id)
+                return
             _step(host, security, conn, session, data)
             _resume(host, conn)
 
@@ -128,18 +131,26 @@ def _step(
         # connection is handled until it is done.
         conn.sasl_busy = True  # read on (a client that goes away is seen to), handle nothing
 
-        def check() -> tuple[bytes, bool]:
-            if conn.closing:  # gone while it waited its turn: no key derived for it
-                raise AuthenticationFailed("the connection closed")
+        def check() -> tuple[bytes, bool] | None:
+            if conn.closing:  # gone while it waited in the pool: no key derived for it
+                return None
             return session.step(data)
 
-        work = host.loop.run_in_executor(security.executor, check)
+        try:
+            work = host.loop.run_in_executor(security.executor, check)
+        except RuntimeError:  # the pool is shut: the coordinator is stopping
+            security.check_ended(conn.conn_id)
+            conn.sasl_busy = False
+            return
         work.add_done_callback(lambda done: _stepped(host, security, conn, session, done))
         return
     try:
         answer, complete = session.step(data)
     except AuthenticationFailed as exc:
         _failed(host, security, conn, session, exc)
+        return
+    except Exception as exc:  # a fault in the check: a failure, never a turn kept for ever
+        _failed(host, security, conn, session, AuthenticationFailed(f"check failed: {exc!r}"))
         return
     _answer(host, security, conn, session, answer, complete)
 
@@ -149,20 +160,29 @@ def _stepped(
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
-    done: asyncio.Future[tuple[bytes, bool]],
+    done: asyncio.Future[tuple[bytes, bool] | None],
 ) -> None:
+    """A PLAIN check is done. One made counts as every check does, even if its client has
+    gone meanwhile: a failure keeps its turn until its answer's time (a guesser closing
+    each connection once its password is sent gets no more checks)."""
     conn.sasl_busy = False
-    if conn.closing or done.cancelled():
+    exc = None if done.cancelled() else done.exception()
+    if done.cancelled() or (exc is None and done.result() is None):
+        security.check_ended(conn.conn_id)  # no check made
         return
-    exc = done.exception()
     if isinstance(exc, AuthenticationFailed):
         _failed(host, security, conn, session, exc)
     elif exc is not None:
         _failed(host, security, conn, session, AuthenticationFailed(f"check failed: {exc!r}"))
     else:
-        answer, complete = done.result()
-        _answer(host, security, conn, session, answer, complete)
-    _resume(host, conn)
+        result = done.result()
+        assert result is not None
+        if conn.closing:
+            security.check_ended(conn.conn_id)  # a success nobody is there to take
+            return
+        _answer(host, security, conn, session, *result)
+    if not conn.closing:
+        _resume(host, conn)
 
 
 def _resume(host: GreetingHost, conn: Connection) -> None:
@@ -185,11 +205,13 @@ def _answer(
     if not complete:
         conn.send(SaslAuthenticateResult(auth_bytes=answer))
         return
-    # A group that failed lately waits as long for a success as for a failure: else a
-    # guesser with many connections would read an answer's silence as "wrong".
+    # The check succeeded: its turn goes to the next check of its group now. Its answer
+    # waits as long as a failure's would while the group failed lately (a guesser cannot
+    # read an answer's silence as "wrong"), holding up nobody else.
+    security.check_ended(conn.conn_id)
     wait = security.penalty(conn.host, host.loop.time())
     if wait <= 0:
-        _authenticated(host, security, conn, session, answer)
+        _authenticated(host, conn, session, answer)
         return
     conn.sasl_busy = True
     conn.hold_input()
@@ -198,7 +220,7 @@ def _answer(
         conn.sasl_busy = False
         if conn.closing:
             return
-        _authenticated(host, security, conn, session, answer)
+        _authenticated(host, conn, session, answer)
         conn.flush()
         conn.release_input()
         host.backlogged(conn)
@@ -207,13 +229,8 @@ def _answer(
 
 
 def _authenticated(
-    host: GreetingHost,
-    security: ListenerSecurity,
-    conn: Connection,
-    session: SaslSession,
-    answer: bytes,
+    host: GreetingHost, conn: Connection, session: SaslSession, answer: bytes
 ) -> None:
-    security.check_ended(conn.conn_id)
     conn.sasl = None
     conn.peer = Peer(conn.conn_id, conn.client_id, conn.host, session.principal)
     conn.log = conn.log.bind(principal=session.principal)
@@ -237,6 +254,21 @@ def held(security: ListenerSecurity | None, conn: Connection) -> bool:
     return conn.sasl_busy and not (security is not None and security.waiting(conn.conn_id))
 
 
+def timed_out(
+    security: ListenerSecurity | None, conn: Connection, timeout_ms: int
+) -> tuple[ErrorCode, str]:
+    """What a connection not greeted within the handshake timeout is told: that its
+    password check waited its turn all that time, if it did (COORDINATOR_NOT_AVAILABLE:
+    it may try again later), else that it said no hello in time."""
+    if security is not None and security.waiting(conn.conn_id):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, (
+            f"authentication attempts from {security.group_of(conn.host)} are being "
+            f"throttled (recent failures, or many at once): this one waited {timeout_ms} ms "
+            "for its turn and was not checked; try again later"
+        )
+    return ErrorCode.INVALID_REQUEST, f"no handshake within {timeout_ms} ms"
+
+
 def _ready(host: GreetingHost, conn: Connection) -> None:
     conn.handshaken = True
     host.greeted(conn)
@@ -257,6 +289,7 @@ def _failed(
     exc: AuthenticationFailed,
 ) -> None:
     delay = security.failed(conn.host, host.loop.time())
+    security.check_failed(conn.conn_id, delay)  # its turn, until its answer's time
     conn.log.warning(
         "authentication_failed",
         mechanism=session.mechanism,
@@ -265,14 +298,15 @@ def _failed(
         delay_ms=round(delay * 1000),
         failures=security.failures(conn.host, host.loop.time()),
     )
-    conn.sasl = FAILED  # its check still counts for its group until answered
+    if conn.closing:
+        return  # nobody to answer
+    conn.sasl = FAILED
     conn.inbox.clear()  # what it sent after the failed message is not handled: nothing
     conn.hold_input()  # more is read from it, and it is answered only after the delay
 
     def answer() -> None:
         if conn.sasl is not FAILED:
-            return  # the connection closed meanwhile (and was counted out then)
-        security.check_ended(conn.conn_id)
+            return  # the connection closed meanwhile
         conn.sasl = None
         message = f"{FAILED_MESSAGE} ({session.mechanism})"
         conn.send(

@@ -51,6 +51,7 @@ from huddle.protocol.messages import (
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeGroupsRequest,
     ErrorResponse,
@@ -244,9 +245,14 @@ class CoordinatorServer:
         sockets = self._server.sockets
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
+        if not self.config.cluster:  # a cluster node's serving names the owners
+            self.core.locate = self._locate_self
+            self.core.describe_cluster = self._describe_self
         if cfg.data_dir and self.journal is None:
             # Listening already: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS (as
-            # Kafka answers while it loads a coordinator partition), not a refused connection.
+            # Kafka answers while it loads a coordinator partition), not a refused connection;
+            # FindCoordinator and DescribeCluster are answered (where, not what: Kafka
+            # answers them from its metadata whatever it is loading).
             self.loading = True
             try:
                 await self._load(cfg.data_dir, cfg.fsync)
@@ -257,9 +263,6 @@ class CoordinatorServer:
                 raise
             finally:
                 self.loading = False
-        if not self.config.cluster:  # a cluster node's serving names the owners
-            self.core.locate = self._locate_self
-            self.core.describe_cluster = self._describe_self
         self.core.membership.wall_offset_ms = time.time() * 1000 - self._now()
         self.core.start(self._now())  # the kept groups, each member with a fresh session
         self._reschedule()  # their sessions end even if nobody ever asks anything again
@@ -524,7 +527,7 @@ class CoordinatorServer:
             return  # refused at the door: never registered, the core never saw it
         conn.log.info("connection_closed", reason=conn.close_reason)
         if self.security is not None:
-            self.security.check_ended(conn.conn_id)  # its password check, if it had one
+            self.security.connection_gone(conn.conn_id)  # its place in the queue, if any
             if greeting.in_exchange(conn):
                 conn.sasl = None  # a failure answer still to come is not sent
         if not self._stopping:
@@ -750,7 +753,7 @@ class CoordinatorServer:
             routed = screened.request
             if routed is None or nothing_left(routed):
                 return None
-        if self.loading:
+        if self.loading and type(request) not in _ANSWERED_WHILE_LOADING:
             self.refused_loading += 1
             return ErrorResponse(
                 error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -970,11 +973,8 @@ class CoordinatorServer:
                 and now - conn.opened_at > handshake_s
                 and not greeting.held(self.security, conn)
             ):
-                conn.fail(
-                    ErrorCode.INVALID_REQUEST,
-                    f"no handshake within {cfg.handshake_timeout_ms} ms",
-                    event="handshake_failed",
-                )
+                code, message = greeting.timed_out(self.security, conn, cfg.handshake_timeout_ms)
+                conn.fail(code, message, event="handshake_failed")
             elif conn.frame_started is not None and now - conn.frame_started > stalled_s:
                 conn.fail(
                     ErrorCode.INVALID_REQUEST,
@@ -1033,6 +1033,9 @@ def _retention_interval(config: ServerConfig) -> float:
 
 def _idle_interval(config: ServerConfig) -> float:
     return min(max(config.idle_timeout_ms / 1000 / 10, _SWEEP_MIN_S), 10.0)
+
+
+_ANSWERED_WHILE_LOADING = (FindCoordinatorRequest, DescribeClusterRequest)
 
 
 def _joining_cluster(request: Request) -> ErrorResponse | None:

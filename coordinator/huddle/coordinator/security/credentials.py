@@ -84,12 +84,22 @@ def make_user(
     return User(name=name, scram=scram)
 
 
+def plain_credential(user: User) -> tuple[str, ScramCredential] | None:
+    """The credential a PLAIN password is checked against, with its mechanism: the user's
+    first by name (SCRAM-SHA-256 if it has one, else SCRAM-SHA-512); None if it has none."""
+    for mechanism in sorted(user.scram):
+        return mechanism, user.scram[mechanism]
+    return None
+
+
 def password_matches(user: User, password: str) -> bool:
-    """Whether ``password`` is the user's (for PLAIN), checked against one of its SCRAM
-    credentials in constant time."""
-    for mechanism, kept in sorted(user.scram.items()):
-        _, stored_key, _, _ = ScramMechanism(mechanism).make_auth_info(
-            password, iteration_count=kept.iterations, salt=kept.salt
-        )
-        return hmac.compare_digest(stored_key, kept.stored_key)
-    return False
+    """Whether ``password`` is the user's (for PLAIN), checked against its
+    ``plain_credential`` in constant time."""
+    first = plain_credential(user)
+    if first is None:
+        return False
+    mechanism, kept = first
+    _, stored_key, _, _ = ScramMechanism(mechanism).make_auth_info(
+        password, iteration_count=kept.iterations, salt=kept.salt
+    )
+    return hmac.compare_digest(stored_key, kept.stored_key)

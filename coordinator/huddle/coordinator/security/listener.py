@@ -23,8 +23,15 @@ import structlog
 
 from huddle.coordinator.config import ServerConfig, sasl_mechanisms, super_users
 from huddle.coordinator.security.acls import ANONYMOUS, Authorizer
-from huddle.coordinator.security.credentials import DEFAULT_ITERATIONS, User
-from huddle.coordinator.security.sasl import SaslSession
+from huddle.coordinator.security.chain import Names, changes
+from huddle.coordinator.security.credentials import (
+    DEFAULT_ITERATIONS,
+    PLAIN,
+    SCRAM_MECHANISMS,
+    User,
+    plain_credential,
+)
+from huddle.coordinator.security.sasl import DecoyShape, SaslSession
 from huddle.coordinator.security.store import (
     FileStore,
     SecurityState,
@@ -63,7 +70,7 @@ class ListenerSecurity:
             Authorizer(super_users=super_users(config.super_users)) if config.authorizer else None
         )
         self.users: dict[str, User] = {}
-        self.decoy_iterations: dict[str, int] = {}  # mechanism -> the count most users have
+        self.decoys: dict[str, DecoyShape] = {}  # mechanism -> what most users' is like
         self.turns = ProofTurns(PROOFS_AT_ONCE)  # password checks under way, and waiting
         # PLAIN's key derivations run here, never on the event loop; two at a time at most
         self.executor = (
@@ -73,6 +80,7 @@ class ListenerSecurity:
         )
         self.throttle = FailureThrottle(max_s=min(5.0, config.handshake_timeout_ms / 2000))
         self.secret = os.urandom(32)  # makes up the salts of users that do not exist
+        self._kept_secret = b""  # the store's own, to tell a new store from the one read
         self.store: SecurityStore | None = None
         self.store_failures = 0  # reads of the store that failed, or found it unusable
         self._store_unusable = ""  # why what the store holds now cannot be used
@@ -80,6 +88,7 @@ class ListenerSecurity:
         self._etcd: Any = None
         self._poller: asyncio.Task[None] | None = None
         self._live: ssl.SSLContext | None = None  # what new TLS connections use (reloads)
+        self._chain: list[Names] = []  # the names of the certificate chain in use
 
     @property
     def uses_store(self) -> bool:
@@ -89,7 +98,8 @@ class ListenerSecurity:
         """Load the TLS files and the users and ACLs; SecurityStartError if one cannot be."""
         if self.tls is not None:
             try:
-                self.context = self._live = self.tls.context()
+                self.context, self._chain = self.tls.load()
+                self._live = self.context
             except TlsConfigError as exc:
                 raise SecurityStartError(f"TLS: {exc}") from None
             # every new connection is made with ``context``; once its hello is read it
@@ -107,10 +117,16 @@ class ListenerSecurity:
                 self.store = EtcdSecurityStore(self._etcd, cfg.cluster_prefix)
             else:
                 self.store = FileStore(cfg.data_dir)
-            self._apply(await self.store.load())
+            self._apply(await asyncio.wait_for(self.store.load(), POLL_DEADLINE_S))
         except SecurityStoreError as exc:
             await self.close()
             raise SecurityStartError(str(exc)) from None
+        except TimeoutError:
+            await self.close()
+            raise SecurityStartError(
+                f"reading the users and ACLs ({self.store.where if self.store else 'store'}) "
+                f"took over {POLL_DEADLINE_S:.0f} s"
+            ) from None
         except Exception as exc:
             await self.close()
             raise SecurityStartError(f"cannot read the users and ACLs: {exc}") from None
@@ -132,15 +148,24 @@ class ListenerSecurity:
     def reload_tls(self) -> None:
         """Load the certificate, key and client CA again (SIGHUP) into a new context, and
         make new connections use it; if they do not load together (a certificate written
-        and its key not yet, say), nothing changes: the old ones are served on."""
+        and its key not yet, say, or a chain cut short), or the certificate's names
+        change without ``--tls-allow-name-changes``, nothing changes: the old ones are
+        served on."""
         if self.tls is None or self.context is None:
             return
         try:
-            fresh = self.tls.context()
+            fresh, chain = self.tls.load()
+            changed = changes(self._chain, chain)
+            if changed and not self.config.tls_allow_name_changes:
+                raise TlsConfigError(
+                    f"the new certificate in {self.tls.cert} changes {', '.join(changed)}: "
+                    "a reload keeps them unless huddle serve runs with "
+                    "--tls-allow-name-changes (or restart it with the new certificate)"
+                )
         except TlsConfigError as exc:
             log.error("tls_reload_failed", error=str(exc), keeping="the certificate in use")
             return
-        self._live = fresh
+        self._live, self._chain = fresh, chain
         log.info("tls_reloaded", cert=self.tls.cert)
 
     def _use_live_context(self, conn: Any, server_name: str | None, context: Any) -> None:
@@ -154,8 +179,20 @@ class ListenerSecurity:
         return not (self._store_unusable or self._store_unreadable)
 
     def _apply(self, state: SecurityState) -> None:
+        kept = self._kept_secret
+        if kept and state.decoy_secret and state.decoy_secret != kept:
+            # not the store read before but a new one (`--new-store`, a backup restored):
+            # users it lacks can no longer log in
+            assert self.store is not None
+            log.warning(
+                "security_store_replaced",
+                where=self.store.where,
+                users=len(state.users),
+                users_gone=len(set(self.users) - set(state.users)),
+            )
+        self._kept_secret = state.decoy_secret
         self.users = dict(state.users)
-        self.decoy_iterations = typical_iterations(state.users.values())
+        self.decoys = typical_iterations(state.users.values())
         if state.decoy_secret:
             self.secret = state.decoy_secret
         if self.authorizer is not None:
@@ -234,8 +271,7 @@ class ListenerSecurity:
                 ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 f"SASL mechanism {mechanism} is not enabled here; use one of {offered}",
             )
-        iterations = self.decoy_iterations.get(mechanism, DEFAULT_ITERATIONS)
-        return SaslSession(mechanism, self.users.get, self.secret, iterations)
+        return SaslSession(mechanism, self.users.get, self.secret, self.decoys.get(mechanism))
 
     # --- password checks, per address group ----------------------------------------------
 
@@ -245,15 +281,31 @@ class ListenerSecurity:
         return self.turns.take(conn_id, address_group(host), turn)
 
     def check_ended(self, conn_id: int) -> None:
-        """The connection's check was answered, or it closed: the next one of its group
-        waiting, if any, starts. Nothing if it had none."""
+        """The connection's check succeeded, or was never made (its client went first):
+        its turn goes to the next check of its group waiting, if any. Nothing if it had
+        none."""
         turn = self.turns.end(conn_id)
         if turn is not None:
             asyncio.get_running_loop().call_soon(turn)
 
+    def check_failed(self, conn_id: int, delay: float) -> None:
+        """The connection's check failed: it keeps its turn until its answer's time,
+        ``delay`` from now, whatever becomes of the connection meanwhile."""
+        asyncio.get_running_loop().call_later(delay, self.check_ended, conn_id)
+
+    def connection_gone(self, conn_id: int) -> None:
+        """The connection closed: a check of it still waiting for its turn is never made.
+        A check made keeps its turn as long as it would have (``check_failed``)."""
+        if self.turns.is_waiting(conn_id):
+            self.turns.end(conn_id)
+
     def waiting(self, conn_id: int) -> bool:
         """Whether the connection's password check waits for its turn."""
         return self.turns.is_waiting(conn_id)
+
+    def group_of(self, host: str) -> str:
+        """The address group a host's password checks count for."""
+        return address_group(host)
 
     def failed(self, host: str, now: float) -> float:
         """Count a failure of the host's group; how long (s) to hold its answer back."""
@@ -267,19 +319,25 @@ class ListenerSecurity:
         return self.throttle.penalty(address_group(host), now)
 
 
-def typical_iterations(users: Iterable[User]) -> dict[str, int]:
-    """Per mechanism, the iteration count most users have (the default on a tie)."""
-    counts: dict[str, Counter[int]] = {}
+def typical_iterations(users: Iterable[User]) -> dict[str, DecoyShape]:
+    """Per mechanism, what most users' credential is like, for the one made up for a user
+    that does not exist: a SCRAM mechanism's iteration count; for PLAIN, the mechanism and
+    count of the credential a PLAIN check derives with (each user's ``plain_credential``:
+    SCRAM-SHA-512's for users kept for that mechanism only). On a tie, the default."""
+    counts: dict[str, Counter[DecoyShape]] = {}
     for user in users:
         for mechanism, credential in user.scram.items():
-            counts.setdefault(mechanism, Counter())[credential.iterations] += 1
+            shape = DecoyShape(mechanism, credential.iterations)
+            counts.setdefault(mechanism, Counter())[shape] += 1
+        first = plain_credential(user)
+        if first is not None:
+            counts.setdefault(PLAIN, Counter())[DecoyShape(first[0], first[1].iterations)] += 1
     typical = {}
-    for mechanism, counter in counts.items():
-        best = max(counter.values())
-        tied = [n for n, c in counter.items() if c == best]
-        typical[mechanism] = DEFAULT_ITERATIONS if DEFAULT_ITERATIONS in tied else min(tied)
-    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        typical.setdefault(mechanism, DEFAULT_ITERATIONS)
-    # PLAIN checks against a user's SCRAM-SHA-256 or SHA-512 credential, the first kept
-    typical["PLAIN"] = typical["SCRAM-SHA-256"]
+    for mechanism in (*SCRAM_MECHANISMS, PLAIN):
+        hashed = SCRAM_MECHANISMS[0] if mechanism == PLAIN else mechanism
+        default = DecoyShape(hashed, DEFAULT_ITERATIONS)
+        counter = counts.get(mechanism, Counter())
+        best = max(counter.values(), default=0)
+        tied = [shape for shape, count in counter.items() if count == best]
+        typical[mechanism] = default if default in tied or not tied else min(tied)
     return typical

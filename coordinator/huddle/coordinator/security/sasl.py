@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Callable
+from typing import NamedTuple
 
 from scramp import ScramException, ScramMechanism
 
@@ -27,6 +28,15 @@ from huddle.coordinator.security.credentials import (
 )
 
 UserLookup = Callable[[str], User | None]
+
+
+class DecoyShape(NamedTuple):
+    """How a made-up credential is made: the mechanism whose hash derives its key, and its
+    iteration count (for SCRAM, the exchange's own mechanism; for PLAIN, the one most
+    users' PLAIN checks derive with), so that checking it is the same work as a real one."""
+
+    mechanism: str
+    iterations: int
 
 
 def decoy(secret: bytes, username: str, mechanism: str, iterations: int) -> ScramCredential:
@@ -57,12 +67,15 @@ class SaslSession:
         mechanism: str,
         users: UserLookup,
         secret: bytes,
-        decoy_iterations: int = DEFAULT_ITERATIONS,
+        decoy_shape: DecoyShape | None = None,
     ) -> None:
         self.mechanism = mechanism
-        # The iteration count told for a user that does not exist: the one most users have
-        # for this mechanism, so the count does not tell who exists.
-        self.decoy_iterations = decoy_iterations
+        # The credential made up for a user that does not exist is like most users' for
+        # this mechanism (the count told, the work of a PLAIN check), so it tells nothing.
+        self.decoy_shape = decoy_shape or DecoyShape(
+            mechanism if mechanism in SCRAM_MECHANISMS else SCRAM_MECHANISMS[0],
+            DEFAULT_ITERATIONS,
+        )
         self.username = ""
         self.principal = ""
         self.done = False
@@ -112,9 +125,10 @@ class SaslSession:
         if authzid and authzid != user:
             raise AuthenticationFailed(f"authorization id {authzid!r} is not the user")
         kept = self._users(user)
-        if kept is None:  # the same work as a real check: one key derived
-            fake = decoy(self._secret, user, SCRAM_MECHANISMS[0], self.decoy_iterations)
-            password_matches(User(name=user, scram={SCRAM_MECHANISMS[0]: fake}), password)
+        if kept is None:  # the same work as most real checks: one key, the same hash and count
+            hashed, iterations = self.decoy_shape
+            fake = decoy(self._secret, user, hashed, iterations)
+            password_matches(User(name=user, scram={hashed: fake}), password)
             raise AuthenticationFailed("unknown user")
         if not password_matches(kept, password):
             raise AuthenticationFailed("wrong password")
@@ -153,7 +167,8 @@ class SaslSession:
         kept = self._users(username)
         credential = None if kept is None else kept.scram.get(self.mechanism)
         if credential is None:  # the client cannot tell the user does not exist
-            credential = decoy(self._secret, username, self.mechanism, self.decoy_iterations)
+            iterations = self.decoy_shape.iterations
+            credential = decoy(self._secret, username, self.mechanism, iterations)
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def _succeed(self, username: str) -> None:

@@ -8,20 +8,26 @@ again when it changed (``poll``), within a second, so no restart is needed.
 A store that is not there at all is a new one: no users, no ACLs. But one that goes away
 once it was read is a fault, as one that cannot be decoded is: ``poll`` raises
 ``SecurityStoreError`` for both (once per change), and the coordinator keeps what it read
-last.
+last. So ``update`` does not make a new store where a coordinator has kept its state (a
+journal in the data dir, keys under the cluster's prefix) unless told to (``create``): the
+store there was most likely deleted, and a new one would lock out every user it held.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
+import stat
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.security.acls import Acl
 from huddle.coordinator.security.credentials import User
 
@@ -62,6 +68,42 @@ def encode_state(state: SecurityState) -> bytes:
 
 
 Change = Callable[[SecurityState], SecurityState]
+T = TypeVar("T")
+
+
+def in_thread(work: Callable[[], T]) -> asyncio.Future[T]:
+    """``work()`` in a daemon thread of its own, its result in a future of the running loop.
+    A read that never returns (a hung network file system) holds that thread only: not the
+    event loop, not a pool's worker, not the process's exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as exc:  # handed to the loop, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="huddle-store-read", daemon=True).start()
+    return future
+
+
+def new_store_refused(where: str, state: str) -> SecurityStoreError:
+    return SecurityStoreError(
+        f"{where} does not exist, but {state}: was the store deleted? A running coordinator "
+        "serves on with the users and ACLs it read last; restore the store from a backup, "
+        "or start a new one, without the users and ACLs it held, with --new-store"
+    )
 
 
 class SecurityStore(Protocol):
@@ -69,20 +111,28 @@ class SecurityStore(Protocol):
 
     async def load(self) -> SecurityState: ...
 
-    async def update(self, change: Change) -> SecurityState: ...
+    async def update(self, change: Change, *, create: bool = False) -> SecurityState:
+        """Apply ``change`` and keep the result; SecurityStoreError if there is no store yet
+        where a coordinator kept its state, unless ``create``."""
 
     async def poll(self) -> SecurityState | None:
         """The state if it changed since the last load or poll, else None."""
 
 
 class FileStore:
-    """``security.json`` in a directory (the data dir), written atomically, mode 0600."""
+    """``security.json`` in a directory (the data dir), written atomically, mode 0600.
+
+    A coordinator reads it off its event loop (``load``, ``poll``), one read at a time: a
+    read that does not return (a hung file system) fails every poll after it at once until
+    it does. Only a regular file is read: a FIFO or a device in its place is refused (a
+    FIFO's open would wait for a writer for ever)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.path = self.directory / FILE_NAME
         self.where = str(self.path)
         self._seen: tuple[int, int, int] | None = _UNREAD  # None: there was no file
+        self._reading: asyncio.Future[SecurityState | None] | None = None
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -94,7 +144,11 @@ class FileStore:
     def _read(self, *, missing_ok: bool = True) -> SecurityState:
         self._seen = self._stamp()
         try:
-            data = self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's: at once
+            with os.fdopen(fd, "rb") as file:
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                    raise SecurityStoreError(f"{self.path} is not a regular file")
+                data = file.read()
         except FileNotFoundError:
             self._seen = None
             if missing_ok:
@@ -105,13 +159,26 @@ class FileStore:
             raise SecurityStoreError(f"cannot read {self.path}: {exc.strerror}") from None
         return decode_state(data, str(self.path))
 
-    async def load(self) -> SecurityState:
-        return self._read()
-
-    async def poll(self) -> SecurityState | None:
+    def _poll_now(self) -> SecurityState | None:
         if self._stamp() == self._seen:
             return None
         return self._read(missing_ok=False)  # read before: gone now is a fault
+
+    async def _off_loop(self, read: Callable[[], SecurityState | None]) -> SecurityState | None:
+        if self._reading is not None and not self._reading.done():
+            raise TimeoutError(
+                f"the last read of {self.path} has not returned yet (a hung file system?)"
+            )
+        self._reading = in_thread(read)
+        return await asyncio.shield(self._reading)  # a caller's deadline leaves it running
+
+    async def load(self) -> SecurityState:
+        state = await self._off_loop(self._read)
+        assert state is not None
+        return state
+
+    async def poll(self) -> SecurityState | None:
+        return await self._off_loop(self._poll_now)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -126,9 +193,12 @@ class FileStore:
         finally:
             os.close(fd)
 
-    async def update(self, change: Change) -> SecurityState:
+    async def update(self, change: Change, *, create: bool = False) -> SecurityState:
         with self._locked():
-            state = with_secret(change(self._read()))
+            current = self._read()
+            if self._seen is None and not create and (self.directory / JOURNAL).exists():
+                raise new_store_refused(self.where, f"{self.directory} holds a coordinator's data")
+            state = with_secret(change(current))
             temp = self.path.with_suffix(".json.tmp")
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -152,7 +222,8 @@ class EtcdSecurityStore:
 
     def __init__(self, store: Any, prefix: str) -> None:
         self.store = store  # an EtcdStore
-        self.key = f"{prefix.rstrip('/')}/{ETCD_KEY}".encode()
+        self.prefix = f"{prefix.rstrip('/')}/".encode()
+        self.key = self.prefix + ETCD_KEY.encode()
         self.where = f"etcd key {self.key.decode()}"
         self._revision = -1
 
@@ -176,9 +247,12 @@ class EtcdSecurityStore:
             raise SecurityStoreError(f"{self.where} is gone")
         return decode_state(entry.value, self.where)
 
-    async def update(self, change: Change) -> SecurityState:
+    async def update(self, change: Change, *, create: bool = False) -> SecurityState:
         for _ in range(100):  # another writer in between: read again and redo
             state, revision = await self._read()
+            if revision == 0 and not create and await self._cluster_state():
+                cluster = f"the cluster under {self.prefix.decode()} holds state"
+                raise new_store_refused(self.where, cluster)
             new = with_secret(change(state))
             data = encode_state(new)
             if revision == 0:
@@ -187,3 +261,8 @@ class EtcdSecurityStore:
             elif await self.store.write_fenced(self.key, revision, {self.key: data}):
                 return new
         raise SecurityStoreError(f"{self.where} kept changing under this update; try again")
+
+    async def _cluster_state(self) -> bool:
+        """Whether a cluster keeps state under the prefix (the store itself aside: another
+        writer may have made it since it was read)."""
+        return any(key != self.key for key in await self.store.keys(self.prefix))

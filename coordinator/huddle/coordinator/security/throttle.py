@@ -1,14 +1,18 @@
 """Password guessing is slowed down per address group, however many connections it uses.
 
 An *address group* is what one attacker is taken to hold (``address_group``): an IPv4
-address; an IPv6 /64 (what one site or host is given: its addresses are as many as it
-wants); every loopback address (127.0.0.0/8 and ::1: all of them are this machine's).
+address; an IPv6 /56 (what a provider commonly gives one customer or site: 256 /64s, each
+with as many addresses as it wants); every loopback address (127.0.0.0/8 and ::1: all of
+them are this machine's).
 
 Two rules hold per group, from its first exchange on:
 
 * ``ProofTurns``: at most ``per_group`` password checks (a SCRAM proof, a PLAIN password)
-  are under way at once, from the check until its answer is sent (held back, see
-  below); another one waits its turn, in order. Many connections buy no more guesses.
+  hold a turn at once; another one waits its turn, in order. A check that succeeds gives
+  its turn back at once; one that fails keeps it until its answer's time (held back, see
+  below), whether or not its client stays for the answer. So the failed checks of a group
+  within any time are bounded, whatever its clients do: many connections, or connections
+  closed once the guess is sent, buy no more guesses.
 * ``FailureThrottle``: each failure doubles the time its answer is held back (from
   ``base_s``, at most ``max_s``), as Kafka holds a failed authentication's answer
   (``connection.failed.authentication.delay.ms``) but growing: a guesser gets a few tries
@@ -26,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 LOOPBACK = "loopback"
+IPV6_GROUP_PREFIX = 56  # bits: a customer's or site's delegation (RIPE-690: /56 or /48)
 
 
 def address_group(host: str) -> str:
-    """The group of a peer's address: ``203.0.113.7``, ``2001:db8:1:2::/64``, ``loopback``
-    (an address that is not an IP, as a Unix socket's, is its own group)."""
+    """The group of a peer's address: ``203.0.113.7``, ``2001:db8:1:200::/56``,
+    ``loopback`` (an address that is not an IP, as a Unix socket's, is its own group)."""
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])  # no IPv6 zone
     except ValueError:
@@ -41,7 +46,7 @@ def address_group(host: str) -> str:
         return LOOPBACK
     if isinstance(address, ipaddress.IPv4Address):
         return str(address)
-    return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(ipaddress.IPv6Network((address, IPV6_GROUP_PREFIX), strict=False))
 
 
 @dataclass(slots=True)
@@ -94,11 +99,12 @@ Turn = Callable[[], None]
 
 
 class ProofTurns:
-    """At most ``per_group`` password checks under way per address group; the others wait
-    their turn in order. A check is named by a key (its connection's id): ``take`` starts
-    it (True) or queues it with the ``turn`` to call when it may start; ``end`` ends it, or
-    takes it out of the queue, and returns the ``turn`` of the check that starts in its
-    place, for the caller to call."""
+    """At most ``per_group`` password checks hold a turn per address group; the others
+    wait their turn in order. A check is named by a key (its connection's id): ``take``
+    starts it (True) or queues it with the ``turn`` to call when it may start; ``end`` ends
+    its turn (the caller says when: at once for a success, at its answer's time for a
+    failure), or takes it out of the queue, and returns the ``turn`` of the check that
+    starts in its place, for the caller to call."""
 
     def __init__(self, per_group: int) -> None:
         self.per_group = per_group
