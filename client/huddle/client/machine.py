@@ -165,6 +165,7 @@ class MemberCore:
     session: HeartbeatTimer = field(init=False)
     joined_topics: frozenset[str] | None = None  # the subscription the last JoinGroup sent
     joined_claims: frozenset[TopicPartition] = frozenset()  # what it claimed to own then
+    joins: int = 0  # JoinGroup answers that gave it a generation (each a stay of its own)
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
@@ -294,8 +295,9 @@ class MemberCore:
     def on_join(self, response: JoinGroupResponse) -> Step:
         code = response.error_code
         if code == E.NONE:
+            self.joins += 1
             self.current = Generation(
-                response.generation_id, response.member_id, response.protocol_name
+                response.generation_id, response.member_id, response.protocol_name, self.joins
             )
             self.leader = response.leader
             self.skip_assignment = response.skip_assignment

@@ -190,6 +190,8 @@ class World:
                 "connection or the coordinator since "
                 f"{(self.sched.now - self.trouble_window_ms) / 1000:.3f} s",
             )
+        if name == "on_partitions_lost":
+            self.checker.lost(m)
 
     def trace(
         self, m: SimMember | None, what: str, *, detail: bool = False, **details: object
@@ -221,9 +223,10 @@ class World:
             case "drop":
                 if m.link is not None:
                     m.link.reset("connection reset")
-            case "partition":
+            case "partition":  # what it held weakens every proof of membership until then
                 self.net.partition(m.index)
-                sched.after(fault.duration, self.net.heal, m.index)
+                self.checker.shaken(m)
+                sched.after(fault.duration, self._heal, m)
             case "pause":
                 m.pause()
                 sched.after(fault.duration, m.resume)
@@ -241,6 +244,10 @@ class World:
             case "false-claim":
                 m.claim_falsely()
         self._dirty.update(self.members)
+
+    def _heal(self, m: SimMember) -> None:
+        self.net.heal(m.index)
+        self.checker.shaken(m)
 
     def _coordinator_back(self) -> None:
         if not self.host.up and self.sched.now >= self.coordinator_back:
