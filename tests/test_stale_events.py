@@ -37,10 +37,10 @@ def member() -> tuple[MemberFlow, Host]:
     return MemberFlow(driver(), clock), clock
 
 
-def join_and_sync(serve: Flow, first: object = None) -> object:
+def join_and_sync(serve: Flow) -> object:
     """Drive ``serve`` through one JoinGroup (answered: generation 4, follower m-1) and one
     SyncGroup (t-0, t-1); the action after ``on_partitions_assigned``."""
-    join = serve.send(first) if first is not None else next(serve)
+    join = next(serve)
     assert isinstance(join, Call)
     assert isinstance(join.request, JoinGroupRequest)
     sync = serve.send(

@@ -119,8 +119,17 @@ class SimMember:
         if self.paused:
             self.deferred.append((fn, args))
             return
-        fn(*args)
+        self._act(fn, *args)
         self.world.changed(self)
+
+    def _act(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` as this member's code (what it logs is its own, in the step log)."""
+        world = self.world
+        before, world.acting = world.acting, self
+        try:
+            fn(*args)
+        finally:
+            world.acting = before
 
     # --- life ---------------------------------------------------------------------------
 
@@ -229,7 +238,7 @@ class SimMember:
         deferred, self.deferred = self.deferred, []
         for fn, args in deferred:
             if self.alive and not self.paused:
-                fn(*args)
+                self._act(fn, *args)
             elif self.alive:
                 self.deferred.append((fn, args))
         self.world.changed(self)
