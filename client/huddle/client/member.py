@@ -21,6 +21,7 @@ from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
+from huddle.client.arguments import check_member
 from huddle.client.assignors.base import ASSIGNORS, Assignor
 from huddle.client.connection import Connection, ConnectionClosedError
 from huddle.client.discovery import bootstrap_addresses, connect_coordinator
@@ -56,7 +57,7 @@ from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, raise_for
+from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, UsageError, raise_for
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
@@ -103,11 +104,27 @@ class Member:
         security: Security = NO_SECURITY,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        self._subscription = Subscription(topics, pattern)  # ValueError, TypeError
+        # every bad argument is an InvalidArgumentError (a ValueError), raised here and now
+        check_member(
+            group_id=group_id,
+            assignors=assignors,
+            instance_id=instance_id,
+            client_id=client_id,
+            timeouts_ms={
+                "session_timeout_ms": session_timeout_ms,
+                "heartbeat_interval_ms": heartbeat_interval_ms,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+            },
+            backoffs_ms={
+                "retry_backoff_ms": retry_backoff_ms,
+                "max_retry_backoff_ms": max_retry_backoff_ms,
+            },
+            lags=lags,
+            security=security,
+        )
+        self._subscription = Subscription(topics, pattern)
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
-        bootstrap_addresses(bootstrap)  # ValueError for a malformed list, at once
+        bootstrap_addresses(bootstrap)
         self._bootstrap = bootstrap
         self._security = security
         # Prometheus: this member's numbers, read from metrics_registry when it is scraped
@@ -310,7 +327,7 @@ class Member:
 
     async def __aenter__(self) -> Self:
         if self._tg is not None:
-            raise RuntimeError("a Member can be entered only once")
+            raise UsageError("a Member can be entered only once")
         self._tg = anyio.create_task_group()
         if self._metrics is not None:
             self._metrics.add(self._stats)
