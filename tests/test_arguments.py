@@ -64,6 +64,7 @@ MEMBER = {
     "no bootstrap address": {"bootstrap": " , "},
     "lags that cannot be called": {"lags": {}},
     "security of the wrong kind": {"security": "tls"},
+    "a listener without callbacks": {"listener": object()},
 }
 
 
@@ -136,7 +137,7 @@ async def test_connect_refuses_a_bad_argument_before_it_connects(changes: dict[s
 
 
 def test_arguments_of_the_wrong_kind_are_type_errors_too() -> None:
-    for changes in ({"topics": "orders"}, {"assignors": [7]}):
+    for changes in ({"topics": "orders"}, {"assignors": [7]}, {"listener": object()}):
         with pytest.raises(TypeError) as refused:
             member(**changes)
         assert isinstance(refused.value, InvalidArgumentTypeError)

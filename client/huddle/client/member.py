@@ -49,7 +49,7 @@ from huddle.client.flow import (
     Sleep,
     answer_as,
 )
-from huddle.client.listener import RebalanceListener
+from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.metrics import MemberStats, collector_for
 from huddle.client.partition_counts import Scope
@@ -96,7 +96,7 @@ class Member:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 1_000,
         rebalance_timeout_ms: int = 30_000,
-        listener: RebalanceListener | None = None,
+        listener: ListenerLike | None = None,
         client_id: str = "huddle-member",
         retry_backoff_ms: int = 100,
         max_retry_backoff_ms: int = 1_000,
@@ -162,7 +162,7 @@ class Member:
             max_retry_backoff_ms=max_retry_backoff_ms,
         )
         self._flow = MemberFlow(self._driver, self)  # the main loop, shared with huddle.sim
-        self._listener = listener or RebalanceListener()
+        self._listener = Callbacks(listener if listener is not None else RebalanceListener())
         self._lags = lags
         send, receive = anyio.create_memory_object_stream[Event](1_000)
         self._events_in, self._events = send, receive
@@ -521,14 +521,13 @@ class Member:
                 # Never cut off half-way (by a lost connection, say): the application would
                 # own partitions its callback never finished taking up. A connection lost
                 # meanwhile is acted on once it returns (the checkpoint).
-                await self._callback(name, getattr(self._listener, name)(partitions))
+                await self._callback(name, self._listener.call(name, partitions))
                 if name == "on_partitions_lost":
                     self._stats.lost += 1
                 self._stats.assignment_changed(len(self.assignment))
             case Replicas(standby, warmup):
-                await self._callback(
-                    "on_replicas_assigned", self._listener.on_replicas_assigned(standby, warmup)
-                )
+                replicas = self._listener.call("on_replicas_assigned", standby, warmup)
+                await self._callback("on_replicas_assigned", replicas)
             case Sleep(ms):
                 await anyio.sleep(ms / 1000)
             case Receive(deadline_ms):
