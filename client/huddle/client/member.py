@@ -57,7 +57,13 @@ from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, UsageError, raise_for
+from huddle.protocol.errors import (
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    ServerError,
+    UsageError,
+    raise_for,
+)
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
@@ -372,27 +378,36 @@ class Member:
             self._events_in.close()
             self._events.close()
         failure = self._failure
-        if failure is not None and failure.__cause__ is not None and (exc is None or absorbed):
+        if failure is not None and (exc is None or absorbed):
             raise failure
         return absorbed or None
 
     async def _run_guarded(self) -> None:
         """The main loop; an exception from the application's listener or assignor (or a bug)
         stops the member with MemberFailedError, its cause chained, instead of tearing the
-        task group (and the application's code inside ``async with``) down with it."""
+        task group (and the application's code inside ``async with``) down with it. An error
+        the coordinator answered that no retry can mend stops it too, its ``code`` set: one
+        answering the group's requests (FENCED_INSTANCE_ID, ...; the main loop stops), or one
+        refusing the connection (GROUP_AUTHORIZATION_FAILED finding the coordinator,
+        SASL_AUTHENTICATION_FAILED; raised, and chained as the cause)."""
         try:
             await self._run()
         except Exception as exc:
             cause = _first_error(exc)
-            failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
+            if isinstance(cause, ServerError):
+                failure = MemberFailedError(cause.code, cause.message)
+            else:
+                failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
             failure.__cause__ = cause
             self._log.error("member_failed", error=repr(cause))
             self._failure = failure
-            self._closed = True
-            self._notify()
-            await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
-            assert self._tg is not None
-            self._tg.cancel_scope.cancel()  # wake an application waiting on anything else
+        if self._failure is None:
+            return  # closed
+        self._closed = True
+        self._notify()
+        await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # wake an application waiting on anything else
 
     # --- the main loop ---------------------------------------------------------------
 
