@@ -17,9 +17,10 @@ from typing import TypeVar
 
 import anyio
 
+from huddle.client.arguments import check_admin
 from huddle.client.connection import Connection, connect
 from huddle.client.describe import GroupView, view
-from huddle.client.discovery import connect_any, coordinator_of
+from huddle.client.discovery import bootstrap_addresses, connect_any, coordinator_of
 from huddle.client.security import NO_SECURITY, Security
 from huddle.protocol.addresses import format_address
 from huddle.protocol.embedded import TopicPartition
@@ -29,6 +30,7 @@ from huddle.protocol.errors import (
     GroupIdNotFoundError,
     HuddleError,
     NonEmptyGroupError,
+    UsageError,
     raise_for,
 )
 from huddle.protocol.messages import (
@@ -83,6 +85,8 @@ class Admin:
         timeout: float = 10.0,
         security: Security = NO_SECURITY,
     ) -> None:
+        check_admin(timeout=timeout, security=security)
+        bootstrap_addresses(bootstrap)  # InvalidArgumentError for a malformed list, at once
         self.bootstrap = bootstrap
         self.client_id = client_id
         self.timeout = timeout
@@ -110,7 +114,7 @@ class Admin:
     @property
     def connection(self) -> Connection:
         if self._conn is None:
-            raise RuntimeError("use Admin as an async context manager: async with Admin(...)")
+            raise UsageError("use Admin as an async context manager: async with Admin(...)")
         return self._conn
 
     def _connect(self) -> AbstractAsyncContextManager[Connection]:

@@ -22,6 +22,7 @@ import anyio.abc
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from huddle.client.arguments import require_number, require_type
 from huddle.client.sasl import SaslExchange
 from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.logs import library_logger
@@ -454,13 +455,17 @@ async def connect(
 ) -> AsyncIterator[Connection]:
     """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
 
-    Raises ValueError for a malformed address, OSError when the coordinator cannot be
-    reached, TimeoutError, UnsupportedVersionError (or another HuddleError) when the
-    coordinator refuses the handshake. ``notices=False`` discards pushed notices. With
-    ``security``, the connection is TLS and/or authenticated by SASL: TlsError when the
-    TLS handshake fails, SaslAuthenticationFailedError when the credentials are refused.
+    Raises InvalidArgumentError (a ValueError) for a malformed address or a bad argument,
+    OSError when the coordinator cannot be reached, TimeoutError, UnsupportedVersionError
+    (or another HuddleError) when the coordinator refuses the handshake. ``notices=False``
+    discards pushed notices. With ``security``, the connection is TLS and/or authenticated
+    by SASL: TlsError when the TLS handshake fails, SaslAuthenticationFailedError when the
+    credentials are refused.
     """
     host, port = parse_bootstrap(bootstrap)
+    require_number("timeout", timeout, positive=True)
+    require_number("max_frame_bytes", max_frame_bytes, positive=True)
+    require_type("security", security, Security, "a Security")
     context = security.context()
     try:
         with anyio.fail_after(timeout):

@@ -213,8 +213,9 @@ class MemberDriver:
                 return core.on_commit_error(code, message, generation)
             case SessionExpired(generation):
                 if generation != core.current:
-                    # about a generation it has left: it joined and synced since, which
-                    # proved its membership anew (a stale event once cost a fresh assignment)
+                    # about a stay it has left (another generation, or the same one that a
+                    # later JoinGroup answered again): that join proved its membership anew
+                    # (a stale event once cost a fresh assignment, even in one generation)
                     return None
                 self.zombie = False  # what it owned is lost just below
                 if core.owned or core.state is MemberState.STABLE:

@@ -9,9 +9,12 @@ from huddle.protocol.errors import ClientError, ErrorCode, HuddleError
 
 
 class MemberFailedError(HuddleError, RuntimeError):
-    """The member stopped: the coordinator answered a fatal error (``code``, e.g.
-    FENCED_INSTANCE_ID), or the application's listener or assignor raised (``code`` is None
-    and the application's exception is ``__cause__``)."""
+    """The member stopped: the coordinator answered an error no retry mends (``code``, e.g.
+    FENCED_INSTANCE_ID answering a heartbeat, GROUP_AUTHORIZATION_FAILED finding the
+    coordinator, SASL_AUTHENTICATION_FAILED; when the refusal was raised as a
+    ``ServerError``, that is ``__cause__``), or something failed on this side: the
+    application's listener or assignor raised, or the TLS handshake was refused (``code`` is
+    None and the exception is ``__cause__``)."""
 
     def __init__(self, code: ErrorCode | None, message: str) -> None:
         named = f"{code.name}: {message}" if code is not None and message else message

@@ -173,7 +173,9 @@ class MemberFlow:
     def expired_while_disconnected(self, expired: SessionExpired) -> Flow:
         """The session ran out while the member had no connection: what it owned is lost
         now (``on_partitions_lost``), not once it is connected again. The same event,
-        queued for the main loop, is stale by then and changes nothing."""
+        queued for the main loop, is stale by then and changes nothing, even if the member
+        has rejoined into the very generation it names (``Generation.join`` tells them
+        apart)."""
         step = self.driver.on_event(expired)
         if step is not None:
             yield from self._callbacks(step)

@@ -10,17 +10,23 @@ from huddle.protocol.messages import NO_GENERATION
 @dataclass(frozen=True, slots=True)
 class Generation:
     """One generation of the group as the member was told it in a JoinGroup answer: its
-    number, the member id the member holds in it and the embedded protocol the group chose.
+    number, the member id the member holds in it, the embedded protocol the group chose, and
+    which of the member's JoinGroup answers told it (``join``).
 
-    An answer, a notice or a commit refusal concerns the member only if it is about the
-    generation the member is in now. Comparing the whole value, not the number alone,
-    keeps an answer from before a coordinator restart (when numbers start again at 1 and
-    the member has a new id) from being taken for one about the current generation.
+    An answer, a notice, a commit refusal or a session expiry concerns the member only if it
+    is about the generation the member is in now. Comparing the whole value, not the number
+    alone, keeps an answer from before a coordinator restart (when numbers start again at 1
+    and the member has a new id) from being taken for one about the current generation; and
+    ``join`` keeps one from a stay the member has left from being taken for one about a later
+    stay in the same generation: a member that fell out (its session ran out while it could
+    not reach the coordinator, say) and rejoined with an unchanged subscription is answered
+    with the very generation it held, if the coordinator still counted it in.
     """
 
     id: int = NO_GENERATION
     member_id: str = ""
     protocol: str | None = None
+    join: int = 0  # the member's count of JoinGroup answers when this one came; 0: none
 
     @property
     def joined(self) -> bool:

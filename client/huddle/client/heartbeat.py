@@ -4,6 +4,8 @@ clock."""
 
 from __future__ import annotations
 
+from huddle.protocol.errors import InvalidArgumentError
+
 
 class HeartbeatTimer:
     """Zombie safety rests on ``last_ok_sent``: the coordinator renews a session when it
@@ -35,7 +37,7 @@ class HeartbeatTimer:
         rebalance_timeout_ms: int | None = None,
     ) -> None:
         if heartbeat_interval_ms <= 0 or heartbeat_interval_ms >= session_timeout_ms:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"heartbeat interval ({heartbeat_interval_ms} ms) must be positive and below "
                 f"the session timeout ({session_timeout_ms} ms)"
             )

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentTypeError
+
+REQUIRED = ("on_partitions_revoked", "on_partitions_assigned")
+OPTIONAL = ("on_partitions_lost", "on_replicas_assigned")
 
 
 class RebalanceListener:
-    """Subclass and override what you need; every method is awaited by the member.
+    """Subclass and override what you need; every method is awaited by the member. A
+    listener need not subclass this: any object with ``on_partitions_revoked`` and
+    ``on_partitions_assigned`` will do, and a missing ``on_partitions_lost`` or
+    ``on_replicas_assigned`` does what this class's does (nothing). ``Member`` checks the
+    listener when it is made (``Callbacks``).
 
     Cooperative order in one rebalance: ``on_partitions_lost`` (only if the member fell out
     of the group), ``on_partitions_revoked`` (owned - assigned, only if not empty; a rejoin
@@ -34,3 +46,50 @@ class RebalanceListener:
         tasks up to date without processing them; a warm-up that has caught up becomes an
         active task in a later (probing) rebalance. Called after ``on_partitions_assigned``
         whenever either set changes."""
+
+
+class ListenerLike(Protocol):
+    """What ``Member`` takes as a listener: the two required callbacks (the optional ones,
+    ``on_partitions_lost`` and ``on_replicas_assigned``, as ``RebalanceListener`` has
+    them, may be left out)."""
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None: ...
+
+
+class Callbacks:
+    """A listener's callbacks, looked up once, when the ``Member`` is made: a listener
+    without a required one (or with one that cannot be called) is refused then, with an
+    ``InvalidArgumentTypeError`` (a ``TypeError``), never found out mid-rebalance; a missing
+    optional one (or one set to None) is ``RebalanceListener``'s."""
+
+    def __init__(self, listener: object) -> None:
+        defaults = RebalanceListener()
+        kind = type(listener).__name__
+        missing = [name for name in REQUIRED if getattr(listener, name, None) is None]
+        if missing:
+            raise InvalidArgumentTypeError(
+                f"the listener ({kind}) has no {' and no '.join(missing)}: give an object with "
+                f"both {' and '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)}), or "
+                "subclass RebalanceListener"
+            )
+        self._calls: dict[str, Callable[..., Any]] = {}
+        for name in REQUIRED + OPTIONAL:
+            call = getattr(listener, name, None)
+            if call is None:
+                call = getattr(defaults, name)
+            if not callable(call):
+                raise InvalidArgumentTypeError(f"the listener's {name} ({kind}) is not callable")
+            self._calls[name] = call
+
+    def call(self, name: str, *args: frozenset[TopicPartition]) -> Awaitable[None]:
+        """Run callback ``name`` once awaited (a coroutine function is awaited; a plain
+        function returns when it has run)."""
+        return _completed(self._calls[name], args)
+
+
+async def _completed(call: Callable[..., Any], args: tuple[object, ...]) -> None:
+    result = call(*args)
+    if inspect.isawaitable(result):
+        await result

@@ -33,7 +33,7 @@ from huddle.protocol.embedded import (
     encode,
     grouped,
 )
-from huddle.protocol.errors import ErrorCode, to_code
+from huddle.protocol.errors import ErrorCode, InvalidArgumentError, to_code
 from huddle.protocol.messages import (
     MAX_CLIENT_ID,
     MAX_GROUP_ID,
@@ -127,21 +127,21 @@ class MemberConfig:
         )
         for what, value, bound in bounds:
             if len(value) > bound:
-                raise ValueError(f"the {what} has {len(value)} characters, over {bound}")
+                raise InvalidArgumentError(f"the {what} has {len(value)} characters, over {bound}")
         if self.instance_id == "":
-            raise ValueError("the group instance id must be None (dynamic) or not empty")
+            raise InvalidArgumentError("the group instance id must be None (dynamic) or not empty")
 
 
 def choose_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:
     """The highest rebalance protocol every configured assignor supports (KIP-429)."""
     if not assignors:
-        raise ValueError("a member needs at least one assignor")
+        raise InvalidArgumentError("a member needs at least one assignor")
     common = set(assignors[0].supported_protocols)
     for assignor in assignors[1:]:
         common &= set(assignor.supported_protocols)
     if not common:
         names = ", ".join(a.name for a in assignors)
-        raise ValueError(f"the assignors {names} share no rebalance protocol")
+        raise InvalidArgumentError(f"the assignors {names} share no rebalance protocol")
     return max(common)
 
 
@@ -165,12 +165,13 @@ class MemberCore:
     session: HeartbeatTimer = field(init=False)
     joined_topics: frozenset[str] | None = None  # the subscription the last JoinGroup sent
     joined_claims: frozenset[TopicPartition] = frozenset()  # what it claimed to own then
+    joins: int = 0  # JoinGroup answers that gave it a generation (each a stay of its own)
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
         names = [a.name for a in self.assignors]
         if len(set(names)) != len(names):
-            raise ValueError(f"assignors repeat: {names}")
+            raise InvalidArgumentError(f"assignors repeat: {names}")
         self.session = HeartbeatTimer(
             self.config.session_timeout_ms,
             self.config.heartbeat_interval_ms,
@@ -294,8 +295,9 @@ class MemberCore:
     def on_join(self, response: JoinGroupResponse) -> Step:
         code = response.error_code
         if code == E.NONE:
+            self.joins += 1
             self.current = Generation(
-                response.generation_id, response.member_id, response.protocol_name
+                response.generation_id, response.member_id, response.protocol_name, self.joins
             )
             self.leader = response.leader
             self.skip_assignment = response.skip_assignment

@@ -21,6 +21,7 @@ from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
+from huddle.client.arguments import check_member
 from huddle.client.assignors.base import ASSIGNORS, Assignor
 from huddle.client.connection import Connection, ConnectionClosedError
 from huddle.client.discovery import bootstrap_addresses, connect_coordinator
@@ -48,7 +49,7 @@ from huddle.client.flow import (
     Sleep,
     answer_as,
 )
-from huddle.client.listener import RebalanceListener
+from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.metrics import MemberStats, collector_for
 from huddle.client.partition_counts import Scope
@@ -56,7 +57,13 @@ from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import CoordinatorNotAvailableError, ErrorCode, raise_for
+from huddle.protocol.errors import (
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    ServerError,
+    UsageError,
+    raise_for,
+)
 from huddle.protocol.messages import (
     ErrorResponse,
     HeartbeatResponse,
@@ -95,7 +102,7 @@ class Member:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 1_000,
         rebalance_timeout_ms: int = 30_000,
-        listener: RebalanceListener | None = None,
+        listener: ListenerLike | None = None,
         client_id: str = "huddle-member",
         retry_backoff_ms: int = 100,
         max_retry_backoff_ms: int = 1_000,
@@ -103,11 +110,27 @@ class Member:
         security: Security = NO_SECURITY,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        self._subscription = Subscription(topics, pattern)  # ValueError, TypeError
+        # every bad argument is an InvalidArgumentError (a ValueError), raised here and now
+        check_member(
+            group_id=group_id,
+            assignors=assignors,
+            instance_id=instance_id,
+            client_id=client_id,
+            timeouts_ms={
+                "session_timeout_ms": session_timeout_ms,
+                "heartbeat_interval_ms": heartbeat_interval_ms,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+            },
+            backoffs_ms={
+                "retry_backoff_ms": retry_backoff_ms,
+                "max_retry_backoff_ms": max_retry_backoff_ms,
+            },
+            lags=lags,
+            security=security,
+        )
+        self._subscription = Subscription(topics, pattern)
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
-        bootstrap_addresses(bootstrap)  # ValueError for a malformed list, at once
+        bootstrap_addresses(bootstrap)
         self._bootstrap = bootstrap
         self._security = security
         # Prometheus: this member's numbers, read from metrics_registry when it is scraped
@@ -145,7 +168,7 @@ class Member:
             max_retry_backoff_ms=max_retry_backoff_ms,
         )
         self._flow = MemberFlow(self._driver, self)  # the main loop, shared with huddle.sim
-        self._listener = listener or RebalanceListener()
+        self._listener = Callbacks(listener if listener is not None else RebalanceListener())
         self._lags = lags
         send, receive = anyio.create_memory_object_stream[Event](1_000)
         self._events_in, self._events = send, receive
@@ -310,7 +333,7 @@ class Member:
 
     async def __aenter__(self) -> Self:
         if self._tg is not None:
-            raise RuntimeError("a Member can be entered only once")
+            raise UsageError("a Member can be entered only once")
         self._tg = anyio.create_task_group()
         if self._metrics is not None:
             self._metrics.add(self._stats)
@@ -355,27 +378,36 @@ class Member:
             self._events_in.close()
             self._events.close()
         failure = self._failure
-        if failure is not None and failure.__cause__ is not None and (exc is None or absorbed):
+        if failure is not None and (exc is None or absorbed):
             raise failure
         return absorbed or None
 
     async def _run_guarded(self) -> None:
         """The main loop; an exception from the application's listener or assignor (or a bug)
         stops the member with MemberFailedError, its cause chained, instead of tearing the
-        task group (and the application's code inside ``async with``) down with it."""
+        task group (and the application's code inside ``async with``) down with it. An error
+        the coordinator answered that no retry can mend stops it too, its ``code`` set: one
+        answering the group's requests (FENCED_INSTANCE_ID, ...; the main loop stops), or one
+        refusing the connection (GROUP_AUTHORIZATION_FAILED finding the coordinator,
+        SASL_AUTHENTICATION_FAILED; raised, and chained as the cause)."""
         try:
             await self._run()
         except Exception as exc:
             cause = _first_error(exc)
-            failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
+            if isinstance(cause, ServerError):
+                failure = MemberFailedError(cause.code, cause.message)
+            else:
+                failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
             failure.__cause__ = cause
             self._log.error("member_failed", error=repr(cause))
             self._failure = failure
-            self._closed = True
-            self._notify()
-            await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
-            assert self._tg is not None
-            self._tg.cancel_scope.cancel()  # wake an application waiting on anything else
+        if self._failure is None:
+            return  # closed
+        self._closed = True
+        self._notify()
+        await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # wake an application waiting on anything else
 
     # --- the main loop ---------------------------------------------------------------
 
@@ -504,14 +536,13 @@ class Member:
                 # Never cut off half-way (by a lost connection, say): the application would
                 # own partitions its callback never finished taking up. A connection lost
                 # meanwhile is acted on once it returns (the checkpoint).
-                await self._callback(name, getattr(self._listener, name)(partitions))
+                await self._callback(name, self._listener.call(name, partitions))
                 if name == "on_partitions_lost":
                     self._stats.lost += 1
                 self._stats.assignment_changed(len(self.assignment))
             case Replicas(standby, warmup):
-                await self._callback(
-                    "on_replicas_assigned", self._listener.on_replicas_assigned(standby, warmup)
-                )
+                replicas = self._listener.call("on_replicas_assigned", standby, warmup)
+                await self._callback("on_replicas_assigned", replicas)
             case Sleep(ms):
                 await anyio.sleep(ms / 1000)
             case Receive(deadline_ms):

@@ -23,6 +23,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from huddle.protocol.errors import InvalidArgumentError
+
 
 class MemberStats:
     """What one member counts; read by the collector (any thread), written by the member."""
@@ -86,7 +88,7 @@ class _MemberCollector(Collector):
         with self._lock:
             for other in self._members:
                 if (other.group_id, other.client_id) == (stats.group_id, stats.client_id):
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"a member of group {stats.group_id!r} with client_id "
                         f"{stats.client_id!r} already exports into this registry: give each "
                         "member its own client_id"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError
 
 ResetKind = Literal["to-earliest", "to-offset", "shift-by"]
 
@@ -25,7 +26,7 @@ class Reset:
 
     def __post_init__(self) -> None:
         if self.kind == "to-offset" and self.value < 0:
-            raise ValueError(f"--to-offset must be 0 or more, not {self.value}")
+            raise InvalidArgumentError(f"--to-offset must be 0 or more, not {self.value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,15 +41,17 @@ def parse_topic(spec: str) -> tuple[str, list[int] | None]:
     ValueError for a malformed spec."""
     topic, sep, rest = spec.partition(":")
     if not topic:
-        raise ValueError(f"--topic {spec!r}: no topic name (TOPIC or TOPIC:P,P)")
+        raise InvalidArgumentError(f"--topic {spec!r}: no topic name (TOPIC or TOPIC:P,P)")
     if not sep:
         return topic, None
     try:
         partitions = sorted({int(p) for p in rest.split(",") if p.strip()})
     except ValueError:
-        raise ValueError(f"--topic {spec!r}: partitions are numbers (TOPIC:0,1)") from None
+        raise InvalidArgumentError(
+            f"--topic {spec!r}: partitions are numbers (TOPIC:0,1)"
+        ) from None
     if not partitions or partitions[0] < 0:
-        raise ValueError(f"--topic {spec!r}: name partitions 0 or more (TOPIC:0,1)")
+        raise InvalidArgumentError(f"--topic {spec!r}: name partitions 0 or more (TOPIC:0,1)")
     return topic, partitions
 
 
@@ -60,12 +63,12 @@ def chosen_partitions(specs: Sequence[str], topics: Mapping[str, int]) -> list[T
         topic, partitions = parse_topic(spec)
         count = topics.get(topic)
         if count is None:
-            raise ValueError(f"no topic {topic!r}")
+            raise InvalidArgumentError(f"no topic {topic!r}")
         if partitions is None:
             partitions = list(range(count))
         beyond = [p for p in partitions if p >= count]
         if beyond:
-            raise ValueError(f"topic {topic!r} has {count} partitions: no {beyond[0]}")
+            raise InvalidArgumentError(f"topic {topic!r} has {count} partitions: no {beyond[0]}")
         chosen.update(TopicPartition(topic, p) for p in partitions)
     return sorted(chosen)
 

@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from huddle.protocol.errors import AuthenticationError, ClientError
+from huddle.protocol.errors import AuthenticationError, ClientError, InvalidArgumentError
 
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
@@ -45,15 +45,15 @@ class Security:
 
     def __post_init__(self) -> None:
         if (self.username is None) != (self.password is None):
-            raise ValueError("give both a username and a password, or neither")
+            raise InvalidArgumentError("give both a username and a password, or neither")
         if self.username is not None and self.mechanism not in SASL_MECHANISMS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"SASL mechanism {self.mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}"
             )
         if self.ssl_context is not None and (self.ca_file or self.cert_file):
-            raise ValueError("give an ssl_context or CA and certificate files, not both")
+            raise InvalidArgumentError("give an ssl_context or CA and certificate files, not both")
         if self.key_file is not None and self.cert_file is None:
-            raise ValueError("a key_file needs its cert_file")
+            raise InvalidArgumentError("a key_file needs its cert_file")
         if self.username is not None and self.mechanism == "PLAIN" and not self.uses_tls:
             raise PlainWithoutTlsError(
                 "SASL PLAIN sends the password itself: use it over TLS (give a CA file or "
@@ -110,7 +110,7 @@ def read_password_file(path: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.readline().rstrip("\r\n")
     except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        raise InvalidArgumentError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def security_from_env(environ: Mapping[str, str]) -> Security:

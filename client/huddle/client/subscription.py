@@ -13,20 +13,26 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from huddle.protocol.errors import InvalidArgumentError, InvalidArgumentTypeError
+
 
 class Subscription:
     def __init__(self, topics: Sequence[str] | None, pattern: str | re.Pattern[str] | None) -> None:
         if (topics is None) == (pattern is None):
-            raise ValueError("give topics or a pattern (one of them)")
+            raise InvalidArgumentError("give topics or a pattern (one of them)")
         self.pattern: re.Pattern[str] | None = None
         self.topics: list[str] = []
         self.deleted: set[str] = set()
         self._matched: set[str] = set()  # topics the coordinator has that the pattern matches
         if pattern is not None:
+            if not isinstance(pattern, str | re.Pattern):
+                raise InvalidArgumentTypeError(
+                    f"pattern is a str or a compiled re.Pattern, not {type(pattern).__name__}"
+                )
             try:
                 self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
             except re.error as exc:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"the pattern {pattern!r} is not a regular expression: {exc}"
                 ) from None
         else:
@@ -68,8 +74,12 @@ class Subscription:
 
 def checked_topics(topics: Sequence[str] | None) -> list[str]:
     if topics is None or isinstance(topics, str):
-        raise TypeError("topics is a sequence of topic names, not one string")
+        raise InvalidArgumentTypeError("topics is a sequence of topic names, not one string")
+    if not isinstance(topics, Iterable):
+        raise InvalidArgumentTypeError(
+            f"topics is a sequence of topic names, not {type(topics).__name__}"
+        )
     names = list(topics)
     if any(not isinstance(name, str) or not name for name in names):
-        raise ValueError(f"topic names must be non-empty strings: {names!r}")
+        raise InvalidArgumentError(f"topic names must be non-empty strings: {names!r}")
     return names

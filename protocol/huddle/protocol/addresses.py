@@ -2,33 +2,38 @@
 
 from __future__ import annotations
 
+from huddle.protocol.errors import InvalidArgumentError
+
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})  # listen on all: not an address to dial
 
 
 def parse_address(address: str, *, what: str = "address") -> tuple[str, int]:
-    """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; ValueError if malformed."""
+    """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; InvalidArgumentError (a
+    ValueError) if malformed."""
     text = address.strip()
     problem = f"{what} {address!r} is not HOST:PORT"
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or not rest.startswith(":"):
-            raise ValueError(problem)
+            raise InvalidArgumentError(problem)
         port_text = rest[1:]
     else:
         host, sep, port_text = text.rpartition(":")
         if not sep or ":" in host:
-            raise ValueError(problem + (" (write an IPv6 host in brackets)" if ":" in host else ""))
+            raise InvalidArgumentError(
+                problem + (" (write an IPv6 host in brackets)" if ":" in host else "")
+            )
     if not host or not port_text.isdigit():
-        raise ValueError(problem)
+        raise InvalidArgumentError(problem)
     port = int(port_text)
     if not 0 < port <= 65_535:
-        raise ValueError(f"port {port} in {what} {address!r} is not in 1..65535")
+        raise InvalidArgumentError(f"port {port} in {what} {address!r} is not in 1..65535")
     return host, port
 
 
 def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str, int]]:
     """``"h1:9292,h2:9292"`` -> ``[(h1, 9292), (h2, 9292)]``, in order, duplicates dropped;
-    ValueError naming the malformed part, or for an empty list."""
+    InvalidArgumentError (a ValueError) naming the malformed part, or for an empty list."""
     parsed: list[tuple[str, int]] = []
     for part in addresses.split(","):
         if not part.strip():
@@ -37,7 +42,7 @@ def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str,
         if address not in parsed:
             parsed.append(address)
     if not parsed:
-        raise ValueError(f"no {what} given in {addresses!r}")
+        raise InvalidArgumentError(f"no {what} given in {addresses!r}")
     return parsed
 
 

@@ -9,6 +9,9 @@ Every exception huddle raises on purpose is a ``HuddleError``. Below it:
   written once, against these classes, not per request.
 * ``ClientError``: something went wrong on this side: the connection closed, a request timed
   out (``huddle.client`` defines those).
+* ``InvalidArgumentError`` (also a ``ValueError``; ``InvalidArgumentTypeError`` is also a
+  ``TypeError``): an argument huddle was given is not valid, said when it is given.
+  ``UsageError`` (also a ``RuntimeError``): an object used in a way it does not support.
 
 Codes travel on the wire as plain integers, so a newer peer's code never fails decoding;
 ``ErrorCode.of`` turns one into an ``ErrorCode`` at the edge.
@@ -86,6 +89,21 @@ class HuddleError(Exception):
 
 class ClientError(HuddleError):
     """Something went wrong on this side (connection closed, timed out), not an answer."""
+
+
+class InvalidArgumentError(HuddleError, ValueError):
+    """An argument is not valid (a group id too long, a malformed address, settings that do
+    not fit together): raised where it is given. Also a ``ValueError``, as Python's own."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument is not of a kind huddle takes (one string where a list of topic names is
+    expected, a listener without a required callback). Also a ``TypeError``."""
+
+
+class UsageError(HuddleError, RuntimeError):
+    """An object was used in a way it does not support (a ``Member`` entered twice, an
+    ``Admin`` used outside its ``async with``). Also a ``RuntimeError``."""
 
 
 class AuthenticationError(HuddleError):

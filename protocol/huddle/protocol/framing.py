@@ -11,7 +11,7 @@ import struct
 
 import msgspec
 
-from huddle.protocol.errors import CorruptMessageError, MessageTooLargeError
+from huddle.protocol.errors import CorruptMessageError, InvalidArgumentError, MessageTooLargeError
 from huddle.protocol.messages import CallId, ClientFrame, Message, ServerFrame, Tagged
 
 HEADER_SIZE = 4
@@ -34,7 +34,7 @@ class FrameReader:
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < 1:
-            raise ValueError("max_frame_bytes must be positive")
+            raise InvalidArgumentError("max_frame_bytes must be positive")
         self._buffer = bytearray()
         self._max = max_frame_bytes
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from huddle.client.generation import Generation
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import (
@@ -35,6 +36,7 @@ INVARIANTS = (
     "liveness",
     "callbacks",
     "availability",
+    "lost-with-a-cause",
     "member-failed",
 )
 
@@ -53,6 +55,17 @@ class ViolationFound(Exception):
         self.violation = violation
 
 
+@dataclass(slots=True)
+class Stay:
+    """A member's current stay in the group, from its last JoinGroup: the generation it was
+    assigned partitions in (if it was), and whether anything that may end a stay has
+    happened to it since it joined (its connection lost, a pause, a restart, a callback
+    that overran)."""
+
+    assigned: Generation | None = None
+    shaken: bool = False
+
+
 class Checker:
     def __init__(self, world: World) -> None:
         self.world = world
@@ -67,6 +80,7 @@ class Checker:
         self.rebalances = 0
         self.processing: dict[int, frozenset[TopicPartition]] = {}  # member -> as last seen
         self.holders: dict[TopicPartition, set[int]] = {}  # partition -> members, as last seen
+        self.stays: dict[int, Stay] = {}  # member -> its stay since its last JoinGroup
 
     def fail(self, invariant: str, detail: str) -> None:
         sched = self.world.sched
@@ -235,6 +249,42 @@ class Checker:
                         f"generation {request.generation_id})",
                     )
 
+    # --- stays in a generation -------------------------------------------------------
+
+    def joining(self, m: SimMember) -> None:
+        """``m`` sends a JoinGroup: a new stay begins."""
+        self.stays[m.index] = Stay()
+
+    def shaken(self, m: SimMember) -> None:
+        """Something happened to ``m`` that may cost it its place in the group."""
+        self.stays.setdefault(m.index, Stay()).shaken = True
+
+    def lost(self, m: SimMember) -> None:
+        """``on_partitions_lost`` begins: the member fell out of the group, or may have. A
+        member assigned partitions in a generation loses them only if something may have
+        ended that stay since it joined: something happened to the member (``shaken``), or
+        the coordinator no longer holds it in that generation, Stable. Otherwise the loss
+        was decided about an earlier stay and applied to this one (issue 24, item 13)."""
+        stay = self.stays.get(m.index)
+        if stay is None or stay.assigned is None or stay.shaken:
+            return
+        core = self.world.host.core
+        group = core.groups.get(GROUP_ID) if core is not None else None
+        generation = stay.assigned
+        if (
+            group is None
+            or group.state is not GroupState.STABLE
+            or group.generation != generation.id
+            or generation.member_id not in group.members
+        ):
+            return
+        self.fail(
+            "lost-with-a-cause",
+            f"member {m.index} lost its partitions in generation {generation.id}, which it "
+            "was assigned them in, with nothing happened to it since it joined and the "
+            "coordinator still holding it there",
+        )
+
     # --- callbacks (KIP-429's order) --------------------------------------------------
 
     def callback(self, m: SimMember, name: str, partitions: frozenset[TopicPartition]) -> None:
@@ -247,6 +297,7 @@ class Checker:
                     "callbacks never assigned",
                 )
         elif name == "on_partitions_assigned":
+            self.stays.setdefault(m.index, Stay()).assigned = m.core.current
             if m.core.cooperative and partitions & owned:
                 self.fail(
                     "callbacks",

@@ -119,8 +119,17 @@ class SimMember:
         if self.paused:
             self.deferred.append((fn, args))
             return
-        fn(*args)
+        self._act(fn, *args)
         self.world.changed(self)
+
+    def _act(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` as this member's code (what it logs is its own, in the step log)."""
+        world = self.world
+        before, world.acting = world.acting, self
+        try:
+            fn(*args)
+        finally:
+            world.acting = before
 
     # --- life ---------------------------------------------------------------------------
 
@@ -199,6 +208,7 @@ class SimMember:
         """The process dies: its socket closes, everything it was doing stops."""
         if not self.alive:
             return
+        self.world.checker.shaken(self)
         self.alive = False
         self.epoch += 1
         self.paused = False
@@ -219,6 +229,7 @@ class SimMember:
     def pause(self) -> None:
         if self.alive:
             self.paused = True
+            self.world.checker.shaken(self)
 
     def resume(self) -> None:
         if not self.alive or not self.paused:
@@ -227,7 +238,7 @@ class SimMember:
         deferred, self.deferred = self.deferred, []
         for fn, args in deferred:
             if self.alive and not self.paused:
-                fn(*args)
+                self._act(fn, *args)
             elif self.alive:
                 self.deferred.append((fn, args))
         self.world.changed(self)
@@ -326,6 +337,7 @@ class SimMember:
         if self.link is None:
             return
         self.world.trace(self, "disconnected", reason=reason)
+        self.world.checker.shaken(self)
         self.driver.connection_lost(self.now_ms())
         link, self.link = self.link, None
         link.close_by_member()
@@ -493,8 +505,10 @@ class SimMember:
         """Start ``action``; True if its result is there at once (the loop goes on)."""
         match action:
             case Call(request, expect, timeout_ms, _):
-                if self.false_claim and isinstance(request, JoinGroupRequest):
-                    request = self._lie(request)
+                if isinstance(request, JoinGroupRequest):
+                    self.world.checker.joining(self)
+                    if self.false_claim:
+                        request = self._lie(request)
                 timeout = self.core.config.session_timeout_ms if timeout_ms is None else timeout_ms
                 answer = partial(self._flow_answer, expect=expect)
                 self.flow_call = self._send(request, answer, timeout)
@@ -748,6 +762,7 @@ class SimMember:
             return
         action = driver.heartbeat(now)
         while isinstance(action, SessionExpired):  # a callback overran: given up
+            self.world.checker.shaken(self)
             self._post(action)
             action = driver.heartbeat(now)
         if isinstance(action, WaitUntil):

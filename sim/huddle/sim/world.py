@@ -29,6 +29,7 @@ from huddle.sim.invariants import Checker, Violation, ViolationFound
 from huddle.sim.network import Network
 from huddle.sim.process import GROUP_ID, SimMember
 from huddle.sim.scheduler import Scheduler
+from huddle.sim.steplog import member_logs
 
 PROTOCOLS = (
     "range",
@@ -168,6 +169,7 @@ class World:
         self._dirty: set[SimMember] = set(self.members)  # changed since the last check
         self.converged_at: float | None = None
         self.max_steps = MAX_STEPS
+        self.acting: SimMember | None = None  # the member whose code runs now
 
     # --- what members tell the world ------------------------------------------------
 
@@ -190,6 +192,8 @@ class World:
                 "connection or the coordinator since "
                 f"{(self.sched.now - self.trouble_window_ms) / 1000:.3f} s",
             )
+        if name == "on_partitions_lost":
+            self.checker.lost(m)
 
     def trace(
         self, m: SimMember | None, what: str, *, detail: bool = False, **details: object
@@ -203,6 +207,10 @@ class World:
             self._hash.update(line.encode())
         if self.tracer is not None:
             self.tracer(line)
+
+    def member_logged(self, line: str) -> None:
+        """One of the member library's log events (``huddle.sim.steplog``)."""
+        self.trace(self.acting, line, detail=True)
 
     # --- faults ---------------------------------------------------------------------
 
@@ -221,9 +229,10 @@ class World:
             case "drop":
                 if m.link is not None:
                     m.link.reset("connection reset")
-            case "partition":
+            case "partition":  # what it held weakens every proof of membership until then
                 self.net.partition(m.index)
-                sched.after(fault.duration, self.net.heal, m.index)
+                self.checker.shaken(m)
+                sched.after(fault.duration, self._heal, m)
             case "pause":
                 m.pause()
                 sched.after(fault.duration, m.resume)
@@ -241,6 +250,10 @@ class World:
             case "false-claim":
                 m.claim_falsely()
         self._dirty.update(self.members)
+
+    def _heal(self, m: SimMember) -> None:
+        self.net.heal(m.index)
+        self.checker.shaken(m)
 
     def _coordinator_back(self) -> None:
         if not self.host.up and self.sched.now >= self.coordinator_back:
@@ -326,10 +339,13 @@ def simulate(
     keep: Sequence[int] | None = None,
     tracer: Tracer | None = None,
 ) -> Outcome:
-    """Run ``seed`` (only the plan's faults numbered in ``keep``, if given). The cores'
-    own log events are dropped meanwhile (below errors): the trace tells the run."""
+    """Run ``seed`` (only the plan's faults numbered in ``keep``, if given). The
+    coordinator's own log events are dropped meanwhile (below errors) and the members' go to
+    the trace (``huddle.sim.steplog``): the trace tells the run."""
     with quiet_logs():
-        return World(seed, config, keep=keep, tracer=tracer).run()
+        world = World(seed, config, keep=keep, tracer=tracer)
+        with member_logs(world, traced=tracer is not None):
+            return world.run()
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from enum import IntEnum
 from typing import ClassVar
 
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError
 
 
 class RebalanceProtocol(IntEnum):
@@ -104,7 +105,7 @@ class AssignorRegistry:
             return self.by_name[name]()
         except KeyError:
             known = ", ".join(sorted(self.by_name))
-            raise ValueError(f"unknown assignor {name!r}; known: {known}") from None
+            raise InvalidArgumentError(f"unknown assignor {name!r}; known: {known}") from None
 
 
 ASSIGNORS = AssignorRegistry()

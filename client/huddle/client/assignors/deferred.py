@@ -39,6 +39,7 @@ from huddle.client.assignors.base import (
     RebalanceProtocol,
 )
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError
 
 
 @ASSIGNORS.register
@@ -58,7 +59,16 @@ class DeferredAssignor(Assignor):
         revoke_backoff_max_ms: int | None = None,
     ) -> None:
         if max_moves_per_round is not None and max_moves_per_round < 1:
-            raise ValueError("max_moves_per_round must be at least 1 (or None: no limit)")
+            raise InvalidArgumentError("max_moves_per_round must be at least 1 (or None: no limit)")
+        delays = {
+            "scheduled_rebalance_max_delay_ms": scheduled_rebalance_max_delay_ms,
+            "move_pause_ms": move_pause_ms,
+            "revoke_backoff_initial_ms": revoke_backoff_initial_ms,
+            "revoke_backoff_max_ms": revoke_backoff_max_ms or 0,
+        }
+        for setting, value in delays.items():
+            if value < 0:
+                raise InvalidArgumentError(f"{setting} must be 0 or more, not {value}")
         self.max_delay_ms = scheduled_rebalance_max_delay_ms
         self.pacer = Pacer(
             max_moves=max_moves_per_round,

@@ -30,6 +30,7 @@ from huddle.client.assignors.base import (
     RebalanceProtocol,
 )
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError
 
 
 @ASSIGNORS.register
@@ -47,15 +48,15 @@ class HighAvailabilityAssignor(Assignor):
         balance_factor: int = 1,
     ) -> None:
         if acceptable_recovery_lag < 0:
-            raise ValueError("acceptable_recovery_lag must be >= 0")
+            raise InvalidArgumentError("acceptable_recovery_lag must be >= 0")
         if num_standby_replicas < 0:
-            raise ValueError("num_standby_replicas must be >= 0")
+            raise InvalidArgumentError("num_standby_replicas must be >= 0")
         if max_warmup_replicas < 1:
-            raise ValueError("max_warmup_replicas must be >= 1")
+            raise InvalidArgumentError("max_warmup_replicas must be >= 1")
         if probing_rebalance_interval_ms < 1:
-            raise ValueError("probing_rebalance_interval_ms must be >= 1")
+            raise InvalidArgumentError("probing_rebalance_interval_ms must be >= 1")
         if balance_factor < 1:
-            raise ValueError("balance_factor must be >= 1")
+            raise InvalidArgumentError("balance_factor must be >= 1")
         self.balance_factor = balance_factor
         self.acceptable_recovery_lag = acceptable_recovery_lag
         self.num_standby_replicas = num_standby_replicas
