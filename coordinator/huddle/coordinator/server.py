@@ -309,7 +309,13 @@ class CoordinatorServer:
         if self.metrics is not None:
             self.metrics.shards = lambda: serving.node.owned_count
         self._keeper = EtcdKeeper(
-            self.loop, serving.write, stamp=serving.stamp, release=self._kept, refuse=self._not_kept
+            self.loop,
+            serving.write,
+            stamp=serving.stamp,
+            release=self._kept,
+            refuse=self._not_kept,
+            deadline_s=serving.write_deadline_s,
+            give_up=serving.give_up,
         )
 
     def apply_outside(self, out: list[Outgoing]) -> None:

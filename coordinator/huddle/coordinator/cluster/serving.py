@@ -61,6 +61,9 @@ from huddle.protocol.messages import (
 log = structlog.get_logger("huddle.cluster")
 
 MAX_TXN_OPS = 100  # below etcd's default --max-txn-ops (128)
+# a batch's writes (per shard at once, each shard's transactions in turn) end within this
+# many etcd deadlines, or are given up (the keeper's last resort)
+WRITE_DEADLINES = 5
 _GROUP_REQUESTS = (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -193,7 +196,10 @@ class ClusterServing:
             for shard in range(node.shards)
         ]
         return DescribeClusterResponse(
-            node_id=node.node_id, shard_count=node.shards, nodes=nodes, shards=shards
+            node_id=node.node_id,
+            shard_count=node.shards,
+            nodes=nodes,
+            shards=shards,
         )
 
     # --- shards coming and going -----------------------------------------------------
@@ -228,6 +234,19 @@ class ClusterServing:
 
     async def shard_releasing(self, shard: int) -> None:
         await self._drain()
+
+    @property
+    def write_deadline_s(self) -> float:
+        return self.store.timeout_s * WRITE_DEADLINES
+
+    def give_up(self, records: list[Stamped]) -> None:
+        """A write of ``records`` neither failed nor ended in time: whether it reached etcd
+        is unknown, so their shards are no longer served (taken up again from etcd)."""
+        shards = {
+            self.shard(r.group_id) for r, _ in records if isinstance(r, OffsetRecord | GroupRecord)
+        }
+        for shard in sorted(shards):
+            self.node.depose(shard, "a write did not end in time")
 
     # --- writes -------------------------------------------------------------------
 
@@ -328,9 +347,12 @@ class ClusterServing:
             self._topic_changed(prefix + _name(name).encode(), None)
         return revision
 
-    async def watch_topics(self, from_revision: int) -> None:
+    async def watch_topics(
+        self, from_revision: int, alive: Callable[[], None] | None = None
+    ) -> None:
         """Apply topic changes other nodes make, as they happen (until cancelled)."""
-        async for change in self.store.watch_prefix(self._key("topics") + b"/", from_revision):
+        prefix = self._key("topics") + b"/"
+        async for change in self.store.watch_prefix(prefix, from_revision, alive=alive):
             self._topic_changed(change.key, change.value)
 
     def _topic_changed(self, key: bytes, value: bytes | None) -> str:

@@ -1,0 +1,174 @@
+"""A cluster node never stops serving for good: etcd frozen past the lease, a link to etcd
+that died without a reset, a write that never ends."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from structlog.typing import EventDict
+
+from huddle.chaos.proxy import fault_proxy
+from huddle.coordinator.cluster.keeper import EtcdKeeper, Held, Stamped
+from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.store import Change, EtcdStore
+from huddle.coordinator.records import OffsetRecord
+from tests.etcd import Etcd, etcd
+from tests.helpers import wait_until
+
+__all__ = ["etcd"]  # the fixture
+
+TTL_S = 2
+SHARDS = 6
+# every shard served again within the lease TTL and this, once etcd answers again
+SLACK_S = 5.0
+
+
+@asynccontextmanager
+async def running(store: EtcdStore, prefix: str) -> AsyncIterator[ClusterNode]:
+    node = ClusterNode(
+        store, node_id="n1", advertise="127.0.0.1:9001", shards=SHARDS, prefix=prefix,
+        ttl_s=TTL_S,
+    )  # fmt: skip
+    await node.register()
+    task = asyncio.create_task(node.run())
+    try:
+        await wait_until(lambda: len(node.owned()) == SHARDS, what="every shard served")
+        yield node
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        with suppress(Exception):  # etcd may be away: its lease expires by itself then
+            await asyncio.wait_for(node.leave(), TTL_S)
+
+
+async def test_a_node_serves_again_after_etcd_froze_past_its_lease(
+    etcd: Etcd, logs: list[EventDict]
+) -> None:
+    """A keep-alive in flight when etcd froze used to end the node's loops for good (its
+    deadline surfaced as a bare CancelledError): no refresh, no reconcile, no log, ever."""
+    store = await EtcdStore.connect([etcd.endpoint], timeout_s=TTL_S)
+    try:
+        async with running(store, "/frozen") as node:
+            etcd.process.send_signal(signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            try:
+                await wait_until(lambda: node.owned() == {}, what="the node fences itself")
+                await wait_until(
+                    lambda: time.monotonic() - frozen_at > TTL_S + 1.5,
+                    what="etcd frozen past the lease",
+                )
+            finally:
+                etcd.process.send_signal(signal.SIGCONT)
+            await wait_until(
+                lambda: len(node.owned()) == SHARDS,
+                wait_s=TTL_S + SLACK_S,
+                what="every shard served again",
+            )
+            liveness = node.liveness()
+            assert liveness.lease_refreshed_s_ago is not None
+            assert liveness.lease_refreshed_s_ago < TTL_S
+            assert liveness.reconciled_s_ago is not None
+            assert liveness.reconciled_s_ago < TTL_S
+    finally:
+        await store.close()
+    said = {e["event"] for e in logs}
+    assert {"lease_refresh_failed", "shards_fenced"} <= said
+
+
+async def test_a_link_to_etcd_that_died_silently_is_left_for_a_new_one(etcd: Etcd) -> None:
+    """Every open connection between the node and etcd frozen for good (packets dropped,
+    no reset): calls time out, then the store connects again; a watch on the dead link is
+    made again on the new one and misses nothing."""
+    direct = await EtcdStore.connect([etcd.endpoint])
+    async with fault_proxy(*etcd.endpoint) as proxy:
+        store = await EtcdStore.connect([("127.0.0.1", proxy.port)], timeout_s=TTL_S)
+        try:
+            async with running(store, "/silent") as node:
+                _, revision = await store.read_prefix(b"/silent/watched/")
+                seen: list[Change] = []
+
+                async def watch() -> None:
+                    async for change in store.watch_prefix(b"/silent/watched/", revision + 1):
+                        seen.append(change)
+
+                watching = asyncio.create_task(watch())
+                try:
+                    await direct.put(b"/silent/watched/a", b"1")
+                    await wait_until(lambda: len(seen) == 1, what="a change through the link")
+                    assert proxy.abandon() > 0
+                    await direct.put(b"/silent/watched/b", b"2")
+                    await wait_until(
+                        lambda: [c.key for c in seen][-1:] == [b"/silent/watched/b"],
+                        wait_s=TTL_S + SLACK_S,
+                        what="the change made after the link died",
+                    )
+                    assert [c.key for c in seen] == [b"/silent/watched/a", b"/silent/watched/b"]
+                    await wait_until(
+                        lambda: len(node.owned()) == SHARDS,
+                        wait_s=TTL_S + SLACK_S,
+                        what="every shard served on the new connection",
+                    )
+                    assert store.reconnects >= 1
+                finally:
+                    watching.cancel()
+                    await asyncio.gather(watching, return_exceptions=True)
+        finally:
+            await store.close()
+            await direct.close()
+
+
+async def test_a_write_that_never_ends_is_given_up_and_the_next_batch_goes() -> None:
+    writes: list[int] = []
+    refused: list[list[Held]] = []
+    released: list[list[Held]] = []
+    given_up: list[list[Stamped]] = []
+
+    async def write(records: list[Stamped]) -> bool:
+        writes.append(len(records))
+        if len(writes) == 1:
+            await asyncio.Event().wait()  # never answered
+        return True
+
+    keeper = EtcdKeeper(
+        asyncio.get_running_loop(), write, stamp=lambda r: 1, release=released.append,
+        refuse=refused.append, deadline_s=0.2, give_up=given_up.append,
+    )  # fmt: skip
+    record = OffsetRecord("g", "t", 0, 1, None)
+    keeper.hold([record], 1, None, [])
+    keeper.submit()
+    keeper.hold([record], 2, None, [])  # behind the stuck batch
+    await asyncio.wait_for(keeper.drain(), 10)
+    assert writes == [1, 1]
+    assert [[conn for conn, _, _ in h] for h in refused] == [[1]]
+    assert [[conn for conn, _, _ in h] for h in released] == [[2]]
+    assert given_up == [[(record, 1)]]  # its shard is no longer served
+
+
+async def test_a_write_cancelled_from_inside_does_not_hold_the_keeper_up() -> None:
+    """gRPC ends a call cancelled under it with a bare CancelledError: the batch is refused,
+    and the next one is written, instead of every later answer waiting for ever."""
+    writes: list[int] = []
+    refused: list[list[Held]] = []
+    released: list[list[Held]] = []
+
+    async def write(records: list[Stamped]) -> bool:
+        writes.append(len(records))
+        if len(writes) == 1:
+            raise asyncio.CancelledError()
+        return True
+
+    keeper = EtcdKeeper(
+        asyncio.get_running_loop(), write, stamp=lambda r: 1, release=released.append,
+        refuse=refused.append,
+    )  # fmt: skip
+    record = OffsetRecord("g", "t", 0, 1, None)
+    keeper.hold([record], 1, None, [])
+    keeper.submit()
+    keeper.hold([record], 2, None, [])
+    await asyncio.wait_for(keeper.drain(), 10)
+    assert [[conn for conn, _, _ in h] for h in refused] == [[1]]
+    assert [[conn for conn, _, _ in h] for h in released] == [[2]]
