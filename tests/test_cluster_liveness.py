@@ -1,5 +1,6 @@
 """A cluster node never stops serving for good: etcd frozen past the lease, a link to etcd
-that died without a reset, a write that never ends."""
+that died without a reset, a write that never ends. And a shard taken while the topics watch
+lags keeps the offsets of topics the node has not heard of yet."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from urllib.parse import quote
 
+import msgspec
 from structlog.typing import EventDict
 
 from huddle.chaos.proxy import fault_proxy
 from huddle.coordinator.cluster.keeper import EtcdKeeper, Held, Stamped
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.serving import ClusterServing
+from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import Change, EtcdStore
+from huddle.coordinator.core import Coordinator
 from huddle.coordinator.records import OffsetRecord
 from tests.etcd import Etcd, etcd
 from tests.helpers import wait_until
@@ -172,3 +178,52 @@ async def test_a_write_cancelled_from_inside_does_not_hold_the_keeper_up() -> No
     await asyncio.wait_for(keeper.drain(), 10)
     assert [[conn for conn, _, _ in h] for h in refused] == [[1]]
     assert [[conn for conn, _, _ in h] for h in released] == [[2]]
+
+
+async def test_a_shard_taken_while_the_topics_watch_lags_keeps_offsets_of_unseen_topics(
+    etcd: Etcd,
+) -> None:
+    """Another node created topic t (2 partitions), then grew it to 4, and a group committed
+    on all four; this node's topics watch has delivered none of it when it takes the shard.
+    The offsets are loaded, and the watch catching up (t: 2, then t: 4) cuts none."""
+    store = await EtcdStore.connect([etcd.endpoint])
+    try:
+        prefix = "/lagging"
+        _, before = await store.read_prefix(f"{prefix}/topics/".encode())
+        await store.put(f"{prefix}/topics/t".encode(), b"2")
+        await store.put(f"{prefix}/topics/t".encode(), b"4")
+        group = "late-topics"
+        shard = shard_of(group, SHARDS)
+        for partition in range(4):
+            key = f"{prefix}/offsets/{shard}/{quote(group, safe='')}/t/{partition}"
+            offset = OffsetRecord(group, "t", partition, 100 + partition, None)
+            await store.put(key.encode(), msgspec.msgpack.encode(offset))
+        core = Coordinator()
+        node = ClusterNode(
+            store, node_id="n1", advertise="127.0.0.1:9001", shards=SHARDS, prefix=prefix,
+            ttl_s=TTL_S,
+        )  # fmt: skip
+        serving = ClusterServing(
+            core, store, node, now=time.monotonic, dispatch=lambda out: None, drain=_nothing
+        )
+        await node.register()
+        await node.reconcile()  # takes every shard: nothing seen of t yet
+        assert node.serves(shard)
+        expected = {("t", p): (100 + p, None) for p in range(4)}
+        assert core.groups[group].offsets == expected
+        watching = asyncio.create_task(serving.watch_topics(before + 1))
+        try:
+            await wait_until(
+                lambda: core.topics.partitions == {"t": 4}, what="the watch catching up"
+            )
+            assert core.groups[group].offsets == expected
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+        await node.leave()
+    finally:
+        await store.close()
+
+
+async def _nothing() -> None:
+    return None

@@ -14,6 +14,12 @@ Requests for a group go through ``refusal``: NOT_COORDINATOR when this node does
 the group's shard, COORDINATOR_LOAD_IN_PROGRESS while it loads it. A node that takes a shard
 loads its groups (Stable, in their kept generation) and offsets before it serves it; a node
 that loses one forgets its groups at once.
+
+A shard's offsets are loaded against the topics etcd holds once they are read (read again
+at each load) as well as the topics the node knows: the topics watch may lag, and the
+offsets of a topic it has not delivered yet are kept. The watch then skips a topic's changes
+older than the one that load read, so an older partition count never cuts offsets loaded
+under a newer one.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ class ClusterServing:
         core.describe_cluster = self.describe
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
+        self._topic_revisions: dict[str, int] = {}  # a topic's revision, as a load read it
 
     # --- keys ---------------------------------------------------------------------
 
@@ -207,8 +214,8 @@ class ClusterServing:
     async def shard_taken(self, shard: int, epoch: int) -> None:
         groups = await self.store.get_prefix(self._key("groups", str(shard)) + b"/")
         offsets = await self.store.get_prefix(self._key("offsets", str(shard)) + b"/")
+        counts = await self._topics_for_load()
         records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
-        counts = self.core.topics.partitions
         for entry in offsets.values():
             offset = _offset_decoder.decode(entry.value)
             if offset.partition < counts.get(offset.topic, 0):  # not of a deleted topic
@@ -224,6 +231,20 @@ class ClusterServing:
             groups=len(groups),
             offsets=len(offsets),
         )
+
+    async def _topics_for_load(self) -> dict[str, int]:
+        """Each topic's partition count to load offsets against: the larger of what this
+        node knows and what etcd holds now (read after the offsets: a topic deleted since
+        drops its offsets, a topic the topics watch has not delivered yet keeps them)."""
+        counts = dict(self.core.topics.partitions)
+        entries, _ = await self.store.read_prefix(self._key("topics") + b"/")
+        for key, entry in entries.items():
+            name = unquote(key.decode().rsplit("/", 1)[-1])
+            if entry.value.isdigit():
+                counts[name] = max(counts.get(name, 0), int(entry.value))
+                seen = self._topic_revisions.get(name, 0)
+                self._topic_revisions[name] = max(seen, entry.revision)
+        return counts
 
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)
@@ -350,9 +371,13 @@ class ClusterServing:
     async def watch_topics(
         self, from_revision: int, alive: Callable[[], None] | None = None
     ) -> None:
-        """Apply topic changes other nodes make, as they happen (until cancelled)."""
+        """Apply topic changes other nodes make, as they happen (until cancelled); a
+        topic's change older than what a shard's load read of it is skipped."""
         prefix = self._key("topics") + b"/"
         async for change in self.store.watch_prefix(prefix, from_revision, alive=alive):
+            name = unquote(change.key.decode().rsplit("/", 1)[-1])
+            if change.revision < self._topic_revisions.get(name, 0):
+                continue
             self._topic_changed(change.key, change.value)
 
     def _topic_changed(self, key: bytes, value: bytes | None) -> str:
