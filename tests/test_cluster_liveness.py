@@ -5,6 +5,7 @@ lags keeps the offsets of topics the node has not heard of yet."""
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -12,6 +13,8 @@ from contextlib import asynccontextmanager, suppress
 from urllib.parse import quote
 
 import msgspec
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from structlog.typing import EventDict
 
 from huddle.chaos.proxy import fault_proxy
@@ -21,7 +24,9 @@ from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import Change, EtcdStore
 from huddle.coordinator.core import Coordinator
+from huddle.coordinator.metrics import CoordinatorMetrics
 from huddle.coordinator.records import OffsetRecord
+from huddle.protocol.messages import NodeLiveness
 from tests.etcd import Etcd, etcd
 from tests.helpers import wait_until
 
@@ -227,3 +232,18 @@ async def test_a_shard_taken_while_the_topics_watch_lags_keeps_offsets_of_unseen
 
 async def _nothing() -> None:
     return None
+
+
+def test_a_cluster_node_s_liveness_is_scraped_as_metrics() -> None:
+    metrics = CoordinatorMetrics()
+    metrics.liveness = lambda: NodeLiveness(lease_refreshed_s_ago=0.4, reconciled_s_ago=None)
+    metrics.restarts = lambda: {("reconcile", "stalled"): 2}
+    scraped = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+        for s in family.samples
+    }
+    assert scraped[("huddle_cluster_lease_refresh_age_seconds", ())] == 0.4
+    assert math.isnan(scraped[("huddle_cluster_reconcile_age_seconds", ())])  # not yet
+    restarts = ("huddle_cluster_task_restarts_total", (("task", "reconcile"), ("why", "stalled")))
+    assert scraped[restarts] == 2

@@ -16,7 +16,11 @@ Names, all under ``huddle_``:
   ``requests_total{type}``, ``errors_total{code}`` (answers carrying an error code),
   ``notices_total{type}``;
 - ``journal_write_seconds`` (a batch of changes written to the data dir);
-- ``shards_owned`` (a cluster node).
+- ``shards_owned`` (a cluster node);
+- ``cluster_lease_refresh_age_seconds``, ``cluster_reconcile_age_seconds`` (a cluster node:
+  seconds since it last refreshed its etcd lease, and since it last reconciled its shards;
+  NaN before the first), ``cluster_task_restarts_total{task,why}`` (one of its loops started
+  again: ``died`` or ``stalled``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from huddle.protocol.errors import error_name
-from huddle.protocol.messages import Reply
+from huddle.protocol.messages import NodeLiveness, Reply
 
 if TYPE_CHECKING:
     from huddle.coordinator.core import Coordinator
@@ -51,6 +55,8 @@ class CoordinatorMetrics(Collector):
         self.core: Coordinator | None = None
         self.connections: Callable[[], int] = lambda: 0
         self.shards: Callable[[], int] | None = None  # a cluster node's owned shards
+        self.liveness: Callable[[], NodeLiveness] | None = None  # a cluster node's
+        self.restarts: Callable[[], dict[tuple[str, str], int]] | None = None  # (task, why)
         self.calls = 0  # every request handled (counted per slice of a connection's input)
         self.requests: Counter[type] = Counter()  # request class -> handled, but heartbeats
         self.errors: Counter[int] = Counter()
@@ -140,6 +146,17 @@ class CoordinatorMetrics(Collector):
         yield _gauge("huddle_members", "Members of every group", members)
         if self.shards is not None:
             yield _gauge("huddle_shards_owned", "Shards this cluster node serves", self.shards())
+        if self.liveness is not None:
+            yield from _liveness(self.liveness())
+        if self.restarts is not None:
+            restarts = CounterMetricFamily(
+                "huddle_cluster_task_restarts",
+                "A cluster node's loop started again, by task and why (died, stalled)",
+                labels=["task", "why"],
+            )
+            for (task, why), count in sorted(list(self.restarts().items())):
+                restarts.add_metric([task, why], count)
+            yield restarts
         requests = {_tag(kind): n for kind, n in list(self.requests.items())}
         requests["heartbeat"] = max(self.calls - sum(requests.values()), 0)
         yield _counter("huddle_heartbeats", "Heartbeats answered", requests["heartbeat"])
@@ -155,6 +172,21 @@ class CoordinatorMetrics(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: nothing to check at registration
+
+
+def _liveness(live: NodeLiveness) -> Iterator[Metric]:
+    nan = float("nan")
+    refreshed, reconciled = live.lease_refreshed_s_ago, live.reconciled_s_ago
+    yield _gauge(
+        "huddle_cluster_lease_refresh_age_seconds",
+        "Seconds since this cluster node last refreshed its etcd lease (NaN: not yet)",
+        nan if refreshed is None else refreshed,
+    )
+    yield _gauge(
+        "huddle_cluster_reconcile_age_seconds",
+        "Seconds since this cluster node last reconciled its shards with etcd (NaN: not yet)",
+        nan if reconciled is None else reconciled,
+    )
 
 
 def _tag(kind: type) -> str:

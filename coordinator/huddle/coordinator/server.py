@@ -308,6 +308,8 @@ class CoordinatorServer:
         self.gate = serving.refusal
         if self.metrics is not None:
             self.metrics.shards = lambda: serving.node.owned_count
+            self.metrics.liveness = serving.node.liveness
+            self.metrics.restarts = lambda: dict(serving.node.restarts.counts)
         self._keeper = EtcdKeeper(
             self.loop,
             serving.write,

@@ -207,6 +207,7 @@ class ClusterServing:
             shard_count=node.shards,
             nodes=nodes,
             shards=shards,
+            liveness=node.liveness(),
         )
 
     # --- shards coming and going -----------------------------------------------------
