@@ -59,8 +59,8 @@ class FaultProxy:
         streams = list(self._open)
         for stream in streams:
             if reset:
-                raw = stream.extra(SocketAttribute.raw_socket)
-                with contextlib.suppress(OSError):  # closed meanwhile
+                with contextlib.suppress(OSError, AttributeError):  # closed meanwhile
+                    raw = stream.extra(SocketAttribute.raw_socket)
                     raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await stream.aclose()
         return len(streams)
