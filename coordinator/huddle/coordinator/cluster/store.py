@@ -9,7 +9,7 @@ epoch: a deposed owner's write changes nothing.
 against etcd 3.4 under uvloop: both did leases, expiry and revision-compared transactions,
 and a put took 0.5 ms with ``aetcd`` against 1.2 ms through the gateway (median of 50).
 
-Every call has a deadline (``timeout_s``; a lease keep-alive a third of the lease's TTL),
+Every call has a deadline (``timeout_s``; a lease keep-alive two thirds of its TTL),
 kept with ``asyncio.timeout``: gRPC ends a call it cancels with a bare ``CancelledError``,
 which an anyio cancel scope does not take for its own and lets through as if the caller
 were cancelled. A call that outlives its deadline, or finds the endpoint unreachable, marks
@@ -113,7 +113,7 @@ class EtcdStore:
         self.timeout_s = timeout_s
         self._switching = asyncio.Lock()
         self._suspect: Any = None  # the connection to replace before the next call
-        self._closing: set[asyncio.Task[None]] = set()
+        self._retired: dict[Any, asyncio.Task[None]] = {}  # replaced connections, closing
         self.reconnects = 0
 
     @classmethod
@@ -123,8 +123,9 @@ class EtcdStore:
         return cls(client, endpoint, endpoints, timeout_s)
 
     async def close(self) -> None:
-        for task in list(self._closing):
+        for client, task in list(self._retired.items()):
             task.cancel()
+            await _close(client, self.timeout_s)
         await _close(self._client, self.timeout_s)
 
     async def _on(self, op: Callable[[Any], Awaitable[T]], timeout_s: float | None = None) -> T:
@@ -194,8 +195,8 @@ class EtcdStore:
         closing = asyncio.get_running_loop().create_task(
             _close(failed, self.timeout_s, wait_s=self.timeout_s)
         )
-        self._closing.add(closing)
-        closing.add_done_callback(self._closing.discard)
+        self._retired[failed] = closing
+        closing.add_done_callback(lambda _: self._retired.pop(failed, None))
 
     # --- leases -------------------------------------------------------------------
 
@@ -205,8 +206,9 @@ class EtcdStore:
 
     async def refresh(self, lease: Lease) -> int:
         """Keep ``lease`` alive; its TTL left in seconds (0 or less: it has expired). The
-        deadline is a third of the TTL: by then the next keep-alive is due."""
-        deadline = min(self.timeout_s, lease.ttl_s / 3)
+        deadline is two thirds of the TTL: an answer later than that cannot keep a node
+        serving (``LeaseGuard``), an earlier one, even slow, can."""
+        deadline = min(self.timeout_s, lease.ttl_s * 2 / 3)
         reply = await self._on(lambda c: c.refresh_lease(lease.id), deadline)
         return int(reply.TTL)
 
