@@ -1,7 +1,7 @@
 """Running a coordinator server as a node of a cluster: ``huddle serve --cluster``.
 
 The node's loops and the topics watch run supervised (``huddle.coordinator.supervisor``),
-every etcd call within ``store_deadline_s`` of the lease's TTL.
+every etcd call within ``STORE_DEADLINE_S`` (a keep-alive within two thirds of the TTL).
 """
 
 from __future__ import annotations
@@ -24,13 +24,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("huddle.cluster")
 
 WATCH_RETRY_S = 1.0
-MAX_DEADLINE_S = 3.0
-
-
-def store_deadline_s(ttl_s: float) -> float:
-    """Every etcd call's deadline: the lease's TTL, 3 s at most (an answer later than the
-    TTL is of no use to a node that must renew its lease within it)."""
-    return min(float(ttl_s), MAX_DEADLINE_S)
+# every etcd call's deadline: etcd electing a new leader (a member died) holds calls for one
+# to three seconds, and a write answered then is still worth having
+STORE_DEADLINE_S = 3.0
 
 
 class ClusterRun:
@@ -49,8 +45,7 @@ class ClusterRun:
         (no etcd endpoint answers) or ClusterConfigError (the cluster's configuration or
         another node conflicts with this one)."""
         cfg = server.config
-        deadline = store_deadline_s(cfg.lease_ttl_s)
-        store = await EtcdStore.connect(parse_endpoints(cfg.cluster), timeout_s=deadline)
+        store = await EtcdStore.connect(parse_endpoints(cfg.cluster), timeout_s=STORE_DEADLINE_S)
         try:
             node = ClusterNode(
                 store,
