@@ -26,7 +26,7 @@ from huddle.coordinator.cluster.store import Change, EtcdStore
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.metrics import CoordinatorMetrics
 from huddle.coordinator.records import OffsetRecord
-from huddle.protocol.messages import NodeLiveness
+from huddle.protocol.messages import DescribeClusterResponse, NodeLiveness
 from tests.etcd import Etcd, etcd
 from tests.helpers import wait_until
 
@@ -247,3 +247,18 @@ def test_a_cluster_node_s_liveness_is_scraped_as_metrics() -> None:
     assert math.isnan(scraped[("huddle_cluster_reconcile_age_seconds", ())])  # not yet
     restarts = ("huddle_cluster_task_restarts_total", (("task", "reconcile"), ("why", "stalled")))
     assert scraped[restarts] == 2
+
+
+def test_a_node_s_liveness_in_describe_cluster_is_optional_both_ways() -> None:
+    """An older client ignores the field; a newer one reads an older node's answer as None."""
+
+    class Older(msgspec.Struct, kw_only=True, tag_field="type", tag="describe_cluster_response"):
+        node_id: str = ""
+        shard_count: int = 0
+
+    live = NodeLiveness(lease_refreshed_s_ago=0.2, reconciled_s_ago=0.5, task_restarts=1)
+    newer = DescribeClusterResponse(node_id="a", shard_count=6, liveness=live)
+    seen = msgspec.msgpack.decode(msgspec.msgpack.encode(newer), type=Older)
+    assert (seen.node_id, seen.shard_count) == ("a", 6)
+    answer = msgspec.msgpack.encode(seen)  # what an older node sends
+    assert msgspec.msgpack.decode(answer, type=DescribeClusterResponse).liveness is None
