@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,7 +11,15 @@ import pytest
 
 from huddle.chaos.events import FAULT_ACTIONS
 from huddle.chaos.proxy import fault_proxy
-from huddle.chaos.scenarios import BUILT_IN, ScenarioError, Shape, built_in, load
+from huddle.chaos.scenarios import (
+    BUILT_IN,
+    ETCD_FAULT_ACTIONS,
+    ETCD_FAULTS,
+    ScenarioError,
+    Shape,
+    built_in,
+    load,
+)
 from huddle.chaos.workload import Workload
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import TopicPartition
@@ -128,3 +137,17 @@ def test_chaos_run_refuses_network_faults_without_the_proxy(
     code = main(["chaos", "run", "network-faults", "--no-proxy", "--run-dir", str(tmp_path)])
     assert code == 2
     assert "needs the proxy" in capsys.readouterr().err
+
+
+def test_the_etcd_fault_campaign_heals_each_fault_before_the_next() -> None:
+    scenario = built_in("etcd-faults", Shape(300, 3, seed=4))
+    assert scenario.cluster
+    steps = scenario.ordered()
+    assert {s.action for s in steps} <= FAULT_ACTIONS
+    faults = [s for s in steps if s.action in ETCD_FAULT_ACTIONS]
+    assert len(faults) >= 24  # dozens in a row
+    assert {s.action for s in faults} == ETCD_FAULT_ACTIONS
+    heals = {fault: heal for fault, heal, _, _ in ETCD_FAULTS}
+    for step, after in itertools.pairwise(steps):  # one fault at a time
+        if step.action in ETCD_FAULT_ACTIONS and heals[step.action] is not None:
+            assert (after.action, after.target) == (heals[step.action], step.target)

@@ -300,22 +300,7 @@ async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> Non
                     return False
 
             await eventually(all_listed, what="every group is listed")
-        result = await asyncio.to_thread(
-            subprocess.run,
-            [
-                sys.executable,
-                "-m",
-                "huddle",
-                "cluster",
-                "status",
-                "--json",
-                "--bootstrap",
-                bootstrap,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = await asyncio.to_thread(_status, bootstrap, "--json")
         assert result.returncode == 0, result.stderr
         status = json.loads(result.stdout)
         assert status["shard_count"] == SHARDS
@@ -329,3 +314,22 @@ async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> Non
             assert node["groups"] == sorted(
                 g for g in names if shard_of(g, SHARDS) in node["shards"]
             )
+            # each node's own account: its lease refreshed and its shards reconciled lately
+            assert 0 <= node["lease_refreshed_s_ago"] < TTL_S, node
+            assert 0 <= node["reconciled_s_ago"] < TTL_S, node
+            assert node["task_restarts"] == 0
+        text = await asyncio.to_thread(_status, bootstrap)
+        assert text.returncode == 0, text.stderr
+        head, *rows = text.stdout.split("\n\n")[1].splitlines()
+        assert head.split()[-4:] == ["LEASE", "REFRESHED", "RECONCILED", "RESTARTS"]
+        assert len(rows) == 2
+        assert all(row.count("s ago") == 2 for row in rows), rows
+
+
+def _status(bootstrap: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "huddle", "cluster", "status", "--bootstrap", bootstrap, *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -74,6 +74,7 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
         type(None): st.none(),
         bool: st.booleans(),
         int: st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        float: st.floats(allow_nan=False),  # NaN is not equal to itself
         str: st.text(max_size=12),
         bytes: st.binary(max_size=12),
         ErrorCode: st.sampled_from(ErrorCode),

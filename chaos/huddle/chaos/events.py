@@ -139,6 +139,18 @@ class Committed(Event, tag="committed", kw_only=True):
     error: str | None = None
 
 
+class ShardsServed(Event, tag="shards_served", kw_only=True):
+    """A coordinator cluster after a heal (``after``, a fault action): seconds until etcd
+    answered, then until every shard was served again (None: not within the measure);
+    ``unserved``: the shards still not served when the measure gave up."""
+
+    after: str
+    answering_s: float | None
+    served_s: float | None
+    bound_s: float
+    unserved: list[int]
+
+
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted,
     RunFinished,
@@ -153,6 +165,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     Restored,
     Processed,
     Committed,
+    ShardsServed,
 )
 AnyEvent = (
     RunStarted
@@ -168,6 +181,7 @@ AnyEvent = (
     | Restored
     | Processed
     | Committed
+    | ShardsServed
 )
 
 
@@ -189,6 +203,7 @@ LOST: Final = tag_of(Lost)
 RESTORED: Final = tag_of(Restored)
 PROCESSED: Final = tag_of(Processed)
 COMMITTED: Final = tag_of(Committed)
+SHARDS_SERVED: Final = tag_of(ShardsServed)
 
 FAULT_ACTIONS: Final = frozenset(
     {
@@ -202,6 +217,15 @@ FAULT_ACTIONS: Final = frozenset(
         "owner_kill",  # SIGKILL the cluster node that owns the group
         "owner_stop",  # SIGSTOP it
         "owner_cont",
+        "etcd_stop",  # SIGSTOP the cluster's etcd
+        "etcd_cont",
+        "etcd_kill",  # SIGKILL it
+        "etcd_start",  # start it again on its data dir and port
+        "store_freeze",  # blackhole the link between the group's owner and etcd
+        "store_reset",  # reset its connections to etcd
+        "store_heal",
+        "client_freeze",  # blackhole the link between the owner and its clients
+        "client_heal",
         "net_latency",
         "net_stall",
         "net_drop",

@@ -28,7 +28,7 @@ import anyio
 import structlog
 
 from huddle.chaos import events as ev
-from huddle.chaos.cluster import ChaosCluster
+from huddle.chaos.cluster import SHARDS, ChaosCluster
 from huddle.chaos.events import EventLog, events_dir
 from huddle.chaos.procs import HOST, free_port, signal_pid, spawn, stop_all
 from huddle.chaos.progress import EventTail
@@ -216,21 +216,26 @@ class Harness:
             await self._stop(self.coordinator)
 
     async def _run_on_cluster(self) -> None:
-        cluster = ChaosCluster(self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started)
+        shards = int(self.scenario.extra.get("shards", SHARDS))
+        cluster = ChaosCluster(
+            self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started,
+            shards=shards, events=self.events, progress=self.progress,
+        )  # fmt: skip
         self.cluster = cluster
-        await cluster.start(self.s.group, self.s.disconnect_grace_ms)
-        self.bootstrap = cluster.bootstrap
-        await self._create_topic(self.bootstrap)
-        for _ in range(self.s.members):
-            await self._start_member(self._new_name(), fault=False)
-        self.progress(
-            f"started etcd, {len(cluster.nodes)} coordinator nodes and {self.s.members} "
-            f"members, scenario {self.scenario.name}, protocol {self.s.protocol}, "
-            f"run dir {self.run_dir}"
-        )
-        await self._wait_steady()
-        await self._apply_steps(time.monotonic())
-        await self._stop_members()
+        async with cluster.running(self.s.group, self.s.disconnect_grace_ms):
+            self.bootstrap = cluster.bootstrap
+            await self._create_topic(self.bootstrap)
+            for _ in range(self.s.members):
+                await self._start_member(self._new_name(), fault=False)
+            self.progress(
+                f"started etcd, {len(cluster.nodes)} coordinator nodes and {self.s.members} "
+                f"members, scenario {self.scenario.name}, protocol {self.s.protocol}, "
+                f"run dir {self.run_dir}"
+            )
+            await self._wait_steady()
+            await self._apply_steps(time.monotonic())
+            await self._stop_members()
+        cluster.check()  # every shard served again in time after each heal
 
     async def _apply_steps(self, t0: float) -> None:
         steps = self.scenario.ordered()
@@ -307,6 +312,7 @@ class Harness:
             detail = await self.cluster.fault(a, self.s.group)
             if detail is not None:
                 self._fault(a, "coordinator", detail)
+                await self.cluster.settle(a)  # after a heal: every shard served again
             else:
                 self.progress(f"{a}: no node to act on")
         else:

@@ -1,14 +1,19 @@
 """A fault-injecting TCP proxy between members and the coordinator, on 127.0.0.1.
 
 Runs as tasks in the harness's own event loop. Faults: ``latency`` (every chunk is held
-this long, both ways), ``stall`` (bytes stop flowing, connections stay open), ``drop``
-(close every open connection; new ones are accepted), ``partition`` (drop, and refuse new
-connections until healed), ``heal`` (undo all of it). The upstream may change (a
-restarted coordinator keeps its port, so it usually does not).
+this long, both ways), ``stall`` (bytes stop flowing, connections stay open: a blackholed
+link), ``drop`` (close every open connection, with a reset if asked; new ones are accepted),
+``partition`` (drop, and refuse new connections until healed), ``abandon`` (every open
+connection frozen for good and never closed, as a link that died without a reset; new ones
+flow), ``heal`` (undo all of it but ``abandon``).
+The upstream may change (a restarted coordinator keeps its port, so it usually does not).
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,6 +34,7 @@ class FaultProxy:
         self._flowing = anyio.Event()
         self._flowing.set()
         self._open: set[SocketStream] = set()
+        self._abandoned: set[SocketStream] = set()
 
     @property
     def stalled(self) -> bool:
@@ -47,12 +53,23 @@ class FaultProxy:
         if self._flowing.is_set():
             self._flowing = anyio.Event()
 
-    async def drop(self) -> int:
-        """Close every open connection; returns how many."""
+    async def drop(self, *, reset: bool = False) -> int:
+        """Close every open connection (``reset``: with a TCP reset, as a peer that crashed
+        or a middlebox that gave up); returns how many."""
         streams = list(self._open)
         for stream in streams:
+            if reset:
+                with contextlib.suppress(OSError, AttributeError):  # closed meanwhile
+                    raw = stream.extra(SocketAttribute.raw_socket)
+                    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await stream.aclose()
         return len(streams)
+
+    def abandon(self) -> int:
+        """Freeze every open connection for good (bytes never flow on it again, it is never
+        closed); new connections flow. Returns how many."""
+        self._abandoned |= self._open
+        return len(self._open)
 
     async def partition(self) -> int:
         self.partitioned = True
@@ -68,6 +85,8 @@ class FaultProxy:
     async def _pump(self, source: SocketStream, sink: SocketStream) -> None:
         try:
             async for chunk in source:
+                if source in self._abandoned or sink in self._abandoned:
+                    await anyio.sleep_forever()  # until the proxy stops
                 while not self._flowing.is_set():
                     await self._flowing.wait()
                 if self.latency_s > 0:
@@ -105,8 +124,8 @@ class FaultProxy:
                 tg.start_soon(self._pump, client, upstream)
                 tg.start_soon(self._pump, upstream, client)
         finally:
-            self._open.discard(client)
-            self._open.discard(upstream)
+            self._open -= {client, upstream}
+            self._abandoned -= {client, upstream}
 
 
 @asynccontextmanager

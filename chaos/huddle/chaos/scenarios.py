@@ -15,13 +15,17 @@ Actions: ``start`` (a member by name; restarts it if it ran before), ``kill`` (S
 ``coordinator_kill``, ``coordinator_start``, ``net_latency`` (``value`` ms), ``net_stall``,
 ``net_drop``, ``net_partition``, ``net_heal``; and, against a cluster of coordinator
 nodes on etcd that the harness then starts, ``owner_kill`` (SIGKILL the node that owns the
-group), ``owner_stop`` (SIGSTOP it) and ``owner_cont`` (SIGCONT the node stopped last).
+group), ``owner_stop`` (SIGSTOP it) and ``owner_cont`` (SIGCONT the node stopped last),
+``etcd_stop`` / ``etcd_cont``, ``etcd_kill`` / ``etcd_start`` (etcd frozen; killed and started
+again), ``store_freeze`` / ``store_reset`` / ``store_heal`` (the owner's link to etcd) and
+``client_freeze`` / ``client_heal`` (its link to its clients): see ``huddle.chaos.cluster``.
 ``target`` may be omitted for ``kill`` and ``sigterm``: the harness then picks a live member
 with the run's seeded RNG.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -35,7 +39,22 @@ MEMBER_ACTIONS: Final = frozenset({"start", "kill", "sigterm", "sigstop", "sigco
 GROUP_ACTIONS: Final = frozenset({"scale_up", "scale_down"})
 COORDINATOR_ACTIONS: Final = frozenset({"coordinator_kill", "coordinator_start"})
 # a cluster of coordinator nodes on etcd: the node that owns the run's group
-CLUSTER_ACTIONS: Final = frozenset({"owner_kill", "owner_stop", "owner_cont"})
+CLUSTER_ACTIONS: Final = frozenset(
+    {
+        "owner_kill",
+        "owner_stop",
+        "owner_cont",
+        "etcd_stop",
+        "etcd_cont",
+        "etcd_kill",
+        "etcd_start",
+        "store_freeze",
+        "store_reset",
+        "store_heal",
+        "client_freeze",
+        "client_heal",
+    }
+)
 NET_ACTIONS: Final = frozenset(
     {"net_latency", "net_stall", "net_drop", "net_partition", "net_heal"}
 )
@@ -204,6 +223,63 @@ def coordinator_failover(s: Shape) -> Scenario:
     )
 
 
+ETCD_FAULT_GAP_S: Final = 3.0  # from one heal to the next fault (the recovery is measured)
+# each fault, its heal (None: it heals itself) and how long it lasts (seconds, from .. to)
+ETCD_FAULTS: Final[tuple[tuple[str, str | None, float, float], ...]] = (
+    ("etcd_stop", "etcd_cont", 1.5, 2.7),
+    ("etcd_kill", "etcd_start", 0.5, 2.0),
+    ("owner_stop", "owner_cont", CLUSTER_LEASE_S + 0.5, CLUSTER_LEASE_S + 1.5),  # past its lease
+    ("store_freeze", "store_heal", 1.5, 3.5),
+    ("store_reset", None, 0.0, 0.0),  # the reset, with calls in flight, is its own heal
+    ("client_freeze", "client_heal", 1.5, 3.0),
+    ("sigstop", "sigcont", 1.0, 2.0),  # a member
+)
+
+
+ETCD_FAULT_ACTIONS: Final = frozenset(fault for fault, _, _, _ in ETCD_FAULTS)
+
+
+def etcd_fault_steps(
+    seed: int, members: int, gap_s: float, *, count: int | None = None, within_s: float = 0.0
+) -> tuple[Step, ...]:
+    """Faults of ``ETCD_FAULTS`` in turn, each healed before the next (seeded durations; a
+    frozen member picked with the seed), the next ``gap_s`` after a heal: ``count`` of them,
+    or as many as end within ``within_s`` (one at least)."""
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    t = 0.5
+    for i in itertools.count():
+        fault, heal, low, high = ETCD_FAULTS[i % len(ETCD_FAULTS)]
+        if count is not None and i >= count:
+            break
+        if count is None and i > 0 and t + high >= within_s:
+            break
+        target = member(rng.randint(1, members)) if fault == "sigstop" else None
+        steps.append(Step(t, fault, target))
+        if heal is not None:
+            t = round(t + rng.uniform(low, high), 2)
+            steps.append(Step(t, heal, target))
+        t += gap_s
+    return tuple(steps)
+
+
+def etcd_faults(s: Shape) -> Scenario:
+    """A fault campaign against the cluster and its etcd, one fault at a time, each healed
+    and recovered from before the next."""
+    steps = etcd_fault_steps(s.seed, s.members, ETCD_FAULT_GAP_S, within_s=s.duration)
+    count = sum(1 for step in steps if step.action in ETCD_FAULT_ACTIONS)
+    return Scenario(
+        "etcd-faults",
+        f"{count} faults in a row, each healed, the next {ETCD_FAULT_GAP_S:g} s later: etcd "
+        "frozen (SIGSTOP), killed and started again, the group's owner frozen past its lease, "
+        "its links to etcd and to its clients blackholed or reset, a member frozen; every "
+        f"shard must be served again within the {CLUSTER_LEASE_S:g} s lease and a few "
+        "seconds of each heal",
+        steps,
+        extra={"shards": 6},
+    )
+
+
 def random_kills(s: Shape) -> Scenario:
     rng = random.Random(s.seed)
     kills = max(int(s.duration // 4), 1)
@@ -243,6 +319,7 @@ BUILT_IN: Final[dict[str, Callable[[Shape], Scenario]]] = {
     "zombie": zombie,
     "coordinator-restart": coordinator_restart,
     "coordinator-failover": coordinator_failover,
+    "etcd-faults": etcd_faults,
     "random-kills": random_kills,
     "network-faults": network_faults,
 }

@@ -32,7 +32,7 @@ from huddle.logs import printable
 from huddle.protocol.addresses import format_address
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import SaslAuthenticationFailedError, ServerError, error_name
-from huddle.protocol.messages import DescribeClusterResponse, ListedGroup
+from huddle.protocol.messages import DescribeClusterResponse, ListedGroup, NodeLiveness
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9292"
 
@@ -86,7 +86,11 @@ def add_groups(groups: argparse.ArgumentParser) -> None:
 
 def add_cluster(cluster: argparse.ArgumentParser) -> None:
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
-    status = actions.add_parser("status", help="nodes, shard owners and epochs, groups per node")
+    status = actions.add_parser(
+        "status",
+        help="nodes, shard owners and epochs, groups per node, each node's last lease "
+        "refresh and reconcile",
+    )
     status.add_argument("--shards", action="store_true", help="also list every shard")
     _add_client_flags(status)
 
@@ -252,9 +256,14 @@ def describe_view(group: GroupView, offsets: Mapping[TopicPartition, int]) -> di
 
 
 def cluster_view(
-    cluster: DescribeClusterResponse, groups: Mapping[str, list[ListedGroup]]
+    cluster: DescribeClusterResponse,
+    groups: Mapping[str, list[ListedGroup]],
+    liveness: Mapping[str, NodeLiveness | None] | None = None,
 ) -> dict[str, object]:
-    """The cluster as ``huddle cluster status --json`` prints it."""
+    """The cluster as ``huddle cluster status --json`` prints it: with each node's own
+    account of how it keeps up with etcd (seconds since its last lease refresh and last
+    reconcile; null where it could not be asked)."""
+    lives = liveness or {}
     return {
         "answered_by": cluster.node_id,
         "shard_count": cluster.shard_count,
@@ -264,6 +273,7 @@ def cluster_view(
                 "address": format_address(n.host, n.port),
                 "shards": [s.shard for s in cluster.shards if s.owner == n.node_id],
                 "groups": sorted(g.group_id for g in groups.get(n.node_id, [])),
+                **_liveness_view(lives.get(n.node_id)),
             }
             for n in cluster.nodes
         ],
@@ -273,17 +283,48 @@ def cluster_view(
     }
 
 
+def _liveness_view(live: NodeLiveness | None) -> dict[str, object]:
+    return {
+        "lease_refreshed_s_ago": live.lease_refreshed_s_ago if live is not None else None,
+        "reconciled_s_ago": live.reconciled_s_ago if live is not None else None,
+        "task_restarts": live.task_restarts if live is not None else None,
+    }
+
+
+def _ago(seconds: object) -> str:
+    return f"{seconds:.1f}s ago" if isinstance(seconds, float | int) else "-"
+
+
 def render_cluster(
-    cluster: DescribeClusterResponse, groups: Mapping[str, list[ListedGroup]], *, shards: bool
+    cluster: DescribeClusterResponse,
+    groups: Mapping[str, list[ListedGroup]],
+    *,
+    shards: bool,
+    liveness: Mapping[str, NodeLiveness | None] | None = None,
 ) -> str:
-    view = cluster_view(cluster, groups)
+    view = cluster_view(cluster, groups, liveness)
     nodes = cast(list[dict[str, Any]], view["nodes"])
-    rows = [
-        (n["node_id"], n["address"], str(len(n["shards"])), str(len(n["groups"]))) for n in nodes
-    ]
-    table = format_table(("NODE", "ADDRESS", "SHARDS", "GROUPS"), rows)
     if not cluster.shard_count:
+        alone: list[tuple[str, ...]] = [
+            (n["node_id"], n["address"], str(len(n["shards"])), str(len(n["groups"])))
+            for n in nodes
+        ]
+        table = format_table(("NODE", "ADDRESS", "SHARDS", "GROUPS"), alone)
         return f"a single coordinator (no cluster)\n\n{table}"
+    rows: list[tuple[str, ...]] = [
+        (
+            n["node_id"],
+            n["address"],
+            str(len(n["shards"])),
+            str(len(n["groups"])),
+            _ago(n["lease_refreshed_s_ago"]),
+            _ago(n["reconciled_s_ago"]),
+            "-" if n["task_restarts"] is None else str(n["task_restarts"]),
+        )
+        for n in nodes
+    ]
+    heads = ("NODE", "ADDRESS", "SHARDS", "GROUPS", "LEASE REFRESHED", "RECONCILED", "RESTARTS")
+    table = format_table(heads, rows)
     unowned = [s.shard for s in cluster.shards if not s.owner]
     head = (
         f"{len(cluster.nodes)} nodes, {cluster.shard_count} shards"
@@ -356,7 +397,8 @@ async def run_admin_command(
             case ("cluster", "status"):
                 cluster = await admin.describe_cluster()
                 per_node = await admin.groups_by_node(cluster)
+                lives = await admin.liveness_by_node(cluster) if cluster.shard_count else {}
                 if as_json:
-                    return to_json(cluster_view(cluster, per_node))
-                return render_cluster(cluster, per_node, shards=bool(args.shards))
+                    return to_json(cluster_view(cluster, per_node, lives))
+                return render_cluster(cluster, per_node, shards=bool(args.shards), liveness=lives)
     raise ValueError(f"unknown command {args.command} {args.action}")

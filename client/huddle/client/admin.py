@@ -52,6 +52,7 @@ from huddle.protocol.messages import (
     ListGroupsResponse,
     ListTopicsRequest,
     ListTopicsResponse,
+    NodeLiveness,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -219,9 +220,29 @@ class Admin:
         self, cluster: DescribeClusterResponse
     ) -> dict[str, list[ListedGroup]]:
         """Each node's groups (the node reached answers for itself on this connection)."""
+        found, failed = await self._ask_each_node(cluster, ListGroupsRequest(), ListGroupsResponse)
+        if failed:
+            raise CoordinatorNotAvailableError("could not list the groups of " + "; ".join(failed))
+        return {node_id: list(listed.groups) for node_id, listed in found.items()}
+
+    async def liveness_by_node(
+        self, cluster: DescribeClusterResponse
+    ) -> dict[str, NodeLiveness | None]:
+        """How each cluster node keeps up with etcd, as it says of itself (None: it could
+        not be asked, or it does not say: not a cluster node, or an older one)."""
+        request = DescribeClusterRequest(include_shards=False)
+        found, _ = await self._ask_each_node(cluster, request, DescribeClusterResponse)
+        return {n.node_id: getattr(found.get(n.node_id), "liveness", None) for n in cluster.nodes}
+
+    async def _ask_each_node(
+        self, cluster: DescribeClusterResponse, request: Request, expect: type[R]
+    ) -> tuple[dict[str, R], list[str]]:
+        """``request`` of every node of ``cluster``: the answers by node id, and the nodes
+        that could not be asked (with why)."""
         conn = await self._live()
-        here = await conn.call(ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout)
-        found: dict[str, list[ListedGroup]] = {cluster.node_id: list(here.groups)}
+        found: dict[str, R] = {
+            cluster.node_id: await conn.call(request, expect, timeout=self.timeout)
+        }
         failed: list[str] = []
         for node in cluster.nodes:
             if node.node_id == cluster.node_id:
@@ -235,16 +256,10 @@ class Admin:
                     notices=False,
                     security=self.security,
                 ) as there:
-                    listed = await there.call(
-                        ListGroupsRequest(), ListGroupsResponse, timeout=self.timeout
-                    )
+                    found[node.node_id] = await there.call(request, expect, timeout=self.timeout)
             except (OSError, TimeoutError, HuddleError) as exc:
                 failed.append(f"{node.node_id} at {address}: {str(exc) or type(exc).__name__}")
-                continue
-            found[node.node_id] = list(listed.groups)
-        if failed:
-            raise CoordinatorNotAvailableError("could not list the groups of " + "; ".join(failed))
-        return found
+        return found, failed
 
     async def describe(self, group_id: str) -> GroupView:
         """The group with its members' subscriptions and assignments decoded."""

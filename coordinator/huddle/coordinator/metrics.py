@@ -19,7 +19,11 @@ Names, all under ``huddle_``:
 - ``shards_owned`` (a cluster node);
 - ``security_store_healthy`` (1, or 0 while the users and ACLs store cannot be read or
   used and the last good ones are kept) and ``security_store_failures_total`` (with
-  ``--sasl`` or ``--authorizer``).
+  ``--sasl`` or ``--authorizer``);
+- ``cluster_lease_refresh_age_seconds``, ``cluster_reconcile_age_seconds`` (a cluster node:
+  seconds since it last refreshed its etcd lease, and since it last reconciled its shards;
+  NaN before the first), ``cluster_task_restarts_total{task,why}`` (one of its loops started
+  again: ``died`` or ``stalled``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from huddle.protocol.errors import error_name
-from huddle.protocol.messages import Reply
+from huddle.protocol.messages import NodeLiveness, Reply
 
 if TYPE_CHECKING:
     from huddle.coordinator.core import Coordinator
@@ -56,6 +60,8 @@ class CoordinatorMetrics(Collector):
         self.shards: Callable[[], int] | None = None  # a cluster node's owned shards
         # the users and ACLs store: whether it is healthy, and how many reads of it failed
         self.security_store: Callable[[], tuple[bool, int]] | None = None
+        self.liveness: Callable[[], NodeLiveness] | None = None  # a cluster node's
+        self.restarts: Callable[[], dict[tuple[str, str], int]] | None = None  # (task, why)
         self.calls = 0  # every request handled (counted per slice of a connection's input)
         self.requests: Counter[type] = Counter()  # request class -> handled, but heartbeats
         self.errors: Counter[int] = Counter()
@@ -158,6 +164,17 @@ class CoordinatorMetrics(Collector):
                 "Reads of the users and ACLs store that failed or found it unusable",
                 failures,
             )
+        if self.liveness is not None:
+            yield from _liveness(self.liveness())
+        if self.restarts is not None:
+            restarts = CounterMetricFamily(
+                "huddle_cluster_task_restarts",
+                "A cluster node's loop started again, by task and why (died, stalled)",
+                labels=["task", "why"],
+            )
+            for (task, why), count in sorted(list(self.restarts().items())):
+                restarts.add_metric([task, why], count)
+            yield restarts
         requests = {_tag(kind): n for kind, n in list(self.requests.items())}
         requests["heartbeat"] = max(self.calls - sum(requests.values()), 0)
         yield _counter("huddle_heartbeats", "Heartbeats answered", requests["heartbeat"])
@@ -173,6 +190,21 @@ class CoordinatorMetrics(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: nothing to check at registration
+
+
+def _liveness(live: NodeLiveness) -> Iterator[Metric]:
+    nan = float("nan")
+    refreshed, reconciled = live.lease_refreshed_s_ago, live.reconciled_s_ago
+    yield _gauge(
+        "huddle_cluster_lease_refresh_age_seconds",
+        "Seconds since this cluster node last refreshed its etcd lease (NaN: not yet)",
+        nan if refreshed is None else refreshed,
+    )
+    yield _gauge(
+        "huddle_cluster_reconcile_age_seconds",
+        "Seconds since this cluster node last reconciled its shards with etcd (NaN: not yet)",
+        nan if reconciled is None else reconciled,
+    )
 
 
 def _tag(kind: type) -> str:

@@ -319,8 +319,16 @@ class CoordinatorServer:
         self.gate = serving.refusal
         if self.metrics is not None:
             self.metrics.shards = lambda: serving.node.owned_count
+            self.metrics.liveness = serving.node.liveness
+            self.metrics.restarts = lambda: dict(serving.node.restarts.counts)
         self._keeper = EtcdKeeper(
-            self.loop, serving.write, stamp=serving.stamp, release=self._kept, refuse=self._not_kept
+            self.loop,
+            serving.write,
+            stamp=serving.stamp,
+            release=self._kept,
+            refuse=self._not_kept,
+            deadline_s=serving.write_deadline_s,
+            give_up=serving.give_up,
         )
 
     def apply_outside(self, out: list[Outgoing]) -> None:

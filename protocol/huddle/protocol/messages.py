@@ -449,6 +449,16 @@ class ShardInfo(Struct, frozen=True, kw_only=True):
     epoch: int = 0
 
 
+class NodeLiveness(Struct, frozen=True, kw_only=True):
+    """How a cluster node keeps up with etcd, as it says of itself: seconds since it last
+    refreshed its lease and since it last reconciled its shards (None: not yet), and how
+    many times one of its loops had to be started again."""
+
+    lease_refreshed_s_ago: float | None = None
+    reconciled_s_ago: float | None = None
+    task_restarts: int = 0
+
+
 class DescribeClusterResponse(Message, tag="describe_cluster_response", frozen=True, kw_only=True):
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
@@ -456,6 +466,7 @@ class DescribeClusterResponse(Message, tag="describe_cluster_response", frozen=T
     shard_count: int = 0
     nodes: list[ClusterNodeInfo] = field(default_factory=list)
     shards: list[ShardInfo] = field(default_factory=list)
+    liveness: NodeLiveness | None = None  # the answering node's own; None: not a cluster node
 
 
 class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):

@@ -11,6 +11,11 @@ A batch whose write fails (the shard's epoch moved on, or etcd did not answer) i
 every answer it held becomes NOT_COORDINATOR to whoever it was for, so clients find the
 coordinator again and retry; ``write`` has already stopped the node serving the shards it
 could not write (their state in memory is ahead of etcd, and is dropped).
+
+A write never holds the keeper up for good: one still under way after ``deadline_s`` (every
+etcd call has its own deadline: this one is the last resort) is cancelled, its batch
+refused and handed to ``give_up`` (which stops serving its shards); one that dies in any
+way is refused too, and the next batch goes.
 """
 
 from __future__ import annotations
@@ -68,12 +73,16 @@ class EtcdKeeper(EndOfPass):
         stamp: Stamp,
         release: Callable[[list[Held]], None],
         refuse: Callable[[list[Held]], None],
+        deadline_s: float | None = None,
+        give_up: Callable[[list[Stamped]], None] | None = None,
     ) -> None:
         self._loop = loop
         self._write = write
         self._stamp = stamp
         self._release = release
         self._refuse = refuse
+        self._deadline_s = deadline_s
+        self._give_up = give_up
         self._records: list[Stamped] = []  # the next batch
         self._held: list[Held] = []  # answers waiting for the next batch
         self._writing: asyncio.Task[None] | None = None
@@ -108,13 +117,28 @@ class EtcdKeeper(EndOfPass):
         self._writing = self._loop.create_task(self._run(records))
 
     async def _run(self, records: list[Stamped]) -> None:
+        kept = False
         try:
-            kept = await self._write(records)
+            async with asyncio.timeout(self._deadline_s):
+                kept = await self._write(records)
+        except TimeoutError:
+            log.error("cluster_write_stalled", records=len(records), deadline_s=self._deadline_s)
+            if self._give_up is not None:
+                self._give_up(records)
         except Exception as exc:  # the writer logs its own failures; this is a last resort
             log.error("cluster_write_failed", error=repr(exc), records=len(records))
-            kept = False
-        held, self._waiting, self._writing = self._waiting, [], None
-        self.batches += 1
+            if self._give_up is not None:
+                self._give_up(records)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the keeper is closed without waiting
+            log.error("cluster_write_failed", error="cancelled from inside", records=len(records))
+            if self._give_up is not None:
+                self._give_up(records)
+        finally:
+            held, self._waiting, self._writing = self._waiting, [], None
+            self.batches += 1
         if kept:
             self._release(held)
         else:

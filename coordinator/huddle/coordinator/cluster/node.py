@@ -14,10 +14,17 @@ guard's deadline it serves nothing. Every third of the TTL it reads the nodes an
 computes the layout every node computes (``target_owners``), claims the unowned shards meant
 for it and releases the ones meant for another node (it stops serving one before it deletes
 its key, and the delete is fenced on its epoch).
+
+Each of the node's loops (the lease keeper, the deadline fence, the reconcile loop, the
+watches) runs supervised (``huddle.coordinator.supervisor``): one that dies is started again,
+one that makes no progress for its ``stall_s`` is cancelled and started again, both logged.
+Every etcd call has a deadline (``EtcdStore``). ``liveness`` tells how long ago the lease was
+last refreshed and the shards last reconciled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Callable
@@ -29,7 +36,9 @@ import structlog
 
 from huddle.coordinator.cluster.layout import target_owners
 from huddle.coordinator.cluster.lease import LeaseGuard
-from huddle.coordinator.cluster.store import EtcdStore, Lease
+from huddle.coordinator.cluster.store import WATCH_IDLE_S, EtcdStore, Lease
+from huddle.coordinator.supervisor import Beat, Body, Restarts, supervise
+from huddle.protocol.messages import NodeLiveness
 
 log = structlog.get_logger("huddle.cluster")
 
@@ -108,6 +117,10 @@ class ClusterNode:
         self.addresses: dict[str, str] = {}
         self.owners: dict[int, str] = {}
         self.epochs: dict[int, int] = {}
+        self.lease_refreshed_at: float | None = None  # on its clock
+        self.reconciled_at: float | None = None
+        self.restarts = Restarts()
+        self._leaving = False
 
     # --- keys ---------------------------------------------------------------------
 
@@ -220,43 +233,81 @@ class ClusterNode:
         self.lease = lease
         self.guard = LeaseGuard(ttl_ms=self.guard.ttl_ms, margin_ms=self.guard.margin_ms)
         self.guard.answered(granted_at, lease.ttl_s)
+        self.lease_refreshed_at = self.clock()
         log.info("node_registered", node=self.node_id, advertise=self.advertise, lease=lease.id)
 
     # --- running --------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Keep the lease and the shards, until cancelled."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._keep_lease)
-            tg.start_soon(self._fence_at_deadline)
-            tg.start_soon(self._keep_shards)
-            tg.start_soon(self._watch, self._key("nodes") + b"/")
-            tg.start_soon(self._watch, self._key("shards") + b"/")
+    def liveness(self) -> NodeLiveness:
+        """Seconds since the lease was last refreshed (or granted) and since the shards were
+        last reconciled, and how often a loop had to be started again."""
+        now = self.clock()
 
-    async def _watch(self, prefix: bytes) -> None:
+        def ago(at: float | None) -> float | None:
+            return None if at is None else round(max(now - at, 0.0) / 1000.0, 3)
+
+        return NodeLiveness(
+            lease_refreshed_s_ago=ago(self.lease_refreshed_at),
+            reconciled_s_ago=ago(self.reconciled_at),
+            task_restarts=self.restarts.total,
+        )
+
+    async def run(self) -> None:
+        """Keep the lease and the shards, until cancelled: each loop supervised."""
+        ttl = float(self.ttl_s)
+        call = self.store.longest_call_s  # each etcd call is progress (see EtcdStore)
+        watch = self._key("nodes") + b"/", self._key("shards") + b"/"
+        loops: list[tuple[str, Body, float]] = [
+            ("lease keeper", self._keep_lease, ttl + call + 1.0),
+            ("deadline fence", self._fence_at_deadline, ttl + 1.0),
+            # a release waits for the batch being written (within a few etcd deadlines)
+            ("reconcile", self._keep_shards, ttl + 2 * call + 1.0),
+            ("nodes watch", lambda beat: self._watch(watch[0], beat), watch_stall_s(self.store)),
+            ("shards watch", lambda beat: self._watch(watch[1], beat), watch_stall_s(self.store)),
+        ]
+        await asyncio.gather(
+            *(
+                supervise(
+                    name,
+                    body,
+                    stall_s=stall,
+                    fields={"node": self.node_id},
+                    restarts=self.restarts,
+                )
+                for name, body, stall in loops
+            )
+        )
+
+    async def _watch(self, prefix: bytes, beat: Beat) -> None:
         """Reconcile as soon as a node or a shard owner comes or goes (a dead node's keys
         vanish when its lease expires), not only every third of the TTL."""
         while True:
+            beat()
             try:
                 _, revision = await self.store.read_prefix(prefix)
                 self._poke.set()  # whatever changed before the watch began
-                async for _ in self.store.watch_prefix(prefix, revision + 1):
+                async for _ in self.store.watch_prefix(prefix, revision + 1, alive=beat):
+                    beat()
                     self._poke.set()
             except Exception as exc:  # the store is away: the periodic reconcile goes on
                 log.debug("cluster_watch_failed", node=self.node_id, error=type(exc).__name__)
             await anyio.sleep(self.ttl_s / 3)
 
-    async def _keep_lease(self) -> None:
+    async def _keep_lease(self, beat: Beat) -> None:
         while True:
+            beat()
             now = self.clock()
             await anyio.sleep(max(0.0, (self.guard.next_refresh(now) - now) / 1000.0))
             lease = self.lease
             if lease is None:
-                return
+                if self._leaving:
+                    await anyio.sleep(self.ttl_s / 3)  # it left: nothing to keep
+                    continue
+                await self._register_again(beat)  # lost while a refresh failed, say
+                continue
             sent = self.clock()
             try:
-                with anyio.fail_after(self.ttl_s):
-                    left = await self.store.refresh(lease)
+                left = await self.store.refresh(lease)
             except Exception as exc:  # unreachable store: the guard's deadline decides
                 log.warning("lease_refresh_failed", node=self.node_id, error=type(exc).__name__)
                 await anyio.sleep(0.1)
@@ -265,26 +316,30 @@ class ClusterNode:
             if self.guard.lost:
                 self._fence("etcd says its lease expired")
                 log.error("lease_lost", node=self.node_id, lease=lease.id)
-                await self._register_again()
+                await self._register_again(beat)
+            elif self.lease is lease:
+                self.lease_refreshed_at = self.clock()
 
-    async def _fence_at_deadline(self) -> None:
+    async def _fence_at_deadline(self, beat: Beat) -> None:
         """Stop serving at the lease's deadline even if nothing asks then: a timer of the
         coordinator's (a join phase ending, say) must not answer for a group after it."""
         while True:
+            beat()
             now = self.clock()
             deadline = self.guard.deadline
             if deadline is None or now >= deadline:
                 self._fence("its lease may have expired")
                 wait_ms = self.ttl_s * 1000.0 / 3
             else:  # a keep-alive answered meanwhile only moves the deadline later
-                wait_ms = deadline - now
+                wait_ms = min(deadline - now, self.ttl_s * 1000.0 / 3)
             await anyio.sleep(wait_ms / 1000.0)
 
-    async def _register_again(self) -> None:
+    async def _register_again(self, beat: Beat) -> None:
         """After losing its lease (etcd was away longer than the TTL, or the node was
         frozen), the node joins again under a new lease and takes shards as a new node."""
         self.lease = None
-        while True:
+        while not self._leaving:
+            beat()
             try:
                 await self.register()
                 log.info("node_rejoined", node=self.node_id)
@@ -294,8 +349,9 @@ class ClusterNode:
                 log.warning("register_failed", node=self.node_id, error=str(exc) or repr(exc))
                 await anyio.sleep(1.0)
 
-    async def _keep_shards(self) -> None:
+    async def _keep_shards(self, beat: Beat) -> None:
         while True:
+            beat()
             self._poke = anyio.Event()
             try:
                 await self.reconcile()
@@ -350,6 +406,8 @@ class ClusterNode:
             elif mine and shard not in self._owned and epochs[shard]:
                 # its load failed, or a write failed: take it up again from what etcd holds
                 await self._serve(shard, epochs[shard], lease)
+        if self.lease is lease:
+            self.reconciled_at = self.clock()
 
     async def _serve(self, shard: int, epoch: int, lease: Lease) -> None:
         """Load ``shard`` (requests for it meanwhile are told to wait), then serve it, if
@@ -371,7 +429,14 @@ class ClusterNode:
 
     async def leave(self) -> None:
         """Stop serving everything and give the shards up at once (a clean shutdown)."""
+        self._leaving = True
         self._fence("the node is leaving")
         if self.lease is not None:
             lease, self.lease = self.lease, None
             await self.store.revoke(lease)
+
+
+def watch_stall_s(store: EtcdStore) -> float:
+    """A watch's loop stalls past this: a quiet watch is made again after ``WATCH_IDLE_S``
+    (the old one cancelled within the store's deadline, the new one made in one call)."""
+    return WATCH_IDLE_S + store.timeout_s + store.longest_call_s + 1.0

@@ -1,4 +1,8 @@
-"""Running a coordinator server as a node of a cluster: ``huddle serve --cluster``."""
+"""Running a coordinator server as a node of a cluster: ``huddle serve --cluster``.
+
+The node's loops and the topics watch run supervised (``huddle.coordinator.supervisor``),
+every etcd call within ``STORE_DEADLINE_S`` (a keep-alive within two thirds of the TTL).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.node import ClusterNode, watch_stall_s
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.store import EtcdStore, parse_endpoints
+from huddle.coordinator.supervisor import Beat, supervise
 from huddle.protocol.addresses import format_address
 
 if TYPE_CHECKING:
@@ -19,6 +24,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("huddle.cluster")
 
 WATCH_RETRY_S = 1.0
+# every etcd call's deadline: etcd electing a new leader (a member died) holds calls for one
+# to three seconds, and a write answered then is still worth having
+STORE_DEADLINE_S = 3.0
 
 
 class ClusterRun:
@@ -37,7 +45,7 @@ class ClusterRun:
         (no etcd endpoint answers) or ClusterConfigError (the cluster's configuration or
         another node conflicts with this one)."""
         cfg = server.config
-        store = await EtcdStore.connect(parse_endpoints(cfg.cluster))
+        store = await EtcdStore.connect(parse_endpoints(cfg.cluster), timeout_s=STORE_DEADLINE_S)
         try:
             node = ClusterNode(
                 store,
@@ -62,22 +70,36 @@ class ClusterRun:
             await store.close()
             raise
         run = cls(store, node, serving)
+        topics = supervise(
+            "topics watch",
+            lambda beat: run._follow_topics(revision + 1, beat),
+            stall_s=watch_stall_s(store),
+            fields={"node": node.node_id},
+            restarts=node.restarts,
+        )
         run._tasks = [
             asyncio.create_task(node.run(), name="huddle cluster node"),
-            asyncio.create_task(run._follow_topics(revision + 1), name="huddle topics watch"),
+            asyncio.create_task(topics, name="huddle topics watch"),
         ]
+        for task in run._tasks:
+            task.add_done_callback(run._ended)
         log.info("cluster_node_started", node=node.node_id, shards=cfg.shards)
         return run
 
-    async def _follow_topics(self, from_revision: int) -> None:
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """Supervisors end only when stopped: anything else is a bug, said loudly."""
+        if not task.cancelled():
+            log.error("cluster_task_ended", task=task.get_name(), error=repr(task.exception()))
+
+    async def _follow_topics(self, from_revision: int, beat: Beat) -> None:
         while True:
+            beat()
             try:
-                await self.serving.watch_topics(from_revision)
-            except asyncio.CancelledError:
-                raise
+                await self.serving.watch_topics(from_revision, alive=beat)
             except Exception as exc:
                 log.warning("topics_watch_failed", error=type(exc).__name__)
             await asyncio.sleep(WATCH_RETRY_S)
+            beat()
             with contextlib.suppress(Exception):  # read what the watch missed, then go on
                 from_revision = await self.serving.load_topics() + 1
 
@@ -91,5 +113,5 @@ class ClusterRun:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.node.leave(), self.node.ttl_s)
         with contextlib.suppress(Exception):
-            await self.store.close()
+            await asyncio.wait_for(self.store.close(), self.node.ttl_s)
         log.info("cluster_node_stopped", node=self.node.node_id)

@@ -14,6 +14,12 @@ Requests for a group go through ``refusal``: NOT_COORDINATOR when this node does
 the group's shard, COORDINATOR_LOAD_IN_PROGRESS while it loads it. A node that takes a shard
 loads its groups (Stable, in their kept generation) and offsets before it serves it; a node
 that loses one forgets its groups at once.
+
+A shard's offsets are loaded against the topics etcd holds once they are read (read again
+at each load) as well as the topics the node knows: the topics watch may lag, and the
+offsets of a topic it has not delivered yet are kept. The watch then skips a topic's changes
+older than the one that load read, so an older partition count never cuts offsets loaded
+under a newer one.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ from huddle.protocol.messages import (
 log = structlog.get_logger("huddle.cluster")
 
 MAX_TXN_OPS = 100  # below etcd's default --max-txn-ops (128)
+# a batch's writes (per shard at once, each shard's transactions in turn) end within this
+# many etcd deadlines, or are given up (the keeper's last resort)
+WRITE_DEADLINES = 5
 _GROUP_REQUESTS = (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -116,6 +125,7 @@ class ClusterServing:
         core.describe_cluster = self.describe
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
+        self._topic_revisions: dict[str, int] = {}  # a topic's revision, as a load read it
 
     # --- keys ---------------------------------------------------------------------
 
@@ -193,7 +203,11 @@ class ClusterServing:
             for shard in range(node.shards)
         ]
         return DescribeClusterResponse(
-            node_id=node.node_id, shard_count=node.shards, nodes=nodes, shards=shards
+            node_id=node.node_id,
+            shard_count=node.shards,
+            nodes=nodes,
+            shards=shards,
+            liveness=node.liveness(),
         )
 
     # --- shards coming and going -----------------------------------------------------
@@ -201,8 +215,8 @@ class ClusterServing:
     async def shard_taken(self, shard: int, epoch: int) -> None:
         groups = await self.store.get_prefix(self._key("groups", str(shard)) + b"/")
         offsets = await self.store.get_prefix(self._key("offsets", str(shard)) + b"/")
+        counts = await self._topics_for_load()
         records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
-        counts = self.core.topics.partitions
         for entry in offsets.values():
             offset = _offset_decoder.decode(entry.value)
             if offset.partition < counts.get(offset.topic, 0):  # not of a deleted topic
@@ -219,6 +233,20 @@ class ClusterServing:
             offsets=len(offsets),
         )
 
+    async def _topics_for_load(self) -> dict[str, int]:
+        """Each topic's partition count to load offsets against: the larger of what this
+        node knows and what etcd holds now (read after the offsets: a topic deleted since
+        drops its offsets, a topic the topics watch has not delivered yet keeps them)."""
+        counts = dict(self.core.topics.partitions)
+        entries, _ = await self.store.read_prefix(self._key("topics") + b"/")
+        for key, entry in entries.items():
+            name = unquote(key.decode().rsplit("/", 1)[-1])
+            if entry.value.isdigit():
+                counts[name] = max(counts.get(name, 0), int(entry.value))
+                seen = self._topic_revisions.get(name, 0)
+                self._topic_revisions[name] = max(seen, entry.revision)
+        return counts
+
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)
         doomed = [g for g in self.core.groups if self.shard(g) in lost]
@@ -228,6 +256,19 @@ class ClusterServing:
 
     async def shard_releasing(self, shard: int) -> None:
         await self._drain()
+
+    @property
+    def write_deadline_s(self) -> float:
+        return self.store.timeout_s * WRITE_DEADLINES
+
+    def give_up(self, records: list[Stamped]) -> None:
+        """A write of ``records`` neither failed nor ended in time: whether it reached etcd
+        is unknown, so their shards are no longer served (taken up again from etcd)."""
+        shards = {
+            self.shard(r.group_id) for r, _ in records if isinstance(r, OffsetRecord | GroupRecord)
+        }
+        for shard in sorted(shards):
+            self.node.depose(shard, "a write did not end in time")
 
     # --- writes -------------------------------------------------------------------
 
@@ -328,9 +369,16 @@ class ClusterServing:
             self._topic_changed(prefix + _name(name).encode(), None)
         return revision
 
-    async def watch_topics(self, from_revision: int) -> None:
-        """Apply topic changes other nodes make, as they happen (until cancelled)."""
-        async for change in self.store.watch_prefix(self._key("topics") + b"/", from_revision):
+    async def watch_topics(
+        self, from_revision: int, alive: Callable[[], None] | None = None
+    ) -> None:
+        """Apply topic changes other nodes make, as they happen (until cancelled); a
+        topic's change older than what a shard's load read of it is skipped."""
+        prefix = self._key("topics") + b"/"
+        async for change in self.store.watch_prefix(prefix, from_revision, alive=alive):
+            name = unquote(change.key.decode().rsplit("/", 1)[-1])
+            if change.revision < self._topic_revisions.get(name, 0):
+                continue
             self._topic_changed(change.key, change.value)
 
     def _topic_changed(self, key: bytes, value: bytes | None) -> str:
