@@ -17,6 +17,7 @@ from huddle.coordinator.records import GroupRecord
 from huddle.coordinator.state import GroupState
 from tests.etcd import Etcd, etcd
 from tests.harness import Driver
+from tests.helpers import eventually, serve_process
 
 __all__ = ["etcd"]  # the fixture
 
@@ -54,3 +55,33 @@ async def test_a_shard_taken_with_a_group_over_the_size_limit_rebalances_it(etcd
 
 async def _nothing() -> None:
     return None
+
+
+async def test_a_loaded_member_that_never_comes_back_is_removed_after_its_session(
+    etcd: Etcd,
+) -> None:
+    """A node that takes a shard over arms the loaded members' sessions at once: a member
+    that never finds the new node is removed after its session, though nobody asks anything
+    (the group empties and, with no offsets, its record goes from etcd)."""
+    kept = Driver(min_session_timeout_ms=100)
+    kept.core.membership.keep_groups = True
+    kept.form(1, session_ms=600)
+    (record,) = [r for r in kept.core.take_changes() if isinstance(r, GroupRecord)]
+    prefix = "/orphans"
+    key = f"{prefix}/groups/{shard_of('g', SHARDS)}/g".encode()
+    store = await EtcdStore.connect([etcd.endpoint])
+    try:
+        await store.put(f"{prefix}/config/shards".encode(), str(SHARDS).encode())
+        await store.put(key, msgspec.msgpack.encode(record))
+        flags = [
+            "--cluster", f"etcd://{etcd.host}:{etcd.port}", "--shards", str(SHARDS),
+            "--cluster-prefix", prefix, "--lease-ttl-s", "2", "--min-session-timeout-ms", "100",
+        ]  # fmt: skip
+        async with serve_process(*flags):
+
+            async def gone() -> bool:
+                return await store.get(key) is None
+
+            await eventually(gone, what="the orphaned member removed and its group gone")
+    finally:
+        await store.close()

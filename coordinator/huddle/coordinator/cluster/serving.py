@@ -223,6 +223,7 @@ class ClusterServing:
                 records.append(offset)
         self.shards_lost([shard], "loading it again")  # nothing stale stays in memory
         self.core.load(records, self._now())
+        self._dispatch([])  # the loaded members' sessions end even if nobody asks anything
         self.loads += 1
         log.info(
             "shard_loaded",
