@@ -400,13 +400,18 @@ class CoordinatorServer:
             log.exception("core_failed", operation="shutdown")
             out = []
         self._dispatch(out)
+        # Only a coordinator that keeps its groups (a data dir, or a cluster node whose
+        # shards go to another node with them) says its members ride through: without one,
+        # the next coordinator knows nobody, and a member must count its partitions lost
+        # after half the disconnect grace as for any lost connection.
+        kept = self.core.membership.keep_groups
         for conn in list(self._conns.values()):
             if not conn.closing:
                 conn.send(
                     ProtocolError(
                         error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         error_message="the coordinator is shutting down",
-                        stopping=True,  # no member is removed for this close
+                        stopping=kept,  # no member is removed for this close
                     )
                 )
                 conn.close("server shutdown")
