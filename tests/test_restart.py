@@ -278,3 +278,31 @@ def test_a_rebalance_under_way_at_a_restart_starts_again_from_the_kept_generatio
     assert (back.error_code, back.generation_id) == (E.NONE, gen)
     assert again.sync_response(again.sync(8, b, gen)).assignment == b.encode()
     assert again.join_response(again.join(9, newcomer)).error_code == E.UNKNOWN_MEMBER_ID
+
+
+def test_group_records_an_older_version_served_past_are_not_loaded() -> None:
+    """Downgrade, then upgrade again: the older version ignored the group records and
+    served the groups on (new member ids for the static members that came back), then
+    the newer one loaded the stale records and fenced the live static member as a zombie,
+    for good. The older version's ``SessionRecord`` after them (it writes one when it
+    grants a session longer than any it knew of; this version writes one only at the head
+    of a snapshot) tells: the groups are loaded forgotten, with its fence."""
+    d = data_dir_core()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    _, id2, generation = static_pair(d)
+    newer = d.core.take_changes()
+    by_the_older_version: list[Record] = [SessionRecord(10_000), OffsetRecord("g", "t", 0, 7)]
+    again = restart([*newer, *by_the_older_version], at=50_000.0)
+    group = again.group()
+    assert (group.state, group.members) == (S.EMPTY, {})
+    # s2's live process (another member id by now) is told to join again, not fenced
+    assert again.heartbeat(2, "s2-under-the-older-version", generation, instance="s2") == (
+        E.UNKNOWN_MEMBER_ID
+    )
+    assert again.heartbeat(2, id2, generation, instance="s2") == E.UNKNOWN_MEMBER_ID
+    _, held = again.join_new(3)
+    again.advance(9_999)
+    assert not again.answered(held)  # a session the older version granted may still run
+    again.advance(1)
+    assert again.join_response(held).error_code == E.NONE
+    assert _fetch(again) == {("t", 0): 7}

@@ -15,12 +15,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
+import msgspec
+import structlog
+
 from huddle.coordinator.effects import Effects, Outgoing
 from huddle.coordinator.group import Group
 from huddle.coordinator.membership import Membership
 from huddle.coordinator.offsets import Offsets
 from huddle.coordinator.records import DELETED, GroupRecord, OffsetRecord, Record, SessionRecord
 from huddle.coordinator.topics import TopicRegistry
+
+log = structlog.get_logger("huddle.loading")
 
 RESTORE_STEP = 512  # records replayed between two yields of ``restoring``
 
@@ -43,6 +48,8 @@ class Loader:
                 self.offsets.restore(record)
             elif isinstance(record, SessionRecord):  # the last one says (0: served)
                 m.unserved_fence_ms = record.longest_ms
+                if record.longest_ms > 0 and self.kept:
+                    self._forget_kept_groups()
             elif isinstance(record, GroupRecord):  # loaded later, the last one of each
                 if record.generation == DELETED:
                     self.kept.pop(record.group_id, None)
@@ -59,6 +66,29 @@ class Loader:
                 self.offsets.forget_topic(record.name)
             if i % RESTORE_STEP == 0:
                 yield
+
+    def _forget_kept_groups(self) -> None:
+        """The group records read so far are not to be trusted: this version writes a
+        ``SessionRecord`` that asks for a fence only at the start of a snapshot, before any
+        group record. One after them was written by a version that kept no groups in its
+        data dir (it served the groups after these records, they are stale) or by a repair
+        that skipped damage (a newer record of a group may have been in it). A stale record
+        loaded would bring back an old generation with old member ids, and fence a live
+        static member that rejoined since as a zombie, for good. So the groups are loaded
+        as forgotten, with the fence: Empty since the load (offsets expire from then; the
+        members rejoin as new ones), and no generation forms until the sessions the record
+        names have run out."""
+        log.warning(
+            "kept_groups_not_trusted",
+            groups=len(self.kept),
+            fence_ms=self.membership.unserved_fence_ms,
+        )
+        self.kept = {
+            group_id: msgspec.structs.replace(
+                record, protocol_name=None, leader=None, members=[], members_removed=True
+            )
+            for group_id, record in self.kept.items()
+        }
 
     def loading_groups(self, now: float) -> Iterator[None]:
         """Load every restored group (``Sessions.build_group``) with its replayed offsets;

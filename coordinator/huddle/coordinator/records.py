@@ -14,11 +14,14 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
   so (Kafka's GroupMetadata record and its ``currentStateTimestamp``), what the topics
   were when its generation formed, and whether members were removed since (then whoever
   loads it rebalances it); ``generation`` -1 (``DELETED``): the group was deleted;
-- ``SessionRecord(longest_ms)``: written only by versions that kept no groups: the longest
+- ``SessionRecord(longest_ms)``: written by versions that kept no groups: the longest
   session timeout any member was granted. Such a journal's groups are not in it, and a
   member of them may count its session alive for that long after a restart: no generation
   forms before then (the restart fence). ``SessionRecord(0)``: that fence has been served,
-  nothing is left to wait for.
+  nothing is left to wait for. This version writes one asking for a fence only at the head
+  of a snapshot, before any group record: one after group records (an older version served
+  the data dir after them, or ``huddle data repair`` skipped damage) makes a start load
+  those groups forgotten (``huddle.coordinator.loading``).
 
 Replaying them in order rebuilds the state (``Coordinator.restore``, then
 ``Coordinator.start``): topics, offsets, and every group Stable in its kept generation with
