@@ -306,3 +306,22 @@ def test_group_records_an_older_version_served_past_are_not_loaded() -> None:
     again.advance(1)
     assert again.join_response(held).error_code == E.NONE
     assert _fetch(again) == {("t", 0): 7}
+
+
+def test_a_static_member_renamed_mid_rebalance_with_a_new_subscription_rebalances() -> None:
+    """The kept record takes a static member's new member id mid-rebalance, but keeps the
+    subscription its assignment was made for: its old process had rejoined with a new
+    one before the new process replaced it, and a record with the new subscription and the
+    old assignment would have taken the new process back in that generation, its new
+    topics assigned to nobody."""
+    d = data_dir_core()
+    _, id2, _ = static_pair(d)
+    d.join_new(3)  # a newcomer: the group rebalances
+    d.join(2, id2, instance="s2", metadata=b"new")  # s2 rejoins with a new subscription
+    d.join(4, instance="s2", metadata=b"new")  # then its process restarts: a new member id
+    back = d.group().static["s2"]
+    again = restart(d.core.take_changes(), at=50_000.0)
+    assert again.group().static["s2"] == back
+    again.reconnect(4, 8)
+    again.join(8, back, instance="s2", metadata=b"new")
+    assert again.group().state is S.PREPARING_REBALANCE

@@ -75,8 +75,12 @@ def static_member_changed(
     if member is None:
         members = [m for m in record.members if m.member_id != old_id]
     else:
+        # the entry's subscriptions stay those its assignment was made for: the instance's
+        # new process rejoining with others after a restart then makes the group rebalance
         members = [
-            kept_member(member, m.assignment) if m.member_id == old_id else m
+            msgspec.structs.replace(kept_member(member, m.assignment), protocols=m.protocols)
+            if m.member_id == old_id
+            else m
             for m in record.members
         ]
     leader = record.leader
