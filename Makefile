@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.members
 	$(BIN)/python -m bench.assignors
 	$(BIN)/python -m bench.journal
+	$(BIN)/python -m bench.restart_load
 	$(BIN)/python -m bench.fairness
 	$(BIN)/python -m bench.fuzz
 	$(BIN)/python -m bench.chaos

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.common import cpu_model, quiet_logs
+from bench.common import cpu_model, loop_stall, quiet_logs
 from bench.rawclient import (
     RawConnection,
     huddle_serve,
@@ -193,31 +193,18 @@ async def _stall_during_compaction(records: int, inline: bool) -> tuple[float, f
             assert journal is not None
             assert commits is not None
             journal.written = 5 * records  # as if the journal had grown well past the state
-            loop = asyncio.get_running_loop()
-            worst = 0.0
-            done = False
-
-            async def probe() -> None:
-                nonlocal worst
-                while not done:
-                    before = loop.time()
-                    await asyncio.sleep(0.001)
-                    worst = max(worst, loop.time() - before - 0.001)
-
-            task = asyncio.ensure_future(probe())
-            await asyncio.sleep(0.05)
-            start = time.perf_counter()
-            if inline:
-                journal.compact(server.core.snapshot)
-            else:
-                commits._maybe_compact()
-                assert commits._compacting, "the compaction did not start"
-                await commits.compacted()
-            took = time.perf_counter() - start
-            await asyncio.sleep(0.01)
-            done = True
-            await task
-            return worst, took
+            async with loop_stall(0.001) as stall:
+                await asyncio.sleep(0.05)
+                start = time.perf_counter()
+                if inline:
+                    journal.compact(server.core.snapshot)
+                else:
+                    commits._maybe_compact()
+                    assert commits._compacting, "the compaction did not start"
+                    await commits.compacted()
+                took = time.perf_counter() - start
+                await asyncio.sleep(0.01)
+            return stall.worst, took
         finally:
             await server.close()
 

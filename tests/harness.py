@@ -92,6 +92,10 @@ class Driver:
         """Connection ``conn`` is a client with this client id and principal."""
         self.clients[conn] = (client_id, principal)
 
+    def shutdown(self) -> None:
+        """The coordinator stops: every held request is answered."""
+        self._collect(self.core.shutdown())
+
     def advance(self, ms: float, unread: Callable[[int], bool] | None = None) -> None:
         """Move the clock, firing every deadline on the way in order (``unread``: as the
         transport would say, which connections have input not yet handed over)."""

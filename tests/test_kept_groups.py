@@ -20,6 +20,7 @@ from huddle.coordinator.records import (
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
+    AlterTopicsRequest,
     CreateTopicsRequest,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -228,22 +229,83 @@ def test_a_group_loaded_at_the_size_limit_goes_on_without_a_rebalance() -> None:
     assert new.heartbeat(7, a, gen) == E.NONE
 
 
-# A group record as versions before ``current_state_ms`` wrote and read it.
-OlderGroupRecord = msgspec.defstruct(
-    "OlderGroupRecord",
-    [(f.name, f.type) for f in msgspec.structs.fields(GroupRecord)[:-1]],
-    tag="g",
-    array_like=True,
-    frozen=True,
-)
+def older_group_record(before: str) -> Any:
+    """A group record as versions that did not have the field ``before`` yet wrote it."""
+    names = [f.name for f in msgspec.structs.fields(GroupRecord)]
+    return msgspec.defstruct(
+        "OlderGroupRecord",
+        [(f.name, f.type) for f in msgspec.structs.fields(GroupRecord)[: names.index(before)]],
+        tag="g",
+        array_like=True,
+        frozen=True,
+    )
 
 
 def test_group_records_read_across_versions() -> None:
-    """A record an older version wrote (in a data dir or in etcd) reads with the time it
-    emptied unknown; one this version writes reads in an older version, which ignores it."""
-    assert msgspec.structs.fields(GroupRecord)[-1].name == "current_state_ms"
-    older = OlderGroupRecord("g", 3, "consumer", None, None, [])
-    decoded = decode_frames(encode_frames([older]))  # type: ignore[list-item]
-    assert decoded.records == [GroupRecord("g", 3, "consumer", None, None, [], 0)]
-    newer = GroupRecord("g", 3, "consumer", None, None, [], 1_700_000_000_000)
-    assert msgspec.msgpack.decode(msgspec.msgpack.encode(newer), type=OlderGroupRecord) == older
+    """A record an older version wrote (in a data dir or in etcd) reads with what it did
+    not keep unknown: the time it emptied, the topics its generation formed with, removed
+    members; one this version writes reads in an older version, which ignores them."""
+    newer = GroupRecord("g", 3, "consumer", None, None, [], 1_700_000_000_000, 42, True)
+    first = older_group_record("current_state_ms")("g", 3, "consumer", None, None, [])
+    second = older_group_record("topics_digest")("g", 3, "consumer", None, None, [], 17)
+    decoded = decode_frames(encode_frames([first, second]))
+    assert decoded.records == [
+        GroupRecord("g", 3, "consumer", None, None, [], 0, None, False),
+        GroupRecord("g", 3, "consumer", None, None, [], 17, None, False),
+    ]
+    for older in (first, second):
+        as_read = msgspec.msgpack.decode(msgspec.msgpack.encode(newer), type=type(older))
+        assert as_read == msgspec.structs.replace(
+            older, **{f: getattr(newer, f) for f in older.__struct_fields__}
+        )
+
+
+def test_a_static_leader_back_after_a_topic_change_and_a_shard_move_rebalances() -> None:
+    """The node that takes a group over compares the topics the group's generation formed
+    with (kept in its record) with its own: a static leader away while its topic grew,
+    back as a new process, makes the group rebalance there too."""
+    old = keeping()
+    leader = old.join_response(old.join(1, instance="s1")).member_id
+    old.sync(1, leader, 1, {leader: b"t-0"}, instance="s1")
+    new = keeping()
+    new.send(9, AlterTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
+    new.core.load(kept(old), new.now)
+    assert new.group().state is S.STABLE
+    back = new.join_response(new.join(5, instance="s1"))  # s1 back, as a new process
+    assert (back.generation_id, back.skip_assignment) == (2, False)  # assigns t-0 and t-1
+
+
+def test_a_group_never_empty_is_not_loaded_empty_since_it_went_stable() -> None:
+    """The only static member of a group's last record is removed while the group
+    rebalances with a newcomer: the record is rewritten without members. Found by review:
+    it kept the time the group went Stable, a restart before the newcomer synced loaded
+    the group Empty "since" then, and the first retention check took every offset of a
+    group that was never Empty. (Kafka writes no record then: it loads the group Stable
+    with the static member, whose session ends after the load.) It is Empty since it was
+    loaded, and kept so."""
+    retention = 60_000
+    wall = 1_700_000_000_000
+    d = Driver(offsets_retention_ms=retention)
+    d.core.membership.keep_groups = True
+    d.core.membership.wall_offset_ms = wall
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    x = d.join_response(d.join(1, instance="x")).member_id
+    d.sync(1, x, 1, {x: b"x"}, instance="x")
+    d.commit(1, {("t", 0): 5}, member_id=x, generation=1, instance="x")
+    for _ in range(24):  # x works for two minutes, twice the retention
+        d.advance(5_000)
+        assert d.heartbeat(1, x, 1, instance="x") == E.NONE
+    d.join_new(2)  # a newcomer: the group rebalances; x's process has died meanwhile
+    d.advance(10_000)  # x's session ends: the generation forms with the newcomer
+    assert d.group().state is S.COMPLETING_REBALANCE
+    journal: list[Record] = d.core.take_changes()
+    again = Driver(offsets_retention_ms=retention)
+    again.core.membership.keep_groups = True
+    again.core.membership.wall_offset_ms = wall  # as the server sets it before it starts
+    again.core.restore(journal)
+    again.core.start(d.now)
+    assert again.core.expire_offsets(d.now + 1, wall + d.now + 1) == 0
+    assert again.core.expire_offsets(d.now + retention - 1, wall + d.now + retention - 1) == 0
+    (record,) = [r for r in again.core.take_changes() if isinstance(r, GroupRecord)]
+    assert (record.members, record.current_state_ms) == ([], wall + int(d.now))
+    assert again.core.expire_offsets(d.now + retention, wall + d.now + retention) == 1

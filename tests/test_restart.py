@@ -9,7 +9,9 @@ from huddle.coordinator.records import GroupRecord, OffsetRecord, Record, Sessio
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
+    AlterTopicsRequest,
     CreateTopicsRequest,
+    DeleteTopicsRequest,
     MemberIdentity,
     TopicSpec,
 )
@@ -187,3 +189,139 @@ def test_a_static_member_removed_mid_rebalance_stays_removed_after_a_restart() -
     # its new id is unknown to the restarted coordinator: it joins again (not fenced)
     assert again.heartbeat(5, fresh, generation, instance="s2") == E.UNKNOWN_MEMBER_ID
     assert again.heartbeat(6, id2, generation, instance="s2") == E.UNKNOWN_MEMBER_ID
+
+
+def test_a_static_leader_back_after_a_topic_change_and_a_restart_rebalances() -> None:
+    """Without a restart, a static leader that comes back after its topics changed makes the
+    group rebalance (it missed the notice while away). Found by review: after a restart
+    it did not (the loaded group counted as formed with today's topics), and the new
+    partitions went to nobody."""
+
+    def scenario(with_restart: bool) -> GroupState:
+        d = data_dir_core()
+        d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+        static_pair(d)
+        d.close(1)  # s1 (the leader) is away
+        d.send(9, AlterTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
+        if with_restart:
+            d = restart(d.core.take_changes(), at=50_000.0)
+        d.join(5, instance="s1")  # s1 back, as a new process
+        return d.group().state
+
+    assert scenario(with_restart=False) is S.PREPARING_REBALANCE
+    assert scenario(with_restart=True) is S.PREPARING_REBALANCE
+
+
+def test_a_static_leader_back_after_a_restart_with_the_same_topics_keeps_the_generation() -> None:
+    """What the loaded group is compared with is the topics themselves, not how many
+    changes this process counted: the restarted one replays a compacted journal (one topic
+    record, where the old one counted three changes), and nothing changed."""
+    d = data_dir_core()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="u", partitions=1)]))
+    d.send(9, DeleteTopicsRequest(topics=["u"]))
+    _, _, generation = static_pair(d)
+    again = restart(d.core.snapshot(), at=50_000.0)
+    back = again.join_response(again.join(5, instance="s1"))  # s1 back, as a new process
+    assert (back.error_code, back.generation_id, back.skip_assignment) == (
+        E.NONE,
+        generation,
+        True,
+    )
+    assert again.group().state is S.STABLE
+
+
+def test_a_static_member_removed_from_a_stable_group_is_not_orphaned_by_a_restart() -> None:
+    """A static member's session ends while the group is Stable: the kept record is
+    rewritten without it (same generation) and the group starts a rebalance. Found by
+    review: a restart before the others rejoined (a crash right after the write, or
+    rebalance notices off) loaded the group Stable in that generation without the member:
+    its partitions belonged to nobody and nothing ever started the rebalance. The record
+    now says a member was removed, and the loaded group rebalances."""
+    d = data_dir_core()
+    id1, _, generation = static_pair(d)  # s1 leads; s2 is assigned b"two"
+    for _ in range(2):  # s1 works on; s2's process has died
+        d.advance(4_000)
+        assert d.heartbeat(1, id1, generation, instance="s1") == E.NONE
+    d.advance(3_000)  # s2's session ends
+    assert "s2" not in d.group().static
+    assert d.group().state is S.PREPARING_REBALANCE
+    again = restart(d.core.take_changes(), at=d.now)
+    for _ in range(30):  # s1 heartbeats on for two minutes after the restart
+        again.advance(4_000)
+        code = again.heartbeat(1, id1, generation, instance="s1")
+        if code != E.NONE:
+            break
+    assert code == E.REBALANCE_IN_PROGRESS  # s2's partitions are handed out again
+    held = again.join(1, id1, instance="s1")
+    assert again.join_response(held).generation_id == generation + 1
+
+
+def test_a_rebalance_under_way_at_a_restart_starts_again_from_the_kept_generation() -> None:
+    """As the README says: a member whose SyncGroup was held is answered
+    COORDINATOR_NOT_AVAILABLE by the stopping coordinator, rejoins with its member id and is
+    taken back in the kept generation with its assignment (nothing lost); a member that
+    joined during the unfinished rebalance is not known there, and joins again as new."""
+    d = data_dir_core()
+    a, b = d.form(1, 2)
+    gen = d.group().generation
+    newcomer, _ = d.join_new(3)
+    d.join(1, a)
+    assert d.join_response(d.join(2, b)).generation_id == gen + 1
+    held = d.sync(2, b, gen + 1)  # the leader has not assigned yet
+    assert not d.answered(held)
+    d.shutdown()
+    assert d.replies[held].error_code == E.COORDINATOR_NOT_AVAILABLE
+    again = restart(d.core.take_changes(), at=50_000.0)
+    again.reconnect(2, 8)  # b's client, back on a new connection
+    back = again.join_response(again.join(8, b))
+    assert (back.error_code, back.generation_id) == (E.NONE, gen)
+    assert again.sync_response(again.sync(8, b, gen)).assignment == b.encode()
+    assert again.join_response(again.join(9, newcomer)).error_code == E.UNKNOWN_MEMBER_ID
+
+
+def test_group_records_an_older_version_served_past_are_not_loaded() -> None:
+    """Downgrade, then upgrade again: the older version ignored the group records and
+    served the groups on (new member ids for the static members that came back), then
+    the newer one loaded the stale records and fenced the live static member as a zombie,
+    for good. The older version's ``SessionRecord`` after them (it writes one when it
+    grants a session longer than any it knew of; this version writes one only at the head
+    of a snapshot) tells: the groups are loaded forgotten, with its fence."""
+    d = data_dir_core()
+    d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
+    _, id2, generation = static_pair(d)
+    newer = d.core.take_changes()
+    by_the_older_version: list[Record] = [SessionRecord(10_000), OffsetRecord("g", "t", 0, 7)]
+    again = restart([*newer, *by_the_older_version], at=50_000.0)
+    group = again.group()
+    assert (group.state, group.members) == (S.EMPTY, {})
+    # s2's live process (another member id by now) is told to join again, not fenced
+    assert again.heartbeat(2, "s2-under-the-older-version", generation, instance="s2") == (
+        E.UNKNOWN_MEMBER_ID
+    )
+    assert again.heartbeat(2, id2, generation, instance="s2") == E.UNKNOWN_MEMBER_ID
+    _, held = again.join_new(3)
+    again.advance(9_999)
+    assert not again.answered(held)  # a session the older version granted may still run
+    again.advance(1)
+    assert again.join_response(held).error_code == E.NONE
+    assert _fetch(again) == {("t", 0): 7}
+
+
+def test_a_static_member_renamed_mid_rebalance_with_a_new_subscription_rebalances() -> None:
+    """The kept record takes a static member's new member id mid-rebalance, but keeps the
+    subscription its assignment was made for: its old process had rejoined with a new
+    one before the new process replaced it, and a record with the new subscription and the
+    old assignment would have taken the new process back in that generation, its new
+    topics assigned to nobody."""
+    d = data_dir_core()
+    _, id2, _ = static_pair(d)
+    d.join_new(3)  # a newcomer: the group rebalances
+    d.join(2, id2, instance="s2", metadata=b"new")  # s2 rejoins with a new subscription
+    d.join(4, instance="s2", metadata=b"new")  # then its process restarts: a new member id
+    back = d.group().static["s2"]
+    again = restart(d.core.take_changes(), at=50_000.0)
+    assert again.group().static["s2"] == back
+    again.reconnect(4, 8)
+    again.join(8, back, instance="s2", metadata=b"new")
+    assert again.group().state is S.PREPARING_REBALANCE

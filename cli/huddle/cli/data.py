@@ -37,6 +37,12 @@ def _describe(found: Salvage) -> list[str]:
         lines.append(f"torn tail: {found.torn_tail:,} bytes (a start cuts them off)")
     if found.clean and not found.torn_tail:
         lines.append("intact")
+    if found.forgotten_groups:
+        lines.append(
+            f"{found.forgotten_groups:,} groups: the damage may have held newer records of "
+            "them, so after a repair they load forgotten (members rejoin as new ones, after "
+            "their longest session; offsets kept)"
+        )
     return lines
 
 

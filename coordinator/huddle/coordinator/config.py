@@ -25,9 +25,12 @@ class GroupConfig:
     # Beyond Kafka, both on by default:
     rebalance_notices: bool = True  # push RebalanceStarted so members rejoin at once
     disconnect_grace_ms: int = 500  # <0 disables; dynamic members gone this long are removed
-    # The committed offsets of a group without members expire this long after it emptied
-    # or last committed, whichever is later (Kafka's offsets.retention.minutes, KIP-211);
-    # looked for every check interval (offsets.retention.check.interval.ms).
+    # Committed offsets expire this long after their group emptied (all of an Empty group's
+    # at once; a commit while it is Empty does not restart the clock), or after their own
+    # commit for a group that never had members and for a topic no member of a Stable
+    # consumer group subscribes to (Kafka's offsets.retention.minutes, KIP-211, as
+    # huddle.coordinator.retention applies it); looked for every check interval
+    # (offsets.retention.check.interval.ms).
     offsets_retention_ms: int = 7 * 24 * 3_600_000
     offsets_retention_check_interval_ms: int = 600_000
 

@@ -19,10 +19,10 @@ import structlog
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.group import Committed, Group
+from huddle.coordinator.loading import Loader
 from huddle.coordinator.membership import Membership, uuid_member_id
 from huddle.coordinator.offsets import Offsets
 from huddle.coordinator.records import (
-    DELETED,
     GroupRecord,
     OffsetRecord,
     Record,
@@ -90,6 +90,7 @@ class Coordinator:
         self.changes: list[Record] = []  # since take_changes(): what to keep across restarts
         self.membership = Membership(self.config, self.timers, new_member_id, self.changes)
         self.topics = TopicRegistry(self.config.max_partitions)
+        self.membership.topic_counts = self.topics.partitions
         self.offsets = Offsets(
             self.membership,
             self.topics,
@@ -98,7 +99,7 @@ class Coordinator:
             self.config.max_request_partitions,
         )
         self.retention = Retention(self.membership, self.config, self.changes)
-        self._kept_groups: dict[str, GroupRecord] = {}  # restored, loaded by ``start``
+        self._loader = Loader(self.membership, self.topics, self.offsets)
 
         # Which node coordinates a group: the transport sets it (its own address, or the
         # cluster's shard owners); without one, nobody is known.
@@ -215,23 +216,36 @@ class Coordinator:
         return fx.out
 
     def start(self, now: float) -> None:
-        """The coordinator starts serving at ``now``, after ``restore``: the kept groups
-        are loaded as a cluster node loads a shard's (``load``), each Stable in its kept
-        generation with a fresh session for every member, and their offsets with them.
+        """The coordinator starts serving at ``now``, after ``restore``, in one go: the kept
+        groups are loaded as a cluster node loads a shard's (``load``), each Stable in its
+        kept generation with a fresh session for every member, and their offsets with them.
+        A transport loading a large data dir runs it in steps: ``loading_groups``, then
+        ``begin_serving`` and ``serve_loaded`` (``huddle.coordinator.loading``)."""
+        for _ in self.loading_groups(now):
+            pass
+        self.begin_serving(now)
+        self.serve_loaded(now)
 
-        A journal written by an older version kept no groups, only the longest session it
-        granted: a member of the groups it forgot may still count its session alive for
-        that long, so no generation forms before then (``Sessions.fence``), and nobody is
-        handed a partition such a member may still be processing."""
-        m = self.membership
-        kept, self._kept_groups = self._kept_groups, {}
-        for record in kept.values():
-            restored = self.groups.pop(record.group_id, None)  # its offsets, replayed
-            group = m.load_group(record, now)
-            if restored is not None:
-                group.offsets = restored.offsets
-            m.collect(group)  # emptied with no offsets: nothing to keep it for
-        m.fence(now)
+    def loading_groups(self, now: float) -> Iterator[None]:
+        """Load the restored groups, one per step (``Loader.loading_groups``)."""
+        return self._loader.loading_groups(now)
+
+    def begin_serving(self, now: float) -> None:
+        """The loaded state is served from ``now``. A journal written by an older version
+        kept no groups, only the longest session it granted: a member of the groups it
+        forgot may still count its session alive for that long, so no generation forms
+        before then (``Sessions.fence``), and nobody is handed a partition such a member
+        may still be processing."""
+        self.membership.fence(now)
+
+    def serve_loaded(self, now: float, most: int | None = None) -> list[Outgoing]:
+        """Start the loaded members' sessions at ``now``, ``most`` groups at a time
+        (``Loader.serve_loaded``); ``unserved`` says how many groups are left."""
+        return self._loader.serve_loaded(now, most)
+
+    @property
+    def unserved(self) -> int:
+        return len(self._loader.unserved)
 
     def next_deadline(self) -> float | None:
         return self.timers.next_deadline()
@@ -262,24 +276,12 @@ class Coordinator:
 
     def restore(self, records: Iterable[Record]) -> None:
         """Replay kept records, oldest first, into a core that has not served yet."""
-        m = self.membership
-        for record in records:
-            if isinstance(record, OffsetRecord):
-                self.offsets.restore(record)
-            elif isinstance(record, SessionRecord):  # the last one says (0: served)
-                m.unserved_fence_ms = record.longest_ms
-            elif isinstance(record, GroupRecord):  # loaded by ``start``, the last one of each
-                if record.generation == DELETED:
-                    self._kept_groups.pop(record.group_id, None)
-                else:
-                    self._kept_groups[record.group_id] = record
-            elif record.partitions > 0:
-                old = self.topics.partitions.get(record.name, 0)
-                self.topics.partitions[record.name] = record.partitions
-                if record.partitions < old:
-                    self.offsets.forget_topic(record.name, record.partitions)
-            elif self.topics.partitions.pop(record.name, None) is not None:
-                self.offsets.forget_topic(record.name)
+        for _ in self.restoring(records):
+            pass
+
+    def restoring(self, records: Iterable[Record]) -> Iterator[None]:
+        """``restore`` in steps (``Loader.restoring``)."""
+        return self._loader.restoring(records)
 
     # --- groups moving between cluster nodes ---------------------------------------------
 

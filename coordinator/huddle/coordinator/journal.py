@@ -16,7 +16,9 @@ the file, so nothing half-written stays between records.
 
 ``compact(state)`` replaces the journal by the records ``state()`` builds (written to a new
 file, forced to disk, renamed over the old one) once the journal has grown well past
-that state; a compaction that fails is logged, leaves the journal as it was and is not
+that state, in records or in bytes (a group record of a thousand members is some 376 KB:
+a group that rebalances now and then would grow the journal by gigabytes before it held
+enough records); a compaction that fails is logged, leaves the journal as it was and is not
 tried again until the journal has doubled.
 """
 
@@ -37,6 +39,7 @@ log = structlog.get_logger("huddle.journal")
 
 JOURNAL: Final = "journal.bin"
 COMPACT_MIN_RECORDS: Final = 100_000  # never compact a journal smaller than this
+COMPACT_MIN_BYTES: Final = 64 << 20  # nor one of fewer bytes than this
 COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the state
 
 
@@ -96,6 +99,8 @@ class Journal:
         self._fd: int | None = None
         self._end = 0  # bytes of whole records in the file
         self._compact_at = COMPACT_MIN_RECORDS  # no compaction before this many records
+        self._compact_at_bytes = COMPACT_MIN_BYTES  # nor before the file is this large
+        self._record_bytes: float | None = None  # a state record's size at the last compaction
         self.broken = False  # an append failed: nothing more is written, not even a compaction
 
     @property
@@ -149,6 +154,7 @@ class Journal:
         # threshold derived from what was read would grow with every restart, and a
         # coordinator restarted often would never compact).
         self._compact_at = COMPACT_MIN_RECORDS
+        self._compact_at_bytes = COMPACT_MIN_BYTES
         log.info("journal_opened", path=str(path), records=self.written)
 
     def append(self, records: Sequence[Record]) -> None:
@@ -203,15 +209,31 @@ class Journal:
 
     def compaction_may_be_due(self) -> bool:
         """Whether it is time to ask how large the state is (cheap)."""
-        return self.written >= self._compact_at
+        return self.written >= self._compact_at or self._end >= self._compact_at_bytes
 
     def postpone_compaction(self, state_size: int) -> None:
-        """Not before the journal is COMPACT_FACTOR times a state of this size."""
+        """Not before the journal is COMPACT_FACTOR times a state of this size, in records
+        or in bytes."""
         self._compact_at = max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size)
+        self._compact_at_bytes = max(COMPACT_MIN_BYTES, COMPACT_FACTOR * self._bytes(state_size))
 
     def due(self, state_size: int) -> bool:
-        """Whether the journal has grown enough past a state of ``state_size`` records."""
-        return self.written >= max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size)
+        """Whether the journal has grown enough past a state of ``state_size`` records: in
+        records, or in bytes (``_bytes``)."""
+        if self.written >= max(COMPACT_MIN_RECORDS, COMPACT_FACTOR * state_size):
+            return True
+        return self._end >= max(COMPACT_MIN_BYTES, COMPACT_FACTOR * self._bytes(state_size))
+
+    def _bytes(self, state_size: int) -> int:
+        """How many bytes a state of ``state_size`` records takes, as far as the journal
+        can tell without building it: that many records of the size the state's records
+        had at the last compaction. Not known before a first compaction (0: a journal of
+        COMPACT_MIN_BYTES is compacted once after a start, which measures it); the
+        journal's own records are no measure, as a journal swollen by rewrites of one
+        large record would put its compaction off by as much."""
+        if self._record_bytes is None:
+            return 0
+        return int(self._record_bytes * state_size)
 
     def compact(self, state: Callable[[], Iterable[Record]]) -> bool:
         """Replace the journal by ``state()``. On failure (logged) the journal stays as it
@@ -242,6 +264,7 @@ class Journal:
                 os.close(new_fd)
             tmp.unlink(missing_ok=True)
             self._compact_at = 2 * self.written
+            self._compact_at_bytes = 2 * self._end
             return False
         old, self._fd = self._fd, new_fd
         os.close(old)
@@ -250,6 +273,8 @@ class Journal:
         self._end = len(data)
         self.written = count
         self._compact_at = max(COMPACT_MIN_RECORDS, 2 * self.written)
+        self._compact_at_bytes = max(COMPACT_MIN_BYTES, 2 * self._end)
+        self._record_bytes = len(data) / max(count, 1)
         return True
 
     def _fsync_directory(self) -> None:

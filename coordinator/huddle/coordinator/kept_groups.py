@@ -22,8 +22,9 @@ from huddle.protocol.messages import Protocol
 NO_CONNECTION = 0  # connection ids start at 1: a loaded member speaks through none yet
 
 
-def group_record(group: Group) -> GroupRecord:
-    """The group as it is now (Stable after a rebalance, or just emptied)."""
+def group_record(group: Group, topics_digest: int | None) -> GroupRecord:
+    """The group as it is now (Stable after a rebalance, or just emptied), its generation
+    formed with topics of ``topics_digest`` (None: not known)."""
     return GroupRecord(
         group_id=group.group_id,
         generation=group.generation,
@@ -32,6 +33,7 @@ def group_record(group: Group) -> GroupRecord:
         leader=group.leader,
         members=[kept_member(m, m.assignment) for m in group.members.values()],
         current_state_ms=group.state_ms,
+        topics_digest=topics_digest,
     )
 
 
@@ -54,23 +56,39 @@ def static_member_changed(
 ) -> GroupRecord | None:
     """The record with a static member's entry taken over by ``member``, the instance
     rejoined under a new member id (KIP-345; it keeps the assignment the record gave the
-    old id), or (``member`` None) without the entry, removed since; None if the record
-    does not hold ``old_id``. A restart must not load the old id and fence the instance's
-    new one as a zombie."""
+    old id), or (``member`` None) without the entry, removed since (``members_removed``:
+    its partitions belong to nobody until the group rebalances); None if the record does
+    not hold ``old_id``. A restart must not load the old id and fence the instance's new
+    one as a zombie.
+
+    Kafka writes no record for either change mid-rebalance (``storeGroup`` runs only
+    after the leader's SyncGroup, for a static rejoin in Stable and when a group turns
+    Empty), so a coordinator loading the group loads the old member id and fences the
+    instance's live process, for good. A renamed entry is safe to keep: the generation,
+    its members and its assignment are the same, the instance's partitions only change
+    hands between two processes of that instance (the old one is fenced either way), as a
+    static rejoin in Stable does. A removed entry is not, on its own: so the record says
+    so, and the group is rebalanced when loaded (Kafka reaches the same rebalance later:
+    it loads the removed member, whose fresh session then ends)."""
     if all(m.member_id != old_id for m in record.members):
         return None
     if member is None:
         members = [m for m in record.members if m.member_id != old_id]
     else:
+        # the entry's subscriptions stay those its assignment was made for: the instance's
+        # new process rejoining with others after a restart then makes the group rebalance
         members = [
-            kept_member(member, m.assignment) if m.member_id == old_id else m
+            msgspec.structs.replace(kept_member(member, m.assignment), protocols=m.protocols)
+            if m.member_id == old_id
+            else m
             for m in record.members
         ]
     leader = record.leader
     if leader == old_id:
         leader = member.member_id if member is not None else None
         leader = leader or next((m.member_id for m in members), None)
-    return msgspec.structs.replace(record, members=members, leader=leader)
+    removed = record.members_removed or member is None
+    return msgspec.structs.replace(record, members=members, leader=leader, members_removed=removed)
 
 
 def loaded_group(record: GroupRecord) -> Group:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.records import GroupRecord
 from huddle.coordinator.sessions import E, S, Sessions, log, sync_error
 from huddle.coordinator.values import Refusal
 from huddle.protocol.messages import (
@@ -21,18 +20,31 @@ from huddle.protocol.messages import (
 class Rebalancing(Sessions):
     # --- a kept group loaded -----------------------------------------------------------
 
-    def load_group(self, record: GroupRecord, now: float) -> Group:
-        """``Sessions.load_group``; then, as Kafka's ``onGroupLoaded``, a group with more
-        members than ``max_group_size`` (the limit was lowered since it was kept) starts a
-        rebalance: in its join phase, the members over the limit are turned away. Its
-        members speak through no connection yet, so nothing is sent."""
-        group = super().load_group(record, now)
+    def serve_loaded(self, fx: Effects, group: Group) -> None:
+        """``Sessions.serve_loaded``; then, as Kafka's ``onGroupLoaded``, a Stable group with
+        more members than ``max_group_size`` (the limit was lowered since it was kept)
+        starts a rebalance: in its join phase, the members over the limit are turned away.
+        So does one whose record says members were removed after its assignment (their
+        partitions belong to nobody). Such a record with no member left shows a group
+        that has been Empty since it was loaded (not since it went Stable: its offsets
+        expire from now), and is kept so. Members not heard from yet speak through no
+        connection: nothing is sent to them."""
+        super().serve_loaded(fx, group)
+        kept = group.kept
+        removed = kept is not None and kept.members_removed
+        if group.is_(S.EMPTY) and removed and not group.members:
+            group.state_ms = self.wall_ms(fx.now)
+            self._keep(group)
+            return
+        if not group.is_(S.STABLE):  # already rebalancing: it started since the load
+            return
         limit = self.config.max_group_size
         if limit and group.size > limit:
             # the text before ':' labels huddle_rebalances_total: no numbers in it
             reason = f"loaded over the size limit: {group.size} members, the limit is {limit}"
-            self._prepare_rebalance(Effects(now), group, reason)
-        return group
+            self._prepare_rebalance(fx, group, reason)
+        elif removed:
+            self._prepare_rebalance(fx, group, "loaded with members removed since its assignment")
 
     # --- the join phase --------------------------------------------------------------
 

@@ -8,15 +8,20 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 - ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms)``: an
   accepted commit, with when it was committed (for retention);
   ``offset`` -1 (``DELETED``): the offset was deleted with its group;
-- ``GroupRecord(group_id, generation, ..., current_state_ms)``: a group as a rebalance
-  left it (Stable, with its members, their subscriptions and assignments) or as it emptied
-  (no members), and since when it has been so (Kafka's GroupMetadata record and its
-  ``currentStateTimestamp``); ``generation`` -1 (``DELETED``): the group was deleted;
-- ``SessionRecord(longest_ms)``: written only by versions that kept no groups: the longest
+- ``GroupRecord(group_id, generation, ..., current_state_ms, topics_digest,
+  members_removed)``: a group as a rebalance left it (Stable, with its members, their
+  subscriptions and assignments) or as it emptied (no members), and since when it has been
+  so (Kafka's GroupMetadata record and its ``currentStateTimestamp``), what the topics
+  were when its generation formed, and whether members were removed since (then whoever
+  loads it rebalances it); ``generation`` -1 (``DELETED``): the group was deleted;
+- ``SessionRecord(longest_ms)``: written by versions that kept no groups: the longest
   session timeout any member was granted. Such a journal's groups are not in it, and a
   member of them may count its session alive for that long after a restart: no generation
   forms before then (the restart fence). ``SessionRecord(0)``: that fence has been served,
-  nothing is left to wait for.
+  nothing is left to wait for. This version writes one asking for a fence only at the head
+  of a snapshot, before any group record: one after group records (an older version served
+  the data dir after them, or ``huddle data repair`` skipped damage) makes a start load
+  those groups forgotten (``huddle.coordinator.loading``).
 
 Replaying them in order rebuilds the state (``Coordinator.restore``, then
 ``Coordinator.start``): topics, offsets, and every group Stable in its kept generation with
@@ -95,6 +100,15 @@ class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
     # wall clock ms since the epoch (Kafka's currentStateTimestamp); 0: not known, a record
     # written before it was kept. Offsets of an Empty group expire from it.
     current_state_ms: int = 0
+    # what the topics were when this generation formed (``topics_digest``: every topic's
+    # partition count, hashed); None: not known (topics changed before its assignment was
+    # kept, or an older record). A static member back as a new process keeps the generation
+    # only while it is the same (its leader may have missed a notice while it was away).
+    topics_digest: int | None = None
+    # members of this generation were removed after its assignment was kept (a static
+    # member's session ended, or it left): whoever loads the group rebalances it, or their
+    # partitions would belong to nobody
+    members_removed: bool = False
 
 
 Record = TopicRecord | OffsetRecord | SessionRecord | GroupRecord

@@ -6,6 +6,15 @@ rather than drop records. ``check`` says what is wrong and what a repair would k
 moves the damaged file aside as a backup. Records set values, so replaying the ones that
 survive in their order gives the state they describe (what the damaged frames said is
 lost: an offset commit there falls back to the one before it).
+
+Not so for a group: a newer record of it may have been in the damaged stretch, and loading
+the one before (an older generation, older member ids) would fence a live static member
+that rejoined since as a zombie, for good. So a repair that skipped damage ends the
+journal with a ``SessionRecord`` of the longest session any kept member had: a start then
+loads the groups as forgotten (``huddle.coordinator.loading``: Empty since the start, their
+offsets kept, the members rejoin as new ones), and no generation forms until every member
+that may still count itself in has timed out, as for a journal of a version that kept no
+groups.
 """
 
 from __future__ import annotations
@@ -16,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from huddle.coordinator.journal import JOURNAL, DataDirError, lock_directory, unlock_directory
-from huddle.coordinator.records import Record, decode_frames, encode_frames, next_intact_frame
+from huddle.coordinator.records import (
+    DELETED,
+    GroupRecord,
+    Record,
+    SessionRecord,
+    decode_frames,
+    encode_frames,
+    next_intact_frame,
+)
 
 
 @dataclass(slots=True)
@@ -33,6 +50,28 @@ class Salvage:
     @property
     def clean(self) -> bool:
         return not self.damaged
+
+    @property
+    def forgotten_groups(self) -> int:
+        """How many groups a repair leaves to be loaded as forgotten (see above)."""
+        if self.clean:
+            return 0
+        last = {r.group_id: r for r in self.records if isinstance(r, GroupRecord)}
+        return sum(1 for r in last.values() if r.generation != DELETED)
+
+    def repaired(self) -> list[Record]:
+        """The records a repair writes: the intact ones, then, after damage with groups
+        kept, the fence that makes a start forget them."""
+        if not self.forgotten_groups:
+            return self.records
+        unserved = 0  # the fence the journal asks for already: its last SessionRecord's
+        longest = 1  # at least: a SessionRecord of 0 says a fence was served
+        for record in self.records:
+            if isinstance(record, SessionRecord):
+                unserved = record.longest_ms
+            elif isinstance(record, GroupRecord):
+                longest = max([longest, *(m.session_timeout_ms for m in record.members)])
+        return [*self.records, SessionRecord(max(unserved, longest))]
 
 
 def read(data: bytes | bytearray) -> Salvage:
@@ -80,7 +119,7 @@ def repair(directory: str | Path) -> tuple[Salvage, Path | None]:
         path = folder / JOURNAL
         backup = folder / f"{JOURNAL}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
         tmp = folder / f"{JOURNAL}.repair"
-        data = encode_frames(found.records)
+        data = encode_frames(found.repaired())
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
         try:
             os.write(fd, data)

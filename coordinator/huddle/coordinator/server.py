@@ -14,13 +14,15 @@ its traceback and answered with ``UNKNOWN_SERVER_ERROR``: the server keeps servi
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import resource
 import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -68,6 +70,8 @@ from huddle.protocol.messages import (
 
 log = structlog.get_logger("huddle.server")
 
+FREEZE_AFTER_LOAD: Final = 100_000  # objects a load left: more are frozen (see below)
+SERVE_STEP: Final = 64  # loaded groups whose sessions start between two looks at the time
 _TIMER_SLACK_S: Final = 0.001  # arm timers a hair late so they never fire before the deadline
 _SWEEP_MIN_S: Final = 0.02
 _SWEEP_MAX_S: Final = 1.0
@@ -192,6 +196,7 @@ class CoordinatorServer:
         self._sweeper: asyncio.TimerHandle | None = None
         self._retention_check: asyncio.TimerHandle | None = None  # offsets of empty groups
         self._retaining: Generator[None, None, int] | None = None  # a check under way
+        self._slice_until = 0.0  # of the data dir's load: when to let the loop run
         self._stopping = False
         self._closed: asyncio.Event | None = None
         self._all_gone: asyncio.Event | None = None
@@ -248,24 +253,28 @@ class CoordinatorServer:
         if not self.config.cluster:  # a cluster node's serving names the owners
             self.core.locate = self._locate_self
             self.core.describe_cluster = self._describe_self
-        if cfg.data_dir and self.journal is None:
-            # Listening already: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS (as
-            # Kafka answers while it loads a coordinator partition), not a refused connection;
-            # FindCoordinator and DescribeCluster are answered (where, not what: Kafka
-            # answers them from its metadata whatever it is loading).
-            self.loading = True
-            try:
-                await self._load(cfg.data_dir, cfg.fsync)
-            except BaseException:
-                self._server.close()
-                for conn in list(self._conns.values()):
-                    conn.abort("the coordinator could not load its data dir")
-                raise
-            finally:
-                self.loading = False
         self.core.membership.wall_offset_ms = time.time() * 1000 - self._now()
-        self.core.start(self._now())  # the kept groups, each member with a fresh session
-        self._reschedule()  # their sessions end even if nobody ever asks anything again
+        with _collections_paused():
+            if cfg.data_dir and self.journal is None:
+                # Listening already: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS (as
+                # Kafka answers while it loads a coordinator partition), not a refused
+                # connection; FindCoordinator and DescribeCluster are answered (where, not
+                # what: Kafka answers them from its metadata whatever it is loading).
+                self.loading = True
+                try:
+                    await self._load(cfg.data_dir, cfg.fsync)
+                except BaseException:
+                    self._server.close()
+                    for conn in list(self._conns.values()):
+                        conn.abort("the coordinator could not load its data dir")
+                    raise
+                finally:
+                    self.loading = False
+            # the loaded members' sessions start now that they can be heard (a whole session
+            # each), and end even if nobody ever asks anything again
+            await self._in_slices(self.core.loading_groups(self._now()))  # restored otherwise
+            self.core.begin_serving(self._now())
+            await self._serve_loaded()
         if self.metrics is not None:
             if self._commits is not None:
                 self._commits.on_write = self.metrics.journal_written
@@ -362,11 +371,19 @@ class CoordinatorServer:
         assert self._loop is not None
         journal = await asyncio.to_thread(Journal.open, data_dir, fsync=fsync)  # DataDirError
         self.core.membership.keep_groups = True  # a restart loads them (``Coordinator.start``)
+        started = time.perf_counter()
         try:
-            self.core.restore(journal.records)
+            await self._in_slices(self.core.restoring(journal.records))
+            await self._in_slices(self.core.loading_groups(self._now()))
         except Exception as exc:
             journal.close()
             raise DataDirError(f"cannot replay {data_dir}: {exc!r}") from exc
+        log.info(
+            "data_dir_loaded",
+            records=len(journal.records),
+            groups=self.core.unserved,
+            seconds=round(time.perf_counter() - started, 3),
+        )
         journal.records = []
         self.journal = journal
         self._commits = GroupCommit(
@@ -379,6 +396,27 @@ class CoordinatorServer:
             copy_state=self.core.copy_state,
         )
         self._keeper = self._commits
+
+    async def _in_slices(self, steps: Iterator[None]) -> None:
+        """Run ``steps`` a few milliseconds at a time, letting the loop answer requests
+        (COORDINATOR_LOAD_IN_PROGRESS) in between: a large data dir takes seconds."""
+        for _ in steps:
+            if time.perf_counter() >= self._slice_until:
+                await asyncio.sleep(0)
+                self._slice_until = time.perf_counter() + COPY_SLICE_S
+
+    async def _serve_loaded(self) -> None:
+        """Start the loaded members' sessions, a slice at a time with requests handled in
+        between, each slice at its own time: none starts before the coordinator answers."""
+        while self.core.unserved and not self._stopping:
+            until = time.perf_counter() + COPY_SLICE_S
+            while self.core.unserved and time.perf_counter() < until:
+                self._send_outside(self.core.serve_loaded(self._now(), SERVE_STEP))
+            self._reschedule()
+            self._flush()
+            if self.core.unserved:
+                await asyncio.sleep(0)
+        self._reschedule()
 
     async def close(self) -> None:
         """Graceful shutdown; idempotent. Returns once every connection is closed."""
@@ -408,13 +446,18 @@ class CoordinatorServer:
             log.exception("core_failed", operation="shutdown")
             out = []
         self._dispatch(out)
+        # Only a coordinator that keeps its groups (a data dir, or a cluster node whose
+        # shards go to another node with them) says its members ride through: without one,
+        # the next coordinator knows nobody, and a member must count its partitions lost
+        # after half the disconnect grace as for any lost connection.
+        kept = self.core.membership.keep_groups
         for conn in list(self._conns.values()):
             if not conn.closing:
                 conn.send(
                     ProtocolError(
                         error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         error_message="the coordinator is shutting down",
-                        stopping=True,  # no member is removed for this close
+                        stopping=kept,  # no member is removed for this close
                     )
                 )
                 conn.close("server shutdown")
@@ -1157,6 +1200,25 @@ class ClusterStartError(HuddleError):
 
 class StorageFailedError(HuddleError):
     """The server stopped by itself: a change could not be kept in its data dir."""
+
+
+@contextlib.contextmanager
+def _collections_paused() -> Iterator[None]:
+    """No garbage collection while a data dir loads: the load makes millions of objects
+    that live on, and each collection of the older generations meanwhile walks them all
+    (13 s of collections, one of 2 s, loading 60,000 groups of 10 members). What a large
+    load left is then frozen (``gc.freeze``): collections pass it over, or the first one
+    after the load would walk it all. A small one is left to the collector (freezing
+    would keep what is cyclic garbage by then for good)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_count()[0] >= FREEZE_AFTER_LOAD:
+            gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:

@@ -7,7 +7,7 @@ forgetting members. The rules themselves live in ``rebalance``, ``joining`` and
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -19,6 +19,7 @@ from huddle.coordinator.kept_groups import group_record, loaded_group, static_me
 from huddle.coordinator.records import GroupRecord, Record, SessionRecord, group_deleted
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.timers import TimerQueue
+from huddle.coordinator.topics import topics_digest
 from huddle.coordinator.values import (
     Deadline,
     DisconnectGraceEnds,
@@ -34,6 +35,9 @@ log = structlog.get_logger("huddle.membership")
 E = ErrorCode
 S = GroupState
 MemberKey = tuple[str, str]  # (group_id, member_id)
+# a loaded group's ``topics_version`` when its record does not show today's topics: a
+# static member back as a new process then makes it rebalance
+TOPICS_NOT_KNOWN = -1
 
 
 def uuid_member_id(client_id: str) -> str:
@@ -71,12 +75,23 @@ class Sessions:
         self.unserved_fence_ms = 0
         self.fenced_until = float("-inf")  # no generation forms before this (a restart)
         self.topics_version = 0  # topics created, altered or deleted so far
+        # every topic's partition count (the core's registry sets it)
+        self.topic_counts: Mapping[str, int] = {}
+        self._digest = (-1, 0)  # (topics_version, topics_digest then)
         # a data dir or a cluster: record groups after each rebalance and as they empty
         self.keep_groups = False
         self.observer: RebalanceObserver | None = None  # metrics, if the transport wants them
         # wall clock ms minus the core's clock (the transport sets it): what is kept for
         # retention is stamped with the wall clock, which outlives a restart
         self.wall_offset_ms = 0.0
+
+    def topics_digest(self) -> int:
+        """``topics.topics_digest`` of the topics as they are (once per change of them)."""
+        version, digest = self._digest
+        if version != self.topics_version:
+            digest = topics_digest(self.topic_counts)
+            self._digest = (self.topics_version, digest)
+        return digest
 
     def wall_ms(self, now: float) -> int:
         """The wall clock (ms since the epoch) at the core's time ``now``."""
@@ -167,13 +182,16 @@ class Sessions:
         """The group ended a rebalance (or emptied): record it, for a restart or a node
         taking over."""
         if self.keep_groups:
-            group.kept = group_record(group)
+            # the topics its generation formed with, if they are still the same
+            same = bool(group.members) and group.topics_version == self.topics_version
+            group.kept = group_record(group, self.topics_digest() if same else None)
             self.changes.append(group.kept)
 
     def _keep_static(self, group: Group, old_id: str, member: Member | None) -> None:
         """A static member rejoined under a new member id (``member``) or was removed
         (None) since the group's last record: that record, so changed (in Stable, ``_keep``
-        records the group as it is instead)."""
+        records the group as it is instead). A record with a member removed says so: its
+        partitions belong to nobody, and whoever loads it rebalances the group."""
         if self.keep_groups and group.kept is not None:
             changed = static_member_changed(group.kept, old_id, member)
             if changed is not None:
@@ -183,16 +201,24 @@ class Sessions:
     def load_group(self, record: GroupRecord, now: float) -> Group:
         """Serve a kept group: Stable in its generation, every member with a fresh session
         (they find this node and go on heartbeating). Replaces a group of the same id."""
+        group = self.build_group(record, now)
+        self.serve_loaded(Effects(now), group)
+        return group
+
+    def build_group(self, record: GroupRecord, now: float) -> Group:
+        """``load_group`` up to the sessions: the group is served, its loaded members have
+        no session deadline until ``serve_loaded``."""
         old = self.groups.get(record.group_id)
         if old is not None:
             self.unload_group(Effects(now), old.group_id)
         group = loaded_group(record)
         group.kept = record
         group.subscribed_topics = group.read_subscribed_topics()
-        group.topics_version = self.topics_version
+        same_topics = record.topics_digest is not None and (
+            record.topics_digest == self.topics_digest()
+        )
+        group.topics_version = self.topics_version if same_topics else TOPICS_NOT_KNOWN
         self.groups[group.group_id] = group
-        for member in group.members.values():
-            self.timers.set(member.session_key, now + member.session_timeout_ms)
         log.info(
             "group_loaded",
             group_id=group.group_id,
@@ -200,6 +226,14 @@ class Sessions:
             members=group.size,
         )
         return group
+
+    def serve_loaded(self, fx: Effects, group: Group) -> None:
+        """A loaded group's members get their sessions now (Kafka's ``onGroupLoaded``),
+        those that have none yet (one already heard from has its own)."""
+        timers = self.timers
+        for member in group.members.values():
+            if member.session_key not in timers:
+                timers.set(member.session_key, fx.now + member.session_timeout_ms)
 
     def unload_group(self, fx: Effects, group_id: str) -> None:
         """Stop serving a group (its shard went to another node): forget it without a

@@ -7,9 +7,11 @@ is announced to every connection that holds a group member.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+import msgspec
 import structlog
 
 from huddle.protocol.errors import ErrorCode
@@ -45,6 +47,13 @@ def name_problem(name: str) -> str | None:
             "ASCII letters, digits, '.', '_' and '-'"
         )
     return None
+
+
+def topics_digest(partitions: Mapping[str, int]) -> int:
+    """Every topic's partition count, hashed (63 bits): the same on every node and across
+    restarts for the same topics, whatever order they were created in."""
+    encoded = msgspec.msgpack.encode(sorted(partitions.items()))
+    return int.from_bytes(hashlib.blake2b(encoded, digest_size=8).digest(), "big") >> 1
 
 
 class TopicRegistry:

@@ -496,9 +496,10 @@ class ProtocolError(Message, tag="protocol_error", frozen=True, kw_only=True):
 
     error_code: int
     error_message: str
-    # The coordinator is stopping: it removes nobody for this connection's close (no
-    # disconnect grace), and the coordinator after it (restarted on its data dir, or the
-    # cluster node taking its shards) loads every member with a fresh session.
+    # The coordinator is stopping and keeps its groups: it removes nobody for this
+    # connection's close (no disconnect grace), and the coordinator after it (restarted on
+    # its data dir, or the cluster node taking its shards) loads every member with a fresh
+    # session. False from one that keeps nothing (no data dir, not in a cluster).
     stopping: bool = False
 
 
