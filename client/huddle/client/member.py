@@ -37,6 +37,7 @@ from huddle.client.events import (
     SessionExpired,
 )
 from huddle.client.flow import (
+    LEAVE_TIMEOUT_MS,
     Action,
     Call,
     Failed,
@@ -591,6 +592,13 @@ class Member:
             action = driver.heartbeat(now)
             if isinstance(action, SessionExpired):  # a callback overran: given up
                 self._post(action)
+                leave = driver.leave_after_give_up()
+                if leave is not None:  # once, whatever comes of it (Kafka's maybeLeaveGroup)
+                    try:
+                        await conn.request(leave, timeout=LEAVE_TIMEOUT_MS / 1000)
+                        self._log.info("member_left", member_id=leave.members[0].member_id)
+                    except TimeoutError as exc:
+                        self._log.warning("leave_failed", error=str(exc) or "timed out")
                 continue
             if isinstance(action, WaitUntil):
                 with anyio.move_on_after(None if action.at is None else (action.at - now) / 1000):
