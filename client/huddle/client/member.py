@@ -11,7 +11,16 @@ returns with nothing left running.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -29,10 +38,12 @@ from huddle.client.driver import MemberDriver, WaitUntil
 from huddle.client.events import (
     CommitFailedError,
     Event,
+    ListenerFailed,
     MemberFailedError,
     NotConnectedError,
     RebalanceNotice,
     Reconnect,
+    Refused,
     Rejoin,
     SessionExpired,
 )
@@ -59,6 +70,8 @@ from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
+    AuthenticationError,
+    AuthorizationError,
     CoordinatorNotAvailableError,
     ErrorCode,
     ServerError,
@@ -389,21 +402,31 @@ class Member:
         task group (and the application's code inside ``async with``) down with it. An error
         the coordinator answered that no retry can mend stops it too, its ``code`` set: one
         answering the group's requests (FENCED_INSTANCE_ID, ...; the main loop stops), or one
-        refusing the connection (GROUP_AUTHORIZATION_FAILED finding the coordinator,
-        SASL_AUTHENTICATION_FAILED; raised, and chained as the cause)."""
+        refusing the member as it connects (GROUP_AUTHORIZATION_FAILED finding the
+        coordinator, SASL_AUTHENTICATION_FAILED: ``Refused``, the ServerError chained as the
+        cause). Only those carry a code: a ServerError the application's code raised (a
+        commit's, let out of a callback) is the application's failure, ``code`` None."""
         try:
             await self._run()
         except Exception as exc:
-            cause = _first_error(exc)
-            if isinstance(cause, ServerError):
-                failure = MemberFailedError(cause.code, cause.message)
-            else:
-                failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
-            failure.__cause__ = cause
-            self._log.error("member_failed", error=repr(cause))
-            self._failure = failure
-        if self._failure is None:
-            return  # closed
+            self._stopped_by(exc)
+        if self._failure is not None:
+            await self._wake_on_failure()
+
+    def _stopped_by(self, exc: BaseException) -> None:
+        """The member stops with ``exc`` (maybe inside exception groups)."""
+        error = _first_error(exc)
+        wrapped = error.__cause__ if isinstance(error, Refused | ListenerFailed) else None
+        cause = wrapped or error
+        if isinstance(error, Refused) and isinstance(cause, ServerError):
+            failure = MemberFailedError(cause.code, cause.message)
+        else:
+            failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
+        failure.__cause__ = cause
+        self._log.error("member_failed", error=repr(cause))
+        self._failure = failure
+
+    async def _wake_on_failure(self) -> None:
         self._closed = True
         self._notify()
         await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
@@ -416,17 +439,7 @@ class Member:
         driver = self._driver
         while not driver.closing and self._failure is None:
             try:
-                async with (
-                    connect_coordinator(
-                        self._bootstrap,
-                        self._core.config.group_id,
-                        client_id=self._core.config.client_id,
-                        timeout=min(10.0, driver.heartbeat_timeout_ms / 1000),
-                        start=self._connects,
-                        security=self._security,
-                    ) as conn,
-                    anyio.create_task_group() as tg,
-                ):
+                async with self._coordinator() as conn, anyio.create_task_group() as tg:
                     async with self._offline_lock:  # an offline loss being handled ends first
                         self._offline = False
                         self._lost = False
@@ -469,6 +482,28 @@ class Member:
             await self._perform_flow(self._flow.closed_while_disconnected(), None)
         self._closed = True
         self._notify()
+
+    @asynccontextmanager
+    async def _coordinator(self) -> AsyncIterator[Connection]:
+        """A connection to the group's coordinator; its refusal of this member (a ServerError
+        authenticating it, or finding the coordinator for it) is raised as ``Refused``."""
+        async with AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(
+                    connect_coordinator(
+                        self._bootstrap,
+                        self._core.config.group_id,
+                        client_id=self._core.config.client_id,
+                        timeout=min(10.0, self._driver.heartbeat_timeout_ms / 1000),
+                        start=self._connects,
+                        security=self._security,
+                    )
+                )
+            except (AuthenticationError, AuthorizationError) as exc:
+                if isinstance(exc, ServerError):
+                    raise Refused(exc.message) from exc
+                raise
+            yield conn
 
     async def _until_lost(
         self, work: Callable[[Connection], Awaitable[None]], conn: Connection
@@ -564,9 +599,9 @@ class Member:
         with anyio.CancelScope(shield=True), anyio.CancelScope() as self._callback_scope:
             try:
                 await call
-            except Exception:
+            except Exception as exc:
                 self._log.exception("listener_failed", callback=name)
-                raise  # the member stops: MemberFailedError, this as its cause
+                raise ListenerFailed(name) from exc  # MemberFailedError, exc as its cause
             finally:
                 self._callback_scope = None
         await anyio.lowlevel.checkpoint()
@@ -639,7 +674,12 @@ class Member:
                     async with self._offline_lock:
                         if self._offline:
                             flow = self._flow.expired_while_disconnected(wake)
-                            await self._perform_flow(flow, None)
+                            try:
+                                await self._perform_flow(flow, None)
+                            except ListenerFailed as failed:  # as the main loop's
+                                self._stopped_by(failed)
+                                await self._wake_on_failure()
+                                return
                 elif self._lost:  # the connection's end is still under way: lost after it
                     self._offline_expiry = wake
                 continue
