@@ -254,6 +254,11 @@ class Member:
     def rebalance_protocol(self) -> str:
         return self._core.rebalance_protocol.name.lower()
 
+    @property
+    def failure(self) -> MemberFailedError | None:
+        """Why the member stopped, if it failed (what ``wait_stable()`` raises)."""
+        return self._failure
+
     def _stable(self) -> bool:
         return (
             self._core.state is MemberState.STABLE
