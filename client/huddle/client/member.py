@@ -32,6 +32,12 @@ from prometheus_client import CollectorRegistry
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
 from huddle.client.arguments import check_member
 from huddle.client.assignors.base import ASSIGNORS, Assignor
+from huddle.client.checks import (
+    checked_offsets,
+    checked_partitions,
+    require_number,
+    require_type,
+)
 from huddle.client.connection import Connection, ConnectionClosedError
 from huddle.client.discovery import bootstrap_addresses, connect_coordinator
 from huddle.client.driver import MemberDriver, WaitUntil
@@ -141,6 +147,7 @@ class Member:
             },
             lags=lags,
             security=security,
+            metrics_registry=metrics_registry,
         )
         self._subscription = Subscription(topics, pattern)
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
@@ -268,11 +275,18 @@ class Member:
         )
 
     async def wait_stable(self, timeout: float | None = None) -> None:
-        """Until the member is joined and synced with no follow-up rebalance pending."""
+        """Until the member is joined and synced with no follow-up rebalance pending;
+        ``TimeoutError`` after ``timeout`` seconds (None: no limit). Raises the member's
+        ``MemberFailedError`` once it failed, and a ``UsageError`` once it is closed (it
+        will never be stable again)."""
+        if timeout is not None:
+            require_number("timeout", timeout, positive=False)
         with anyio.fail_after(timeout):
             while True:
                 if self._failure is not None:
                     raise self._failure
+                if self._closed:
+                    raise UsageError("the member is closed: it will not be stable again")
                 if self._stable():
                     return
                 await self._changed.wait()
@@ -302,14 +316,19 @@ class Member:
         the registered HuddleError for other refusals (e.g. REBALANCE_IN_PROGRESS).
 
         More than ``REQUEST_PARTITIONS`` offsets go in several requests, one after another
-        (a coordinator bounds the partitions one request may name)."""
+        (a coordinator bounds the partitions one request may name). Offsets are whole
+        numbers from 0 to 2**63 - 1 keyed by ``TopicPartition`` (else
+        ``InvalidArgumentError``)."""
+        items = checked_offsets(offsets)
+        if metadata is not None:
+            require_type("metadata", metadata, str, "a str or None")
         conn = self._require_connection()
         await self._spoken_first()
         generation = self._core.current
         refused = self._driver.commit_refusal(generation, _now_ms())
         if refused is not None:
             raise CommitFailedError(E.ILLEGAL_GENERATION, refused)
-        for chunk in _by_topic(list(offsets.items()), REQUEST_PARTITIONS):
+        for chunk in _by_topic(items, REQUEST_PARTITIONS):
             request = self._driver.commit_request(chunk, metadata, generation)
             sent = _now_ms()
             response = await self._request(conn, request, OffsetCommitResponse, loaded=True)
@@ -330,9 +349,9 @@ class Member:
     ) -> dict[TopicPartition, int | None]:
         """The committed offset of each partition, None where nothing is committed (in
         requests of at most ``REQUEST_PARTITIONS`` partitions)."""
+        wanted = [(tp, None) for tp in checked_partitions(partitions)]
         conn = self._require_connection()
         found: dict[TopicPartition, int | None] = {}
-        wanted = [(tp, None) for tp in dict.fromkeys(partitions)]
         for chunk in _by_topic(wanted, REQUEST_PARTITIONS):
             request = OffsetFetchRequest(
                 group_id=self._core.config.group_id,
@@ -396,6 +415,8 @@ class Member:
                 await self._tg.__aexit__(None, None, None)
             self._events_in.close()
             self._events.close()
+            self._closed = True  # even if closing timed out: nothing runs any more
+            self._notify()
         failure = self._failure
         if failure is not None and (exc is None or absorbed):
             raise failure
