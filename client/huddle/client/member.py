@@ -312,8 +312,10 @@ class Member:
         self, offsets: Mapping[TopicPartition, int], *, metadata: str | None = None
     ) -> None:
         """Commit offsets in the member's current generation. Raises CommitFailedError if
-        the member is no longer in that generation (its partitions are then lost), and
-        the registered HuddleError for other refusals (e.g. REBALANCE_IN_PROGRESS).
+        the member is no longer in that generation (its partitions are then lost, unless it
+        rejoined a later generation meanwhile: a refusal about a stay it has left changes
+        nothing else), and the registered HuddleError for other refusals (e.g.
+        REBALANCE_IN_PROGRESS).
 
         More than ``REQUEST_PARTITIONS`` offsets go in several requests, one after another
         (a coordinator bounds the partitions one request may name). Offsets are whole
