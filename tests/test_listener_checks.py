@@ -8,7 +8,7 @@ from typing import cast
 
 import pytest
 
-from huddle.client import Admin, Member, TopicPartition
+from huddle.client import Admin, Member, RebalanceListener, TopicPartition
 from huddle.client.assignors.high_availability import HighAvailabilityAssignor
 from huddle.client.listener import OPTIONAL, REQUIRED, Callbacks, ListenerLike
 from huddle.protocol.errors import HuddleError, InvalidArgumentTypeError
@@ -121,3 +121,73 @@ async def wait_for_standby(*members: Member) -> None:
     )
     for m in members:
         await m.wait_stable(10)  # raises if the member failed meanwhile
+
+
+class NoWarmup:
+    """``on_replicas_assigned`` takes one set; the member passes two (standby, warm-up)."""
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None: ...
+
+    async def on_replicas_assigned(self, standby: frozenset[TopicPartition]) -> None: ...
+
+
+class NoArgument:
+    async def on_partitions_revoked(self) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None: ...
+
+
+class KeywordOnly(RebalanceListener):
+    async def on_partitions_lost(self, *, lost: frozenset[TopicPartition]) -> None: ...  # type: ignore[override]
+
+
+@pytest.mark.parametrize(
+    "listener",
+    [NoWarmup(), NoArgument(), KeywordOnly(), RebalanceListener],
+    ids=["on_replicas_assigned-one-argument", "no-argument", "keyword-only", "a-class"],
+)
+def test_a_listener_that_cannot_take_its_arguments_is_refused_when_given(
+    listener: object,
+) -> None:
+    """Before, only ``callable()`` was checked: a wrong arity was accepted and failed the
+    member at its first standby (or loss), and the class itself was taken for a listener."""
+    with pytest.raises(TypeError) as refused:
+        Member("127.0.0.1:1", group_id="g", topics=["t"], listener=typed(listener))
+    assert isinstance(refused.value, InvalidArgumentTypeError)
+    assert str(refused.value)
+
+
+async def test_callbacks_that_take_more_than_they_are_given_run() -> None:
+    heard: list[tuple[object, ...]] = []
+
+    class Flexible:
+        async def on_partitions_revoked(self, *partitions: frozenset[TopicPartition]) -> None:
+            heard.append(partitions)
+
+        async def on_partitions_assigned(
+            self, assigned: frozenset[TopicPartition], note: str = "default"
+        ) -> None:
+            heard.append((assigned, note))
+
+    callbacks = Callbacks(Flexible())
+    await callbacks.call("on_partitions_revoked", tps("t-0"))
+    await callbacks.call("on_partitions_assigned", tps("t-1"))
+    assert heard == [(tps("t-0"),), (tps("t-1"), "default")]
+
+
+async def test_a_callback_replaced_after_the_member_is_made_is_the_one_called() -> None:
+    """Callbacks are looked up when called: a test that monkeypatches its listener's
+    method after making the member gets its replacement called."""
+    listener = Recorder(*REQUIRED)
+    callbacks = Callbacks(listener)
+    heard: list[frozenset[TopicPartition]] = []
+
+    async def replaced(assigned: frozenset[TopicPartition]) -> None:
+        heard.append(assigned)
+
+    listener.on_partitions_assigned = replaced  # type: ignore[attr-defined]
+    await callbacks.call("on_partitions_assigned", tps("t-1"))
+    assert heard == [tps("t-1")]
+    assert listener.calls == []

@@ -13,11 +13,20 @@ from typing import Any
 import anyio
 import pytest
 
-from huddle.client import Admin, Member, MemberFailedError
+from huddle.chaos.proxy import fault_proxy
+from huddle.client import Admin, Member, MemberFailedError, RebalanceListener, TopicPartition
+from huddle.client.connection import RequestTimeoutError
 from huddle.client.machine import FATAL, MemberConfig, MemberCore
 from huddle.client.security import NO_SECURITY, Security
 from huddle.coordinator.security.acls import Operation, ResourceType
-from huddle.protocol.errors import ErrorCode, ServerError
+from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.errors import (
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    NotCoordinatorError,
+    RebalanceInProgressError,
+    ServerError,
+)
 from huddle.protocol.messages import JoinGroupResponse
 from tests.helpers import FAST_GROUP, fast_server_config, running_server
 from tests.security_setup import acl, keep
@@ -150,3 +159,72 @@ def test_every_fatal_code_answering_a_join_stops_the_flow_with_that_code(code: E
     flow = MemberFlow(MemberDriver(core, Subscription(["t"], None)), Host()).serve()
     next(flow)  # the JoinGroup
     assert flow.send(JoinGroupResponse(error_code=code, error_message="no")) == Failed(code, "no")
+
+
+class Raises(RebalanceListener):
+    """Lets ``error`` out of on_partitions_assigned, as a callback whose own commit failed."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotCoordinatorError("the application's own commit failed"),  # taken for a refusal
+        RebalanceInProgressError("the application's own commit failed"),
+        RequestTimeoutError("the application's own commit timed out"),  # for a lost connection
+        CoordinatorNotAvailableError("the application's own commit failed"),
+    ],
+    ids=type,
+)
+async def test_a_listener_raising_a_server_or_connection_error_is_a_listener_failure(
+    bootstrap: str, error: Exception
+) -> None:
+    """README: an exception raised by the application's listener gives ``code`` None, and
+    stops the member. A ServerError let out of a callback was taken for the coordinator's
+    refusal of the member (its code on the error, and huddle.testing swallowed it), and a
+    timeout or COORDINATOR_NOT_AVAILABLE for a lost connection (the member went on)."""
+    await topic(bootstrap)
+
+    async def run() -> None:
+        async with member(bootstrap, listener=Raises(error)) as m:
+            with anyio.fail_after(10):
+                await m.wait_stable()
+
+    with pytest.raises(MemberFailedError) as caught:
+        await run()
+    assert caught.value.__cause__ is error
+    assert caught.value.code is None, f"code {caught.value.code!r}: taken for a refusal"
+
+
+class LostRaises(RebalanceListener):
+    async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
+        raise RuntimeError("the application's on_partitions_lost broke")
+
+
+async def test_a_listener_failing_while_the_member_is_offline_stops_it_cleanly(
+    server: CoordinatorServer,
+) -> None:
+    """on_partitions_lost runs while the member cannot reach the coordinator (its session
+    ran out meanwhile): its exception stops the member with MemberFailedError as any
+    listener's, raised from the ``async with`` block, not an exception group."""
+    async with fault_proxy("127.0.0.1", server.port) as proxy:
+        bootstrap = f"127.0.0.1:{proxy.port}"
+        await topic(bootstrap)
+
+        async def run() -> None:
+            async with member(bootstrap, listener=LostRaises()) as m:
+                with anyio.fail_after(10):
+                    await m.wait_stable()
+                    await proxy.partition()
+                    await anyio.sleep_forever()
+
+        with pytest.raises(MemberFailedError) as caught:
+            await run()
+    assert type(caught.value) is MemberFailedError
+    assert caught.value.code is None
+    assert isinstance(caught.value.__cause__, RuntimeError)

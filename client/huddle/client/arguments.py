@@ -7,23 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from prometheus_client import CollectorRegistry
+
 from huddle.client.assignors.base import Assignor
+from huddle.client.checks import MAX_INT32, require_number, require_type
 from huddle.client.security import Security
 from huddle.protocol.errors import InvalidArgumentError, InvalidArgumentTypeError
-
-
-def require_type(name: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
-    if not isinstance(value, kind):
-        raise InvalidArgumentTypeError(f"{name} must be {what}, not {type(value).__name__}")
-
-
-def require_number(name: str, value: object, *, positive: bool) -> None:
-    """``value`` is a number (not a bool), more than 0 if ``positive``, else at least 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentTypeError(f"{name} must be a number, not {type(value).__name__}")
-    if value < 0 or (positive and value == 0):
-        least = "more than 0" if positive else "0 or more"
-        raise InvalidArgumentError(f"{name} must be {least}, not {value!r}")
 
 
 def check_member(
@@ -36,9 +25,11 @@ def check_member(
     backoffs_ms: dict[str, object],
     lags: object,
     security: object,
+    metrics_registry: object,
 ) -> None:
     """``Member``'s arguments that nothing else checks (the bootstrap list, the topics or
-    pattern, the ids' lengths and the heartbeat interval are checked where they are used)."""
+    pattern, the ids' lengths and the heartbeat interval are checked where they are used).
+    Its timeouts are Kafka's int settings: whole milliseconds that fit 32 bits."""
     require_type("group_id", group_id, str, "a str")
     if not group_id:
         raise InvalidArgumentError("group_id must not be empty")
@@ -51,12 +42,14 @@ def check_member(
     for a in assignors:
         require_type("each assignor", a, (str, Assignor), "a name or an Assignor")
     for name, value in timeouts_ms.items():
-        require_number(name, value, positive=True)
+        require_number(name, value, positive=True, whole=True, most=MAX_INT32)
     for name, value in backoffs_ms.items():
         require_number(name, value, positive=False)
     if lags is not None and not callable(lags):
         raise InvalidArgumentTypeError("lags must be a callable returning the lag per task")
     require_type("security", security, Security, "a Security")
+    registry = (CollectorRegistry, type(None))
+    require_type("metrics_registry", metrics_registry, registry, "a CollectorRegistry or None")
 
 
 def check_admin(*, timeout: object, security: object) -> None:

@@ -22,7 +22,7 @@ import anyio.abc
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from huddle.client.arguments import require_number, require_type
+from huddle.client.checks import require_number, require_type
 from huddle.client.sasl import SaslExchange
 from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.logs import library_logger
@@ -464,7 +464,7 @@ async def connect(
     """
     host, port = parse_bootstrap(bootstrap)
     require_number("timeout", timeout, positive=True)
-    require_number("max_frame_bytes", max_frame_bytes, positive=True)
+    require_number("max_frame_bytes", max_frame_bytes, positive=True, whole=True)
     require_type("security", security, Security, "a Security")
     context = security.context()
     try:

@@ -30,6 +30,7 @@ from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, error_name, to_code
 from huddle.protocol.messages import (
     HeartbeatRequest,
+    LeaveGroupRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitTopic,
@@ -74,6 +75,7 @@ class MemberDriver:
     join_in_flight: bool = False
     sync_out: bool = True  # its SyncGroup for the generation it joined has been sent
     closing: bool = False
+    gave_up: Generation | None = None  # the stay a callback overran in, until it is lost
     grace_ms: int | None = None  # the coordinator's disconnect grace (its hello)
     backoff_ms: float = field(init=False)
     counts: PartitionCounts = field(default_factory=PartitionCounts)
@@ -126,17 +128,38 @@ class MemberDriver:
         return since is not None and now - since > self.core.config.rebalance_timeout_ms
 
     def give_up(self, now: float) -> SessionExpired | None:
-        """Once per overrun callback: the group goes on without this member; it handles
-        the loss (on_partitions_lost, a new member id) when the callback returns."""
+        """Once per overrun callback, the member gives itself up, as Kafka's consumer does
+        when its poll timeout expires (``AbstractCoordinator.handlePollTimeoutExpiry``): it
+        owns nothing from now on, a dynamic member leaves the group at once
+        (``leave_after_give_up``) so the group goes on without it, and once the callback
+        returns it loses what it owned (``on_partitions_lost``) and joins with a new member
+        id, static or dynamic (``resetGenerationOnLeaveGroup``)."""
         if self._overdue_logged:
             return None
         self._overdue_logged = True
         self.zombie = True
+        self.gave_up = self.core.current
         since = self.listener_since if self.listener_since is not None else now
         self._log.warning(
             "listener_too_slow", waited_ms=int(now - since), member_id=self.core.member_id
         )
         return SessionExpired(self.core.current)
+
+    @property
+    def given_up(self) -> Generation | None:
+        """The stay the member gave itself up in, while it still holds it (the loss is
+        not handled yet)."""
+        gave_up = self.gave_up
+        return gave_up if gave_up is not None and gave_up == self.core.current else None
+
+    def leave_after_give_up(self) -> LeaveGroupRequest | None:
+        """The LeaveGroup a member that has just given itself up sends, once, whatever
+        comes of it (Kafka's ``maybeLeaveGroup``): only a dynamic member that is in a
+        generation; a static member is removed by its session timeout only."""
+        gave_up = self.given_up
+        if gave_up is None or not gave_up.joined:
+            return None
+        return self.core.leave_request("a callback overran the rebalance timeout")
 
     # --- heartbeats -----------------------------------------------------------------
 
@@ -147,7 +170,7 @@ class MemberDriver:
             gave_up = self.give_up(now)
             return gave_up if gave_up is not None else WaitUntil(None)
         core = self.core
-        if not core.heartbeats_due:
+        if not core.heartbeats_due or self.given_up is not None:  # no more: it left
             return WaitUntil(None)
         if self.listener_since is not None and planted("heartbeats-paused-in-callbacks"):
             return WaitUntil(None)
@@ -218,6 +241,11 @@ class MemberDriver:
                     # (a stale event once cost a fresh assignment, even in one generation)
                     return None
                 self.zombie = False  # what it owned is lost just below
+                gave_up, self.gave_up = self.gave_up == generation, None
+                if gave_up:  # it left the group (a callback overran): a new member id
+                    return core.lose_all(
+                        E.NONE, "a callback overran the rebalance timeout", keep_member_id=False
+                    )
                 if core.owned or core.state is MemberState.STABLE:
                     self._log.warning(
                         "session_expired_locally",

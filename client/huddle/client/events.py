@@ -38,6 +38,19 @@ class Reconnect(Exception):
     """Drop this connection and find the coordinator again."""
 
 
+class Refused(Exception):
+    """The coordinator refused this member itself as it connected (its authentication, or
+    its authorization to find the group's coordinator): the ``ServerError`` is
+    ``__cause__``, and its code goes on the ``MemberFailedError``."""
+
+
+class ListenerFailed(Exception):
+    """The application's listener raised (``__cause__``): the member stops with
+    ``MemberFailedError``, ``code`` None, whatever it raised (a commit's NotCoordinatorError
+    or timeout let out of a callback is neither a refusal of the member nor a lost
+    connection)."""
+
+
 # Events for the main loop, from the other tasks.
 @dataclass(frozen=True, slots=True)
 class Rejoin:

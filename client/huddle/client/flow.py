@@ -181,6 +181,18 @@ class MemberFlow:
             yield from self._callbacks(step)
             self.driver.step_done(step)
 
+    def given_up_lost(self) -> Flow:
+        """A member whose callback overran gave itself up meanwhile (``give_up``; a dynamic
+        one left the group), and the event saying so waits in its queue: before it joins
+        or leaves, that stay is lost (``on_partitions_lost``) and its member id dropped,
+        so it neither rejoins with the id it left with nor revokes what it gave up. The
+        queued event changes nothing after that (its stay is gone)."""
+        gave_up = self.driver.given_up
+        if gave_up is not None:
+            step = self.driver.on_event(SessionExpired(gave_up))
+            if step is not None:
+                yield from self.apply(step)
+
     def closed_while_disconnected(self) -> Flow:
         """Closing while disconnected: what it owned can no longer be handed over cleanly."""
         if self.core.owned:
@@ -189,9 +201,11 @@ class MemberFlow:
     def _rebalance(self) -> Flow:
         core, driver = self.core, self.driver
         yield from self._refresh_pattern()
+        yield from self.given_up_lost()
         yield from self.apply(core.before_join(driver.subscription.gone()))
         config = core.config
         while core.state is MemberState.UNJOINED and not driver.closing:
+            yield from self.given_up_lost()  # a revocation above may have overrun
             request = core.join_request(self.host.lags())
             driver.join_in_flight = True
             sent = self.host.now_ms()
@@ -331,6 +345,7 @@ class MemberFlow:
 
     def _leave(self) -> Flow:
         core = self.core
+        yield from self.given_up_lost()
         revoked = core.leaving()
         if revoked:
             yield from self.listen("on_partitions_revoked", revoked)

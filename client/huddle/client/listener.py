@@ -59,13 +59,20 @@ class ListenerLike(Protocol):
 
 
 class Callbacks:
-    """A listener's callbacks, looked up once, when the ``Member`` is made: a listener
-    without a required one (or with one that cannot be called) is refused then, with an
-    ``InvalidArgumentTypeError`` (a ``TypeError``), never found out mid-rebalance; a missing
-    optional one (or one set to None) is ``RebalanceListener``'s."""
+    """A listener's callbacks, checked when the ``Member`` is made: a listener without a
+    required one, with one that cannot be called with the arguments it will be given
+    (``inspect.signature``), or a listener class given instead of an instance, is refused
+    then, with an ``InvalidArgumentTypeError`` (a ``TypeError``), never found out
+    mid-rebalance. A missing optional one (or one set to None) is ``RebalanceListener``'s.
+    Each callback is looked up on the listener when it is called, so one replaced later (a
+    test's monkeypatch) is the one called."""
 
     def __init__(self, listener: object) -> None:
-        defaults = RebalanceListener()
+        if isinstance(listener, type):
+            raise InvalidArgumentTypeError(
+                f"the listener is the class {listener.__name__}, not an instance of it: give "
+                f"{listener.__name__}()"
+            )
         kind = type(listener).__name__
         missing = [name for name in REQUIRED if getattr(listener, name, None) is None]
         if missing:
@@ -74,19 +81,39 @@ class Callbacks:
                 f"both {' and '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)}), or "
                 "subclass RebalanceListener"
             )
-        self._calls: dict[str, Callable[..., Any]] = {}
+        self._listener = listener
+        self._defaults = RebalanceListener()
         for name in REQUIRED + OPTIONAL:
-            call = getattr(listener, name, None)
-            if call is None:
-                call = getattr(defaults, name)
+            call = self._callback(name)
             if not callable(call):
                 raise InvalidArgumentTypeError(f"the listener's {name} ({kind}) is not callable")
-            self._calls[name] = call
+            _check_arguments(name, call, kind)
+
+    def _callback(self, name: str) -> Any:
+        call = getattr(self._listener, name, None)
+        return call if call is not None else getattr(self._defaults, name)
 
     def call(self, name: str, *args: frozenset[TopicPartition]) -> Awaitable[None]:
         """Run callback ``name`` once awaited (a coroutine function is awaited; a plain
         function returns when it has run)."""
-        return _completed(self._calls[name], args)
+        return _completed(self._callback(name), args)
+
+
+def _check_arguments(name: str, call: Callable[..., Any], kind: str) -> None:
+    """``call`` takes what the member passes to callback ``name``: one set of partitions,
+    or (``on_replicas_assigned``) two."""
+    given = ("standby", "warmup") if name == "on_replicas_assigned" else ("partitions",)
+    try:
+        signature = inspect.signature(call)
+    except (TypeError, ValueError):
+        return  # no signature to read (some built-ins): found out when it is called
+    try:
+        signature.bind(*(frozenset[TopicPartition]() for _ in given))
+    except TypeError as exc:
+        raise InvalidArgumentTypeError(
+            f"the listener's {name} ({kind}) cannot be called with ({', '.join(given)}): "
+            f"{exc}; its signature is {name}{signature}"
+        ) from None
 
 
 async def _completed(call: Callable[..., Any], args: tuple[object, ...]) -> None:

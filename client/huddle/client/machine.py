@@ -487,22 +487,25 @@ class MemberCore:
             return self._on_error(code, message)
         return Step(error=code, message=message)
 
-    def leave_request(self) -> LeaveGroupRequest | None:
+    def leave_request(self, reason: str = "the member closed") -> LeaveGroupRequest | None:
         """Dynamic members leave on close; static ones do not (they are expected back)."""
         if self.config.instance_id is not None or not self.member_id:
             return None
         return LeaveGroupRequest(
             group_id=self.config.group_id,
-            members=[MemberIdentity(member_id=self.member_id, reason="the member closed")],
+            members=[MemberIdentity(member_id=self.member_id, reason=reason)],
         )
 
-    def lose_all(self, reason: ErrorCode = E.NONE, message: str = "") -> Step:
-        """The member has (or may have) fallen out of the group: everything it owns is lost."""
+    def lose_all(
+        self, reason: ErrorCode = E.NONE, message: str = "", *, keep_member_id: bool = True
+    ) -> Step:
+        """The member has (or may have) fallen out of the group: everything it owns is lost.
+        It rejoins with its member id, unless ``keep_member_id`` is False (it left)."""
         lost, self.owned = self.owned, frozenset()
         self.standby = self.warmup = frozenset()
         self.previous = frozenset()
         self.owned_generation = NO_GENERATION
-        self.current = self.current.left()
+        self.current = self.current.left() if keep_member_id else NOT_JOINED
         self.state = MemberState.UNJOINED
         self.rejoin_at_ms = None
         self.session.reset()

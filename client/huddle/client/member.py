@@ -11,7 +11,16 @@ returns with nothing left running.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -23,20 +32,29 @@ from prometheus_client import CollectorRegistry
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
 from huddle.client.arguments import check_member
 from huddle.client.assignors.base import ASSIGNORS, Assignor
+from huddle.client.checks import (
+    checked_offsets,
+    checked_partitions,
+    require_number,
+    require_type,
+)
 from huddle.client.connection import Connection, ConnectionClosedError
 from huddle.client.discovery import bootstrap_addresses, connect_coordinator
 from huddle.client.driver import MemberDriver, WaitUntil
 from huddle.client.events import (
     CommitFailedError,
     Event,
+    ListenerFailed,
     MemberFailedError,
     NotConnectedError,
     RebalanceNotice,
     Reconnect,
+    Refused,
     Rejoin,
     SessionExpired,
 )
 from huddle.client.flow import (
+    LEAVE_TIMEOUT_MS,
     Action,
     Call,
     Failed,
@@ -58,6 +76,8 @@ from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
+    AuthenticationError,
+    AuthorizationError,
     CoordinatorNotAvailableError,
     ErrorCode,
     ServerError,
@@ -127,6 +147,7 @@ class Member:
             },
             lags=lags,
             security=security,
+            metrics_registry=metrics_registry,
         )
         self._subscription = Subscription(topics, pattern)
         resolved = [ASSIGNORS.create(a) if isinstance(a, str) else a for a in assignors]
@@ -240,6 +261,11 @@ class Member:
     def rebalance_protocol(self) -> str:
         return self._core.rebalance_protocol.name.lower()
 
+    @property
+    def failure(self) -> MemberFailedError | None:
+        """Why the member stopped, if it failed (what ``wait_stable()`` raises)."""
+        return self._failure
+
     def _stable(self) -> bool:
         return (
             self._core.state is MemberState.STABLE
@@ -249,11 +275,18 @@ class Member:
         )
 
     async def wait_stable(self, timeout: float | None = None) -> None:
-        """Until the member is joined and synced with no follow-up rebalance pending."""
+        """Until the member is joined and synced with no follow-up rebalance pending;
+        ``TimeoutError`` after ``timeout`` seconds (None: no limit). Raises the member's
+        ``MemberFailedError`` once it failed, and a ``UsageError`` once it is closed (it
+        will never be stable again)."""
+        if timeout is not None:
+            require_number("timeout", timeout, positive=False)
         with anyio.fail_after(timeout):
             while True:
                 if self._failure is not None:
                     raise self._failure
+                if self._closed:
+                    raise UsageError("the member is closed: it will not be stable again")
                 if self._stable():
                     return
                 await self._changed.wait()
@@ -279,18 +312,25 @@ class Member:
         self, offsets: Mapping[TopicPartition, int], *, metadata: str | None = None
     ) -> None:
         """Commit offsets in the member's current generation. Raises CommitFailedError if
-        the member is no longer in that generation (its partitions are then lost), and
-        the registered HuddleError for other refusals (e.g. REBALANCE_IN_PROGRESS).
+        the member is no longer in that generation (its partitions are then lost, unless it
+        rejoined a later generation meanwhile: a refusal about a stay it has left changes
+        nothing else), and the registered HuddleError for other refusals (e.g.
+        REBALANCE_IN_PROGRESS).
 
         More than ``REQUEST_PARTITIONS`` offsets go in several requests, one after another
-        (a coordinator bounds the partitions one request may name)."""
+        (a coordinator bounds the partitions one request may name). Offsets are whole
+        numbers from 0 to 2**63 - 1 keyed by ``TopicPartition`` (else
+        ``InvalidArgumentError``)."""
+        items = checked_offsets(offsets)
+        if metadata is not None:
+            require_type("metadata", metadata, str, "a str or None")
         conn = self._require_connection()
         await self._spoken_first()
         generation = self._core.current
         refused = self._driver.commit_refusal(generation, _now_ms())
         if refused is not None:
             raise CommitFailedError(E.ILLEGAL_GENERATION, refused)
-        for chunk in _by_topic(list(offsets.items()), REQUEST_PARTITIONS):
+        for chunk in _by_topic(items, REQUEST_PARTITIONS):
             request = self._driver.commit_request(chunk, metadata, generation)
             sent = _now_ms()
             response = await self._request(conn, request, OffsetCommitResponse, loaded=True)
@@ -311,9 +351,9 @@ class Member:
     ) -> dict[TopicPartition, int | None]:
         """The committed offset of each partition, None where nothing is committed (in
         requests of at most ``REQUEST_PARTITIONS`` partitions)."""
+        wanted = [(tp, None) for tp in checked_partitions(partitions)]
         conn = self._require_connection()
         found: dict[TopicPartition, int | None] = {}
-        wanted = [(tp, None) for tp in dict.fromkeys(partitions)]
         for chunk in _by_topic(wanted, REQUEST_PARTITIONS):
             request = OffsetFetchRequest(
                 group_id=self._core.config.group_id,
@@ -377,6 +417,8 @@ class Member:
                 await self._tg.__aexit__(None, None, None)
             self._events_in.close()
             self._events.close()
+            self._closed = True  # even if closing timed out: nothing runs any more
+            self._notify()
         failure = self._failure
         if failure is not None and (exc is None or absorbed):
             raise failure
@@ -388,21 +430,31 @@ class Member:
         task group (and the application's code inside ``async with``) down with it. An error
         the coordinator answered that no retry can mend stops it too, its ``code`` set: one
         answering the group's requests (FENCED_INSTANCE_ID, ...; the main loop stops), or one
-        refusing the connection (GROUP_AUTHORIZATION_FAILED finding the coordinator,
-        SASL_AUTHENTICATION_FAILED; raised, and chained as the cause)."""
+        refusing the member as it connects (GROUP_AUTHORIZATION_FAILED finding the
+        coordinator, SASL_AUTHENTICATION_FAILED: ``Refused``, the ServerError chained as the
+        cause). Only those carry a code: a ServerError the application's code raised (a
+        commit's, let out of a callback) is the application's failure, ``code`` None."""
         try:
             await self._run()
         except Exception as exc:
-            cause = _first_error(exc)
-            if isinstance(cause, ServerError):
-                failure = MemberFailedError(cause.code, cause.message)
-            else:
-                failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
-            failure.__cause__ = cause
-            self._log.error("member_failed", error=repr(cause))
-            self._failure = failure
-        if self._failure is None:
-            return  # closed
+            self._stopped_by(exc)
+        if self._failure is not None:
+            await self._wake_on_failure()
+
+    def _stopped_by(self, exc: BaseException) -> None:
+        """The member stops with ``exc`` (maybe inside exception groups)."""
+        error = _first_error(exc)
+        wrapped = error.__cause__ if isinstance(error, Refused | ListenerFailed) else None
+        cause = wrapped or error
+        if isinstance(error, Refused) and isinstance(cause, ServerError):
+            failure = MemberFailedError(cause.code, cause.message)
+        else:
+            failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
+        failure.__cause__ = cause
+        self._log.error("member_failed", error=repr(cause))
+        self._failure = failure
+
+    async def _wake_on_failure(self) -> None:
         self._closed = True
         self._notify()
         await anyio.lowlevel.checkpoint()  # a wait_stable() waiting raises it first
@@ -415,17 +467,7 @@ class Member:
         driver = self._driver
         while not driver.closing and self._failure is None:
             try:
-                async with (
-                    connect_coordinator(
-                        self._bootstrap,
-                        self._core.config.group_id,
-                        client_id=self._core.config.client_id,
-                        timeout=min(10.0, driver.heartbeat_timeout_ms / 1000),
-                        start=self._connects,
-                        security=self._security,
-                    ) as conn,
-                    anyio.create_task_group() as tg,
-                ):
+                async with self._coordinator() as conn, anyio.create_task_group() as tg:
                     async with self._offline_lock:  # an offline loss being handled ends first
                         self._offline = False
                         self._lost = False
@@ -468,6 +510,28 @@ class Member:
             await self._perform_flow(self._flow.closed_while_disconnected(), None)
         self._closed = True
         self._notify()
+
+    @asynccontextmanager
+    async def _coordinator(self) -> AsyncIterator[Connection]:
+        """A connection to the group's coordinator; its refusal of this member (a ServerError
+        authenticating it, or finding the coordinator for it) is raised as ``Refused``."""
+        async with AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(
+                    connect_coordinator(
+                        self._bootstrap,
+                        self._core.config.group_id,
+                        client_id=self._core.config.client_id,
+                        timeout=min(10.0, self._driver.heartbeat_timeout_ms / 1000),
+                        start=self._connects,
+                        security=self._security,
+                    )
+                )
+            except (AuthenticationError, AuthorizationError) as exc:
+                if isinstance(exc, ServerError):
+                    raise Refused(exc.message) from exc
+                raise
+            yield conn
 
     async def _until_lost(
         self, work: Callable[[Connection], Awaitable[None]], conn: Connection
@@ -563,9 +627,9 @@ class Member:
         with anyio.CancelScope(shield=True), anyio.CancelScope() as self._callback_scope:
             try:
                 await call
-            except Exception:
+            except Exception as exc:
                 self._log.exception("listener_failed", callback=name)
-                raise  # the member stops: MemberFailedError, this as its cause
+                raise ListenerFailed(name) from exc  # MemberFailedError, exc as its cause
             finally:
                 self._callback_scope = None
         await anyio.lowlevel.checkpoint()
@@ -591,6 +655,13 @@ class Member:
             action = driver.heartbeat(now)
             if isinstance(action, SessionExpired):  # a callback overran: given up
                 self._post(action)
+                leave = driver.leave_after_give_up()
+                if leave is not None:  # once, whatever comes of it (Kafka's maybeLeaveGroup)
+                    try:
+                        await conn.request(leave, timeout=LEAVE_TIMEOUT_MS / 1000)
+                        self._log.info("member_left", member_id=leave.members[0].member_id)
+                    except TimeoutError as exc:
+                        self._log.warning("leave_failed", error=str(exc) or "timed out")
                 continue
             if isinstance(action, WaitUntil):
                 with anyio.move_on_after(None if action.at is None else (action.at - now) / 1000):
@@ -631,7 +702,12 @@ class Member:
                     async with self._offline_lock:
                         if self._offline:
                             flow = self._flow.expired_while_disconnected(wake)
-                            await self._perform_flow(flow, None)
+                            try:
+                                await self._perform_flow(flow, None)
+                            except ListenerFailed as failed:  # as the main loop's
+                                self._stopped_by(failed)
+                                await self._wake_on_failure()
+                                return
                 elif self._lost:  # the connection's end is still under way: lost after it
                     self._offline_expiry = wake
                 continue

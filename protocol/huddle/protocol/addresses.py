@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from huddle.protocol.errors import InvalidArgumentError
+from huddle.protocol.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})  # listen on all: not an address to dial
 
@@ -10,6 +10,7 @@ UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})  # listen on all: not an ad
 def parse_address(address: str, *, what: str = "address") -> tuple[str, int]:
     """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; InvalidArgumentError (a
     ValueError) if malformed."""
+    _require_str(address, what)
     text = address.strip()
     problem = f"{what} {address!r} is not HOST:PORT"
     if text.startswith("["):
@@ -34,6 +35,7 @@ def parse_address(address: str, *, what: str = "address") -> tuple[str, int]:
 def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str, int]]:
     """``"h1:9292,h2:9292"`` -> ``[(h1, 9292), (h2, 9292)]``, in order, duplicates dropped;
     InvalidArgumentError (a ValueError) naming the malformed part, or for an empty list."""
+    _require_str(addresses, what)
     parsed: list[tuple[str, int]] = []
     for part in addresses.split(","):
         if not part.strip():
@@ -44,6 +46,14 @@ def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str,
     if not parsed:
         raise InvalidArgumentError(f"no {what} given in {addresses!r}")
     return parsed
+
+
+def _require_str(value: object, what: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a str ('HOST:PORT', several separated by commas), "
+            f"not {type(value).__name__}"
+        )
 
 
 def format_address(host: str, port: int) -> str:

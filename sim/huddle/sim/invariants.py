@@ -58,12 +58,13 @@ class ViolationFound(Exception):
 @dataclass(slots=True)
 class Stay:
     """A member's current stay in the group, from its last JoinGroup: the generation it was
-    assigned partitions in (if it was), and whether anything that may end a stay has
-    happened to it since it joined (its connection lost, a pause, a restart, a callback
-    that overran)."""
+    assigned partitions in (if it was), whether anything that may end a stay has happened to
+    it since it joined (its connection lost, a pause, a restart), and the generation it gave
+    itself up in, if a callback of it overran the rebalance timeout."""
 
     assigned: Generation | None = None
     shaken: bool = False
+    gave_up: Generation | None = None
 
 
 class Checker:
@@ -251,9 +252,25 @@ class Checker:
 
     # --- stays in a generation -------------------------------------------------------
 
-    def joining(self, m: SimMember) -> None:
-        """``m`` sends a JoinGroup: a new stay begins."""
+    def joining(self, m: SimMember, member_id: str) -> None:
+        """``m`` sends a JoinGroup as ``member_id``: a new stay begins. A member that gave
+        itself up in the stay before (a callback overran) left the group, or must count
+        itself out of it if static: it rejoins with no member id (Kafka's
+        ``resetGenerationOnLeaveGroup``), never with the one it gave up, which a coordinator
+        that still holds it would answer with the very generation it lost."""
+        stay = self.stays.get(m.index)
+        gave_up = stay.gave_up if stay is not None else None
+        if gave_up is not None and gave_up.member_id and member_id == gave_up.member_id:
+            self.fail(
+                "lost-with-a-cause",
+                f"member {m.index} gave itself up in generation {gave_up.id} (a callback "
+                f"overran) and rejoins with the member id it gave up, {member_id}",
+            )
         self.stays[m.index] = Stay()
+
+    def gave_up(self, m: SimMember) -> None:
+        """A callback of ``m`` overran the rebalance timeout: it gives its stay up."""
+        self.stays.setdefault(m.index, Stay()).gave_up = m.core.current
 
     def shaken(self, m: SimMember) -> None:
         """Something happened to ``m`` that may cost it its place in the group."""
@@ -262,11 +279,12 @@ class Checker:
     def lost(self, m: SimMember) -> None:
         """``on_partitions_lost`` begins: the member fell out of the group, or may have. A
         member assigned partitions in a generation loses them only if something may have
-        ended that stay since it joined: something happened to the member (``shaken``), or
-        the coordinator no longer holds it in that generation, Stable. Otherwise the loss
-        was decided about an earlier stay and applied to this one (issue 24, item 13)."""
+        ended that stay since it joined: something happened to the member (``shaken``), it
+        gave the stay up (a callback overran), or the coordinator no longer holds it in that
+        generation, Stable. Otherwise the loss was decided about an earlier stay and applied
+        to this one (issue 24, item 13)."""
         stay = self.stays.get(m.index)
-        if stay is None or stay.assigned is None or stay.shaken:
+        if stay is None or stay.assigned is None or stay.shaken or stay.gave_up is not None:
             return
         core = self.world.host.core
         group = core.groups.get(GROUP_ID) if core is not None else None

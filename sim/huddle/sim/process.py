@@ -22,6 +22,7 @@ from huddle.client.assignors.base import ASSIGNORS, Assignor
 from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
 from huddle.client.events import Event, RebalanceNotice, Reconnect, Rejoin, SessionExpired
 from huddle.client.flow import (
+    LEAVE_TIMEOUT_MS,
     Action,
     Call,
     Failed,
@@ -506,7 +507,7 @@ class SimMember:
         match action:
             case Call(request, expect, timeout_ms, _):
                 if isinstance(request, JoinGroupRequest):
-                    self.world.checker.joining(self)
+                    self.world.checker.joining(self, request.member_id)
                     if self.false_claim:
                         request = self._lie(request)
                 timeout = self.core.config.session_timeout_ms if timeout_ms is None else timeout_ms
@@ -762,8 +763,11 @@ class SimMember:
             return
         action = driver.heartbeat(now)
         while isinstance(action, SessionExpired):  # a callback overran: given up
-            self.world.checker.shaken(self)
+            self.world.gave_up(self)
             self._post(action)
+            leave = driver.leave_after_give_up()
+            if leave is not None:  # once, whatever comes of it (the runtime's heartbeat task)
+                self._send(leave, _ignored, LEAVE_TIMEOUT_MS)
             action = driver.heartbeat(now)
         if isinstance(action, WaitUntil):
             timer = self.hb_timer
@@ -811,6 +815,10 @@ class SimMember:
             and self.idle()
             and not self._zombie(self.now_ms())
         )
+
+
+def _ignored(response: Response) -> None:
+    """The answer to a request whose outcome changes nothing."""
 
 
 def _short(message: object) -> str:

@@ -195,6 +195,14 @@ class World:
         if name == "on_partitions_lost":
             self.checker.lost(m)
 
+    def gave_up(self, m: SimMember) -> None:
+        """A callback of ``m`` overran the rebalance timeout: it gives itself up (a fault
+        of the application's, as a pause is): it may lose what it owns, and must rejoin
+        with a new member id (``lost-with-a-cause``)."""
+        until = self.sched.now + self.trouble_window_ms
+        self.troubled_until[m.index] = max(self.troubled_until[m.index], until)
+        self.checker.gave_up(m)
+
     def trace(
         self, m: SimMember | None, what: str, *, detail: bool = False, **details: object
     ) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from huddle.protocol.errors import HuddleError
+
 START_TIMEOUT_S = 30.0
 # Fast group rules for tests: a group forms as soon as its members join, short sessions pass.
 TEST_FLAGS: tuple[str, ...] = (
@@ -27,8 +29,9 @@ TEST_FLAGS: tuple[str, ...] = (
 )
 
 
-class CoordinatorError(RuntimeError):
-    """The coordinator did not start, or stopped by itself; says why with its last words."""
+class CoordinatorError(HuddleError, RuntimeError):
+    """The coordinator did not start, or stopped by itself; says why with its last words.
+    A ``HuddleError``, and a ``RuntimeError`` as before."""
 
 
 class CoordinatorProcess:

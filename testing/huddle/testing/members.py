@@ -12,16 +12,18 @@ import anyio.abc
 
 from huddle.client.events import MemberFailedError
 from huddle.client.member import Member
+from huddle.protocol.errors import InvalidArgumentError
 
 
 class _Running:
-    __slots__ = ("done", "member", "scope", "stop")
+    __slots__ = ("done", "member", "scope", "stop", "withdrawn")
 
     def __init__(self, member: Member) -> None:
         self.member = member
         self.stop = anyio.Event()
         self.done = anyio.Event()
         self.scope = anyio.CancelScope()
+        self.withdrawn = False  # stopped or killed by the test
 
 
 class MemberSet:
@@ -56,15 +58,17 @@ class RunningMembers:
 
     @property
     def members(self) -> dict[str, Member]:
-        """The members started and not stopped or killed, by name."""
-        return {n: r.member for n, r in self._members.items() if not r.done.is_set()}
+        """The members started and not stopped or killed, by name. One the coordinator
+        refused for good stays until it is stopped: its ``wait_stable()``, and
+        ``wait_settled`` over it, raise its ``MemberFailedError``."""
+        return {n: r.member for n, r in self._members.items() if not r.withdrawn}
 
     async def start(self, name: str, **options: Any) -> Member:
         """A member in its own task (``group_id``, ``topics`` and any ``Member`` option;
         ``client_id`` defaults to the name). Returns once it runs, not once it joined:
         ``wait_settled`` or ``member.wait_stable()`` for that."""
         if name in self.members:
-            raise ValueError(f"a member named {name!r} runs already")
+            raise InvalidArgumentError(f"a member named {name!r} runs already")
         settings = {**self._owner.defaults, "client_id": name, **options}
         member = Member(self._owner.bootstrap, **settings)
         running = _Running(member)
@@ -94,6 +98,7 @@ class RunningMembers:
         running = self._members[name]
         running.stop.set()
         await running.done.wait()
+        running.withdrawn = True
 
     async def kill(self, name: str) -> None:
         """Drop the member as if its process died: no LeaveGroup, its connection closes;
@@ -101,6 +106,7 @@ class RunningMembers:
         running = self._members[name]
         running.scope.cancel()
         await running.done.wait()
+        running.withdrawn = True
 
     async def stop_all(self) -> None:
         for name in list(self.members):

@@ -9,11 +9,12 @@ import anyio
 from huddle.client.machine import MemberState
 from huddle.client.member import Member
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import HuddleError
 
 POLL_S = 0.02
 
 
-class NotSettledError(AssertionError):
+class NotSettledError(HuddleError, AssertionError):
     """The group did not settle in time; says who owned what at the deadline."""
 
 
@@ -33,16 +34,23 @@ async def wait_settled(
     members: Iterable[Member], partitions: Mapping[str, int], within: float = 10.0
 ) -> None:
     """Wait until the members settle with every partition of ``partitions`` (topic ->
-    count) owned exactly once; NotSettledError after ``within`` seconds."""
+    count) owned exactly once; NotSettledError after ``within`` seconds. A member that
+    failed (the coordinator refused it for good, say) will never settle: its
+    ``MemberFailedError`` is raised at once."""
     group = list(members)
     expected = frozenset(TopicPartition(t, p) for t, n in partitions.items() for p in range(n))
     with anyio.move_on_after(within):
         # members change state each on its own, with nothing to wait on for all of them
-        while not settled(group, expected):  # noqa: ASYNC110
+        while not settled(group, expected):
+            for m in group:
+                if m.failure is not None:
+                    raise m.failure
             await anyio.sleep(POLL_S)
         return
-    owners = {m.member_id or "?": sorted(m.assignment) for m in group}
+    owners = [
+        f"{m.member_id or '(no member id)'} {m.state.value}: {sorted(m.assignment)}" for m in group
+    ]
     raise NotSettledError(
         f"the group did not settle within {within:g} s with {len(expected)} partitions "
-        f"owned once; owned: {owners}"
+        f"owned once; owned: {'; '.join(owners)}"
     )

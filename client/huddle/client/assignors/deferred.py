@@ -38,8 +38,8 @@ from huddle.client.assignors.base import (
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.client.checks import MAX_INT32, require_number
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import InvalidArgumentError
 
 
 @ASSIGNORS.register
@@ -58,17 +58,16 @@ class DeferredAssignor(Assignor):
         revoke_backoff_initial_ms: int = 1_000,
         revoke_backoff_max_ms: int | None = None,
     ) -> None:
-        if max_moves_per_round is not None and max_moves_per_round < 1:
-            raise InvalidArgumentError("max_moves_per_round must be at least 1 (or None: no limit)")
+        if max_moves_per_round is not None:  # None: no limit
+            require_number("max_moves_per_round", max_moves_per_round, positive=True, whole=True)
         delays = {
             "scheduled_rebalance_max_delay_ms": scheduled_rebalance_max_delay_ms,
             "move_pause_ms": move_pause_ms,
             "revoke_backoff_initial_ms": revoke_backoff_initial_ms,
             "revoke_backoff_max_ms": revoke_backoff_max_ms or 0,
         }
-        for setting, value in delays.items():
-            if value < 0:
-                raise InvalidArgumentError(f"{setting} must be 0 or more, not {value}")
+        for setting, value in delays.items():  # sent to members: whole ms of 32 bits
+            require_number(setting, value, positive=False, whole=True, most=MAX_INT32)
         self.max_delay_ms = scheduled_rebalance_max_delay_ms
         self.pacer = Pacer(
             max_moves=max_moves_per_round,

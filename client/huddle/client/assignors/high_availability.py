@@ -29,8 +29,8 @@ from huddle.client.assignors.base import (
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.client.checks import require_number
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import InvalidArgumentError
 
 
 @ASSIGNORS.register
@@ -47,16 +47,18 @@ class HighAvailabilityAssignor(Assignor):
         probing_rebalance_interval_ms: int = 600_000,
         balance_factor: int = 1,
     ) -> None:
-        if acceptable_recovery_lag < 0:
-            raise InvalidArgumentError("acceptable_recovery_lag must be >= 0")
-        if num_standby_replicas < 0:
-            raise InvalidArgumentError("num_standby_replicas must be >= 0")
-        if max_warmup_replicas < 1:
-            raise InvalidArgumentError("max_warmup_replicas must be >= 1")
-        if probing_rebalance_interval_ms < 1:
-            raise InvalidArgumentError("probing_rebalance_interval_ms must be >= 1")
-        if balance_factor < 1:
-            raise InvalidArgumentError("balance_factor must be >= 1")
+        require_number(
+            "acceptable_recovery_lag", acceptable_recovery_lag, positive=False, whole=True
+        )
+        require_number("num_standby_replicas", num_standby_replicas, positive=False, whole=True)
+        require_number("max_warmup_replicas", max_warmup_replicas, positive=True, whole=True)
+        require_number(
+            "probing_rebalance_interval_ms",
+            probing_rebalance_interval_ms,
+            positive=True,
+            whole=True,
+        )
+        require_number("balance_factor", balance_factor, positive=True, whole=True)
         self.balance_factor = balance_factor
         self.acceptable_recovery_lag = acceptable_recovery_lag
         self.num_standby_replicas = num_standby_replicas
