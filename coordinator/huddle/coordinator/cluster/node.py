@@ -13,7 +13,8 @@ A node keeps its lease alive and judges it by its own clock (``LeaseGuard``): pa
 guard's deadline it serves nothing. Every third of the TTL it reads the nodes and owners,
 computes the layout every node computes (``target_owners``), claims the unowned shards meant
 for it and releases the ones meant for another node (it stops serving one before it deletes
-its key, and the delete is fenced on its epoch).
+its key, and the delete is fenced on its epoch). A shard it still owns but stopped serving
+(a write failed, or its outcome is unknown) is served again only under a new epoch.
 
 Each of the node's loops (the lease keeper, the deadline fence, the reconcile loop, the
 watches) runs supervised (``huddle.coordinator.supervisor``): one that dies is started again,
@@ -404,10 +405,26 @@ class ClusterNode:
                 await self.store.write_fenced(key, held, {}, deletes=[key])
                 log.info("shard_released", node=self.node_id, shard=shard, to=owner)
             elif mine and shard not in self._owned and epochs[shard]:
-                # its load failed, or a write failed: take it up again from what etcd holds
-                await self._serve(shard, epochs[shard], lease)
+                # its load failed, a write failed or may have, or the lease's deadline
+                # passed: taken up again from what etcd holds, under a new epoch
+                await self._serve_again(shard, epochs[shard], lease)
         if self.lease is lease:
             self.reconciled_at = self.clock()
+
+    async def _serve_again(self, shard: int, epoch: int, lease: Lease) -> None:
+        """Serve a shard this node still owns in etcd but stopped serving, never under the
+        epoch it served it under: a write made then whose outcome is unknown (its deadline
+        passed, its connection was lost) may still be on its way, on a connection left
+        behind, and would land after any write made since. The owner key is written again
+        (fenced on that epoch, under the lease): its new revision is the new epoch, and
+        that write, when it lands, is refused. Then it is loaded from etcd."""
+        key = self._key("shards", str(shard))
+        renewed = await self.store.renew(key, self.node_id.encode(), epoch, lease)
+        if renewed is None:
+            return  # it moved on meanwhile: the next reconcile sees where
+        log.info("shard_epoch_renewed", node=self.node_id, shard=shard, old=epoch, epoch=renewed)
+        self.epochs[shard] = renewed
+        await self._serve(shard, renewed, lease)
 
     async def _serve(self, shard: int, epoch: int, lease: Lease) -> None:
         """Load ``shard`` (requests for it meanwhile are told to wait), then serve it, if
