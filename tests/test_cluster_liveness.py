@@ -145,7 +145,7 @@ async def test_a_write_that_never_ends_is_given_up_and_the_next_batch_goes() -> 
         return True
 
     keeper = EtcdKeeper(
-        asyncio.get_running_loop(), write, stamp=lambda r: 1, release=released.append,
+        asyncio.get_running_loop(), write, stamp=lambda r: (r, 1), release=released.append,
         refuse=refused.append, deadline_s=0.2, give_up=given_up.append,
     )  # fmt: skip
     record = OffsetRecord("g", "t", 0, 1, None)
@@ -173,7 +173,7 @@ async def test_a_write_cancelled_from_inside_does_not_hold_the_keeper_up() -> No
         return True
 
     keeper = EtcdKeeper(
-        asyncio.get_running_loop(), write, stamp=lambda r: 1, release=released.append,
+        asyncio.get_running_loop(), write, stamp=lambda r: (r, 1), release=released.append,
         refuse=refused.append,
     )  # fmt: skip
     record = OffsetRecord("g", "t", 0, 1, None)
@@ -222,7 +222,8 @@ async def test_a_shard_taken_while_the_topics_watch_lags_keeps_offsets_of_unseen
             }
 
         assert kept() == expected
-        watching = asyncio.create_task(serving.watch_topics(before + 1))
+        serving.topics.next_revision = before + 1  # as a watch lagging that far behind
+        watching = asyncio.create_task(serving.topics.watch())
         try:
             await wait_until(
                 lambda: core.topics.partitions == {"t": 4}, what="the watch catching up"

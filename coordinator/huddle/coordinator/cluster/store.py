@@ -24,8 +24,8 @@ dead link never ends by itself.
 A write is never made twice. One whose call failed (no answer within its deadline, the
 connection lost or closed under it) has an *unknown outcome*: its bytes may still reach
 etcd later, on the connection left behind, after writes made since. Its caller must act on
-that (``huddle.coordinator.cluster.node``: the shard's epoch is moved before it is served
-again); making it again on another endpoint would let the first copy land after later
+that (``ClusterNode.renew``: the shard's epoch is renewed before anything is written under
+it again); making it again on another endpoint would let the first copy land after later
 writes. Reads and lease calls are made again on the next endpoint.
 """
 
