@@ -242,7 +242,8 @@ class ClusterNode:
 
     def liveness(self) -> NodeLiveness:
         """Seconds since the lease was last refreshed (or granted) and since the shards were
-        last reconciled, and how often a loop had to be started again."""
+        last reconciled, how often a loop had to be started again, and whether the node is
+        registered (holds a lease) now."""
         now = self.clock()
 
         def ago(at: float | None) -> float | None:
@@ -252,6 +253,7 @@ class ClusterNode:
             lease_refreshed_s_ago=ago(self.lease_refreshed_at),
             reconciled_s_ago=ago(self.reconciled_at),
             task_restarts=self.restarts.total,
+            registered=self.lease is not None and not self.guard.lost,
         )
 
     async def run(self) -> None:

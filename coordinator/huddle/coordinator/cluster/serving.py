@@ -209,6 +209,7 @@ class ClusterServing:
             nodes=nodes,
             shards=shards,
             liveness=node.liveness(),
+            served=sorted(node.owned()),
         )
 
     # --- shards coming and going -----------------------------------------------------
