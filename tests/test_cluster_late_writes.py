@@ -5,12 +5,18 @@ node connects again, and the held bytes reach etcd at the end."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import msgspec
 import pytest
 
 from huddle.client import Admin
 from huddle.client.connection import connect
+from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.store import EtcdStore, StoreTimeout
+from huddle.coordinator.core import Coordinator
 from huddle.coordinator.records import OffsetRecord
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -160,3 +166,50 @@ async def test_an_abandoned_topic_creation_never_brings_a_deleted_topic_back(
     finally:
         await direct.close()
         await link.close()
+
+
+async def test_a_commit_whose_write_outcome_is_unknown_is_written_again_renewed(
+    etcd: Etcd,
+) -> None:
+    """The write reached etcd, but its answer did not reach the node (a deadline passed):
+    the shard's epoch is renewed and the write made again under the new one, so the commit
+    is acknowledged and the shard goes on being served, loaded nowhere again."""
+
+    class AnswerLost(EtcdStore):
+        lost = 1
+
+        async def write_if(self, *args: Any, **kwargs: Any) -> int | None:
+            written = await super().write_if(*args, **kwargs)
+            if self.lost and kwargs.get("lease") is None:
+                self.lost -= 1
+                raise StoreTimeout("etcd did not answer within 3 s")
+            return written
+
+    store = await AnswerLost.connect([etcd.endpoint])
+    try:
+        node = ClusterNode(store, node_id="n1", advertise="127.0.0.1:1", shards=1, prefix="/lost")
+        serving = ClusterServing(
+            Coordinator(), store, node, now=time.monotonic, dispatch=lambda out: None,
+            drain=_nothing,
+        )  # fmt: skip
+        await store.put(b"/lost/topics/t", b"1")
+        await serving.topics.load()
+        await node.register()
+        await node.reconcile()
+        epoch = node.epoch(0)
+        assert epoch is not None
+        assert await serving.write([serving.stamp(OffsetRecord("g", "t", 0, 42))])
+        renewed = node.epoch(0)
+        assert renewed is not None
+        assert renewed > epoch
+        assert serving.loads == 1  # served all along
+        kept = await store.get(b"/lost/offsets/0/g/t/0")
+        assert kept is not None
+        assert msgspec.msgpack.decode(kept.value, type=OffsetRecord).offset == 42
+        await node.leave()
+    finally:
+        await store.close()
+
+
+async def _nothing() -> None:
+    return None
