@@ -6,7 +6,8 @@ scenario with the harness's Python API: one etcd and three ``huddle serve --clus
 fault proxy of its own), three cooperative-sticky members committing every 200 ms, and
 faults one at a time, each healed: etcd frozen (SIGSTOP 1.5-2.7 s), killed and started
 again on its data dir and port, the group's owner frozen past its lease, its links to etcd
-and to its clients blackholed or reset, a member frozen. After each heal it measures the
+and to its clients blackholed or reset, its open connections to etcd dropping what it sends
+(one way), a member frozen. After each heal it measures the
 time until etcd answers, then until every shard is served again.
 
 Prints (JSON, with the CPU model) the faults survived, the recoveries that missed the bound

@@ -2,8 +2,9 @@
 one etcd (lease TTL 2 s, 6 shards), three cooperative members committing every 200 ms, and
 faults one at a time, each healed: etcd frozen, killed and started again, the group's owner
 frozen past its lease, its links to etcd and to its clients blackholed or reset (calls in
-flight), a member frozen. After every heal, every shard is served again within the lease TTL
-and a few seconds of etcd answering. ``huddle chaos run etcd-faults`` runs the long one."""
+flight), its connections to etcd dropping what it sends, a member frozen. After every heal,
+every shard is served again within the lease TTL and a few seconds of etcd answering.
+``huddle chaos run etcd-faults`` runs the long one."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from huddle.chaos.procs import pid_alive
 from huddle.chaos.scenarios import CLUSTER_LEASE_S, Scenario, etcd_fault_steps
 from tests.etcd import require_etcd
 
-FAULTS = 24  # each kind three times or more
+FAULTS = 24  # each kind three times
 GAP_S = 1.5  # from a heal to the next fault
 
 

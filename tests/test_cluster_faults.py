@@ -300,7 +300,7 @@ async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> Non
                     return False
 
             await eventually(all_listed, what="every group is listed")
-        result = await asyncio.to_thread(_status, bootstrap, "--json")
+        result = await asyncio.to_thread(run_status, bootstrap, "--json")
         assert result.returncode == 0, result.stderr
         status = json.loads(result.stdout)
         assert status["shard_count"] == SHARDS
@@ -318,7 +318,7 @@ async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> Non
             assert 0 <= node["lease_refreshed_s_ago"] < TTL_S, node
             assert 0 <= node["reconciled_s_ago"] < TTL_S, node
             assert node["task_restarts"] == 0
-        text = await asyncio.to_thread(_status, bootstrap)
+        text = await asyncio.to_thread(run_status, bootstrap)
         assert text.returncode == 0, text.stderr
         head, *rows = text.stdout.split("\n\n")[1].splitlines()
         assert head.split()[-4:] == ["LEASE", "REFRESHED", "RECONCILED", "RESTARTS"]
@@ -326,7 +326,7 @@ async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> Non
         assert all(row.count("s ago") == 2 for row in rows), rows
 
 
-def _status(bootstrap: str, *flags: str) -> subprocess.CompletedProcess[str]:
+def run_status(bootstrap: str, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "huddle", "cluster", "status", "--bootstrap", bootstrap, *flags],
         capture_output=True,

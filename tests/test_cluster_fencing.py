@@ -127,14 +127,16 @@ async def test_a_change_of_an_earlier_serving_is_not_written(store: EtcdStore) -
     group = "orders"
     shard = shard_of(group, SHARDS)
     record: Record = OffsetRecord(group, "t", 0, 41, None)
-    earlier: Stamped = (record, serving.stamp(record))
+    await store.put(b"/fencing/topics/t", b"1")
+    await serving.topics.load()
+    earlier: Stamped = serving.stamp(record)
     node.depose(shard, "a write timed out")  # the key is still the node's, same epoch
     await node.reconcile()  # taken up again, from what etcd holds
     assert node.serves(shard)
     assert not await serving.write([earlier])  # refused, not written
     key = f"/fencing/offsets/{shard}/{quote(group, safe='')}/t/0".encode()
     assert await store.get(key) is None
-    now: Stamped = (record, serving.stamp(record))
+    now: Stamped = serving.stamp(record)
     assert await serving.write([now])
     assert await store.get(key) is not None
     await node.leave()
@@ -167,7 +169,7 @@ async def test_giving_a_shard_up_waits_for_the_write_under_way_only() -> None:
         return True
 
     loop = asyncio.get_running_loop()
-    keeper = EtcdKeeper(loop, write, stamp=lambda r: 1, release=lambda h: None, refuse=_refuse)
+    keeper = EtcdKeeper(loop, write, stamp=lambda r: (r, 1), release=lambda h: None, refuse=_refuse)
     record = OffsetRecord("g", "t", 0, 1, None)
     keeper.hold([record], 1, None, [])
     keeper.submit()  # the first batch is being written

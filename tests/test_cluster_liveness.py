@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, suppress
 from urllib.parse import quote
 
 import msgspec
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.typing import EventDict
@@ -33,6 +34,7 @@ from tests.helpers import wait_until
 __all__ = ["etcd"]  # the fixture
 
 TTL_S = 2
+STORE_S = 3.0  # every etcd call's deadline, as a node runs (cluster.running)
 SHARDS = 6
 # every shard served again within the lease TTL and this, once etcd answers again
 SLACK_S = 5.0
@@ -132,6 +134,58 @@ async def test_a_link_to_etcd_that_died_silently_is_left_for_a_new_one(etcd: Etc
             await direct.close()
 
 
+@pytest.mark.parametrize("ttl_s", [2, 3])
+async def test_a_link_to_etcd_dropping_the_node_s_packets_does_not_cost_its_lease(
+    etcd: Etcd, logs: list[EventDict], ttl_s: int
+) -> None:
+    """The node's connection to etcd drops what the node sends (one way, no reset): a
+    keep-alive unanswered for a sixth of the TTL marks it suspect and a second one goes on
+    a new connection, in time to keep the lease. Before, the keep-alive's deadline (two
+    thirds of the TTL) passed without the connection being suspected, the next one went
+    down the same dead link, and the node always lost its lease: every shard moved away
+    and back for a fault a new connection fixes at once."""
+    direct = await EtcdStore.connect([etcd.endpoint])
+    prefix = f"/oneway{ttl_s}"
+    async with fault_proxy(*etcd.endpoint) as proxy:
+        store = await EtcdStore.connect([("127.0.0.1", proxy.port)], timeout_s=STORE_S)
+        node = ClusterNode(
+            store, node_id="n1", advertise="127.0.0.1:9001", shards=SHARDS, prefix=prefix,
+            ttl_s=ttl_s,
+        )  # fmt: skip
+        await node.register()
+        assert node.lease is not None
+        lease = node.lease.id
+        task = asyncio.create_task(node.run())
+        try:
+            await wait_until(lambda: len(node.owned()) == SHARDS, what="every shard served")
+            assert proxy.abandon(one_way=True) > 0
+            dropped_at = time.monotonic()
+            await wait_until(lambda: store.reconnects >= 1, what="a new connection")
+            await wait_until(
+                lambda: time.monotonic() - dropped_at > ttl_s + 1.0,
+                wait_s=ttl_s + SLACK_S,
+                what="the lease's TTL and a second past the drop",
+            )
+            await wait_until(
+                lambda: len(node.owned()) == SHARDS,
+                wait_s=ttl_s + SLACK_S,
+                what="every shard served",
+            )
+            assert node.lease is not None
+            assert node.lease.id == lease
+            owners = await direct.get_prefix(f"{prefix}/shards/".encode())
+            assert {e.lease for e in owners.values()} == {lease}  # no shard ever moved
+            lost = {"lease_lost", "node_rejoined", "register_failed"}
+            assert [e["event"] for e in logs if e["event"] in lost] == []
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            with suppress(Exception):
+                await asyncio.wait_for(node.leave(), ttl_s)
+            await store.close()
+            await direct.close()
+
+
 async def test_a_write_that_never_ends_is_given_up_and_the_next_batch_goes() -> None:
     writes: list[int] = []
     refused: list[list[Held]] = []
@@ -145,7 +199,7 @@ async def test_a_write_that_never_ends_is_given_up_and_the_next_batch_goes() -> 
         return True
 
     keeper = EtcdKeeper(
-        asyncio.get_running_loop(), write, stamp=lambda r: 1, release=released.append,
+        asyncio.get_running_loop(), write, stamp=lambda r: (r, 1), release=released.append,
         refuse=refused.append, deadline_s=0.2, give_up=given_up.append,
     )  # fmt: skip
     record = OffsetRecord("g", "t", 0, 1, None)
@@ -173,7 +227,7 @@ async def test_a_write_cancelled_from_inside_does_not_hold_the_keeper_up() -> No
         return True
 
     keeper = EtcdKeeper(
-        asyncio.get_running_loop(), write, stamp=lambda r: 1, release=released.append,
+        asyncio.get_running_loop(), write, stamp=lambda r: (r, 1), release=released.append,
         refuse=refused.append,
     )  # fmt: skip
     record = OffsetRecord("g", "t", 0, 1, None)
@@ -222,7 +276,8 @@ async def test_a_shard_taken_while_the_topics_watch_lags_keeps_offsets_of_unseen
             }
 
         assert kept() == expected
-        watching = asyncio.create_task(serving.watch_topics(before + 1))
+        serving.topics.next_revision = before + 1  # as a watch lagging that far behind
+        watching = asyncio.create_task(serving.topics.watch())
         try:
             await wait_until(
                 lambda: core.topics.partitions == {"t": 4}, what="the watch catching up"

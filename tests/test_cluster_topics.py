@@ -4,6 +4,7 @@ etcd watch), and each node tells its members."""
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 from huddle.client import Admin
 from huddle.coordinator.cluster.node import ClusterNode
@@ -63,11 +64,11 @@ async def test_a_topic_changed_through_one_node_reaches_the_members_of_another(
 
 async def test_a_topic_change_etcd_does_not_keep_is_undone_in_memory(etcd: Etcd) -> None:
     """The node applied a topic creation, then etcd refused the write: it answers the
-    creation NOT_COORDINATOR (not kept) and takes etcd's topics back, so this node does
-    not list a topic no other node has."""
+    creation COORDINATOR_NOT_AVAILABLE (not kept) and takes etcd's topics back, so this node
+    does not list a topic no other node has."""
 
     class Refusing(EtcdStore):
-        async def put(self, key: bytes, value: bytes) -> None:
+        async def write_if(self, *args: Any, **kwargs: Any) -> int | None:
             raise ConnectionError("etcd refused the write")
 
     store = await Refusing.connect([etcd.endpoint])
@@ -81,7 +82,7 @@ async def test_a_topic_change_etcd_does_not_keep_is_undone_in_memory(etcd: Etcd)
         request = CreateTopicsRequest(topics=[TopicSpec(name="orders", partitions=3)])
         core.handle(Peer(1, "admin", "127.0.0.1"), 1, request, 0.0)
         assert core.topics.partitions == {"orders": 3}
-        assert not await serving.write([(r, None) for r in core.take_changes()])
+        assert not await serving.write([serving.stamp(r) for r in core.take_changes()])
         assert core.topics.partitions == {}
     finally:
         await store.close()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from structlog.typing import EventDict
 
-from huddle.coordinator.supervisor import Beat, Restarts, supervise
+from huddle.coordinator.supervisor import Beat, Restarts, progress, supervise
 from tests.helpers import wait_until
 
 Body = Callable[[Beat], Coroutine[Any, Any, None]]
@@ -146,3 +146,39 @@ async def test_a_process_that_stood_still_is_not_taken_for_a_stalled_task(
         await wait_until(lambda: len(beats) > 1 and beats[-1] - beats[0] > 0.4, what="beats")
         assert restarts.total == 0
     assert events(logs, "task_stalled") == []
+
+
+async def test_progress_of_a_task_the_body_started_is_not_the_body_s(
+    logs: list[EventDict],
+) -> None:
+    """A task made inside a supervised body inherits its context (a keeper's write started
+    from the reconcile loop, say): its calls must not keep the body, hung meanwhile, from
+    being taken for stalled."""
+    runs: list[str] = []
+    helpers: list[asyncio.Task[None]] = []
+    beats: list[float] = []
+
+    async def helper() -> None:
+        while True:
+            progress()  # a store call ended, in the helper's own task
+            await asyncio.sleep(0.01)
+
+    async def body(beat: Beat) -> None:
+        runs.append("started")
+        if len(runs) == 1:
+            helpers.append(asyncio.get_running_loop().create_task(helper()))
+            await asyncio.Event().wait()  # hung: only the helper goes on
+        while True:
+            progress()  # the body's own progress counts
+            beats.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    try:
+        async with supervised(body, stall_s=0.3) as restarts:
+            await wait_until(lambda: len(runs) == 2, what="the hung body started again")
+            assert [e["task"] for e in events(logs, "task_stalled")] == ["worker"]
+            await wait_until(lambda: beats[-1] - beats[0] > 0.6, what="0.6 s of progress")
+            assert restarts.counts == {("worker", "stalled"): 1}
+    finally:
+        for task in helpers:
+            task.cancel()

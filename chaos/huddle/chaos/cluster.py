@@ -11,14 +11,17 @@ Faults (scenario actions):
 - ``etcd_kill``, ``etcd_start``: SIGKILL etcd; start it again on the same data dir and port;
 - ``store_freeze``, ``store_reset``, ``store_heal``: blackhole the owner's store link, reset
   its connections (TCP resets, calls in flight), heal every store link;
+- ``store_mute``: what the owner sends on its open connections to etcd is dropped for good,
+  one way, without a reset (a link that died silently; new connections flow);
 - ``client_freeze``, ``client_heal``: blackhole the owner's client link; heal them all.
 
 After each heal (``owner_cont``, ``etcd_cont``, ``etcd_start``, ``store_reset``,
-``store_heal``, ``client_heal``) the cluster measures how long until etcd answers, then how
-long until every shard is served again (a ``shards_served`` event): a shard is served when
-some node answers a group request for a group of that shard (not NOT_COORDINATOR, not
-loading). A shard not served again within the lease TTL plus ``SERVED_SLACK_S`` is a
-violation; ``check`` fails the run with them.
+``store_mute``, ``store_heal``, ``client_heal``: a reset or a mute is its own heal) the
+cluster measures how long until etcd answers, then how long until every shard is served
+again (a ``shards_served`` event): a shard is served when some node answers a group request
+for a group of that shard (not NOT_COORDINATOR, not loading). A shard not served again
+within the lease TTL plus ``SERVED_SLACK_S`` is a violation; ``check`` fails the run with
+them.
 """
 
 from __future__ import annotations
@@ -51,7 +54,15 @@ ANSWER_WAIT_S = 30.0  # etcd answers again within this after a heal
 SERVED_WAIT_S = 60.0  # how long a late recovery is still measured
 POLL_S = 0.05
 HEALS = frozenset(
-    {"owner_cont", "etcd_cont", "etcd_start", "store_reset", "store_heal", "client_heal"}
+    {
+        "owner_cont",
+        "etcd_cont",
+        "etcd_start",
+        "store_reset",
+        "store_mute",
+        "store_heal",
+        "client_heal",
+    }
 )
 
 
@@ -230,6 +241,8 @@ class ChaosCluster:
                 target.store.stall()
             case "store_reset":
                 return f"{name}: reset {await target.store.drop(reset=True)} connections to etcd"
+            case "store_mute":
+                return f"{name}: muted {target.store.abandon(one_way=True)} connections to etcd"
             case "client_freeze":
                 target.client.stall()
             case _:

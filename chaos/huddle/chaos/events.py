@@ -223,6 +223,7 @@ FAULT_ACTIONS: Final = frozenset(
         "etcd_start",  # start it again on its data dir and port
         "store_freeze",  # blackhole the link between the group's owner and etcd
         "store_reset",  # reset its connections to etcd
+        "store_mute",  # its open connections to etcd drop what it sends, one way
         "store_heal",
         "client_freeze",  # blackhole the link between the owner and its clients
         "client_heal",

@@ -4,8 +4,9 @@ Runs as tasks in the harness's own event loop. Faults: ``latency`` (every chunk 
 this long, both ways), ``stall`` (bytes stop flowing, connections stay open: a blackholed
 link), ``drop`` (close every open connection, with a reset if asked; new ones are accepted),
 ``partition`` (drop, and refuse new connections until healed), ``abandon`` (every open
-connection frozen for good and never closed, as a link that died without a reset; new ones
-flow), ``heal`` (undo all of it but ``abandon``).
+connection frozen for good and never closed, as a link that died without a reset, both ways
+or, ``one_way``, toward the upstream only; new ones flow), ``heal`` (undo all of it but
+``abandon``).
 The upstream may change (a restarted coordinator keeps its port, so it usually does not).
 """
 
@@ -34,7 +35,9 @@ class FaultProxy:
         self._flowing = anyio.Event()
         self._flowing.set()
         self._open: set[SocketStream] = set()
+        self._clients: set[SocketStream] = set()  # of the open ones: the clients' ends
         self._abandoned: set[SocketStream] = set()
+        self._muted: set[SocketStream] = set()  # clients whose bytes never reach upstream
 
     @property
     def stalled(self) -> bool:
@@ -65,9 +68,13 @@ class FaultProxy:
             await stream.aclose()
         return len(streams)
 
-    def abandon(self) -> int:
+    def abandon(self, *, one_way: bool = False) -> int:
         """Freeze every open connection for good (bytes never flow on it again, it is never
-        closed); new connections flow. Returns how many."""
+        closed; ``one_way``: only the client's bytes, as a link dropping packets one way);
+        new connections flow. Returns how many streams it froze."""
+        if one_way:
+            self._muted |= self._clients
+            return len(self._clients)
         self._abandoned |= self._open
         return len(self._open)
 
@@ -85,7 +92,7 @@ class FaultProxy:
     async def _pump(self, source: SocketStream, sink: SocketStream) -> None:
         try:
             async for chunk in source:
-                if source in self._abandoned or sink in self._abandoned:
+                if source in self._abandoned or sink in self._abandoned or source in self._muted:
                     await anyio.sleep_forever()  # until the proxy stops
                 while not self._flowing.is_set():
                     await self._flowing.wait()
@@ -119,13 +126,16 @@ class FaultProxy:
             return
         self._open.add(client)
         self._open.add(upstream)
+        self._clients.add(client)
         try:
             async with upstream, anyio.create_task_group() as tg:
                 tg.start_soon(self._pump, client, upstream)
                 tg.start_soon(self._pump, upstream, client)
         finally:
             self._open -= {client, upstream}
+            self._clients.discard(client)
             self._abandoned -= {client, upstream}
+            self._muted.discard(client)
 
 
 @asynccontextmanager

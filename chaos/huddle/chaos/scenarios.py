@@ -17,7 +17,8 @@ Actions: ``start`` (a member by name; restarts it if it ran before), ``kill`` (S
 nodes on etcd that the harness then starts, ``owner_kill`` (SIGKILL the node that owns the
 group), ``owner_stop`` (SIGSTOP it) and ``owner_cont`` (SIGCONT the node stopped last),
 ``etcd_stop`` / ``etcd_cont``, ``etcd_kill`` / ``etcd_start`` (etcd frozen; killed and started
-again), ``store_freeze`` / ``store_reset`` / ``store_heal`` (the owner's link to etcd) and
+again), ``store_freeze`` / ``store_reset`` / ``store_mute`` / ``store_heal`` (the owner's
+link to etcd; ``store_mute``: its open connections drop what it sends, one way) and
 ``client_freeze`` / ``client_heal`` (its link to its clients): see ``huddle.chaos.cluster``.
 ``target`` may be omitted for ``kill`` and ``sigterm``: the harness then picks a live member
 with the run's seeded RNG.
@@ -50,6 +51,7 @@ CLUSTER_ACTIONS: Final = frozenset(
         "etcd_start",
         "store_freeze",
         "store_reset",
+        "store_mute",
         "store_heal",
         "client_freeze",
         "client_heal",
@@ -231,6 +233,7 @@ ETCD_FAULTS: Final[tuple[tuple[str, str | None, float, float], ...]] = (
     ("owner_stop", "owner_cont", CLUSTER_LEASE_S + 0.5, CLUSTER_LEASE_S + 1.5),  # past its lease
     ("store_freeze", "store_heal", 1.5, 3.5),
     ("store_reset", None, 0.0, 0.0),  # the reset, with calls in flight, is its own heal
+    ("store_mute", None, 0.0, 0.0),  # its open connections drop what it sends: it reconnects
     ("client_freeze", "client_heal", 1.5, 3.0),
     ("sigstop", "sigcont", 1.0, 2.0),  # a member
 )
@@ -272,7 +275,8 @@ def etcd_faults(s: Shape) -> Scenario:
         "etcd-faults",
         f"{count} faults in a row, each healed, the next {ETCD_FAULT_GAP_S:g} s later: etcd "
         "frozen (SIGSTOP), killed and started again, the group's owner frozen past its lease, "
-        "its links to etcd and to its clients blackholed or reset, a member frozen; every "
+        "its links to etcd and to its clients blackholed or reset, its connections to etcd "
+        "dropping what it sends, a member frozen; every "
         f"shard must be served again within the {CLUSTER_LEASE_S:g} s lease and a few "
         "seconds of each heal",
         steps,

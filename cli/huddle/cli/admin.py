@@ -12,7 +12,7 @@ import argparse
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import anyio
@@ -23,7 +23,7 @@ from huddle.cli.group_admin import add_group_admin, delete_group, offsets_table,
 from huddle.cli.parsing import positive_seconds
 from huddle.cli.render import format_table, to_json
 from huddle.cli.usage import UsageError
-from huddle.client.admin import Admin
+from huddle.client.admin import Admin, NodeAccount
 from huddle.client.connection import ConnectionClosedError
 from huddle.client.describe import GroupView, compact
 from huddle.client.discovery import bootstrap_addresses, connect_any
@@ -258,29 +258,63 @@ def describe_view(group: GroupView, offsets: Mapping[TopicPartition, int]) -> di
 def cluster_view(
     cluster: DescribeClusterResponse,
     groups: Mapping[str, list[ListedGroup]],
-    liveness: Mapping[str, NodeLiveness | None] | None = None,
+    accounts: Sequence[NodeAccount] = (),
 ) -> dict[str, object]:
-    """The cluster as ``huddle cluster status --json`` prints it: with each node's own
-    account of how it keeps up with etcd (seconds since its last lease refresh and last
-    reconcile; null where it could not be asked)."""
-    lives = liveness or {}
+    """The cluster as ``huddle cluster status --json`` prints it: each node with its own
+    account of itself (``accounts``: its state, the shards it serves now, how it keeps up
+    with etcd; null where it could not be asked) beside the shards etcd says it owns (as
+    the node answering first last read them), and the nodes that answer but are not
+    registered."""
+    owned: dict[str, list[int]] = {}
+    for s in cluster.shards:
+        owned.setdefault(s.owner, []).append(s.shard)
+    listed = list(accounts) or [
+        NodeAccount(n.node_id, format_address(n.host, n.port), None, True) for n in cluster.nodes
+    ]
+    nodes = []
+    for a in listed:
+        answer = a.answer
+        served = None if answer is None or answer.served is None else sorted(answer.served)
+        mine = sorted(owned.get(a.node_id, [])) if a.node_id else []
+        if not accounts:  # not asked: etcd's word (a single coordinator has no shards)
+            served = mine
+        live = answer.liveness if answer is not None else None
+        nodes.append(
+            {
+                "node_id": a.node_id or None,
+                "address": a.address,
+                "state": _state(a, served, mine) if accounts else None,
+                "shards": served,
+                "owned": mine,
+                "groups": sorted(g.group_id for g in groups.get(a.node_id, [])),
+                **_liveness_view(live),
+            }
+        )
     return {
         "answered_by": cluster.node_id,
         "shard_count": cluster.shard_count,
-        "nodes": [
-            {
-                "node_id": n.node_id,
-                "address": format_address(n.host, n.port),
-                "shards": [s.shard for s in cluster.shards if s.owner == n.node_id],
-                "groups": sorted(g.group_id for g in groups.get(n.node_id, [])),
-                **_liveness_view(lives.get(n.node_id)),
-            }
-            for n in cluster.nodes
-        ],
+        "nodes": nodes,
         "shards": [
             {"shard": s.shard, "owner": s.owner or None, "epoch": s.epoch} for s in cluster.shards
         ],
     }
+
+
+def _state(account: NodeAccount, served: list[int] | None, owned: list[int]) -> str:
+    """What ``huddle cluster status`` says of a node: "ok" (it serves what etcd says it
+    owns), "disagrees" (it serves other shards: loading them, fenced by its lease's
+    deadline, or etcd's word as read is stale), "no lease" (it answers, holds no lease),
+    "unregistered" (it answers, etcd does not list it), "no answer" (listed, could not be
+    asked), "not answering" (a bootstrap address nobody answers at)."""
+    answer = account.answer
+    if answer is None:
+        return "no answer" if account.registered else "not answering"
+    if not account.registered:
+        return "unregistered"
+    live = answer.liveness
+    if live is not None and live.registered is False:
+        return "no lease"
+    return "ok" if served is None or served == owned else "disagrees"
 
 
 def _liveness_view(live: NodeLiveness | None) -> dict[str, object]:
@@ -288,6 +322,7 @@ def _liveness_view(live: NodeLiveness | None) -> dict[str, object]:
         "lease_refreshed_s_ago": live.lease_refreshed_s_ago if live is not None else None,
         "reconciled_s_ago": live.reconciled_s_ago if live is not None else None,
         "task_restarts": live.task_restarts if live is not None else None,
+        "registered": live.registered if live is not None else None,
     }
 
 
@@ -295,14 +330,21 @@ def _ago(seconds: object) -> str:
     return f"{seconds:.1f}s ago" if isinstance(seconds, float | int) else "-"
 
 
+def _shards_cell(node: Mapping[str, Any]) -> str:
+    served, owned = node["shards"], node["owned"]
+    if served == owned:
+        return str(len(owned))
+    return f"{'-' if served is None else len(served)} (etcd: {len(owned)})"
+
+
 def render_cluster(
     cluster: DescribeClusterResponse,
     groups: Mapping[str, list[ListedGroup]],
     *,
     shards: bool,
-    liveness: Mapping[str, NodeLiveness | None] | None = None,
+    accounts: Sequence[NodeAccount] = (),
 ) -> str:
-    view = cluster_view(cluster, groups, liveness)
+    view = cluster_view(cluster, groups, accounts)
     nodes = cast(list[dict[str, Any]], view["nodes"])
     if not cluster.shard_count:
         alone: list[tuple[str, ...]] = [
@@ -313,9 +355,10 @@ def render_cluster(
         return f"a single coordinator (no cluster)\n\n{table}"
     rows: list[tuple[str, ...]] = [
         (
-            n["node_id"],
+            n["node_id"] or "-",
             n["address"],
-            str(len(n["shards"])),
+            n["state"] or "-",
+            _shards_cell(n),
             str(len(n["groups"])),
             _ago(n["lease_refreshed_s_ago"]),
             _ago(n["reconciled_s_ago"]),
@@ -323,8 +366,8 @@ def render_cluster(
         )
         for n in nodes
     ]
-    heads = ("NODE", "ADDRESS", "SHARDS", "GROUPS", "LEASE REFRESHED", "RECONCILED", "RESTARTS")
-    table = format_table(heads, rows)
+    heads = ("NODE", "ADDRESS", "STATE", "SHARDS", "GROUPS", "LEASE REFRESHED", "RECONCILED")
+    table = format_table((*heads, "RESTARTS"), rows)
     unowned = [s.shard for s in cluster.shards if not s.owner]
     head = (
         f"{len(cluster.nodes)} nodes, {cluster.shard_count} shards"
@@ -332,10 +375,24 @@ def render_cluster(
         + f" (as {cluster.node_id} sees it)"
     )
     out = f"{head}\n\n{table}"
+    notes = [note for state, note in _NOTES.items() if any(n["state"] == state for n in nodes)]
+    if notes:
+        out += "\n\n" + "\n".join(notes)
     if shards:
         shard_rows = [(str(s.shard), s.owner or "-", str(s.epoch or "-")) for s in cluster.shards]
         out += "\n\n" + format_table(("SHARD", "OWNER", "EPOCH"), shard_rows)
     return out
+
+
+_NOTES = {
+    "disagrees": "disagrees: the node serves other shards than etcd says it owns (SHARDS: "
+    "what it serves, by its own account; etcd: what etcd holds as its, as last read)",
+    "no lease": "no lease: the node answers but holds no lease (it is registering again)",
+    "unregistered": "unregistered: the node answers but etcd does not list it (it lost its "
+    "lease, or is leaving): it serves no shard",
+    "no answer": "no answer: etcd lists the node but it could not be asked",
+    "not answering": "not answering: nothing answers at this bootstrap address",
+}
 
 
 async def run_admin_command(
@@ -396,9 +453,13 @@ async def run_admin_command(
                 return await reset_offsets(admin, args, as_json)
             case ("cluster", "status"):
                 cluster = await admin.describe_cluster()
-                per_node = await admin.groups_by_node(cluster)
-                lives = await admin.liveness_by_node(cluster) if cluster.shard_count else {}
+                per_node = await admin.groups_by_node(cluster, strict=not cluster.shard_count)
+                accounts = []
+                if cluster.shard_count:
+                    also = bootstrap_addresses(bootstrap)
+                    accounts = await admin.node_accounts(cluster, also=also)
                 if as_json:
-                    return to_json(cluster_view(cluster, per_node, lives))
-                return render_cluster(cluster, per_node, shards=bool(args.shards), liveness=lives)
+                    return to_json(cluster_view(cluster, per_node, accounts))
+                with_shards = bool(args.shards)
+                return render_cluster(cluster, per_node, shards=with_shards, accounts=accounts)
     raise ValueError(f"unknown command {args.command} {args.action}")

@@ -10,8 +10,9 @@ reports (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``...).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
 
@@ -52,7 +53,6 @@ from huddle.protocol.messages import (
     ListGroupsResponse,
     ListTopicsRequest,
     ListTopicsResponse,
-    NodeLiveness,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -69,6 +69,16 @@ from huddle.protocol.messages import (
 def _raise_for_topics(results: list[TopicResult]) -> None:
     for result in results:
         raise_for(result.error_code, result.error_message)
+
+
+@dataclass(frozen=True)
+class NodeAccount:
+    """A node as ``huddle cluster status`` shows it: its own answer to DescribeCluster."""
+
+    node_id: str  # "": an address that did not answer
+    address: str
+    answer: DescribeClusterResponse | None  # None: it could not be asked
+    registered: bool  # listed among the cluster's nodes (as the node asked first read etcd)
 
 
 R = TypeVar("R", bound=Response)
@@ -163,14 +173,7 @@ class Admin:
         owner = await coordinator_of(conn, group_id, self.timeout)
         if owner == conn.bootstrap:
             return await conn.call(request, expect, timeout=self.timeout)
-        async with connect(
-            owner,
-            client_id=self.client_id,
-            timeout=self.timeout,
-            notices=False,
-            security=self.security,
-        ) as there:
-            return await there.call(request, expect, timeout=self.timeout)
+        return await self._at(owner, request, expect)
 
     # --- topics -----------------------------------------------------------------------
 
@@ -217,22 +220,65 @@ class Admin:
         return sorted(groups.values(), key=lambda g: g.group_id)
 
     async def groups_by_node(
-        self, cluster: DescribeClusterResponse
+        self, cluster: DescribeClusterResponse, *, strict: bool = True
     ) -> dict[str, list[ListedGroup]]:
-        """Each node's groups (the node reached answers for itself on this connection)."""
+        """Each node's groups (the node reached answers for itself on this connection).
+        Raises CoordinatorNotAvailableError naming the nodes that could not be asked,
+        unless not ``strict`` (they are left out)."""
         found, failed = await self._ask_each_node(cluster, ListGroupsRequest(), ListGroupsResponse)
-        if failed:
+        if failed and strict:
             raise CoordinatorNotAvailableError("could not list the groups of " + "; ".join(failed))
         return {node_id: list(listed.groups) for node_id, listed in found.items()}
 
-    async def liveness_by_node(
-        self, cluster: DescribeClusterResponse
-    ) -> dict[str, NodeLiveness | None]:
-        """How each cluster node keeps up with etcd, as it says of itself (None: it could
-        not be asked, or it does not say: not a cluster node, or an older one)."""
-        request = DescribeClusterRequest(include_shards=False)
+    async def node_accounts(
+        self, cluster: DescribeClusterResponse, *, also: Iterable[str] = ()
+    ) -> list[NodeAccount]:
+        """Each node's own account of itself (DescribeCluster asked of it: how it keeps up
+        with etcd and, when ``cluster`` has the shards, which it serves now): every node
+        ``cluster`` lists (``answer`` None: it could not be asked), then every address of
+        ``also`` (the bootstrap list, say) and every address a node answering names (as it
+        last read etcd) that ``cluster`` does not list: a node answering there is not
+        registered in etcd (it lost its lease, or is leaving); an address of ``also`` that
+        does not answer is listed with no node id."""
+        request = DescribeClusterRequest(include_shards=bool(cluster.shards))
         found, _ = await self._ask_each_node(cluster, request, DescribeClusterResponse)
-        return {n.node_id: getattr(found.get(n.node_id), "liveness", None) for n in cluster.nodes}
+        accounts = [
+            NodeAccount(n.node_id, format_address(n.host, n.port), found.get(n.node_id), True)
+            for n in cluster.nodes
+        ]
+        ids = {a.node_id for a in accounts}
+        asked = {a.address for a in accounts}
+        named = [format_address(n.host, n.port) for answer in found.values() for n in answer.nodes]
+        given = set(also)
+        for address in dict.fromkeys([*also, *named]):
+            if address in asked:
+                continue
+            asked.add(address)
+            answer = await self._ask_at(address, request, DescribeClusterResponse)
+            if answer is None:
+                if address in given:
+                    accounts.append(NodeAccount("", address, None, False))
+            elif answer.node_id not in ids:
+                ids.add(answer.node_id)
+                accounts.append(NodeAccount(answer.node_id, address, answer, False))
+        return accounts
+
+    async def _ask_at(self, address: str, request: Request, expect: type[R]) -> R | None:
+        try:
+            return await self._at(address, request, expect)
+        except (OSError, TimeoutError, HuddleError):
+            return None
+
+    async def _at(self, address: str, request: Request, expect: type[R]) -> R:
+        """``request`` on a connection made to ``address`` for it."""
+        async with connect(
+            address,
+            client_id=self.client_id,
+            timeout=self.timeout,
+            notices=False,
+            security=self.security,
+        ) as there:
+            return await there.call(request, expect, timeout=self.timeout)
 
     async def _ask_each_node(
         self, cluster: DescribeClusterResponse, request: Request, expect: type[R]
@@ -249,14 +295,7 @@ class Admin:
                 continue
             address = format_address(node.host, node.port)
             try:
-                async with connect(
-                    address,
-                    client_id=self.client_id,
-                    timeout=self.timeout,
-                    notices=False,
-                    security=self.security,
-                ) as there:
-                    found[node.node_id] = await there.call(request, expect, timeout=self.timeout)
+                found[node.node_id] = await self._at(address, request, expect)
             except (OSError, TimeoutError, HuddleError) as exc:
                 failed.append(f"{node.node_id} at {address}: {str(exc) or type(exc).__name__}")
         return found, failed

@@ -187,8 +187,8 @@ class Coordinator:
                 fx.reply((peer.conn_id, correlation_id), self.locate(request.group_id))
             case DescribeClusterRequest():
                 described = self.describe_cluster()
-                if not request.include_shards and described.shards:
-                    described = msgspec.structs.replace(described, shards=[])
+                if not request.include_shards and (described.shards or described.served):
+                    described = msgspec.structs.replace(described, shards=[], served=None)
                 fx.reply((peer.conn_id, correlation_id), described)
             case _:  # pragma: no cover - the decoder admits only the types above
                 fx.reply(

@@ -7,7 +7,7 @@ import structlog
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Committed, Group, Member
 from huddle.coordinator.membership import Membership
-from huddle.coordinator.records import DELETED, OffsetRecord, Record
+from huddle.coordinator.records import DELETED, OffsetRecord, Record, offset_deleted
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Refusal
@@ -45,6 +45,9 @@ class Offsets:
         self.metadata_max = metadata_max
         self.request_max = request_max  # partitions one request may name
         self.changes = changes  # what to keep across restarts (see coordinator.records)
+        # offsets a topic's change drops are kept deleted one by one (a cluster node: etcd
+        # has no journal whose topic records would drop them on a replay)
+        self.keep_forgotten = False
 
     @property
     def wall_offset_ms(self) -> float:
@@ -221,6 +224,8 @@ class Offsets:
             doomed = [k for k in group.offsets if k[0] == name and k[1] >= partitions_left]
             for key in doomed:
                 del group.offsets[key]
+                if self.keep_forgotten:
+                    self.changes.append(offset_deleted(group.group_id, *key))
             self.membership.collect(group)
 
 

@@ -5,8 +5,9 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 ``huddle.coordinator.journal``) of these records:
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
-- ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms)``: an
-  accepted commit, with when it was committed (for retention);
+- ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms,
+  incarnation)``: an accepted commit, with when it was committed (for retention) and, in a
+  cluster, which incarnation of its partition it was committed to;
   ``offset`` -1 (``DELETED``): the offset was deleted with its group;
 - ``GroupRecord(group_id, generation, ..., current_state_ms, topics_digest,
   members_removed)``: a group as a rebalance left it (Stable, with its members, their
@@ -66,6 +67,9 @@ class OffsetRecord(msgspec.Struct, tag="o", array_like=True, frozen=True):
     # 0: not known, a record from before retention, which counts from when it is first
     # looked at): retention counts from it (huddle.coordinator.retention)
     committed_ms: int = 0
+    # a cluster's: the incarnation of its topic's partition it was committed to (an etcd
+    # revision, huddle.coordinator.cluster.topics); 0: not known (a data dir's, or older)
+    incarnation: int = 0
 
 
 class SessionRecord(msgspec.Struct, tag="s", array_like=True, frozen=True):

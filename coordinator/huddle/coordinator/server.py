@@ -347,6 +347,11 @@ class CoordinatorServer:
         self._reschedule()
         self._flush()
 
+    def keep_outside(self) -> None:
+        """Changes the core made outside a request (a cluster node dropping the offsets of
+        a topic another node deleted) are written now, as a timer's are."""
+        self._send_outside([])
+
     async def write_in_flight(self) -> None:
         """Until the cluster write under way, if any, is done (a shard given up)."""
         if isinstance(self._keeper, EtcdKeeper):
@@ -906,14 +911,16 @@ class CoordinatorServer:
         still holds (a JoinGroup waiting for its phase to end) is answered by the core,
         once: at shutdown."""
         conns = self._conns
-        for caller, _, out in held:
+        clustered = self.cluster is not None
+        for caller, call, out in held:
             held_by = conns.get(caller)
             if held_by is not None:
                 held_by.held -= 1
+            topics = call is not None and isinstance(call.request, _TOPIC_CHANGES)
             for conn_id, frame in out:
                 conn = conns.get(conn_id)
                 if conn is not None and type(frame) is Reply:
-                    conn.send(_not_kept(frame.correlation_id, clustered=self.cluster is not None))
+                    conn.send(_not_kept(frame.correlation_id, clustered=clustered, topics=topics))
         self._after_held(held)
         self._flush()
 
@@ -1106,7 +1113,20 @@ def _joining_cluster(request: Request) -> ErrorResponse | None:
     return None
 
 
-def _not_kept(correlation_id: int, *, clustered: bool = False) -> Reply:
+_TOPIC_CHANGES = (CreateTopicsRequest, AlterTopicsRequest, DeleteTopicsRequest)
+
+
+def _not_kept(correlation_id: int, *, clustered: bool = False, topics: bool = False) -> Reply:
+    if clustered and topics:  # the topic changed meanwhile, or etcd did not answer: retriable
+        return Reply(
+            correlation_id=correlation_id,
+            response=ErrorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="the topic change could not be kept in etcd (the topic changed "
+                "meanwhile, or etcd did not answer); the node holds etcd's topics again: "
+                "make the request again",
+            ),
+        )
     if clustered:  # the shard is no longer served here: find its coordinator again
         return Reply(
             correlation_id=correlation_id,

@@ -6,7 +6,9 @@ returns is logged (``task_died``) and started again; a body that makes no progre
 ``stall_s`` (it hangs in a call with no deadline, say) is cancelled, logged
 (``task_stalled``) and started again once it has ended: never two bodies of one task at
 once. The body reports progress by calling the ``Beat`` it is given, or ``progress()`` from
-anywhere in its task (a store reports each call it ends this way); after the whole
+anywhere in its own task (a store reports each call it ends this way). Progress is the
+body's task's alone: a task the body starts (a write handed to a keeper, say) inherits its
+context but not its beat, so its calls never keep a hung body alive. After the whole
 process stood still (frozen by SIGSTOP, its loop blocked), the body has ``stall_s`` again.
 Restarts back off from ``RESTART_MIN_S`` to ``RESTART_MAX_S``; a run that lasted longer than
 ``stall_s`` starts the backoff over.
@@ -40,9 +42,10 @@ _current: contextvars.ContextVar[Beat | None] = contextvars.ContextVar(
 
 
 def progress() -> None:
-    """The task running this (if supervised) makes progress."""
+    """The task running this makes progress, if it is a supervised body's own task (not
+    one started from it: that one's progress is not the body's)."""
     beat = _current.get()
-    if beat is not None:
+    if beat is not None and beat.task is not None and beat.task is asyncio.current_task():
         beat()
 
 
@@ -52,6 +55,7 @@ class Beat:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self.last = clock()
+        self.task: asyncio.Task[None] | None = None  # the body's own task: its progress
 
     def __call__(self) -> None:
         self.last = self._clock()
@@ -95,6 +99,7 @@ async def supervise(
         task = asyncio.get_running_loop().create_task(
             body(beat), name=f"huddle {name}", context=context
         )
+        beat.task = task
         try:
             why, error = await _watch(task, beat, stall_s, clock)
         except asyncio.CancelledError:

@@ -457,6 +457,8 @@ class NodeLiveness(Struct, frozen=True, kw_only=True):
     lease_refreshed_s_ago: float | None = None
     reconciled_s_ago: float | None = None
     task_restarts: int = 0
+    # whether it holds a lease and is registered in etcd now (None: an older node)
+    registered: bool | None = None
 
 
 class DescribeClusterResponse(Message, tag="describe_cluster_response", frozen=True, kw_only=True):
@@ -467,6 +469,10 @@ class DescribeClusterResponse(Message, tag="describe_cluster_response", frozen=T
     nodes: list[ClusterNodeInfo] = field(default_factory=list)
     shards: list[ShardInfo] = field(default_factory=list)
     liveness: NodeLiveness | None = None  # the answering node's own; None: not a cluster node
+    # the shards the answering node serves now, by its own account (``shards`` are the
+    # owners as it last read them from etcd); None: not told (not a cluster node, an older
+    # one, or the shards were not asked for)
+    served: list[int] | None = None
 
 
 class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):

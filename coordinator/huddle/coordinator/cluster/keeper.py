@@ -57,11 +57,12 @@ class Keeper(Protocol):
     def close(self, *, wait: bool = True) -> None: ...
 
 
-# A record with the serving of its shard it was made in (``ClusterNode.serving``; None: no
-# shard's, or none served): a serving that ended since must not have it written.
+# A record as it was held, with what it was made under: for a group's or an offset's, the
+# serving of its shard (``ClusterNode.serving``; None: none served), a serving that ended
+# since must not have it written; for a topic's, the topic as the node had seen it.
 Stamped = tuple[Record, int | None]
 Write = Callable[[list[Stamped]], Awaitable[bool]]  # True: every record kept
-Stamp = Callable[[Record], int | None]
+Stamp = Callable[[Record], Stamped]
 
 
 class EtcdKeeper(EndOfPass):
@@ -99,8 +100,7 @@ class EtcdKeeper(EndOfPass):
     def hold(
         self, records: list[Record], conn_id: int, call: Call | None, out: list[Outgoing]
     ) -> None:
-        stamp = self._stamp
-        self._records.extend((record, stamp(record)) for record in records)
+        self._records.extend(map(self._stamp, records))
         self._held.append((conn_id, call, out))
         self._idle.clear()
 

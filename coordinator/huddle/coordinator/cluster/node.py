@@ -13,7 +13,9 @@ A node keeps its lease alive and judges it by its own clock (``LeaseGuard``): pa
 guard's deadline it serves nothing. Every third of the TTL it reads the nodes and owners,
 computes the layout every node computes (``target_owners``), claims the unowned shards meant
 for it and releases the ones meant for another node (it stops serving one before it deletes
-its key, and the delete is fenced on its epoch).
+its key, and the delete is fenced on its epoch). Nothing is written under an epoch once a
+write under it has an unknown outcome (``renew``): a shard it still owns but stopped serving
+(a write failed, the lease's deadline passed) is served again only under a new epoch.
 
 Each of the node's loops (the lease keeper, the deadline fence, the reconcile loop, the
 watches) runs supervised (``huddle.coordinator.supervisor``): one that dies is started again,
@@ -108,7 +110,7 @@ class ClusterNode:
         self._owned: dict[int, int] = {}  # shard -> epoch
         # shard -> the serving it is in: a new number each time the node begins serving it,
         # so a change made in one serving is never written in a later one (the epoch alone
-        # cannot tell them apart when the node takes its own shard up again)
+        # does not tell: it is also renewed while a serving goes on)
         self._servings: dict[int, int] = {}
         self._serving_numbers = itertools.count(1)
         self.loading: set[int] = set()  # claimed, not served yet
@@ -240,7 +242,8 @@ class ClusterNode:
 
     def liveness(self) -> NodeLiveness:
         """Seconds since the lease was last refreshed (or granted) and since the shards were
-        last reconciled, and how often a loop had to be started again."""
+        last reconciled, how often a loop had to be started again, and whether the node is
+        registered (holds a lease) now."""
         now = self.clock()
 
         def ago(at: float | None) -> float | None:
@@ -250,6 +253,7 @@ class ClusterNode:
             lease_refreshed_s_ago=ago(self.lease_refreshed_at),
             reconciled_s_ago=ago(self.reconciled_at),
             task_restarts=self.restarts.total,
+            registered=self.lease is not None and not self.guard.lost,
         )
 
     async def run(self) -> None:
@@ -382,7 +386,8 @@ class ClusterNode:
         self.owners = dict(current)
         self.epochs = dict(epochs)
         for shard, epoch in list(self._owned.items()):
-            if current.get(shard) != self.node_id or epochs.get(shard) != epoch:
+            # an older epoch read: the node renewed it since the read (``renew``)
+            if current.get(shard) != self.node_id or epochs.get(shard, 0) > epoch:
                 self.depose(shard, "another epoch holds it")
         target = target_owners(self.shards, nodes, current)
         for shard, owner in sorted(target.items()):
@@ -404,10 +409,49 @@ class ClusterNode:
                 await self.store.write_fenced(key, held, {}, deletes=[key])
                 log.info("shard_released", node=self.node_id, shard=shard, to=owner)
             elif mine and shard not in self._owned and epochs[shard]:
-                # its load failed, or a write failed: take it up again from what etcd holds
-                await self._serve(shard, epochs[shard], lease)
+                # its load failed, a write failed or may have, or the lease's deadline
+                # passed: taken up again from what etcd holds, under a new epoch
+                await self._serve_again(shard, epochs[shard], lease)
         if self.lease is lease:
             self.reconciled_at = self.clock()
+
+    async def renew(self, shard: int) -> int | None:
+        """Move the epoch of a shard this node serves on (a write made under it has an
+        unknown outcome: from now on it is refused wherever it lands), the serving going on
+        under the new one; None if it is no longer served, or could not be (then it is not
+        served any more)."""
+        epoch, lease = self._owned.get(shard), self.lease
+        if epoch is None or lease is None:
+            return None
+        key = self._key("shards", str(shard))
+        try:
+            renewed = await self.store.renew(key, self.node_id.encode(), epoch, lease)
+        except Exception as exc:  # its outcome unknown too: served again, renewed again
+            self.depose(shard, f"its epoch could not be renewed: {type(exc).__name__}")
+            return None
+        if renewed is None:
+            self.depose(shard, "another epoch holds it")
+            return None
+        if self._owned.get(shard) != epoch:
+            return None  # deposed meanwhile: the next serving renews it again
+        self._owned[shard] = self.epochs[shard] = renewed
+        log.info("shard_epoch_renewed", node=self.node_id, shard=shard, old=epoch, epoch=renewed)
+        return renewed
+
+    async def _serve_again(self, shard: int, epoch: int, lease: Lease) -> None:
+        """Serve a shard this node still owns in etcd but stopped serving, never under the
+        epoch it served it under: a write made then whose outcome is unknown (its deadline
+        passed, its connection was lost) may still be on its way, on a connection left
+        behind, and would land after any write made since. The owner key is written again
+        (fenced on that epoch, under the lease): its new revision is the new epoch, and
+        that write, when it lands, is refused. Then it is loaded from etcd."""
+        key = self._key("shards", str(shard))
+        renewed = await self.store.renew(key, self.node_id.encode(), epoch, lease)
+        if renewed is None:
+            return  # it moved on meanwhile: the next reconcile sees where
+        log.info("shard_epoch_renewed", node=self.node_id, shard=shard, old=epoch, epoch=renewed)
+        self.epochs[shard] = renewed
+        await self._serve(shard, renewed, lease)
 
     async def _serve(self, shard: int, epoch: int, lease: Lease) -> None:
         """Load ``shard`` (requests for it meanwhile are told to wait), then serve it, if

@@ -62,17 +62,18 @@ class ClusterRun:
                 now=server.now_ms,
                 dispatch=server.apply_outside,
                 drain=server.write_in_flight,
+                keep=server.keep_outside,
             )
             server.use_cluster(serving)
             await node.register()
-            revision = await serving.load_topics()
+            await serving.topics.load()
         except BaseException:
             await store.close()
             raise
         run = cls(store, node, serving)
         topics = supervise(
             "topics watch",
-            lambda beat: run._follow_topics(revision + 1, beat),
+            run._follow_topics,
             stall_s=watch_stall_s(store),
             fields={"node": node.node_id},
             restarts=node.restarts,
@@ -91,17 +92,21 @@ class ClusterRun:
         if not task.cancelled():
             log.error("cluster_task_ended", task=task.get_name(), error=repr(task.exception()))
 
-    async def _follow_topics(self, from_revision: int, beat: Beat) -> None:
+    async def _follow_topics(self, beat: Beat) -> None:
+        """The topics watch, each delivered change a beat; started again (after a failure,
+        or by its supervisor) from the last revision it delivered or read, never from the
+        start: an old change replayed would drop offsets committed since."""
+        topics = self.serving.topics
         while True:
             beat()
             try:
-                await self.serving.watch_topics(from_revision, alive=beat)
+                await topics.watch(alive=beat)
             except Exception as exc:
                 log.warning("topics_watch_failed", error=type(exc).__name__)
             await asyncio.sleep(WATCH_RETRY_S)
             beat()
             with contextlib.suppress(Exception):  # read what the watch missed, then go on
-                from_revision = await self.serving.load_topics() + 1
+                await topics.load()
 
     async def stop(self) -> None:
         """Stop serving, give the shards up at once, and leave etcd."""

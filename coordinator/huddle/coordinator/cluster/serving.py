@@ -1,11 +1,11 @@
 """A cluster node serving its shards through the coordinator server.
 
-Keys under the cluster's prefix ``P``, besides the node's own (``huddle.coordinator.cluster.node``):
+Keys under the cluster's prefix ``P``, besides the node's own (``huddle.coordinator.cluster.node``)
+and the topics' (``huddle.coordinator.cluster.topics``):
 
-- ``P/topics/<name>``: a topic's partition count. Any node changes it; every node watches the
-  prefix and pushes ``TopicMetadataChanged`` to its members.
 - ``P/groups/<shard>/<group>``: the group as its last rebalance left it (``GroupRecord``).
-- ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``).
+- ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``,
+  with the incarnation of its partition it was committed to).
 
 Group and offset writes are fenced on the shard's epoch (one etcd transaction comparing the
 owner key's revision). Names are percent-encoded in keys.
@@ -15,20 +15,17 @@ the group's shard, COORDINATOR_LOAD_IN_PROGRESS while it loads it. A node that t
 loads its groups (Stable, in their kept generation) and offsets before it serves it; a node
 that loses one forgets its groups at once.
 
-A shard's offsets are loaded against the topics etcd holds once they are read (read again
-at each load) as well as the topics the node knows: the topics watch may lag, and the
-offsets of a topic it has not delivered yet are kept. The watch then skips a topic's changes
-older than the one that load read, so an older partition count never cuts offsets loaded
-under a newer one.
+A shard's load reads the topics from etcd after its offsets (the topics watch may lag: what
+it has not delivered yet is applied then, and it skips it later), keeps the offsets whose
+partition is still the one they were committed to, and deletes the others from etcd.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
-from urllib.parse import quote, unquote
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from urllib.parse import quote
 
 import msgspec
 import structlog
@@ -37,6 +34,7 @@ from huddle.coordinator.cluster.keeper import Stamped
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
+from huddle.coordinator.cluster.topics import ClusterTopics
 from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.records import (
     DELETED,
@@ -111,6 +109,7 @@ class ClusterServing:
         now: Clock,
         dispatch: Dispatch,
         drain: Drain,
+        keep: Callable[[], None] = lambda: None,
     ) -> None:
         self.core = core
         self.store = store
@@ -125,7 +124,9 @@ class ClusterServing:
         core.describe_cluster = self.describe
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
-        self._topic_revisions: dict[str, int] = {}  # a topic's revision, as a load read it
+        # ``keep``: the core's changes made outside a request (offsets a topic's change
+        # dropped) are written now, the keeper's way
+        self.topics = ClusterTopics(core, store, self.prefix, now=now, dispatch=dispatch, keep=keep)
 
     # --- keys ---------------------------------------------------------------------
 
@@ -208,6 +209,7 @@ class ClusterServing:
             nodes=nodes,
             shards=shards,
             liveness=node.liveness(),
+            served=sorted(node.owned()),
         )
 
     # --- shards coming and going -----------------------------------------------------
@@ -215,13 +217,18 @@ class ClusterServing:
     async def shard_taken(self, shard: int, epoch: int) -> None:
         groups = await self.store.get_prefix(self._key("groups", str(shard)) + b"/")
         offsets = await self.store.get_prefix(self._key("offsets", str(shard)) + b"/")
-        counts = await self._topics_for_load()
-        records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
-        for entry in offsets.values():
-            offset = _offset_decoder.decode(entry.value)
-            if offset.partition < counts.get(offset.topic, 0):  # not of a deleted topic
-                records.append(offset)
         self.shards_lost([shard], "loading it again")  # nothing stale stays in memory
+        await self.topics.load()  # after the offsets: the topics each was committed under
+        records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
+        stale = []
+        for key, entry in offsets.items():
+            offset = _offset_decoder.decode(entry.value)
+            if self.topics.current(offset, entry.revision):
+                records.append(offset)
+            else:  # its topic deleted, cut or made again since: gone for good
+                stale.append(key)
+        if stale:
+            await self._delete(shard, epoch, stale)
         self.core.load(records, self._now())
         self._dispatch([])  # the loaded members' sessions end even if nobody asks anything
         self.loads += 1
@@ -231,22 +238,17 @@ class ClusterServing:
             shard=shard,
             epoch=epoch,
             groups=len(groups),
-            offsets=len(offsets),
+            offsets=len(offsets) - len(stale),
+            stale_offsets=len(stale),
         )
 
-    async def _topics_for_load(self) -> dict[str, int]:
-        """Each topic's partition count to load offsets against: the larger of what this
-        node knows and what etcd holds now (read after the offsets: a topic deleted since
-        drops its offsets, a topic the topics watch has not delivered yet keeps them)."""
-        counts = dict(self.core.topics.partitions)
-        entries, _ = await self.store.read_prefix(self._key("topics") + b"/")
-        for key, entry in entries.items():
-            name = unquote(key.decode().rsplit("/", 1)[-1])
-            if entry.value.isdigit():
-                counts[name] = max(counts.get(name, 0), int(entry.value))
-                seen = self._topic_revisions.get(name, 0)
-                self._topic_revisions[name] = max(seen, entry.revision)
-        return counts
+    async def _delete(self, shard: int, epoch: int, keys: Sequence[bytes]) -> None:
+        """Delete ``keys`` of a shard being loaded under ``epoch`` (fenced on it)."""
+        owner_key = self._key("shards", str(shard))
+        for i in range(0, len(keys), MAX_TXN_OPS):
+            chunk = keys[i : i + MAX_TXN_OPS]
+            if not await self.store.write_fenced(owner_key, epoch, {}, deletes=chunk):
+                raise RuntimeError(f"etcd refused a write fenced on epoch {epoch}")
 
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)
@@ -264,7 +266,8 @@ class ClusterServing:
 
     def give_up(self, records: list[Stamped]) -> None:
         """A write of ``records`` neither failed nor ended in time: whether it reached etcd
-        is unknown, so their shards are no longer served (taken up again from etcd)."""
+        is unknown, so their shards are no longer served (taken up again from etcd, under
+        a renewed epoch: that write is refused wherever it lands)."""
         shards = {
             self.shard(r.group_id) for r, _ in records if isinstance(r, OffsetRecord | GroupRecord)
         }
@@ -273,21 +276,36 @@ class ClusterServing:
 
     # --- writes -------------------------------------------------------------------
 
-    def stamp(self, record: Record) -> int | None:
-        """The serving of the record's shard it is made in (see ``EtcdKeeper``)."""
-        if isinstance(record, (OffsetRecord, GroupRecord)):
-            return self.node.serving(self.shard(record.group_id))
-        return None
+    def stamp(self, record: Record) -> Stamped:
+        """What a record is made under (see ``EtcdKeeper``): the serving of its shard, and
+        for a commit the incarnation of its partition; for a topic's change, the topic as
+        the node had seen it."""
+        if isinstance(record, TopicRecord):
+            return record, self.topics.held(record)
+        if isinstance(record, OffsetRecord):
+            serving = self.node.serving(self.shard(record.group_id))
+            if record.offset != DELETED:
+                record = self.topics.stamp(record)
+            return record, serving
+        if isinstance(record, GroupRecord):
+            return record, self.node.serving(self.shard(record.group_id))
+        return record, None
 
     async def write(self, records: list[Stamped]) -> bool:
-        """Keep ``records`` in etcd: groups and offsets fenced on their shard's epoch,
-        topics as they are. False if anything could not be kept (its shard is then no
-        longer served: what memory holds of it is ahead of etcd). A record made while its
-        shard was served before (the node gave it up, or was deposed, and took it up again
-        since) is not written: a later serving loaded what etcd held without it."""
+        """Keep ``records`` in etcd: topics first (each a compare-and-set), then groups and
+        offsets fenced on their shard's epoch. False if anything could not be kept. A
+        record made while its shard was served before (the node gave it up, or was
+        deposed, and took it up again since) is not written: a later serving loaded what
+        etcd held without it; nor a commit whose partition is no longer the one it was
+        committed to (the node forgot it with its topic's change). A shard whose write
+        failed, or whose records concern a topic whose change was not kept, is no longer
+        served (what memory holds of it is ahead of etcd, or behind)."""
+        topics = [(r, seen) for r, seen in records if isinstance(r, TopicRecord)]
+        failed = await self.topics.write(topics) if topics else set()
         by_shard: dict[int, dict[bytes, bytes | None]] = defaultdict(dict)  # None: delete
-        topics: list[TopicRecord] = []
         stale: set[int] = set()
+        gone: set[int] = set()  # commits to a partition of another incarnation
+        undone: set[int] = set()  # records of a topic whose change etcd did not keep
         for record, serving in records:
             if isinstance(record, OffsetRecord):
                 shard = self.shard(record.group_id)
@@ -302,92 +320,60 @@ class ClusterServing:
                 shard = self.shard(record.group_id)
                 key = self._key("groups", str(shard), _name(record.group_id))
             else:
-                if isinstance(record, TopicRecord):
-                    topics.append(record)
                 continue
             if serving is None or serving != self.node.serving(shard):
                 stale.add(shard)
                 continue
+            if isinstance(record, OffsetRecord) and record.topic in failed:
+                undone.add(shard)
+                continue
+            if isinstance(record, OffsetRecord) and record.offset != DELETED:
+                resolved = self.topics.resolve(record)
+                if resolved is None:
+                    gone.add(shard)
+                    continue
+                record = resolved
             by_shard[shard][key] = None if _deletes(record) else _encode(record)
         if stale:
             log.warning("stale_changes_dropped", node=self.node.node_id, shards=sorted(stale))
+        if gone:
+            log.warning("commits_to_gone_partitions", node=self.node.node_id, shards=sorted(gone))
+        for shard in sorted(undone):
+            self.node.depose(shard, "a topic change it depends on was not kept in etcd")
         results = await asyncio.gather(
-            *(self._write_shard(shard, puts) for shard, puts in by_shard.items()),
-            self._write_topics(topics),
+            *(self._write_shard(shard, puts) for shard, puts in by_shard.items())
         )
-        return all(results) and not stale
+        return all(results) and not (stale or gone or undone or failed)
 
     async def _write_shard(self, shard: int, changes: dict[bytes, bytes | None]) -> bool:
-        """Puts, and deletes (None), fenced on the shard's epoch; one op per key."""
+        """Puts, and deletes (None), fenced on the shard's epoch; one op per key. A write
+        whose outcome is unknown (no answer in time, its connection lost) may still land
+        later: the epoch is renewed first (it is refused then, wherever it lands) and the
+        write made again under the new one, once; else the shard is no longer served."""
         epoch = self.node.epoch(shard)
         if epoch is None:
             self.shards_lost([shard], "a write for a shard no longer served")
             return False
         owner_key = self._key("shards", str(shard))
         items = list(changes.items())
-        try:
-            for i in range(0, len(items), MAX_TXN_OPS):
-                chunk = items[i : i + MAX_TXN_OPS]
-                puts = {k: v for k, v in chunk if v is not None}
-                deletes = [k for k, v in chunk if v is None]
-                if not await self.store.write_fenced(owner_key, epoch, puts, deletes):
-                    self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
+        renewed = False
+        i = 0
+        while i < len(items):
+            chunk = items[i : i + MAX_TXN_OPS]
+            puts = {k: v for k, v in chunk if v is not None}
+            deletes = [k for k, v in chunk if v is None]
+            try:
+                written = await self.store.write_fenced(owner_key, epoch, puts, deletes)
+            except Exception as exc:
+                log.error("shard_write_failed", shard=shard, error=type(exc).__name__)
+                again = None if renewed else await self.node.renew(shard)
+                if again is None:
+                    self.node.depose(shard, f"a write failed: {type(exc).__name__}")
                     return False
-        except Exception as exc:
-            log.error("shard_write_failed", shard=shard, error=type(exc).__name__)
-            self.node.depose(shard, f"a write failed: {type(exc).__name__}")
-            return False
-        return True
-
-    async def _write_topics(self, topics: list[TopicRecord]) -> bool:
-        try:
-            for record in topics:
-                key = self._key("topics", _name(record.name))
-                if record.partitions > 0:
-                    await self.store.put(key, str(record.partitions).encode())
-                else:
-                    await self.store.delete(key)
-        except Exception as exc:
-            log.error("topic_write_failed", error=type(exc).__name__)
-            # memory already holds the change etcd refused: take etcd's topics back (if
-            # etcd is away, the topics watch does it once it returns)
-            with contextlib.suppress(Exception):
-                await self.load_topics()
-            return False
-        return True
-
-    # --- topics -------------------------------------------------------------------
-
-    async def load_topics(self) -> int:
-        """The cluster's topics, as etcd holds them, into the core (one it does not hold
-        is deleted here); the revision read at."""
-        prefix = self._key("topics") + b"/"
-        entries, revision = await self.store.read_prefix(prefix)
-        kept = set()
-        for key, entry in entries.items():
-            kept.add(self._topic_changed(key, entry.value))
-        for name in [n for n in self.core.topics.partitions if n not in kept]:
-            self._topic_changed(prefix + _name(name).encode(), None)
-        return revision
-
-    async def watch_topics(
-        self, from_revision: int, alive: Callable[[], None] | None = None
-    ) -> None:
-        """Apply topic changes other nodes make, as they happen (until cancelled); a
-        topic's change older than what a shard's load read of it is skipped."""
-        prefix = self._key("topics") + b"/"
-        async for change in self.store.watch_prefix(prefix, from_revision, alive=alive):
-            name = unquote(change.key.decode().rsplit("/", 1)[-1])
-            if change.revision < self._topic_revisions.get(name, 0):
+                epoch, renewed = again, True
                 continue
-            self._topic_changed(change.key, change.value)
-
-    def _topic_changed(self, key: bytes, value: bytes | None) -> str:
-        name = unquote(key.decode().rsplit("/", 1)[-1])
-        try:
-            partitions = int(value) if value is not None else 0
-        except ValueError:
-            log.warning("topic_unreadable", key=key.decode(errors="replace"))
-            return name
-        self._dispatch(self.core.topic_changed_elsewhere(name, partitions, self._now()))
-        return name
+            if not written:
+                self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
+                return False
+            i += MAX_TXN_OPS
+        return True

@@ -1,9 +1,9 @@
 """The cluster's store: etcd v3, through ``aetcd`` (gRPC).
 
 Only the few primitives a cluster needs, typed: leases, claiming a key under a lease (its
-revision is the claim's *epoch*), writes fenced on an epoch, and reading a prefix. A fenced
-write is one etcd transaction that compares the owner key's revision with the writer's
-epoch: a deposed owner's write changes nothing.
+revision is the claim's *epoch*), writes fenced on an epoch (or on any keys' revisions), and
+reading a prefix. A fenced write is one etcd transaction that compares the owner key's
+revision with the writer's epoch: a deposed owner's write changes nothing.
 
 ``aetcd`` was chosen over etcd's JSON gateway through an HTTP client after trying both
 against etcd 3.4 under uvloop: both did leases, expiry and revision-compared transactions,
@@ -15,51 +15,50 @@ which an anyio cancel scope does not take for its own and lets through as if the
 were cancelled. A call that outlives its deadline, or finds the endpoint unreachable, marks
 the connection suspect: the next call opens a new one (to the next endpoint that answers, or
 the same one again), so a link that died without a reset (its packets dropped, a half-open
-TCP connection) is left behind instead of timing every call out for ever. A watch that hears
-nothing for ``idle_s`` is made again from the revision after the last one it delivered: a
-stream on a dead link never ends by itself.
+TCP connection) is left behind instead of timing every call out for ever. A keep-alive left
+unanswered for a sixth of the TTL does so too, and another goes on the new connection at
+once: a link that died silently must not cost the lease. A watch that hears nothing for
+``idle_s`` is made again from the revision after the last one it delivered: a stream on a
+dead link never ends by itself.
+
+A write is never made twice. One whose call failed (no answer within its deadline, the
+connection lost or closed under it) has an *unknown outcome*: its bytes may still reach
+etcd later, on the connection left behind, after writes made since. Its caller must act on
+that (``ClusterNode.renew``: the shard's epoch is renewed before anything is written under
+it again); making it again on another endpoint would let the first copy land after later
+writes. Reads and lease calls are made again on the next endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-import aetcd
 import structlog
 
+from huddle.coordinator.cluster.calls import (
+    UNREACHABLE,
+    CallCancelled,
+    StoreTimeout,
+    StoreUnavailable,
+    bounded,
+    close_client,
+    first_answering,
+    retrieved,
+)
 from huddle.coordinator.supervisor import progress
+
+__all__ = ["CallCancelled", "Change", "Entry", "EtcdStore", "Lease", "StoreTimeout"]
+__all__ += ["StoreUnavailable", "bounded", "parse_endpoints"]
 
 log = structlog.get_logger("huddle.cluster")
 T = TypeVar("T")
-_UNREACHABLE = (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError)
-# gRPC tries to connect again from 0.1 s after a failure, backing off to 1 s at most (its
-# default grows to 120 s: a store back after a long absence would wait minutes for it); and
-# each connection has TCP connections of its own (by default gRPC shares them between
-# channels to one address: a new connection would reuse the dead one)
-GRPC_OPTIONS = {
-    "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.max_reconnect_backoff_ms": 1000,
-    "grpc.use_local_subchannel_pool": 1,
-}
 WATCH_IDLE_S = 3.0  # a watch silent this long is made again
-
-
-class StoreUnavailable(Exception):
-    """No endpoint of the store answered."""
-
-
-class StoreTimeout(StoreUnavailable):
-    """A call to the store got no answer within its deadline."""
-
-
-class CallCancelled(StoreUnavailable):
-    """gRPC cancelled a call by itself (its connection was closed under it)."""
+WATCH_ENDED_WAIT_S = 0.1  # a watch its connection ended is made again after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +72,7 @@ class Change:
     key: bytes
     value: bytes | None  # None: deleted
     revision: int = 0  # the store's revision of the change
+    created: int = 0  # the revision the key was (last) created at; 0: deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,7 @@ class Entry:
     value: bytes
     revision: int  # its last change: for an owner key, the owner's epoch
     lease: int
+    created: int = 0  # the revision the key was (last) created at
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
@@ -96,9 +97,8 @@ def parse_endpoints(spec: str) -> list[tuple[str, int]]:
 
 class EtcdStore:
     """A connection to one etcd endpoint at a time: when it stops answering, the next
-    endpoint that answers takes over and the call is made again there (a claim or a fenced
-    write made twice changes nothing the second time: the compare fails, or the same
-    values are written again). ``timeout_s`` is every call's deadline."""
+    endpoint that answers takes over, and a read or a lease's call is made again there (a
+    write is not: see above). ``timeout_s`` is every call's deadline."""
 
     def __init__(
         self,
@@ -119,23 +119,29 @@ class EtcdStore:
     @classmethod
     async def connect(cls, endpoints: Sequence[tuple[str, int]], timeout_s: float = 3) -> EtcdStore:
         """The first endpoint that answers."""
-        client, endpoint = await _first_answering(endpoints, timeout_s)
+        client, endpoint = await first_answering(endpoints, timeout_s)
         return cls(client, endpoint, endpoints, timeout_s)
 
     async def close(self) -> None:
         for client, task in list(self._retired.items()):
             task.cancel()
-            await _close(client, self.timeout_s)
-        await _close(self._client, self.timeout_s)
+            await close_client(client, self.timeout_s)
+        await close_client(self._client, self.timeout_s)
 
-    async def _on(self, op: Callable[[Any], Awaitable[T]], timeout_s: float | None = None) -> T:
-        """``op`` on the current endpoint, within its deadline; on another one if that one
-        stops answering."""
+    async def _on(
+        self,
+        op: Callable[[Any], Awaitable[T]],
+        timeout_s: float | None = None,
+        *,
+        again: bool = True,
+    ) -> T:
+        """``op`` on the current endpoint, within its deadline; made ``again`` on another
+        one if that one stops answering (never a write: its first copy may land later)."""
         client = await self._current()
         try:
             return await self._call(client, op, timeout_s)
-        except (*_UNREACHABLE, StoreTimeout):
-            if len(self.endpoints) < 2 or self._suspect is not client:
+        except (*UNREACHABLE, StoreTimeout):
+            if not again or len(self.endpoints) < 2 or self._suspect is not client:
                 raise
             return await self._call(await self._current(), op, timeout_s)
 
@@ -149,10 +155,9 @@ class EtcdStore:
             finally:
                 progress()  # answered or not, the calling loop goes on (its supervisor is told)
         except TimeoutError:
-            if deadline >= self.timeout_s:  # not merely impatient: the link may be dead
-                self._suspect = client
+            self._suspect = client  # the link may be dead (a keep-alive's too: see refresh)
             raise StoreTimeout(f"etcd did not answer within {deadline:g} s") from None
-        except (*_UNREACHABLE, CallCancelled):
+        except (*UNREACHABLE, CallCancelled):
             self._suspect = client  # unreachable, or its connection closed under the call
             raise
 
@@ -180,7 +185,7 @@ class EtcdStore:
                 return  # another call switched already
             i = self.endpoints.index(self.endpoint) if self.endpoint in self.endpoints else 0
             others = self.endpoints[i + 1 :] + self.endpoints[: i + 1]  # this one last
-            client, endpoint = await _first_answering(others, self.timeout_s)
+            client, endpoint = await first_answering(others, self.timeout_s)
             if endpoint != self.endpoint:
                 log.warning(
                     "store_endpoint_switched",
@@ -193,7 +198,7 @@ class EtcdStore:
             self.reconnects += 1
         # closed once the calls under way on it had their time (a close cancels them)
         closing = asyncio.get_running_loop().create_task(
-            _close(failed, self.timeout_s, wait_s=self.timeout_s)
+            close_client(failed, self.timeout_s, wait_s=self.timeout_s)
         )
         self._retired[failed] = closing
         closing.add_done_callback(lambda _: self._retired.pop(failed, None))
@@ -207,10 +212,62 @@ class EtcdStore:
     async def refresh(self, lease: Lease) -> int:
         """Keep ``lease`` alive; its TTL left in seconds (0 or less: it has expired). The
         deadline is two thirds of the TTL: an answer later than that cannot keep a node
-        serving (``LeaseGuard``), an earlier one, even slow, can."""
+        serving (``LeaseGuard``), an earlier one, even slow, can. Unanswered after a sixth
+        of the TTL, the connection is taken for dead and a second keep-alive goes at once
+        on a new one (the first still counts if it is answered first): with the keep-alive
+        sent a third of the TTL after the last answered one, that one is still in time to
+        keep the lease, and the node serving, when the first went down a dead link."""
         deadline = min(self.timeout_s, lease.ttl_s * 2 / 3)
-        reply = await self._on(lambda c: c.refresh_lease(lease.id), deadline)
+        hedge_s = lease.ttl_s / 6
+
+        def op(c: Any) -> Any:
+            return c.refresh_lease(lease.id)
+
+        try:
+            if hedge_s >= deadline:
+                reply = await self._on(op, deadline)
+            else:
+                reply = await self._hedged(op, deadline, hedge_s)
+        finally:
+            progress()  # the second call runs in a task of its own
         return int(reply.TTL)
+
+    async def _hedged(
+        self, op: Callable[[Any], Awaitable[T]], deadline: float, hedge_s: float
+    ) -> T:
+        """``op`` within ``deadline``; not answered within ``hedge_s``, its connection is
+        taken for dead and ``op`` is made again on a new one: the first answer counts."""
+        client = await self._current()
+        loop = asyncio.get_running_loop()
+        calls = [loop.create_task(self._call(client, op, deadline))]
+
+        async def on_a_new_connection() -> T:
+            if self._client is client:
+                self._suspect = client
+            return await self._call(await self._current(), op, None)
+
+        try:
+            done, _ = await asyncio.wait(calls, timeout=hedge_s)
+            if not done:
+                again = bounded(on_a_new_connection, deadline - hedge_s)
+                calls.append(loop.create_task(again))
+            failure: BaseException = StoreTimeout(f"etcd did not answer within {deadline:g} s")
+            pending = set(calls)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for call in done:
+                    if call.cancelled():
+                        failure = CallCancelled("the call to etcd was cancelled")
+                    elif (error := call.exception()) is None:
+                        return call.result()
+                    elif not isinstance(error, TimeoutError):  # the second one's deadline
+                        failure = error
+            raise failure
+        finally:
+            for call in calls:
+                if not call.done():
+                    call.cancel()
+                    call.add_done_callback(retrieved)
 
     async def revoke(self, lease: Lease) -> None:
         await self._on(lambda c: c.revoke_lease(lease.id))
@@ -229,10 +286,16 @@ class EtcdStore:
                 failure=[],
             )
 
-        ok, responses = await self._on(op)
+        ok, responses = await self._on(op, again=False)
         if not ok:
             return None
         return int(responses[0].response_put.header.revision)
+
+    async def renew(self, key: bytes, value: bytes, epoch: int, lease: Lease) -> int | None:
+        """Write ``key`` again under ``lease`` if its revision is still ``epoch``: its new
+        revision (a new epoch: every write fenced on the old one is refused from now on,
+        one still on its way included), or None if the key moved on or is gone."""
+        return await self.write_if({key: epoch}, {key: value}, lease=lease)
 
     async def create(self, key: bytes, value: bytes) -> bool:
         """Create ``key`` (with no lease) unless it exists; whether this call created it."""
@@ -243,7 +306,7 @@ class EtcdStore:
                 compare=[tx.create(key) == 0], success=[tx.put(key, value)], failure=[]
             )
 
-        ok, _ = await self._on(op)
+        ok, _ = await self._on(op, again=False)
         return bool(ok)
 
     async def write_fenced(
@@ -255,20 +318,41 @@ class EtcdStore:
     ) -> bool:
         """Apply ``puts`` and ``deletes`` at once, only if ``owner_key`` still has revision
         ``epoch``; False (and nothing written) if it does not."""
+        return await self.write_if({owner_key: epoch}, puts, deletes) is not None
+
+    async def write_if(
+        self,
+        revisions: Mapping[bytes, int],
+        puts: Mapping[bytes, bytes],
+        deletes: Sequence[bytes] = (),
+        *,
+        lease: Lease | None = None,
+    ) -> int | None:
+        """Apply ``puts`` (under ``lease``, if given) and ``deletes`` at once, only if each
+        key of ``revisions`` has that revision (0: the key does not exist); the store's
+        revision they were written at, or None (nothing written) if one has not. At least
+        one put or delete."""
+        lease_id = None if lease is None else lease.id
 
         def op(c: Any) -> Any:
             tx = c.transactions
-            ops = [tx.put(k, v) for k, v in puts.items()] + [tx.delete(k) for k in deletes]
-            return c.transaction(compare=[tx.mod(owner_key) == epoch], success=ops, failure=[])
+            ops = [tx.put(k, v, lease=lease_id) for k, v in puts.items()]
+            ops += [tx.delete(k) for k in deletes]
+            compare = [tx.mod(k) == revision for k, revision in revisions.items()]
+            return c.transaction(compare=compare, success=ops, failure=[])
 
-        ok, _ = await self._on(op)
-        return bool(ok)
+        ok, responses = await self._on(op, again=False)
+        if not ok:
+            return None
+        first = responses[0]
+        kind = "response_put" if first.HasField("response_put") else "response_delete_range"
+        return int(getattr(first, kind).header.revision)
 
     async def get(self, key: bytes) -> Entry | None:
         got = await self._on(lambda c: c.get(key))
         if got is None:
             return None
-        return Entry(bytes(got.value), int(got.mod_revision), int(got.lease))
+        return _entry(got)
 
     async def get_prefix(self, prefix: bytes) -> dict[bytes, Entry]:
         return (await self.read_prefix(prefix))[0]
@@ -277,10 +361,7 @@ class EtcdStore:
         """Every key under ``prefix``, and the store's revision they were read at (a
         watch from the next revision misses nothing)."""
         found = await self._on(lambda c: c.get_prefix(prefix))
-        entries = {
-            bytes(kv.key): Entry(bytes(kv.value), int(kv.mod_revision), int(kv.lease))
-            for kv in found
-        }
+        entries = {bytes(kv.key): _entry(kv) for kv in found}
         return entries, int(found.header.revision)
 
     async def keys(self, prefix: bytes) -> list[bytes]:
@@ -288,10 +369,10 @@ class EtcdStore:
         return [bytes(kv.key) for kv in found]
 
     async def put(self, key: bytes, value: bytes) -> None:
-        await self._on(lambda c: c.put(key, value))
+        await self._on(lambda c: c.put(key, value), again=False)
 
     async def delete(self, key: bytes) -> None:
-        await self._on(lambda c: c.delete(key))
+        await self._on(lambda c: c.delete(key), again=False)
 
     async def watch_prefix(
         self,
@@ -303,10 +384,15 @@ class EtcdStore:
     ) -> AsyncIterator[Change]:
         """Changes under ``prefix`` from ``from_revision`` on, as they happen. A watch that
         delivers nothing for ``idle_s`` is made again from where it was (on a new connection
-        if it cannot be): one on a dead link would wait for ever. ``alive`` is called each
+        if it cannot be): one on a dead link would wait for ever. So is one that ends (its
+        connection was replaced and closed): it never ends by itself. ``alive`` is called each
         time the watch is made (a quiet watch is not a stuck one)."""
         revision = from_revision
+        ended = False
         while True:
+            if ended:  # not at once: a connection being replaced, or closed with the store
+                await asyncio.sleep(WATCH_ENDED_WAIT_S)
+                ended = False
             watch = await self._on(partial(_watch_from, prefix=prefix, revision=revision))
             if alive is not None:
                 alive()
@@ -318,89 +404,24 @@ class EtcdStore:
                             event = await anext(events)
                     except TimeoutError:
                         break  # quiet, or dead: made again
-                    except StopAsyncIteration:
-                        return
+                    except StopAsyncIteration:  # its connection was closed (replaced)
+                        ended = True
+                        break
                     kv = event.kv
                     revision = int(kv.mod_revision) + 1
                     deleted = event.kind == "DELETE"
-                    yield Change(bytes(kv.key), None if deleted else bytes(kv.value), revision - 1)
+                    value = None if deleted else bytes(kv.value)
+                    created = 0 if deleted else int(kv.create_revision)
+                    yield Change(bytes(kv.key), value, revision - 1, created)
             finally:
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(self.timeout_s):
                         await watch.cancel()
 
 
+def _entry(kv: Any) -> Entry:
+    return Entry(bytes(kv.value), int(kv.mod_revision), int(kv.lease), int(kv.create_revision))
+
+
 def _watch_from(client: Any, *, prefix: bytes, revision: int) -> Any:
     return client.watch_prefix(prefix, start_revision=revision)
-
-
-async def bounded(call: Callable[[], Awaitable[T]], deadline_s: float) -> T:
-    """``call()`` in a task of its own, within ``deadline_s`` (TimeoutError past it, the call
-    cancelled). A cancellation of the caller reaches the caller as it was sent: gRPC ends a
-    call it is made to cancel with a bare ``CancelledError``, which an anyio cancel scope
-    would not take for its own and let through as if its host were cancelled. A call that
-    gRPC cancelled by itself raises ``CallCancelled``."""
-
-    async def run() -> T:
-        return await call()
-
-    task = asyncio.get_running_loop().create_task(run())
-    try:
-        done, _ = await asyncio.wait([task], timeout=deadline_s)
-    except BaseException:  # the caller is cancelled: so is the call, and that is all
-        task.cancel()
-        task.add_done_callback(_retrieved)
-        raise
-    if not done:
-        task.cancel()
-        task.add_done_callback(_retrieved)
-        raise TimeoutError(f"no answer within {deadline_s:g} s")
-    if task.cancelled():
-        raise CallCancelled("the call to etcd was cancelled by its connection")
-    return task.result()
-
-
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """An abandoned call's outcome, read so that asyncio does not report it unread."""
-    if not task.cancelled():
-        task.exception()
-
-
-async def _first_answering(
-    endpoints: Sequence[tuple[str, int]], timeout_s: float
-) -> tuple[Any, tuple[str, int]]:
-    failures = []
-    for host, port in endpoints:
-        client = aetcd.Client(
-            host=host, port=port, timeout=max(1, math.ceil(timeout_s)), options=GRPC_OPTIONS
-        )
-
-        async def answers(client: Any = client) -> None:
-            await client.connect()
-            await client.get(b"/")
-
-        try:
-            await bounded(answers, timeout_s)
-        except Exception as exc:  # every failure means: try the next one
-            failures.append(f"{host}:{port}: {type(exc).__name__}")
-            await _close(client, timeout_s)
-            continue
-        log.info("store_connected", endpoint=f"{host}:{port}")
-        return client, (host, port)
-    raise StoreUnavailable("no etcd endpoint answered: " + "; ".join(failures))
-
-
-async def _close(client: Any, timeout_s: float, wait_s: float = 0.0) -> None:
-    """Close an aetcd client, within a deadline whatever its watches are doing (after
-    ``wait_s``: the calls under way on it have that long to end by themselves)."""
-    if wait_s:
-        await asyncio.sleep(wait_s)
-    try:
-        await bounded(client.close, timeout_s)
-        return
-    except Exception:
-        pass
-    channel = getattr(client, "channel", None)  # its watcher was stuck: the channel alone
-    if channel is not None:
-        with contextlib.suppress(Exception):
-            await bounded(channel.close, timeout_s)
