@@ -6,7 +6,12 @@ from huddle.client import Member, Admin, TopicPartition, RebalanceListener
 from huddle.client.admin import Admin
 from huddle.client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
 from huddle.client.connection import ConnectionClosedError, RequestTimeoutError
-from huddle.client.events import CommitFailedError, MemberFailedError, NotConnectedError
+from huddle.client.events import (
+    CommitFailedError,
+    MemberFailedError,
+    NotConnectedError,
+    StableTimeoutError,
+)
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.client.running import MemberTask
@@ -29,5 +34,6 @@ __all__ = [
     "RebalanceProtocol",
     "RequestTimeoutError",
     "ServerError",
+    "StableTimeoutError",
     "TopicPartition",
 ]

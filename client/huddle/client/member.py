@@ -52,6 +52,7 @@ from huddle.client.events import (
     Refused,
     Rejoin,
     SessionExpired,
+    StableTimeoutError,
 )
 from huddle.client.flow import (
     LEAVE_TIMEOUT_MS,
@@ -276,12 +277,12 @@ class Member:
 
     async def wait_stable(self, timeout: float | None = None) -> None:
         """Until the member is joined and synced with no follow-up rebalance pending;
-        ``TimeoutError`` after ``timeout`` seconds (None: no limit). Raises the member's
-        ``MemberFailedError`` once it failed, and a ``UsageError`` once it is closed (it
-        will never be stable again)."""
+        ``StableTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds (None: no
+        limit), saying what it saw. Raises the member's ``MemberFailedError`` once it
+        failed, and a ``UsageError`` once it is closed (it will never be stable again)."""
         if timeout is not None:
             require_number("timeout", timeout, positive=False)
-        with anyio.fail_after(timeout):
+        with anyio.move_on_after(timeout):
             while True:
                 if self._failure is not None:
                     raise self._failure
@@ -290,6 +291,25 @@ class Member:
                 if self._stable():
                     return
                 await self._changed.wait()
+        raise StableTimeoutError(
+            f"the member was not stable (joined, synced, no rebalance pending) within "
+            f"{timeout:g} s: {self._unstable()}"
+        )
+
+    def _unstable(self) -> str:
+        """What keeps the member from being stable, as ``wait_stable`` says it."""
+        core = self._core
+        seen = [
+            f"state {core.state.value}",
+            f"generation {core.generation}",
+            f"{len(core.owned)} partitions owned",
+            "connected" if self._conn is not None else "not connected to the coordinator",
+        ]
+        if core.rejoin_at_ms is not None:
+            seen.append("a rejoin pending")
+        if self._events.statistics().current_buffer_used:
+            seen.append("events not handled yet")
+        return ", ".join(seen)
 
     @property
     def subscription(self) -> list[str]:
