@@ -25,6 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from huddle.client.checks import require_number, require_type
 from huddle.client.sasl import SaslExchange
 from huddle.client.security import NO_SECURITY, Security, TlsError
+from huddle.client.unreachable import cannot_connect
 from huddle.logs import library_logger
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
@@ -456,7 +457,8 @@ async def connect(
     """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
 
     Raises InvalidArgumentError (a ValueError) for a malformed address or a bad argument,
-    OSError when the coordinator cannot be reached, TimeoutError, UnsupportedVersionError
+    CoordinatorUnreachableError (an OSError) when no connection can be made to it
+    (refused, unreachable), TimeoutError, UnsupportedVersionError
     (or another HuddleError) when the coordinator refuses the handshake. ``notices=False``
     discards pushed notices. With ``security``, the connection is TLS and/or authenticated
     by SASL: TlsError when the TLS handshake fails, SaslAuthenticationFailedError when the
@@ -486,6 +488,10 @@ async def connect(
         # retriable, as any lost connection
         reason = f"{bootstrap} closed the connection during the TLS handshake"
         raise ConnectionClosedError(reason) from exc
+    except TimeoutError:
+        raise
+    except OSError as exc:  # refused, no route, a name that does not resolve
+        raise cannot_connect(bootstrap, exc) from exc
     conn = Connection(
         stream,
         bootstrap=bootstrap,

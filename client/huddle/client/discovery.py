@@ -77,7 +77,8 @@ async def connect_any(
 ) -> AsyncIterator[Connection]:
     """A connection to the first bootstrap address that answers (any node serves topics
     and finds coordinators). Raises ValueError for a malformed list, the last address's
-    error when none answers (OSError, TimeoutError or a HuddleError)."""
+    error when none answers (CoordinatorUnreachableError, TimeoutError or another
+    HuddleError)."""
     addresses = bootstrap_addresses(bootstrap)
     options = _options(client_id, timeout, notices, security)
     for i, address in enumerate(addresses):
