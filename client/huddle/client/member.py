@@ -72,8 +72,9 @@ from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.metrics import MemberStats, collector_for
 from huddle.client.partition_counts import Scope
-from huddle.client.security import NO_SECURITY, Security
+from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.client.subscription import Subscription
+from huddle.client.unreachable import UnreachableWarnings
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
@@ -205,6 +206,7 @@ class Member:
         self._closed = False
         self._close_requested = anyio.Event()
         self._log = log.bind(group_id=group_id, client_id=client_id)
+        self._unreachable = UnreachableWarnings(self._log)  # rate-limited warnings
 
     # --- what the application sees --------------------------------------------------
 
@@ -534,7 +536,9 @@ class Member:
     @asynccontextmanager
     async def _coordinator(self) -> AsyncIterator[Connection]:
         """A connection to the group's coordinator; its refusal of this member (a ServerError
-        authenticating it, or finding the coordinator for it) is raised as ``Refused``."""
+        authenticating it, or finding the coordinator for it) is raised as ``Refused``. A
+        coordinator not reached (none answered, or TLS failed: that one is fatal) is
+        warned of, at most every so often."""
         async with AsyncExitStack() as stack:
             try:
                 conn = await stack.enter_async_context(
@@ -547,10 +551,14 @@ class Member:
                         security=self._security,
                     )
                 )
+            except (CoordinatorNotAvailableError, TlsError) as exc:
+                self._unreachable.failed(anyio.current_time(), self._bootstrap, exc)
+                raise
             except (AuthenticationError, AuthorizationError) as exc:
                 if isinstance(exc, ServerError):
                     raise Refused(exc.message) from exc
                 raise
+            self._unreachable.reached()
             yield conn
 
     async def _until_lost(
