@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 import pytest
 
 from huddle.client.admin import Admin
 from huddle.client.connection import connect
+from huddle.client.unreachable import CoordinatorUnreachableError
 from huddle.protocol.errors import (
     GroupIdNotFoundError,
     HuddleError,
@@ -64,6 +67,24 @@ async def test_admin_outside_its_context() -> None:
     admin = Admin("127.0.0.1:9")
     with pytest.raises(RuntimeError, match="async with"):
         await admin.list_topics()
+
+
+async def test_an_admin_that_cannot_connect_says_where_with_a_huddle_error() -> None:
+    with pytest.raises(OSError, match="connection refused") as caught:
+        async with Admin("127.0.0.1:1"):
+            pass
+    assert isinstance(caught.value, CoordinatorUnreachableError)
+    assert isinstance(caught.value, HuddleError)
+    assert str(caught.value) == "cannot connect to 127.0.0.1:1: connection refused"
+    # a call that must connect again, to a coordinator gone meanwhile, says the same
+    async with AsyncExitStack() as stack:
+        async with running_server(fast_server_config()) as server:
+            address = f"127.0.0.1:{server.port}"
+            admin = await stack.enter_async_context(Admin(address))
+            await admin.create_topic("t", 1)
+        await wait_until(lambda: admin.connection.closed, what="the connection to close")
+        with pytest.raises(CoordinatorUnreachableError, match=f"^cannot connect to {address}:"):
+            await admin.list_topics()
 
 
 async def test_an_admin_left_idle_past_the_coordinators_idle_timeout_goes_on() -> None:

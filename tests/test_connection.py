@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -10,9 +11,11 @@ import pytest
 from structlog.typing import EventDict
 
 from huddle.client.connection import ConnectionClosedError, check, connect, parse_bootstrap
+from huddle.client.unreachable import CoordinatorUnreachableError
 from huddle.protocol.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
+    HuddleError,
     TopicAlreadyExistsError,
     UnsupportedVersionError,
 )
@@ -215,9 +218,14 @@ async def test_refused_at_the_door() -> None:
 
 
 async def test_unreachable_coordinator() -> None:
-    with pytest.raises(OSError, match="connection attempts failed"):
+    with pytest.raises(OSError, match="connection refused") as caught:
         async with connect("127.0.0.1:1", timeout=5):
             pass
+    assert isinstance(caught.value, CoordinatorUnreachableError)
+    assert isinstance(caught.value, HuddleError)
+    assert str(caught.value) == "cannot connect to 127.0.0.1:1: connection refused"
+    assert caught.value.errno == errno.ECONNREFUSED
+    assert caught.value.address == "127.0.0.1:1"
 
 
 async def test_handshake_timeout() -> None:

@@ -23,6 +23,7 @@ from huddle.client import (
     Member,
     MemberFailedError,
     RebalanceListener,
+    StableTimeoutError,
     TopicPartition,
 )
 from huddle.client.assignors.base import MemberAssignment
@@ -515,6 +516,19 @@ async def test_a_member_that_cannot_reach_the_coordinator_closes_promptly() -> N
             with pytest.raises(TimeoutError):
                 await lonely.wait_stable(timeout=0.5)
             assert not lonely.connected
+
+
+async def test_wait_stable_running_out_is_a_huddle_error_that_says_what_it_saw() -> None:
+    async with member("127.0.0.1:1", max_retry_backoff_ms=200) as lonely:
+        with pytest.raises(TimeoutError) as caught:  # what code written for it catches
+            await lonely.wait_stable(timeout=0.3)
+    error = caught.value
+    assert isinstance(error, StableTimeoutError)
+    assert isinstance(error, HuddleError)
+    assert str(error) == (
+        "the member was not stable (joined, synced, no rebalance pending) within 0.3 s: "
+        "state unjoined, generation -1, 0 partitions owned, not connected to the coordinator"
+    )
 
 
 async def test_assignment_is_empty_once_the_session_may_have_expired() -> None:

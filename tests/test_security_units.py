@@ -122,6 +122,20 @@ def test_failures_from_one_host_wait_longer_each_time_and_are_forgotten() -> Non
     assert throttle.failures("other", 101) == 0
 
 
+def test_a_success_after_failures_waits_as_long_as_a_failure_would() -> None:
+    # no timing oracle: a guesser must not tell a right guess by its answer coming sooner
+    throttle = FailureThrottle(base_s=0.1, max_s=1.0, forget_s=60.0)
+    assert throttle.penalty("h", 0.0) == 0.0  # no recent failures: a success at once
+    throttle.failed("h", 0.0)
+    waits = []
+    for now in range(1, 7):  # a success, then a failure, at the same moment each time
+        success = throttle.penalty("h", now)
+        assert success == throttle.failed("h", now)
+        waits.append(success)
+    assert waits == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    assert throttle.penalty("h", 100.0) == 0.0  # forgotten after a quiet minute
+
+
 async def test_the_store_file_is_private_and_holds_no_password(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     user = make_user("alice", "correct horse")

@@ -6,10 +6,16 @@ from huddle.client import Member, Admin, TopicPartition, RebalanceListener
 from huddle.client.admin import Admin
 from huddle.client.assignors import ASSIGNORS, Assignor, RebalanceProtocol
 from huddle.client.connection import ConnectionClosedError, RequestTimeoutError
-from huddle.client.events import CommitFailedError, MemberFailedError, NotConnectedError
+from huddle.client.events import (
+    CommitFailedError,
+    MemberFailedError,
+    NotConnectedError,
+    StableTimeoutError,
+)
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.client.running import MemberTask
+from huddle.client.unreachable import CoordinatorUnreachableError
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ClientError, HuddleError, ServerError
 
@@ -20,6 +26,7 @@ __all__ = [
     "ClientError",
     "CommitFailedError",
     "ConnectionClosedError",
+    "CoordinatorUnreachableError",
     "HuddleError",
     "Member",
     "MemberFailedError",
@@ -29,5 +36,6 @@ __all__ = [
     "RebalanceProtocol",
     "RequestTimeoutError",
     "ServerError",
+    "StableTimeoutError",
     "TopicPartition",
 ]

@@ -5,7 +5,9 @@
         print(await admin.list_topics())
 
 Every method raises the registered HuddleError subclass for an error the coordinator
-reports (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``...).
+reports (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``...), and
+``CoordinatorUnreachableError`` (a HuddleError and an OSError) naming the address when no
+connection can be made (refused, unreachable).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from huddle.client.checks import require_number, require_type
 from huddle.client.sasl import SaslExchange
 from huddle.client.security import NO_SECURITY, Security, TlsError
+from huddle.client.unreachable import CLIENT_CERT_REFUSED, PLAIN_TO_TLS, cannot_connect
 from huddle.logs import library_logger
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
@@ -88,12 +89,16 @@ def _tls_reason(exc: ssl.SSLError) -> str:
 
 
 class ConnectionClosedError(ClientError, ConnectionError):
-    """The connection to the coordinator is closed; ``error_code`` says why, if it said."""
+    """The connection to the coordinator is closed; ``error_code`` says why, if it said;
+    ``tls_hint`` when it closed as it does for TLS set up on one side only."""
 
-    def __init__(self, message: str, error_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, error_code: int | None = None, *, tls_hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.error_code = error_code
+        self.tls_hint = tls_hint
 
 
 class RequestTimeoutError(ClientError, TimeoutError):
@@ -269,7 +274,7 @@ class Connection:
             try:
                 data = await self._stream.receive()
             except anyio.EndOfStream:
-                raise ConnectionClosedError(self._closed_in_handshake(heard)) from None
+                raise self._closed_in_handshake(heard) from None
             except (anyio.BrokenResourceError, OSError) as exc:
                 reason = f"connection lost during the handshake: {exc or type(exc).__name__}"
                 raise ConnectionClosedError(reason) from exc
@@ -277,14 +282,16 @@ class Connection:
             self._early.extend(self._reader.feed(data))
         return self._codec.decode(self._early.pop(0))
 
-    def _closed_in_handshake(self, heard: bool) -> str:
+    def _closed_in_handshake(self, heard: bool) -> ConnectionClosedError:
         """Why the connection closed before the first answer: a TLS listener closes a plain
         client's connection without a word (it cannot read the handshake)."""
         if heard or self.server_version or self.security.uses_tls:
-            return "the coordinator closed the connection during the handshake"
-        return (
+            reason = "the coordinator closed the connection during the handshake"
+            return ConnectionClosedError(reason)
+        return ConnectionClosedError(
             "the coordinator closed the connection without answering the handshake: it "
-            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...))"
+            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...))",
+            tls_hint=PLAIN_TO_TLS,
         )
 
     async def _handshake(self) -> None:
@@ -456,7 +463,8 @@ async def connect(
     """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
 
     Raises InvalidArgumentError (a ValueError) for a malformed address or a bad argument,
-    OSError when the coordinator cannot be reached, TimeoutError, UnsupportedVersionError
+    CoordinatorUnreachableError (an OSError) when no connection can be made to it
+    (refused, unreachable), TimeoutError, UnsupportedVersionError
     (or another HuddleError) when the coordinator refuses the handshake. ``notices=False``
     discards pushed notices. With ``security``, the connection is TLS and/or authenticated
     by SASL: TlsError when the TLS handshake fails, SaslAuthenticationFailedError when the
@@ -486,6 +494,10 @@ async def connect(
         # retriable, as any lost connection
         reason = f"{bootstrap} closed the connection during the TLS handshake"
         raise ConnectionClosedError(reason) from exc
+    except TimeoutError:
+        raise
+    except OSError as exc:  # refused, no route, a name that does not resolve
+        raise cannot_connect(bootstrap, exc) from exc
     conn = Connection(
         stream,
         bootstrap=bootstrap,
@@ -512,7 +524,8 @@ async def connect(
                 raise ConnectionClosedError(
                     f"{bootstrap} closed the TLS connection before the handshake: it refuses "
                     "this client's certificate (not signed by its client CA, or expired) or "
-                    f"requires one ({exc.message})"
+                    f"requires one ({exc.message})",
+                    tls_hint=CLIENT_CERT_REFUSED,
                 ) from exc
     except BaseException:
         await conn.aclose()

@@ -77,7 +77,8 @@ async def connect_any(
 ) -> AsyncIterator[Connection]:
     """A connection to the first bootstrap address that answers (any node serves topics
     and finds coordinators). Raises ValueError for a malformed list, the last address's
-    error when none answers (OSError, TimeoutError or a HuddleError)."""
+    error when none answers (CoordinatorUnreachableError, TimeoutError or another
+    HuddleError)."""
     addresses = bootstrap_addresses(bootstrap)
     options = _options(client_id, timeout, notices, security)
     for i, address in enumerate(addresses):
@@ -117,8 +118,10 @@ async def connect_coordinator(
     asks another node first: that one may be frozen, with connections accepted by the
     kernel and never answered). ``timeout`` bounds each connection and each request.
     Raises ValueError for a malformed list, CoordinatorNotAvailableError when no address
-    answered with a coordinator (each one's reason in the message)."""
+    answered with a coordinator (each one's reason in the message; raised from each one's
+    error, a group of them when there were several)."""
     failures: list[str] = []
+    errors: list[Exception] = []
     addresses = bootstrap_addresses(bootstrap)
     shift = start % len(addresses)
     options = _options(client_id, timeout, notices, security)
@@ -135,10 +138,11 @@ async def connect_coordinator(
                 raise  # not the node's fault: every node answers the same
             except (OSError, TimeoutError, HuddleError) as exc:
                 failures.append(f"{address}: {str(exc) or type(exc).__name__}")
+                errors.append(exc)
                 log.debug("coordinator_not_found", address=address, reason=failures[-1])
                 continue
             yield conn
             return
     raise CoordinatorNotAvailableError(
         f"no coordinator found for group {group_id!r}: " + "; ".join(failures)
-    )
+    ) from (errors[0] if len(errors) == 1 else ExceptionGroup("each address's failure", errors))

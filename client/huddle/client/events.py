@@ -34,6 +34,11 @@ class NotConnectedError(ClientError):
     """The member has no connection to the coordinator right now (it is reconnecting)."""
 
 
+class StableTimeoutError(ClientError, TimeoutError):
+    """``Member.wait_stable()`` ran out of time; the message says what the member was
+    doing (its state, generation, partitions, connection). Also a ``TimeoutError``."""
+
+
 class Reconnect(Exception):
     """Drop this connection and find the coordinator again."""
 

@@ -52,6 +52,7 @@ from huddle.client.events import (
     Refused,
     Rejoin,
     SessionExpired,
+    StableTimeoutError,
 )
 from huddle.client.flow import (
     LEAVE_TIMEOUT_MS,
@@ -71,8 +72,9 @@ from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
 from huddle.client.machine import MemberConfig, MemberCore, MemberState
 from huddle.client.metrics import MemberStats, collector_for
 from huddle.client.partition_counts import Scope
-from huddle.client.security import NO_SECURITY, Security
+from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.client.subscription import Subscription
+from huddle.client.unreachable import UnreachableWarnings
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
@@ -204,6 +206,7 @@ class Member:
         self._closed = False
         self._close_requested = anyio.Event()
         self._log = log.bind(group_id=group_id, client_id=client_id)
+        self._unreachable = UnreachableWarnings(self._log)  # rate-limited warnings
 
     # --- what the application sees --------------------------------------------------
 
@@ -276,12 +279,12 @@ class Member:
 
     async def wait_stable(self, timeout: float | None = None) -> None:
         """Until the member is joined and synced with no follow-up rebalance pending;
-        ``TimeoutError`` after ``timeout`` seconds (None: no limit). Raises the member's
-        ``MemberFailedError`` once it failed, and a ``UsageError`` once it is closed (it
-        will never be stable again)."""
+        ``StableTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds (None: no
+        limit), saying what it saw. Raises the member's ``MemberFailedError`` once it
+        failed, and a ``UsageError`` once it is closed (it will never be stable again)."""
         if timeout is not None:
             require_number("timeout", timeout, positive=False)
-        with anyio.fail_after(timeout):
+        with anyio.move_on_after(timeout):
             while True:
                 if self._failure is not None:
                     raise self._failure
@@ -290,6 +293,25 @@ class Member:
                 if self._stable():
                     return
                 await self._changed.wait()
+        raise StableTimeoutError(
+            f"the member was not stable (joined, synced, no rebalance pending) within "
+            f"{timeout:g} s: {self._unstable()}"
+        )
+
+    def _unstable(self) -> str:
+        """What keeps the member from being stable, as ``wait_stable`` says it."""
+        core = self._core
+        seen = [
+            f"state {core.state.value}",
+            f"generation {core.generation}",
+            f"{len(core.owned)} partitions owned",
+            "connected" if self._conn is not None else "not connected to the coordinator",
+        ]
+        if core.rejoin_at_ms is not None:
+            seen.append("a rejoin pending")
+        if self._events.statistics().current_buffer_used:
+            seen.append("events not handled yet")
+        return ", ".join(seen)
 
     @property
     def subscription(self) -> list[str]:
@@ -514,7 +536,9 @@ class Member:
     @asynccontextmanager
     async def _coordinator(self) -> AsyncIterator[Connection]:
         """A connection to the group's coordinator; its refusal of this member (a ServerError
-        authenticating it, or finding the coordinator for it) is raised as ``Refused``."""
+        authenticating it, or finding the coordinator for it) is raised as ``Refused``. A
+        coordinator not reached (none answered, or TLS failed: that one is fatal) is
+        warned of, at most every so often."""
         async with AsyncExitStack() as stack:
             try:
                 conn = await stack.enter_async_context(
@@ -527,10 +551,14 @@ class Member:
                         security=self._security,
                     )
                 )
+            except (CoordinatorNotAvailableError, TlsError) as exc:
+                self._unreachable.failed(anyio.current_time(), self._bootstrap, exc)
+                raise
             except (AuthenticationError, AuthorizationError) as exc:
                 if isinstance(exc, ServerError):
                     raise Refused(exc.message) from exc
                 raise
+            self._unreachable.reached()
             yield conn
 
     async def _until_lost(

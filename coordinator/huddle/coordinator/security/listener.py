@@ -315,7 +315,8 @@ class ListenerSecurity:
         return self.throttle.failures(address_group(host), now)
 
     def penalty(self, host: str, now: float) -> float:
-        """How long (s) an answer to the host is held back, for its group's failures."""
+        """How long (s) a success's answer to the host is held back: as long as a failure's
+        now would be while its group has recent failures."""
         return self.throttle.penalty(address_group(host), now)
 
 

@@ -20,6 +20,8 @@ Two rules hold per group, from its first exchange on:
   for ``forget_s`` starts again from ``base_s``. The table is bounded: the group that
   failed longest ago is forgotten first. A success does not wipe a group's failures: one
   valid account (or a NAT shared with one) must not reset the slow-down between guesses.
+  While the group has recent failures, a success's answer is held back exactly as long as
+  a failure's at that moment would be (``penalty``): the delay does not tell them apart.
 """
 
 from __future__ import annotations
@@ -82,8 +84,11 @@ class FailureThrottle:
         return min(self.base_s * float(2 ** min(failures - 1, 30)), self.max_s)
 
     def penalty(self, host: str, now: float) -> float:
-        """How long (s) an answer to this host is held back now, for its recent failures."""
-        return self.delay(self.failures(host, now))
+        """How long (s) a success's answer to this host is held back now: while it has
+        recent failures, as long as a failure now would be (``failed``), so that a guesser
+        cannot tell a right guess by its answer coming sooner; at once without any."""
+        failures = self.failures(host, now)
+        return self.delay(failures + 1) if failures else 0.0
 
     def failed(self, host: str, now: float) -> float:
         """Count a failure; how long (s) to hold its answer back."""
