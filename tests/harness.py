@@ -13,6 +13,7 @@ from typing import Any
 
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
+from huddle.coordinator.effects import incarnation_digest
 from huddle.coordinator.group import Group
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -60,6 +61,8 @@ class Driver:
         # who each connection is, where a test says: (client id, principal); otherwise
         # connection n is its own client, "cn", anonymous
         self.clients: dict[int, tuple[str, str]] = {}
+        # the incarnation token each connection presented, where a test says: none otherwise
+        self.tokens: dict[int, bytes] = {}
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -75,7 +78,8 @@ class Driver:
 
     def peer(self, conn: int) -> Peer:
         client_id, principal = self.clients.get(conn, (f"c{conn}", ANONYMOUS))
-        return Peer(conn, client_id=client_id, host="127.0.0.1", principal=principal)
+        digest = incarnation_digest(self.tokens.get(conn))
+        return Peer(conn, client_id, "127.0.0.1", principal, digest)
 
     def send(self, conn: int, request: Request) -> int:
         cid = next(self._cids)
@@ -84,9 +88,15 @@ class Driver:
 
     def reconnect(self, old: int, new: int) -> None:
         """Connection ``new`` is the client of connection ``old`` come back: the same
-        client id and principal."""
+        client id, principal and incarnation token."""
         peer = self.peer(old)
         self.clients[new] = (peer.client_id, peer.principal)
+        if old in self.tokens:
+            self.tokens[new] = self.tokens[old]
+
+    def present(self, conn: int, token: bytes) -> None:
+        """Connection ``conn`` presented this incarnation token in its handshake."""
+        self.tokens[conn] = token
 
     def connect_as(self, conn: int, client_id: str, principal: str = ANONYMOUS) -> None:
         """Connection ``conn`` is a client with this client id and principal."""

@@ -124,8 +124,13 @@ class RawClient:
     async def send(self, message: Message) -> None:
         await self.send_bytes(self._codec.encode(message))
 
-    async def handshake(self, version: int = PROTOCOL_VERSION, client_id: str = "raw") -> None:
-        await self.send(Handshake(version=version, client_id=client_id))
+    async def handshake(
+        self,
+        version: int = PROTOCOL_VERSION,
+        client_id: str = "raw",
+        incarnation: bytes | None = None,
+    ) -> None:
+        await self.send(Handshake(version=version, client_id=client_id, incarnation=incarnation))
         result = await self.read_frame()
         assert isinstance(result, HandshakeResult), result
         assert result.error_code == 0, result
@@ -200,12 +205,17 @@ def join_request(
 
 
 async def raw_member(
-    port: int, group_id: str, *, session_timeout_ms: int = 6_000
+    port: int,
+    group_id: str,
+    *,
+    session_timeout_ms: int = 6_000,
+    incarnation: bytes | None = None,
 ) -> tuple[RawClient, str, int]:
-    """A one-member group joined and synced over a ``RawClient``: (client, member id,
-    generation). The member is the leader and assigns itself nothing."""
+    """A one-member group joined and synced over a ``RawClient`` (client id ``raw-GROUP``,
+    presenting ``incarnation``): (client, member id, generation). The member is the leader
+    and assigns itself nothing."""
     client = await RawClient.open(port)
-    await client.handshake(client_id=f"raw-{group_id}")
+    await client.handshake(client_id=f"raw-{group_id}", incarnation=incarnation)
     request = join_request(group_id=group_id, session_timeout_ms=session_timeout_ms)
     joined = await client.call(request)
     assert isinstance(joined, JoinGroupResponse), joined

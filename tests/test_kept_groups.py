@@ -3,6 +3,7 @@ shard moving between nodes), against the pure core."""
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from typing import Any
 
@@ -12,6 +13,7 @@ from huddle.coordinator.kept_groups import NO_CONNECTION
 from huddle.coordinator.records import (
     HEADER,
     GroupRecord,
+    KeptMember,
     OffsetRecord,
     Record,
     decode_frames,
@@ -128,6 +130,21 @@ def test_a_loaded_member_moves_only_with_its_own_client() -> None:
     assert set(new.group().members) == {b}  # a's own connection's grace
 
 
+def without_trailing_member_fields(record: GroupRecord, first: str) -> GroupRecord:
+    """The record as a version that kept its members' fields only up to before ``first``
+    wrote it, read back."""
+    raw = msgspec.msgpack.decode(bytes(encode_frames([record]))[HEADER.size :])
+    members_at = 1 + [f.name for f in msgspec.structs.fields(GroupRecord)].index("members")
+    names = [f.name for f in msgspec.structs.fields(KeptMember)]
+    for member in raw[members_at]:  # after the tag
+        del member[names.index(first) :]
+    body = msgspec.msgpack.encode(raw)
+    frame = HEADER.pack(len(body), zlib.crc32(body)) + body
+    (loaded,) = decode_frames(frame).records
+    assert isinstance(loaded, GroupRecord)
+    return loaded
+
+
 def test_a_group_kept_before_principals_were_loads_and_its_member_moves_by_client_id() -> None:
     """A record written by a node that did not keep principals still loads; its member is
     moved by the first connection with its client id, whoever that authenticated as."""
@@ -135,14 +152,7 @@ def test_a_group_kept_before_principals_were_loads_and_its_member_moves_by_clien
     (a,) = old.form(1)
     gen = old.group().generation
     (record,) = [r for r in kept(old) if isinstance(r, GroupRecord)]
-    raw = msgspec.msgpack.decode(bytes(encode_frames([record]))[HEADER.size :])
-    members_at = 1 + [f.name for f in msgspec.structs.fields(GroupRecord)].index("members")
-    for member in raw[members_at]:  # after the tag
-        member.pop()  # the principal, last of a kept member's fields
-    body = msgspec.msgpack.encode(raw)
-    frame = HEADER.pack(len(body), zlib.crc32(body)) + body
-    (loaded,) = decode_frames(frame).records
-    assert isinstance(loaded, GroupRecord)
+    loaded = without_trailing_member_fields(record, "principal")
     assert loaded.members[0].principal is None
     new = keeping()
     new.core.load([loaded], new.now)
@@ -152,6 +162,57 @@ def test_a_group_kept_before_principals_were_loads_and_its_member_moves_by_clien
     assert new.heartbeat(8, a, gen) == E.NONE
     assert new.group().members[a].conn_id == 8
     assert new.group().members[a].principal == "User:alice"
+
+
+TOKEN = bytes(range(16))
+
+
+def test_a_loaded_member_moves_only_with_its_token_which_is_kept_as_a_digest() -> None:
+    """The record keeps the token's digest, never the token: on the node that loads the
+    group, a connection with the member's client id and principal but not its token does
+    not take it over; the member's own client, presenting the token, does."""
+    old = keeping()
+    old.present(1, TOKEN)
+    (a,) = old.form(1)
+    gen = old.group().generation
+    records = kept(old)
+    (record,) = [r for r in records if isinstance(r, GroupRecord)]
+    assert record.members[0].incarnation == hashlib.sha256(TOKEN).digest()
+    assert TOKEN not in bytes(encode_frames(records))
+    new = keeping()
+    new.core.load(records, new.now)
+    new.connect_as(7, "c1")
+    assert new.heartbeat(7, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == NO_CONNECTION
+    new.connect_as(8, "c1")  # the member's own client: its token too
+    new.present(8, TOKEN)
+    assert new.heartbeat(8, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == 8
+    new.close(7)
+    new.advance(new.config.disconnect_grace_ms + 1)
+    assert a in new.group().members
+
+
+def test_a_group_kept_before_tokens_were_loads_and_its_member_moves_by_client_id() -> None:
+    """A record written by a node that did not keep tokens still loads: its member moves by
+    principal and client id, and keeps the token of the client that moved it."""
+    old = keeping()
+    old.present(1, TOKEN)
+    (a,) = old.form(1)
+    gen = old.group().generation
+    (record,) = [r for r in kept(old) if isinstance(r, GroupRecord)]
+    loaded = without_trailing_member_fields(record, "incarnation")
+    assert loaded.members[0].incarnation is None
+    assert loaded.members[0].principal == "User:ANONYMOUS"
+    new = keeping()
+    new.core.load([loaded], new.now)
+    new.connect_as(8, "c1")  # the member's own client: its token too
+    new.present(8, TOKEN)
+    assert new.heartbeat(8, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == 8
+    new.connect_as(9, "c1")  # no token
+    assert new.heartbeat(9, a, gen) == E.NONE
+    assert new.group().members[a].conn_id == 8
 
 
 def test_a_loaded_member_that_never_comes_back_expires_after_its_session() -> None:

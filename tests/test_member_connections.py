@@ -1,7 +1,8 @@
 """Which connection a member speaks through (docs/coordinator.md section 4), against the
 pure core: its client coming back on a newer connection moves it there, whatever that
 client's first request is, and a request held up on the connection it left is refused;
-another client naming the member is checked as Kafka checks it and never moves it."""
+another client naming the member is checked as Kafka checks it and never moves it. The
+client is told by the incarnation token it presents, else by principal and client id."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ def synced(d: Driver, conn: int, member_id: str, generation: int) -> int:
     response = d.response(d.sync(conn, member_id, generation))
     assert isinstance(response, SyncGroupResponse)
     return response.error_code
+
+
+def goes_on_on_its_own_connection(d: Driver, member_id: str, conn: int, other: int) -> None:
+    """The member's heartbeats and commits on its own connection succeed, and the other
+    connection's close removes nobody: the group goes on in its generation."""
+    members, gen = set(d.group().members), d.group().generation
+    assert d.heartbeat(conn, member_id, gen) == E.NONE
+    assert committed(d, conn, member_id, gen, 30) == E.NONE
+    d.close(other)
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert set(d.group().members) == members
+    assert d.group().generation == gen
+    assert d.heartbeat(conn, member_id, gen) == E.NONE
 
 
 # The first request a member's client may send on its new connection, as (name, send):
@@ -105,14 +119,8 @@ def test_a_request_from_another_client_does_not_take_the_member_over(first: str)
     follower, conn = follower_of(d, a, b)
     gen = d.group().generation
     assert FIRST_REQUESTS[first](d, 5, follower, gen) == E.NONE  # someone else's connection
-    assert d.heartbeat(conn, follower, gen) == E.NONE
-    assert committed(d, conn, follower, gen, 30) == E.NONE
     assert d.group().members[follower].client_id == f"c{conn}"  # DescribeGroups shows its own
-    d.close(5)
-    d.advance(d.config.disconnect_grace_ms + 1)
-    assert set(d.group().members) == {a, b}
-    assert d.group().generation == gen
-    assert d.heartbeat(conn, follower, gen) == E.NONE
+    goes_on_on_its_own_connection(d, follower, conn, other=5)
 
 
 def test_another_principal_with_the_members_client_id_does_not_take_it_over() -> None:
@@ -162,3 +170,65 @@ def test_another_clients_requests_keep_the_member_alive_as_in_kafka_but_not_its_
     assert d.heartbeat(5, a, gen) == E.NONE
     d.advance(d.config.disconnect_grace_ms + 1)
     assert a not in d.group().members
+
+
+# --- the incarnation token --------------------------------------------------------------
+
+TOKEN = bytes(range(16))  # the member's client's token
+FORGED = bytes(range(1, 17))
+
+
+@pytest.mark.parametrize("first", sorted(FIRST_REQUESTS))
+@pytest.mark.parametrize("token", [None, FORGED], ids=["no-token", "wrong-token"])
+def test_without_the_members_token_its_client_id_and_principal_do_not_take_it_over(
+    first: str, token: bytes | None
+) -> None:
+    """Without authentication everyone is anonymous, and client ids are shown by
+    DescribeGroups: a connection that has both, and the member's id and generation, is
+    answered as Kafka answers it but does not move a member that joined with a token."""
+    d = with_topic()
+    d.present(1, TOKEN)
+    d.present(2, bytes(range(2, 18)))
+    a, b = d.form(1, 2)
+    follower, conn = follower_of(d, a, b)
+    gen = d.group().generation
+    d.connect_as(5, f"c{conn}")  # the member's client id, anonymous as it is
+    if token is not None:
+        d.present(5, token)
+    assert FIRST_REQUESTS[first](d, 5, follower, gen) == E.NONE
+    assert d.group().members[follower].conn_id == conn
+    goes_on_on_its_own_connection(d, follower, conn, other=5)
+
+
+def test_the_member_moves_with_its_token_whatever_the_connection_says_it_is() -> None:
+    """The token tells the member's own client back on a new connection; a commit held up on
+    the connection it left is still refused."""
+    d = with_topic()
+    d.present(1, TOKEN)
+    (a,) = d.form(1)
+    gen = d.group().generation
+    d.connect_as(3, "renamed", "User:alice")
+    d.present(3, TOKEN)
+    assert d.heartbeat(3, a, gen) == E.NONE
+    assert d.group().members[a].conn_id == 3
+    assert committed(d, 1, a, gen, 10) == E.COORDINATOR_NOT_AVAILABLE  # held up on 1
+    assert committed(d, 3, a, gen, 20) == E.NONE
+    d.close(1)
+    d.advance(d.config.disconnect_grace_ms + 1)
+    assert a in d.group().members
+    assert offset(d) == 20
+
+
+def test_a_member_that_joined_without_a_token_moves_by_principal_and_client_id() -> None:
+    """An older client or a raw tool sends no token: its member is moved as before, by a
+    connection with its principal and client id; one that presents a token then keeps it."""
+    d = with_topic()
+    (a,) = d.form(1)
+    gen = d.group().generation
+    d.reconnect(1, 3)
+    d.present(3, TOKEN)
+    assert d.heartbeat(3, a, gen) == E.NONE
+    assert d.group().members[a].conn_id == 3
+    d.reconnect(1, 4)  # the same client id and principal, no token
+    assert d.heartbeat(4, a, gen) == E.NONE
+    assert d.group().members[a].conn_id == 3

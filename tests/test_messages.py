@@ -65,6 +65,9 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
         inner, meta = args
         if inner is str:
             return st.text(max_size=min(12, meta.max_length))
+        if inner is bytes:
+            least = meta.min_length or 0
+            return st.binary(min_size=least, max_size=min(least + 12, meta.max_length))
         return strategy(inner).filter(lambda value: len(value) <= meta.max_length)
     if origin is list:
         return st.lists(strategy(args[0]), max_size=3)

@@ -32,12 +32,15 @@ from huddle.protocol.errors import (
     ClientError,
     ErrorCode,
     HuddleError,
+    InvalidArgumentError,
     UnknownServerError,
     error_name,
     raise_for,
 )
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES, ClientCodec, FrameReader
 from huddle.protocol.messages import (
+    MAX_INCARNATION,
+    MIN_INCARNATION,
     PROTOCOL_VERSION,
     Call,
     ClientFrame,
@@ -140,9 +143,11 @@ class Connection:
         notice_buffer: int = DEFAULT_NOTICE_BUFFER,
         notices: bool = True,
         security: Security = NO_SECURITY,
+        incarnation: bytes | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.security = security
+        self._incarnation = incarnation  # sent in the handshake, shown nowhere
         self.principal = ""  # who the coordinator says this client is, once authenticated
         self.client_id = client_id
         self.server_version = 0
@@ -297,7 +302,10 @@ class Connection:
     async def _handshake(self) -> None:
         mechanism = self.security.sasl_mechanism
         hello = Handshake(
-            version=PROTOCOL_VERSION, client_id=self.client_id, sasl_mechanism=mechanism
+            version=PROTOCOL_VERSION,
+            client_id=self.client_id,
+            sasl_mechanism=mechanism,
+            incarnation=self._incarnation,
         )
         await self._send(hello)
         frame = await self._handshake_frame(HandshakeResult)
@@ -459,6 +467,7 @@ async def connect(
     notice_buffer: int = DEFAULT_NOTICE_BUFFER,
     notices: bool = True,
     security: Security = NO_SECURITY,
+    incarnation: bytes | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
 
@@ -468,12 +477,21 @@ async def connect(
     (or another HuddleError) when the coordinator refuses the handshake. ``notices=False``
     discards pushed notices. With ``security``, the connection is TLS and/or authenticated
     by SASL: TlsError when the TLS handshake fails, SaslAuthenticationFailedError when the
-    credentials are refused.
+    credentials are refused. ``incarnation`` (16 to 64 random bytes, kept secret) names the
+    client instance: a Member sends the same on each of its connections, and only a
+    connection presenting it moves the member to itself (docs/coordinator.md).
     """
     host, port = parse_bootstrap(bootstrap)
     require_number("timeout", timeout, positive=True)
     require_number("max_frame_bytes", max_frame_bytes, positive=True, whole=True)
     require_type("security", security, Security, "a Security")
+    if incarnation is not None:
+        require_type("incarnation", incarnation, bytes, "bytes or None")
+        if not MIN_INCARNATION <= len(incarnation) <= MAX_INCARNATION:
+            raise InvalidArgumentError(
+                f"incarnation must be {MIN_INCARNATION} to {MAX_INCARNATION} bytes, "
+                f"not {len(incarnation)}"
+            )
     context = security.context()
     try:
         with anyio.fail_after(timeout):
@@ -506,6 +524,7 @@ async def connect(
         notice_buffer=notice_buffer,
         notices=notices,
         security=security,
+        incarnation=incarnation,
     )
     try:
         with anyio.fail_after(timeout):

@@ -41,8 +41,20 @@ def bootstrap_addresses(bootstrap: str) -> list[str]:
     return [format_address(h, p) for h, p in parse_addresses(bootstrap, what="bootstrap address")]
 
 
-def _options(client_id: str, timeout: float, notices: bool, security: Security) -> dict[str, Any]:
-    return {"client_id": client_id, "timeout": timeout, "notices": notices, "security": security}
+def _options(
+    client_id: str,
+    timeout: float,
+    notices: bool,
+    security: Security,
+    incarnation: bytes | None = None,
+) -> dict[str, Any]:
+    return {
+        "client_id": client_id,
+        "timeout": timeout,
+        "notices": notices,
+        "security": security,
+        "incarnation": incarnation,
+    }
 
 
 async def _ask(conn: Connection, asked: tuple[str, int], group_id: str, timeout: float) -> str:
@@ -112,6 +124,7 @@ async def connect_coordinator(
     notices: bool = True,
     start: int = 0,
     security: Security = NO_SECURITY,
+    incarnation: bytes | None = None,
 ) -> AsyncIterator[Connection]:
     """A connection to the node that coordinates ``group_id``, found through the bootstrap
     addresses in turn, from the one numbered ``start`` (a caller that lost its coordinator
@@ -119,12 +132,13 @@ async def connect_coordinator(
     kernel and never answered). ``timeout`` bounds each connection and each request.
     Raises ValueError for a malformed list, CoordinatorNotAvailableError when no address
     answered with a coordinator (each one's reason in the message; raised from each one's
-    error, a group of them when there were several)."""
+    error, a group of them when there were several). ``incarnation``: as ``connect``'s, sent
+    on every connection made."""
     failures: list[str] = []
     errors: list[Exception] = []
     addresses = bootstrap_addresses(bootstrap)
     shift = start % len(addresses)
-    options = _options(client_id, timeout, notices, security)
+    options = _options(client_id, timeout, notices, security, incarnation)
     for address in addresses[shift:] + addresses[:shift]:
         async with AsyncExitStack() as stack:
             try:

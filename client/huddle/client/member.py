@@ -11,6 +11,7 @@ returns with nothing left running.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -156,6 +157,9 @@ class Member:
         bootstrap_addresses(bootstrap)
         self._bootstrap = bootstrap
         self._security = security
+        # this Member's own unforgeable token, sent on each connection it makes: only a
+        # connection presenting it moves its member there (never logged nor shown)
+        self._incarnation = secrets.token_bytes(16)
         # Prometheus: this member's numbers, read from metrics_registry when it is scraped
         self._stats = MemberStats(group_id, client_id, lambda: len(self.assignment))
         self._metrics = None if metrics_registry is None else collector_for(metrics_registry)
@@ -549,6 +553,7 @@ class Member:
                         timeout=min(10.0, self._driver.heartbeat_timeout_ms / 1000),
                         start=self._connects,
                         security=self._security,
+                        incarnation=self._incarnation,
                     )
                 )
             except (CoordinatorNotAvailableError, TlsError) as exc:

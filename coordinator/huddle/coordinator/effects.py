@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 
 from huddle.protocol.messages import Notice, Reply, Response, ServerFrame
 
@@ -20,6 +21,15 @@ class Peer:
     # Who the client authenticated as (Kafka's principal): SASL's user, a client
     # certificate's subject, or ANONYMOUS.
     principal: str = "User:ANONYMOUS"
+    # ``incarnation_digest`` of the token its handshake presented (None: it sent none): a
+    # member moves to this connection only if it joined with the same (never the token)
+    incarnation: bytes | None = field(default=None, repr=False)
+
+
+def incarnation_digest(token: bytes | None) -> bytes | None:
+    """What the coordinator keeps of a client's incarnation token: its SHA-256, so that
+    nothing it holds, logs or writes to a data dir can be presented as the token."""
+    return None if token is None else hashlib.sha256(token).digest()
 
 
 class Effects:

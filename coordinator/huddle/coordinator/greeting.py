@@ -14,11 +14,12 @@ and the connection is closed.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Protocol
 
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
-from huddle.coordinator.effects import Peer
+from huddle.coordinator.effects import Peer, incarnation_digest
 from huddle.coordinator.security.listener import FAILED_MESSAGE, ListenerSecurity
 from huddle.coordinator.security.sasl import AuthenticationFailed, SaslSession
 from huddle.protocol.errors import ErrorCode
@@ -71,7 +72,8 @@ def handshake(
         return
     conn.handshook(hello.version)
     conn.client_id = hello.client_id
-    conn.peer = Peer(conn.conn_id, hello.client_id, conn.host, conn.peer.principal)
+    digest = incarnation_digest(hello.incarnation)  # the token itself is kept nowhere
+    conn.peer = Peer(conn.conn_id, hello.client_id, conn.host, conn.peer.principal, digest)
     conn.log = conn.log.bind(client_id=hello.client_id)
     conn.sasl = begun
     if begun is None:
@@ -232,7 +234,7 @@ def _authenticated(
     host: GreetingHost, conn: Connection, session: SaslSession, answer: bytes
 ) -> None:
     conn.sasl = None
-    conn.peer = Peer(conn.conn_id, conn.client_id, conn.host, session.principal)
+    conn.peer = replace(conn.peer, principal=session.principal)
     conn.log = conn.log.bind(principal=session.principal)
     conn.log.info("authenticated", mechanism=session.mechanism)
     _ready(host, conn)

@@ -39,6 +39,7 @@ class Member:
         "conn_id",
         "grace_key",
         "host",
+        "incarnation",
         "instance_id",
         "is_new",
         "join_received_at",
@@ -68,12 +69,16 @@ class Member:
         protocols: list[Protocol],
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
+        incarnation: bytes | None = None,
     ) -> None:
         self.member_id = member_id
         self.instance_id = instance_id
         self.client_id = client_id
         # who its client authenticated as (None: loaded from a record that did not say)
         self.principal = principal
+        # the digest of the incarnation token its client presented (``Peer.incarnation``):
+        # only a connection presenting the same moves the member; None: it presented none
+        self.incarnation = incarnation
         self.host = host
         self.conn_id = conn_id
         self.protocol_type = protocol_type

@@ -193,6 +193,7 @@ class Joining(Rebalancing):
             principal=conn.principal,
             host=conn.host,
             conn_id=conn.conn_id,
+            incarnation=conn.incarnation,
             protocol_type=req.protocol_type,
             protocols=req.protocols,
             session_timeout_ms=req.session_timeout_ms,

@@ -48,6 +48,7 @@ def kept_member(m: Member, assignment: bytes) -> KeptMember:
         protocols=[(p.name, p.metadata) for p in m.protocols],
         assignment=assignment,
         principal=m.principal,
+        incarnation=m.incarnation,
     )
 
 
@@ -107,6 +108,7 @@ def loaded_group(record: GroupRecord) -> Group:
             principal=kept.principal,
             host=kept.host,
             conn_id=NO_CONNECTION,
+            incarnation=kept.incarnation,
             protocol_type=record.protocol_type or "",
             protocols=[Protocol(name=name, metadata=metadata) for name, metadata in kept.protocols],
             session_timeout_ms=kept.session_timeout_ms,

@@ -88,6 +88,10 @@ class KeptMember(msgspec.Struct, array_like=True, frozen=True):
     # who its client authenticated as: only that client moves the member to a new
     # connection (None: a record kept before principals were)
     principal: str | None = None
+    # the digest of the incarnation token its client presented (``effects.incarnation_digest``,
+    # never the token): only a connection presenting the same token moves the member (None:
+    # it presented none, or a record kept before tokens were: by principal and client id)
+    incarnation: bytes | None = None
 
 
 class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):

@@ -6,6 +6,7 @@ forgetting members. The rules themselves live in ``rebalance``, ``joining`` and
 
 from __future__ import annotations
 
+import hmac
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -157,7 +158,8 @@ class Sessions:
     def follow(self, member: Member, conn: Peer) -> Refusal | None:
         """Why a request for ``member`` that passed Kafka's checks (member id, instance id,
         generation) must not act after all, or None; and which connection the member speaks
-        through from now on. A client is told by its principal and client id together.
+        through from now on. A client is told by the incarnation token it presents, or, for
+        a member that joined without one, by its principal and client id (``same_client``).
 
         The member's own client on a newer connection (connection ids only grow) came back:
         the member moves there, whatever the request (JoinGroup, SyncGroup, Heartbeat or
@@ -325,6 +327,7 @@ class Sessions:
             self.timers.cancel(member.grace_key)
         member.client_id = conn.client_id
         member.principal = conn.principal
+        member.incarnation = conn.incarnation
         member.host = conn.host
 
     def _bind_key(self, conn_id: int, key: MemberKey) -> None:
@@ -349,8 +352,15 @@ class Sessions:
 
 
 def same_client(member: Member, conn: Peer) -> bool:
-    """Whether ``conn`` is the client the member speaks through: the same client id and
-    principal (a member loaded from a record kept before principals were: any principal)."""
+    """Whether ``conn`` is the client the member speaks through: one presenting the member's
+    incarnation token (anyone may send its member id, generation and client id); for a
+    member whose client presented none (an older client, a raw tool), the same client id
+    and principal (a member loaded from a record kept before principals were: any
+    principal)."""
+    if member.incarnation is not None:
+        return conn.incarnation is not None and hmac.compare_digest(
+            conn.incarnation, member.incarnation
+        )
     return conn.client_id == member.client_id and member.principal in (None, conn.principal)
 
 

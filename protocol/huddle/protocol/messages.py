@@ -39,6 +39,7 @@ MAX_INSTANCE_ID = 249
 MAX_PROTOCOL_NAME = 255  # protocol types and embedded protocol names
 MAX_REASON = 255
 MAX_TOPIC_NAME_ON_WIRE = 1_024  # a topic name over 249 is refused per topic, saying why
+MIN_INCARNATION, MAX_INCARNATION = 16, 64  # bytes of a Handshake's incarnation token
 
 GroupId = Annotated[str, Meta(max_length=MAX_GROUP_ID)]
 ClientId = Annotated[str, Meta(max_length=MAX_CLIENT_ID)]
@@ -47,6 +48,7 @@ InstanceId = Annotated[str, Meta(max_length=MAX_INSTANCE_ID)]
 ProtocolName = Annotated[str, Meta(max_length=MAX_PROTOCOL_NAME)]
 Reason = Annotated[str, Meta(max_length=MAX_REASON)]
 TopicName = Annotated[str, Meta(max_length=MAX_TOPIC_NAME_ON_WIRE)]
+Incarnation = Annotated[bytes, Meta(min_length=MIN_INCARNATION, max_length=MAX_INCARNATION)]
 MAX_ITEMS = 1_000  # topics, groups or members one admin or leave request may name
 MAX_PROTOCOLS = 64  # embedded protocols one JoinGroup may offer
 
@@ -64,6 +66,11 @@ class Handshake(Message, tag="handshake", frozen=True, kw_only=True):
     # The SASL mechanism the client will authenticate with (``SaslAuthenticate`` frames
     # follow a successful result), or None: no SASL (a listener that requires it refuses).
     sasl_mechanism: ProtocolName | None = None
+    # A random token naming one client instance, the same on every connection it makes
+    # (huddle's Member: 16 bytes from ``secrets``): a group member moves to a new connection
+    # only if it presents the token the member joined with. None: the client sends none (an
+    # admin tool, an older client); its members move by principal and client id.
+    incarnation: Incarnation | None = None
 
 
 class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True):
