@@ -85,17 +85,32 @@ def parsers() -> Iterator[argparse.ArgumentParser]:
 
 
 def test_help_shows_every_flag_s_default() -> None:
+    """What ``--help`` prints for each flag of every subcommand names its default (or says
+    it is required), a flag given no help text too."""
     seen = 0
     for parser in parsers():
         formatter = parser._get_formatter()
-        for action in parser._actions:
-            if not action.option_strings or isinstance(action, argparse._HelpAction):
-                continue
-            shown = formatter._get_help_string(action) or ""
-            assert "default" in shown or "required" in shown, (parser.prog, action.dest)
-            seen += 1
         parser.format_help()  # every help text formats
+        for action in parser._actions:
+            if (
+                not action.option_strings
+                or isinstance(action, argparse._HelpAction)
+                or action.help == argparse.SUPPRESS
+            ):
+                continue
+            shown = " ".join(formatter._format_action(action).split())  # as --help shows it
+            assert "default" in shown or "(required)" in shown, (parser.prog, shown)
+            seen += 1
     assert seen > 150
+
+
+def test_a_flag_without_help_text_shows_its_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"], {})
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--members MEMBERS (default: 6)" in text
 
 
 def test_serve_help_shows_the_configuration_s_defaults(
