@@ -181,6 +181,35 @@ def test_invalid_configuration_exits_2(capsys: pytest.CaptureFixture[str]) -> No
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("256.1.1.1", "host '256.1.1.1' is not an IP address (Octet 256 (> 255) not permitted"),
+        ("10.0.0", "host '10.0.0' is not an IP address (Expected 4 octets"),
+        ("[::1]", "host '[::1]' is not an IP address (write an IPv6 host without brackets)"),
+        ("::g", "host '::g' is not an IP address"),
+        ("my host", "host 'my host' is not an IP address or a host name"),
+    ],
+)
+def test_an_invalid_host_exits_2_in_one_line(
+    host: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Said at once, as a usage mistake (exit 2), not found out when listening fails."""
+    for argv, env in ((["serve", "--host", host], {}), (["serve"], {"HUDDLE_HOST": host})):
+        assert main(argv, env) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"huddle: invalid configuration: {reason}")
+        assert captured.err.count("\n") == 1
+        assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "0.0.0.0", "", "::", "fe80::1%eth0", "localhost", "node-1.example."]
+)
+def test_a_host_that_is_an_address_or_a_name_is_taken(host: str) -> None:
+    assert settings_for(["--host", host]).host == host
+
+
 @pytest.mark.parametrize("command", [["ping"], ["topics", "list"], ["groups", "describe", "g"]])
 def test_unreachable_bootstrap_exits_1(
     command: list[str], capsys: pytest.CaptureFixture[str]
