@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -383,6 +384,30 @@ def test_serve_stops_on_sigint_too(serve_process: tuple[subprocess.Popen[str], i
     _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
     assert process.returncode == 0, stderr
     assert '"server_stopped"' in stderr.splitlines()[-1]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("closed", ["2>&-", ">&- 2>&-", "<&- >&- 2>&-"])
+def test_serve_with_its_standard_streams_closed_serves_and_stops(closed: str) -> None:
+    """``huddle serve 2>&-``: no log to write to is no reason to stop (the closed stream was
+    taken by the event loop's epoll descriptor, and uvloop aborted on SIGTERM)."""
+    port = free_port()
+    command = shlex.join(huddle_argv("serve", "--port", str(port)))
+    process = subprocess.Popen(
+        ["sh", "-c", f"exec {command} {closed}"],
+        text=True,
+        env={**os.environ, "HUDDLE_INITIAL_REBALANCE_DELAY_MS": "0"},
+    )
+    try:
+        wait_accepting(port, process)
+        ping = run_huddle("ping", "--bootstrap", f"127.0.0.1:{port}")
+        assert (ping.returncode, ping.stderr) == (0, "")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=CLI_TIMEOUT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=CLI_TIMEOUT_S)
 
 
 @pytest.mark.e2e
