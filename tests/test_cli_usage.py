@@ -15,8 +15,12 @@ import pytest
 from huddle.testing import wait_settled
 
 from huddle.cli import COMMANDS, build_parser, main
+from huddle.cli.admin import render_cluster
 from huddle.client import Member, TopicPartition
 from huddle.client.admin import Admin
+from huddle.coordinator.journal import JOURNAL
+from huddle.coordinator.records import TopicRecord, encode_frames
+from huddle.protocol.messages import ClusterNodeInfo, DescribeClusterResponse, ShardInfo
 from tests.helpers import fast_server_config, running_server
 from tests.security_setup import make_pki
 from tests.test_cli import CLI_TIMEOUT_S, huddle_argv
@@ -258,3 +262,33 @@ def test_users_add_reads_the_password_from_standard_input_without_a_terminal(
     assert added.returncode == 0, added.stderr
     assert added.stdout.startswith("user app (SCRAM-SHA-256, SCRAM-SHA-512) kept in")
     assert "s3cret" not in (tmp_path / "security.json").read_text()
+
+
+# --- counts read as English -----------------------------------------------------------------
+
+
+async def test_one_of_a_thing_is_not_plural(
+    bootstrap: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """1 partition, 1 record, 1 node, 1 shard; 2 partitions."""
+    code = await asyncio.to_thread(
+        main, ["topics", "create", "t", "--partitions", "1", "--bootstrap", bootstrap], {}
+    )
+    assert (code, capsys.readouterr().out) == (0, 'created topic "t" with 1 partition\n')
+    code = await asyncio.to_thread(
+        main, ["topics", "alter", "t", "--partitions", "2", "--bootstrap", bootstrap], {}
+    )
+    assert (code, capsys.readouterr().out) == (0, 'topic "t" now has 2 partitions\n')
+
+    (tmp_path / JOURNAL).write_bytes(encode_frames([TopicRecord("t", 1)]))
+    assert main(["data", "check", str(tmp_path)], {}) == 0
+    assert ", 1 intact record\n" in capsys.readouterr().out
+
+    cluster = DescribeClusterResponse(
+        node_id="n1",
+        shard_count=1,
+        nodes=[ClusterNodeInfo(node_id="n1", host="127.0.0.1", port=9292)],
+        shards=[ShardInfo(shard=0, owner="n1", epoch=1)],
+    )
+    head = render_cluster(cluster, {}, shards=False).splitlines()[0]
+    assert head == "1 node, 1 shard, all owned (as n1 sees it)"
