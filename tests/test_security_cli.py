@@ -41,6 +41,12 @@ def test_users_are_added_listed_and_removed(
         {"name": "bob", "mechanisms": ["SCRAM-SHA-256"], "iterations": 8192},
     ]
     assert "s3cret" not in (tmp_path / "security.json").read_text()
+    assert users("list", data=tmp_path) == 0
+    assert capsys.readouterr().out.splitlines() == [  # aligned columns, as every listing
+        "USER   MECHANISMS                   ITERATIONS",
+        "alice  SCRAM-SHA-256,SCRAM-SHA-512  4096",
+        "bob    SCRAM-SHA-256                8192",
+    ]
     assert users("remove", "alice", data=tmp_path) == 0
     assert users("remove", "alice", data=tmp_path) == 1
     assert "no user alice" in capsys.readouterr().err
