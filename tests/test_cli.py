@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -181,6 +182,35 @@ def test_invalid_configuration_exits_2(capsys: pytest.CaptureFixture[str]) -> No
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("256.1.1.1", "host '256.1.1.1' is not an IP address (Octet 256 (> 255) not permitted"),
+        ("10.0.0", "host '10.0.0' is not an IP address (Expected 4 octets"),
+        ("[::1]", "host '[::1]' is not an IP address (write an IPv6 host without brackets)"),
+        ("::g", "host '::g' is not an IP address"),
+        ("my host", "host 'my host' is not an IP address or a host name"),
+    ],
+)
+def test_an_invalid_host_exits_2_in_one_line(
+    host: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Said at once, as a usage mistake (exit 2), not found out when listening fails."""
+    for argv, env in ((["serve", "--host", host], {}), (["serve"], {"HUDDLE_HOST": host})):
+        assert main(argv, env) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"huddle: invalid configuration: {reason}")
+        assert captured.err.count("\n") == 1
+        assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "0.0.0.0", "", "::", "fe80::1%eth0", "localhost", "node-1.example."]
+)
+def test_a_host_that_is_an_address_or_a_name_is_taken(host: str) -> None:
+    assert settings_for(["--host", host]).host == host
+
+
 @pytest.mark.parametrize("command", [["ping"], ["topics", "list"], ["groups", "describe", "g"]])
 def test_unreachable_bootstrap_exits_1(
     command: list[str], capsys: pytest.CaptureFixture[str]
@@ -354,6 +384,30 @@ def test_serve_stops_on_sigint_too(serve_process: tuple[subprocess.Popen[str], i
     _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
     assert process.returncode == 0, stderr
     assert '"server_stopped"' in stderr.splitlines()[-1]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("closed", ["2>&-", ">&- 2>&-", "<&- >&- 2>&-"])
+def test_serve_with_its_standard_streams_closed_serves_and_stops(closed: str) -> None:
+    """``huddle serve 2>&-``: no log to write to is no reason to stop (the closed stream was
+    taken by the event loop's epoll descriptor, and uvloop aborted on SIGTERM)."""
+    port = free_port()
+    command = shlex.join(huddle_argv("serve", "--port", str(port)))
+    process = subprocess.Popen(
+        ["sh", "-c", f"exec {command} {closed}"],
+        text=True,
+        env={**os.environ, "HUDDLE_INITIAL_REBALANCE_DELAY_MS": "0"},
+    )
+    try:
+        wait_accepting(port, process)
+        ping = run_huddle("ping", "--bootstrap", f"127.0.0.1:{port}")
+        assert (ping.returncode, ping.stderr) == (0, "")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=CLI_TIMEOUT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=CLI_TIMEOUT_S)
 
 
 @pytest.mark.e2e

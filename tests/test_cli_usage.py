@@ -15,8 +15,12 @@ import pytest
 from huddle.testing import wait_settled
 
 from huddle.cli import COMMANDS, build_parser, main
+from huddle.cli.admin import render_cluster
 from huddle.client import Member, TopicPartition
 from huddle.client.admin import Admin
+from huddle.coordinator.journal import JOURNAL
+from huddle.coordinator.records import TopicRecord, encode_frames
+from huddle.protocol.messages import ClusterNodeInfo, DescribeClusterResponse, ShardInfo
 from tests.helpers import fast_server_config, running_server
 from tests.security_setup import make_pki
 from tests.test_cli import CLI_TIMEOUT_S, huddle_argv
@@ -85,17 +89,32 @@ def parsers() -> Iterator[argparse.ArgumentParser]:
 
 
 def test_help_shows_every_flag_s_default() -> None:
+    """What ``--help`` prints for each flag of every subcommand names its default (or says
+    it is required), a flag given no help text too."""
     seen = 0
     for parser in parsers():
         formatter = parser._get_formatter()
-        for action in parser._actions:
-            if not action.option_strings or isinstance(action, argparse._HelpAction):
-                continue
-            shown = formatter._get_help_string(action) or ""
-            assert "default" in shown or "required" in shown, (parser.prog, action.dest)
-            seen += 1
         parser.format_help()  # every help text formats
+        for action in parser._actions:
+            if (
+                not action.option_strings
+                or isinstance(action, argparse._HelpAction)
+                or action.help == argparse.SUPPRESS
+            ):
+                continue
+            shown = " ".join(formatter._format_action(action).split())  # as --help shows it
+            assert "default" in shown or "(required)" in shown, (parser.prog, shown)
+            seen += 1
     assert seen > 150
+
+
+def test_a_flag_without_help_text_shows_its_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"], {})
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--members MEMBERS (default: 6)" in text
 
 
 def test_serve_help_shows_the_configuration_s_defaults(
@@ -243,3 +262,33 @@ def test_users_add_reads_the_password_from_standard_input_without_a_terminal(
     assert added.returncode == 0, added.stderr
     assert added.stdout.startswith("user app (SCRAM-SHA-256, SCRAM-SHA-512) kept in")
     assert "s3cret" not in (tmp_path / "security.json").read_text()
+
+
+# --- counts read as English -----------------------------------------------------------------
+
+
+async def test_one_of_a_thing_is_not_plural(
+    bootstrap: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """1 partition, 1 record, 1 node, 1 shard; 2 partitions."""
+    code = await asyncio.to_thread(
+        main, ["topics", "create", "t", "--partitions", "1", "--bootstrap", bootstrap], {}
+    )
+    assert (code, capsys.readouterr().out) == (0, 'created topic "t" with 1 partition\n')
+    code = await asyncio.to_thread(
+        main, ["topics", "alter", "t", "--partitions", "2", "--bootstrap", bootstrap], {}
+    )
+    assert (code, capsys.readouterr().out) == (0, 'topic "t" now has 2 partitions\n')
+
+    (tmp_path / JOURNAL).write_bytes(encode_frames([TopicRecord("t", 1)]))
+    assert main(["data", "check", str(tmp_path)], {}) == 0
+    assert ", 1 intact record\n" in capsys.readouterr().out
+
+    cluster = DescribeClusterResponse(
+        node_id="n1",
+        shard_count=1,
+        nodes=[ClusterNodeInfo(node_id="n1", host="127.0.0.1", port=9292)],
+        shards=[ShardInfo(shard=0, owner="n1", epoch=1)],
+    )
+    head = render_cluster(cluster, {}, shards=False).splitlines()[0]
+    assert head == "1 node, 1 shard, all owned (as n1 sees it)"

@@ -142,7 +142,9 @@ async def test_a_group_with_members_is_neither_deleted_nor_reset(
             args = ["groups", "reset-offsets", "busy", "--topic", "t", "--to-earliest"]
             code = await asyncio.to_thread(main, [*args, "--execute", "--bootstrap", bootstrap], {})
             assert code == 1
-            assert "NON_EMPTY_GROUP" in capsys.readouterr().err
+            refused = capsys.readouterr().err
+            assert "NON_EMPTY_GROUP" in refused
+            assert "group 'busy' has 1 member (Stable)" in refused
             code = await asyncio.to_thread(
                 main, ["groups", "describe", "busy", "--bootstrap", bootstrap], {}
             )

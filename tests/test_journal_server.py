@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from huddle.cli import main
 from huddle.client import Member, TopicPartition
 from huddle.client.admin import Admin
 from huddle.client.connection import connect
@@ -37,6 +39,7 @@ from huddle.protocol.messages import (
     TopicSpec,
 )
 from tests.helpers import fast_server_config, running_server, wait_until, within
+from tests.readme import ROOT
 from tests.test_cli import settings_for
 
 
@@ -231,3 +234,22 @@ def member_for(bootstrap: str) -> Member:
         heartbeat_interval_ms=3_000,  # no heartbeat in the short loading window
         rebalance_timeout_ms=5_000,
     )
+
+
+async def test_the_data_dir_holds_what_docs_containers_md_lists(tmp_path: Path) -> None:
+    """docs/containers.md's table names each file that a coordinator, ``huddle users`` and
+    ``huddle acls`` leave in the data dir, and nothing else is there."""
+    section = (ROOT / "docs" / "containers.md").read_text().partition("## The data dir")[2]
+    listed = re.findall(r"^\| `([^`]+)` \|", section.partition("\n## ")[0], re.MULTILINE)
+    data_dir = tmp_path / "data"
+    (tmp_path / "pw").write_text("pw\n")
+    async with running_server(fast_server_config(data_dir=str(data_dir))) as server:
+        async with Admin(f"127.0.0.1:{server.port}") as admin:
+            await admin.create_topic("t", 1)
+            await admin.set_offsets("g", {TopicPartition("t", 0): 5})
+        store = ["--data-dir", str(data_dir), "--new-store"]
+        add = ["users", "add", "u", "--password-file", str(tmp_path / "pw"), *store]
+        assert await asyncio.to_thread(main, add, {}) == 0
+        acl = ["acls", "add", "--principal", "User:u", "--operation", "read", "--group", "g"]
+        assert await asyncio.to_thread(main, [*acl, *store], {}) == 0
+    assert sorted(path.name for path in data_dir.iterdir()) == sorted(listed)

@@ -12,6 +12,7 @@ pytest), ``needs FILE ...`` (files this test makes first).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
 import re
@@ -27,7 +28,7 @@ import trustme
 from huddle.testing import CoordinatorProcess
 
 from huddle.cli import main
-from tests.readme import Example, examples
+from tests.readme import README, Example, examples, flat
 from tests.test_cli import free_port
 
 STEP_TIMEOUT_S = 90.0  # one block, or one pytest run
@@ -213,3 +214,17 @@ def test_every_example_that_does_not_run_says_why() -> None:
         kind, _, why = example.marker.partition(":")
         if kind == "skip":
             assert len(why.strip()) > 20, f"README.md line {example.line}: say why it is skipped"
+
+
+def test_every_name_the_readme_imports_exists() -> None:
+    """Each ``from huddle... import ...`` the README writes, in an example or in its prose
+    (the errors a test catches from ``huddle.testing``), imports as written."""
+    text = README.read_text()
+    statement = r"from (huddle[\w.]*) import (\w+(?:, \w+)*)"
+    imports = re.findall(f"^{statement}$", text, re.MULTILINE)  # in the examples
+    imports += re.findall(f"`{statement}`", flat(text))  # in the prose, which wraps
+    assert len(imports) >= 8
+    for module, names in imports:
+        imported = importlib.import_module(module)
+        for name in names.split(","):
+            assert hasattr(imported, name.strip()), f"README: from {module} import {name}"

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from structlog.typing import EventDict
 
 from huddle.cli import main
 from huddle.coordinator.security.store import decode_state
@@ -41,12 +42,36 @@ def test_users_are_added_listed_and_removed(
         {"name": "bob", "mechanisms": ["SCRAM-SHA-256"], "iterations": 8192},
     ]
     assert "s3cret" not in (tmp_path / "security.json").read_text()
+    assert users("list", data=tmp_path) == 0
+    assert capsys.readouterr().out.splitlines() == [  # aligned columns, as every listing
+        "USER   MECHANISMS                   ITERATIONS",
+        "alice  SCRAM-SHA-256,SCRAM-SHA-512  4096",
+        "bob    SCRAM-SHA-256                8192",
+    ]
     assert users("remove", "alice", data=tmp_path) == 0
     assert users("remove", "alice", data=tmp_path) == 1
     assert "no user alice" in capsys.readouterr().err
     assert users("add", "bad name", "--password-file", pw, data=tmp_path) == 2
     assert users("add", "carol", "--password-file", pw, "--iterations", "10", data=tmp_path) == 2
     assert "4096" in capsys.readouterr().err
+
+
+async def test_ping_names_the_principal_of_a_client_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], logs: list[EventDict]
+) -> None:
+    """Under mTLS the client is its certificate's subject; ``huddle ping`` says so, as it
+    says the SASL user's name."""
+    pki = make_pki(tmp_path)
+    config = fast_server_config(tls_cert=pki.server, tls_key=pki.server, tls_client_ca=pki.ca)
+    async with running_server(config) as server:
+        ping = ["ping", "--bootstrap", f"127.0.0.1:{server.port}"]
+        ping += ["--tls-ca", pki.ca, "--tls-cert", pki.alice]
+        assert await asyncio.to_thread(main, ping, {}) == 0
+        out = capsys.readouterr().out
+        assert out.endswith(f"127.0.0.1:{server.port} as User:CN=alice,OU=eng,O=acme\n")
+        assert await asyncio.to_thread(main, [*ping, "--json"], {}) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["principal"] == "User:CN=alice,OU=eng,O=acme"
 
 
 def test_users_need_to_know_where_the_store_is(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from huddle.coordinator.security.store import EtcdSecurityStore
 from huddle.protocol.errors import SaslAuthenticationFailedError
 from tests.etcd import Etcd, etcd
 from tests.helpers import fast_server_config, running_server, wait_until
+from tests.test_cli import run_huddle
 
 __all__ = ["etcd"]  # the fixture
 
@@ -143,3 +145,23 @@ async def test_a_bad_or_deleted_store_in_etcd_keeps_the_last_good_users(
             assert await alice_gets_in()
     finally:
         await store.close()
+
+
+def test_json_listings_from_etcd_print_json_alone(etcd: Etcd, tmp_path: Path) -> None:
+    """``huddle users list --etcd ... --json`` (and ``acls``): stdout is the JSON document
+    alone, as a pipe into ``jq`` needs; the etcd client's log events are not on it."""
+    store = ["--etcd", f"etcd://{etcd.host}:{etcd.port}", "--cluster-prefix", PREFIX]
+    (tmp_path / "pw").write_text("alice-pw\n")
+    added = run_huddle("users", "add", "alice", "--password-file", str(tmp_path / "pw"), *store)
+    assert added.returncode == 0, added.stderr
+    acl = ["acls", "add", "--principal", "User:alice", "--operation", "read", "--group", "g"]
+    assert run_huddle(*acl, *store).returncode == 0
+    users = run_huddle("users", "list", "--json", *store)
+    acls = run_huddle("acls", "list", "--json", *store)
+    for listed in (users, acls):
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.count("\n") == 1, listed.stdout
+    assert [u["name"] for u in json.loads(users.stdout)] == ["alice"]
+    assert [(a["principal"], a["operation"]) for a in json.loads(acls.stdout)] == [
+        ("User:alice", "READ")
+    ]

@@ -486,6 +486,27 @@ async def test_an_answer_over_the_response_limit_is_an_error_and_the_connection_
     ]
 
 
+async def test_topics_whose_answer_would_be_over_the_limit_are_not_created(
+    logs: list[EventDict],
+) -> None:
+    """MESSAGE_TOO_LARGE before anything is applied: the client that gets it can trust
+    that no topic was made (it used to be told so after all of them were)."""
+    config = fast_server_config(max_response_bytes=20_000)
+    async with running_server(config) as server:
+        raw = await RawClient.open(server.port)
+        await raw.handshake()
+        topics = [TopicSpec(name=f"topic-{i:04}", partitions=1) for i in range(1_000)]
+        refused = await raw.call(CreateTopicsRequest(topics=topics))
+        assert isinstance(refused, ErrorResponse), refused
+        assert refused.error_code == ErrorCode.MESSAGE_TOO_LARGE
+        assert "nothing was changed" in (refused.error_message or "")
+        listed = await raw.call(ListTopicsRequest())
+        assert isinstance(listed, ListTopicsResponse), listed
+        assert listed.topics == []
+        await raw.close()
+    assert not [e for e in logs if e["event"] == "topic_created"]
+
+
 async def test_describing_one_group_many_times_answers_it_once(server: CoordinatorServer) -> None:
     raw = await RawClient.open(server.port)
     await raw.handshake()

@@ -58,3 +58,16 @@ def test_the_readme_s_planted_bug_example_runs_as_written(
     assert f"| session-from-receive-time | cooperative-sticky | {first} |" in benchmarks
     assert f"{seeds} for the session counted from the receive time" in benchmarks
     assert PLANTED["session-from-receive-time"][1] == seeds  # what make test checks
+
+    # the README says what the replay shows: the fault, and who processes what at once
+    (cut,) = re.findall(
+        r"^ +[\d.]+s #\d+ +partition member (\d+), (\d+) ms$", "\n".join(replayed), re.M
+    )
+    violation = re.search(r"exclusive-ownership: (.+ at once) \(", replayed[-1])
+    assert violation is not None
+    assert (
+        f"a network partition cuts member {cut[0]} off from the coordinator ({cut[1]} ms" in readme
+    )
+    assert f"and {violation.group(1)}." in readme
+    assert f"is processed by members {cut[0]} and " in violation.group(1)
+    assert "frozen member" not in readme

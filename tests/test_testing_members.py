@@ -77,3 +77,17 @@ async def test_not_settled_names_every_member(one_member_groups: str) -> None:
     assert isinstance(unsettled.value, HuddleError)
     assert isinstance(unsettled.value, AssertionError)
     assert a.member_id in str(unsettled.value)
+
+
+def test_the_errors_a_test_catches_come_from_huddle_testing() -> None:
+    import huddle.testing
+
+    from huddle.client import MemberFailedError as member_failed
+
+    assert huddle.testing.CoordinatorError is CoordinatorError
+    assert huddle.testing.NotSettledError is NotSettledError
+    assert huddle.testing.MemberFailedError is member_failed
+    assert huddle.testing.InvalidArgumentError is InvalidArgumentError
+    assert huddle.testing.HuddleError is HuddleError
+    for name in huddle.testing.__all__:
+        assert getattr(huddle.testing, name) is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from huddle.coordinator.topics import TopicRegistry
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -13,6 +14,7 @@ from huddle.protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ErrorResponse,
     FetchedOffset,
     ListTopicsRequest,
     ListTopicsResponse,
@@ -20,8 +22,11 @@ from huddle.protocol.messages import (
     OffsetFetchResponse,
     OffsetFetchTopic,
     OffsetFetchTopicResult,
+    Request,
+    Response,
     TopicMetadata,
     TopicMetadataChanged,
+    TopicResult,
     TopicSpec,
 )
 from tests.harness import Driver
@@ -416,3 +421,56 @@ def test_a_group_with_members_keeps_going_when_its_offsets_go() -> None:
     assert fetch_all(d) == {}
     assert set(d.group().members) == {a, b}
     assert d.heartbeat(1, a, generation) == E.NONE
+
+
+# --- an answer over the transport's limit ----------------------------------------------
+
+
+def test_a_change_whose_answer_would_be_over_the_limit_changes_nothing() -> None:
+    """Refused before anything is applied: no topic made, altered or deleted, no notice,
+    nothing to keep; the same request in smaller parts goes through."""
+    d = driver()
+    d.form(1)
+    create(d, ("kept", 1))
+    d.take_notices(1)
+    d.core.take_changes()
+    d.core.topics.max_answer_bytes = 3_000
+    names = [f"topic-{i:03}" for i in range(100)]
+    too_large: list[Request] = [
+        CreateTopicsRequest(topics=[TopicSpec(name=n, partitions=1) for n in names]),
+        AlterTopicsRequest(topics=[TopicSpec(name="kept", partitions=2)] * 200),
+        DeleteTopicsRequest(topics=["kept"] * 200),
+    ]
+    for request in too_large:
+        refused = d.response(d.send(ADMIN, request))
+        assert isinstance(refused, ErrorResponse), refused
+        assert refused.error_code == E.MESSAGE_TOO_LARGE
+        assert "nothing was changed" in (refused.error_message or "")
+    assert list_topics(d) == [TopicMetadata(name="kept", partitions=1)]
+    assert d.take_notices(1) == []
+    assert d.core.take_changes() == []
+    for part in (names[:50], names[50:]):
+        assert codes(create(d, *[(n, 1) for n in part])) == [E.NONE] * 50
+    assert len(list_topics(d)) == 101
+
+
+def test_what_acls_refused_counts_in_the_answer_s_size() -> None:
+    registry = TopicRegistry(MAX_PARTITIONS)
+    registry.max_answer_bytes = 1_000
+    request = CreateTopicsRequest(topics=[TopicSpec(name="mine", partitions=1)])
+    refused = [
+        TopicResult(name=f"not-mine-{i}", error_code=E.TOPIC_AUTHORIZATION_FAILED)
+        for i in range(50)
+    ]
+
+    def put_back(response: Response) -> Response:
+        assert isinstance(response, CreateTopicsResponse)
+        return CreateTopicsResponse(topics=[*response.topics, *refused])
+
+    answer, changed = registry.change(request, 1, put_back)
+    assert isinstance(answer, ErrorResponse)
+    assert answer.error_code == E.MESSAGE_TOO_LARGE
+    assert (changed, registry.partitions) == ([], {})
+    answer, changed = registry.change(request, 1)  # alone, it fits
+    assert isinstance(answer, CreateTopicsResponse)
+    assert registry.partitions == {"mine": 1}

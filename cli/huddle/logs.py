@@ -9,8 +9,10 @@ and from which level; nothing is ever written to stdout, and an application that
 nothing up sees warnings and errors on stderr only (Python's last-resort handler), as with
 any library. The coordinator's modules take ``structlog.get_logger("huddle.<module>")``.
 The entry points (``huddle serve``, ``huddle chaos``, the chaos worker) call
-``configure_logging`` once, which renders both kinds the same way. This module imports no
-other part of huddle: every layer may use it.
+``configure_logging`` once, which renders both kinds the same way; the one-shot commands
+(``huddle topics``, ``huddle users``...) run in ``command_logging``: warnings and errors on
+stderr, stdout for their output only. This module imports no other part of huddle: every
+layer may use it.
 
 Records from the standard library's ``logging`` (asyncio's own complaints, for instance)
 are rendered the same way, so stderr carries one format only.
@@ -31,7 +33,7 @@ import select
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, TextIO, cast
 
 import structlog
@@ -381,6 +383,34 @@ def configure_logging(
     root.setLevel(max(levelno, logging.INFO))
     if _sink is not None:
         _sink.on_dropped = _report_dropped
+
+
+@contextlib.contextmanager
+def command_logging(level: str = "warning") -> Iterator[None]:
+    """While a one-shot command runs (``huddle users list``, ``huddle topics create``):
+    structlog events from ``level`` up on stderr, for humans, as Kafka's command-line tools
+    log; stdout carries the command's output only (its JSON with ``--json``). structlog's
+    configuration before is restored after; the command's process has one at most."""
+    before = structlog.get_config()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _printable_values,
+            structlog.dev.set_exc_info,
+            structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            ),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(parse_level(level)),
+        logger_factory=structlog.WriteLoggerFactory(cast(TextIO, _QuietStream(sys.stderr))),
+        cache_logger_on_first_use=False,
+    )
+    try:
+        yield
+    finally:
+        structlog.configure(**before)
 
 
 def _report_dropped(count: int) -> None:

@@ -12,6 +12,7 @@ coordinator reported, an address already in use), 2 a usage or configuration mis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from huddle.cli.parsing import HuddleParser
+from huddle.logs import command_logging
 
 __all__ = ["COMMANDS", "build_parser", "main", "parse_args"]
 
@@ -35,6 +37,7 @@ class Command:
     description: str | None = None
     add: str = "add_arguments"  # the module's function that adds the arguments
     run: str = "run"  # the module's function that runs the command
+    own_logs: bool = False  # sets up its own logging (else: warnings and up on stderr)
 
     def arguments(self) -> AddArguments:
         return cast(AddArguments, getattr(importlib.import_module(self.module), self.add))
@@ -49,6 +52,7 @@ COMMANDS: dict[str, Command] = {
         "huddle.cli.serve",
         "Run the coordinator until SIGTERM or SIGINT. Every flag can also be set with a "
         "HUDDLE_<FLAG> environment variable, e.g. HUDDLE_PORT=9393; flags win.",
+        own_logs=True,
     ),
     "ping": Command(
         "check that a coordinator answers a handshake", "huddle.cli.admin", add="add_ping"
@@ -84,7 +88,9 @@ COMMANDS: dict[str, Command] = {
         "intact record in a new journal; the damaged one stays beside it as a backup.",
     ),
     "chaos": Command(
-        "run fault-injection scenarios against real member processes", "huddle.chaos.cli"
+        "run fault-injection scenarios against real member processes",
+        "huddle.chaos.cli",
+        own_logs=True,
     ),
     "sim": Command(
         "deterministic simulation: seeds of faults, every invariant checked",
@@ -101,6 +107,7 @@ COMMANDS: dict[str, Command] = {
     "demo": Command(
         "rolling bounce with eager, cooperative and deferred protocols, and the report",
         "huddle.cli.demo",
+        own_logs=True,
     ),
 }
 
@@ -133,10 +140,40 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return build_parser(words).parse_args(words)
 
 
+def _open_standard_streams() -> None:
+    """Open /dev/null where file descriptor 0, 1 or 2 is closed (``huddle serve 2>&-``).
+
+    Else the next file or socket opened takes that number, and what writes to "stderr"
+    writes into it (uvloop aborted when its epoll descriptor was fd 2); and Python's
+    ``sys.stderr`` is None then, which a log set-up cannot write to."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if opened != fd:  # pragma: no cover - only if a lower one closed meanwhile
+                os.dup2(opened, fd)
+                os.close(opened)
+        if getattr(sys, name) is None:
+            mode = "r" if fd == 0 else "w"
+            setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run one command line. Without ``argv`` (the ``huddle`` script, ``python -m huddle``)
+    this is the whole process, set up first: a closed standard stream reopened on
+    /dev/null, and a one-shot command's log events on stderr (warnings and up; stdout is
+    for its output). With ``argv`` (a test, a program of yours), the caller's streams and
+    logging stay as they are."""
+    process = argv is None
+    if process:
+        _open_standard_streams()
     args = parse_args(argv)
     env = os.environ if environ is None else environ
+    command = COMMANDS[args.command]
+    own_logs = command.own_logs or not process
     try:
-        return COMMANDS[args.command].runner()(args, env)
+        with contextlib.nullcontext() if own_logs else command_logging("warning"):
+            return command.runner()(args, env)
     except KeyboardInterrupt:
         return 130

@@ -21,7 +21,7 @@ import msgspec
 from huddle.cli.client_security import add_security_flags, security_of
 from huddle.cli.group_admin import add_group_admin, delete_group, offsets_table, reset_offsets
 from huddle.cli.parsing import positive_seconds
-from huddle.cli.render import format_table, to_json
+from huddle.cli.render import format_table, plural, to_json
 from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin, NodeAccount
 from huddle.client.connection import ConnectionClosedError
@@ -370,7 +370,8 @@ def render_cluster(
     table = format_table((*heads, "RESTARTS"), rows)
     unowned = [s.shard for s in cluster.shards if not s.owner]
     head = (
-        f"{len(cluster.nodes)} nodes, {cluster.shard_count} shards"
+        f"{len(cluster.nodes)} {plural(len(cluster.nodes), 'node')}, "
+        f"{cluster.shard_count} {plural(cluster.shard_count, 'shard')}"
         + (f", {len(unowned)} without a live owner: {unowned}" if unowned else ", all owned")
         + f" (as {cluster.node_id} sees it)"
     )
@@ -409,12 +410,14 @@ async def run_admin_command(
                 await admin.create_topic(args.name, args.partitions)
                 if as_json:
                     return to_json({"name": args.name, "partitions": args.partitions})
-                return f'created topic "{args.name}" with {args.partitions} partitions'
+                partitions = plural(args.partitions, "partition")
+                return f'created topic "{args.name}" with {args.partitions} {partitions}'
             case ("topics", "alter"):
                 await admin.alter_topic(args.name, args.partitions)
                 if as_json:
                     return to_json({"name": args.name, "partitions": args.partitions})
-                return f'topic "{args.name}" now has {args.partitions} partitions'
+                partitions = plural(args.partitions, "partition")
+                return f'topic "{args.name}" now has {args.partitions} {partitions}'
             case ("topics", "delete"):
                 await admin.delete_topic(args.name)
                 if as_json:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 
-from huddle.cli.render import to_json
+from huddle.cli.render import plural, to_json
 from huddle.coordinator.journal import DataDirError
 from huddle.coordinator.salvage import Salvage, check, repair
 
@@ -30,18 +30,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _describe(found: Salvage) -> list[str]:
-    lines = [f"journal: {found.size:,} bytes, {len(found.records):,} intact records"]
+    records = len(found.records)
+    lines = [
+        f"journal: {found.size:,} {plural(found.size, 'byte')}, "
+        f"{records:,} intact {plural(records, 'record')}"
+    ]
     for at, skipped, why in found.damaged:
-        lines.append(f"damaged: {skipped:,} bytes at byte {at:,}: {why}")
+        lines.append(f"damaged: {skipped:,} {plural(skipped, 'byte')} at byte {at:,}: {why}")
     if found.torn_tail:
-        lines.append(f"torn tail: {found.torn_tail:,} bytes (a start cuts them off)")
+        torn = found.torn_tail
+        lines.append(f"torn tail: {torn:,} {plural(torn, 'byte')} (a start cuts them off)")
     if found.clean and not found.torn_tail:
         lines.append("intact")
     if found.forgotten_groups:
+        forgotten = found.forgotten_groups
         lines.append(
-            f"{found.forgotten_groups:,} groups: the damage may have held newer records of "
-            "them, so after a repair they load forgotten (members rejoin as new ones, after "
-            "their longest session; offsets kept)"
+            f"{forgotten:,} {plural(forgotten, 'group')}: the damage may have held newer "
+            "records of them, so after a repair they load forgotten (members rejoin as new "
+            "ones, after their longest session; offsets kept)"
         )
     return lines
 
@@ -85,5 +91,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if backup is None:
         print("nothing to repair")
     else:
-        print(f"repaired: kept {len(found.records):,} records; the old journal is {backup}")
+        kept = len(found.records)
+        print(f"repaired: kept {kept:,} {plural(kept, 'record')}; the old journal is {backup}")
     return 0

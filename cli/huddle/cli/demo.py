@@ -17,6 +17,7 @@ from huddle.chaos.harness import RunSettings
 from huddle.chaos.harness import run as run_chaos
 from huddle.chaos.protocols import ProtocolOptions
 from huddle.chaos.scenarios import BUILT_IN, Shape
+from huddle.cli.render import plural
 from huddle.cli.report import missing_extra
 from huddle.logs import configure_logging
 
@@ -48,8 +49,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     configure_logging("json", "info", stream=open(root / "harness.log", "a", encoding="utf-8"))  # noqa: SIM115
     shape = Shape(duration=args.duration, members=args.members)
     print(
-        f"huddle demo: rolling bounce of {args.members} members over {args.partitions} "
-        f"partitions, {args.duration:g} s per protocol, runs in {root}"
+        f"huddle demo: rolling bounce of {args.members} {plural(args.members, 'member')} over "
+        f"{args.partitions} {plural(args.partitions, 'partition')}, {args.duration:g} s per "
+        f"protocol, runs in {root}"
     )
     run_dirs: list[Path] = []
     for protocol in PROTOCOLS:

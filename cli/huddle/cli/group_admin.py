@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from huddle.cli.render import format_table, to_json
+from huddle.cli.render import format_table, plural, to_json
 from huddle.cli.usage import UsageError
 from huddle.client.admin import Admin
 from huddle.client.offset_reset import PlannedOffset, Reset, chosen_partitions, plan
@@ -66,7 +66,8 @@ async def reset_offsets(admin: Admin, args: argparse.Namespace, as_json: bool) -
         group = None
     if group is not None and group.members:
         raise NonEmptyGroupError(
-            f"group {args.group!r} has {len(group.members)} members ({group.state}): offsets "
+            f"group {args.group!r} has {len(group.members)} "
+            f"{plural(len(group.members), 'member')} ({group.state}): offsets "
             "are reset only for a group with none; stop its members first"
         )
     try:

@@ -8,15 +8,26 @@ class), so the chaos and simulation commands behave the same.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 from typing import Any, NoReturn
 
 __all__ = ["HuddleParser", "positive_seconds"]
 
+_REQUIRED = "(required)"
+
 
 class _DefaultsFormatter(argparse.HelpFormatter):
-    """Help that ends with the flag's default where the text does not say it already."""
+    """Help that ends with the flag's default where the text does not say it already: also
+    for a flag given no help text (argparse shows nothing for one), a switch ("off") and a
+    required flag ("required")."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and action.option_strings:
+            action = copy.copy(action)  # argparse leaves a flag without a text bare
+            action.help = self._get_help_string(action)
+        return super()._format_action(action)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -24,19 +35,20 @@ class _DefaultsFormatter(argparse.HelpFormatter):
             not action.option_strings
             or text == argparse.SUPPRESS
             or "default" in text
+            or text.endswith(_REQUIRED)
             or isinstance(action, argparse._HelpAction | argparse._VersionAction)
         ):
             return action.help
         if action.required:
-            said = "required"
+            said = _REQUIRED
         elif action.nargs == 0 and action.default in (None, False):  # a switch
-            said = "default: off"
-        elif action.default is None:
-            said = "default: none"
+            said = "(default: off)"
+        elif action.default is None or action.default == ():
+            said = "(default: none)"
         else:
-            said = "default: %(default)s"
+            said = "(default: %(default)s)"
         text, env, variable = text.partition(" [env ")
-        return f"{text} ({said}){env}{variable}"
+        return f"{text} {said}".lstrip() + env + variable
 
 
 class HuddleParser(argparse.ArgumentParser):

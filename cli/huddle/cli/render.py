@@ -22,5 +22,10 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     )
 
 
+def plural(count: int, noun: str) -> str:
+    """``noun`` as ``count`` of it reads: 1 member, 2 members (and 0 members)."""
+    return noun if count == 1 else f"{noun}s"
+
+
 def to_json(value: object) -> str:
     return msgspec.json.encode(value).decode()

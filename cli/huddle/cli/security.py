@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from huddle.cli.render import to_json
+from huddle.cli.render import format_table, to_json
 from huddle.cli.usage import UsageError
 from huddle.coordinator.security.acls import (
     CLUSTER_NAME,
@@ -264,8 +264,9 @@ def _users_action(
             return to_json(rows)
         if not rows:
             return f"no users in {store.where}"
-        return "\n".join(
-            f"{r['name']}  {', '.join(r['mechanisms'])}  {r['iterations']} iterations" for r in rows
+        return format_table(
+            ("USER", "MECHANISMS", "ITERATIONS"),
+            [(r["name"], ",".join(r["mechanisms"]), r["iterations"]) for r in rows],
         )
 
     return listing

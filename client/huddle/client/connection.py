@@ -312,6 +312,7 @@ class Connection:
         self.server_version = frame.version
         self.disconnect_grace_ms = frame.disconnect_grace_ms
         self.node_id = frame.node_id
+        self.principal = frame.principal  # its certificate's (mTLS), until a SASL exchange
         if mechanism is not None:
             await self._authenticate(mechanism)
 

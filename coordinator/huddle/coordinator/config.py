@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from huddle.protocol.addresses import parse_address
+from huddle.protocol.addresses import host_problem, parse_address
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 
@@ -152,6 +152,9 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        host = host_problem(self.host)
+        if host is not None:
+            problems.append(host)
         if not 0 <= self.port <= 65_535:
             problems.append(f"port {self.port} is not in 0..65535")
         for f in fields(self):

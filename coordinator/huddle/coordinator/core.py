@@ -66,6 +66,7 @@ from huddle.protocol.messages import (
     OffsetFetchRequest,
     Reply,
     Request,
+    Response,
     SyncGroupRequest,
     TopicMetadata,
     TopicMetadataChanged,
@@ -131,8 +132,8 @@ class Coordinator:
         if screened.request is None:
             assert screened.refusal is not None
             return [(peer.conn_id, Reply(correlation_id=correlation_id, response=screened.refusal))]
-        out = self._handle(peer, correlation_id, screened.request, now)
         finish = screened.finish
+        out = self._handle(peer, correlation_id, screened.request, now, finish)
         if finish is not None:
             for i, (conn_id, frame) in enumerate(out):
                 if (
@@ -146,7 +147,12 @@ class Coordinator:
         return out
 
     def _handle(
-        self, peer: Peer, correlation_id: int, request: Request, now: float
+        self,
+        peer: Peer,
+        correlation_id: int,
+        request: Request,
+        now: float,
+        finish: Callable[[Response], Response] | None = None,  # what screening puts back
     ) -> list[Outgoing]:
         m = self.membership
         if type(request) is HeartbeatRequest:  # the hot path: no Effects, no match
@@ -163,17 +169,9 @@ class Coordinator:
                 self.offsets.commit(fx, peer, correlation_id, request)
             case OffsetFetchRequest():
                 self.offsets.fetch(fx, peer, correlation_id, request)
-            case CreateTopicsRequest():
-                response, changed = self.topics.create(request)
-                fx.reply((peer.conn_id, correlation_id), response)
-                self._topics_changed(fx, changed)
-            case AlterTopicsRequest():
-                altered, changed = self.topics.alter(request)
-                fx.reply((peer.conn_id, correlation_id), altered)
-                self._topics_changed(fx, changed)
-            case DeleteTopicsRequest():
-                deleted, changed = self.topics.delete(request)
-                fx.reply((peer.conn_id, correlation_id), deleted)
+            case CreateTopicsRequest() | AlterTopicsRequest() | DeleteTopicsRequest():
+                answer, changed = self.topics.change(request, correlation_id, finish)
+                fx.reply((peer.conn_id, correlation_id), answer)
                 self._topics_changed(fx, changed)
             case ListTopicsRequest():
                 fx.reply((peer.conn_id, correlation_id), self.topics.list(request))

@@ -20,6 +20,7 @@ from typing import Protocol
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.effects import Peer, incarnation_digest
+from huddle.coordinator.security.acls import ANONYMOUS
 from huddle.coordinator.security.listener import FAILED_MESSAGE, ListenerSecurity
 from huddle.coordinator.security.sasl import AuthenticationFailed, SaslSession
 from huddle.protocol.errors import ErrorCode
@@ -84,6 +85,7 @@ def handshake(
             disconnect_grace_ms=host.config.group.disconnect_grace_ms,
             node_id=host.node_id,
             sasl_mechanisms=list(security.mechanisms) if security is not None else [],
+            principal="" if conn.peer.principal == ANONYMOUS else conn.peer.principal,
         )
     )
     conn.log.debug("handshake_done", version=hello.version, sasl=hello.sasl_mechanism)

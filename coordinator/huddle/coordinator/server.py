@@ -148,6 +148,7 @@ class CoordinatorServer:
             config = replace(config, group=replace(config.group, disconnect_grace_ms=-1))
         self.config = config
         self.core = core if core is not None else Coordinator(config.group)
+        self.core.topics.max_answer_bytes = config.max_response_bytes  # checked before a change
         self.journal: Journal | None = None  # with a data dir: topics and offsets kept
         self._commits: GroupCommit | None = None  # writes the journal off the loop
         self._keeper: Keeper | None = None  # answers wait for its writes: data dir or etcd

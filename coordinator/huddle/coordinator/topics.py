@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 import structlog
@@ -22,8 +22,11 @@ from huddle.protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ErrorResponse,
     ListTopicsRequest,
     ListTopicsResponse,
+    Reply,
+    Response,
     TopicMetadata,
     TopicResult,
 )
@@ -31,6 +34,9 @@ from huddle.protocol.messages import (
 log = structlog.get_logger("huddle.topics")
 
 E = ErrorCode
+TopicRequest = CreateTopicsRequest | AlterTopicsRequest | DeleteTopicsRequest
+_Set = tuple[str, int, int]  # a topic, its partitions (0: deleted), and before (0: none)
+_ENCODER = msgspec.msgpack.Encoder()  # as the connection encodes the answer
 _LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
@@ -60,15 +66,52 @@ class TopicRegistry:
     def __init__(self, max_partitions: int) -> None:
         self.partitions: dict[str, int] = {}
         self.max_partitions = max_partitions
+        # The transport's largest answer (``--max-response-bytes``); None: no limit.
+        self.max_answer_bytes: int | None = None
 
     def _count_problem(self, count: int) -> str | None:
         if not 1 <= count <= self.max_partitions:
             return f"partition count {count} is outside [1, {self.max_partitions}]"
         return None
 
-    def create(self, req: CreateTopicsRequest) -> tuple[CreateTopicsResponse, list[TopicMetadata]]:
+    def change(
+        self,
+        request: TopicRequest,
+        correlation_id: int,
+        finish: Callable[[Response], Response] | None = None,
+    ) -> tuple[Response, list[TopicMetadata]]:
+        """A topic request's answer, and the topics it changed. The answer is worked out
+        before anything changes: one over ``max_answer_bytes`` (as the client would get it:
+        ``finish`` puts back what its ACLs refused) is MESSAGE_TOO_LARGE, and nothing is
+        changed (the answer would otherwise be that error, and the change made)."""
+        match request:
+            case CreateTopicsRequest():
+                response, sets = self._plan_create(request)
+            case AlterTopicsRequest():
+                response, sets = self._plan_alter(request)
+            case DeleteTopicsRequest():
+                response, sets = self._plan_delete(request)
+        limit = self.max_answer_bytes
+        if limit is not None:
+            answer = Reply(
+                correlation_id=correlation_id,
+                response=response if finish is None else finish(response),
+            )
+            size = len(_ENCODER.encode(answer))
+            if size > limit:
+                kind = type(request).__struct_config__.tag
+                log.warning("topic_change_too_large", request=kind, size=size, limit=limit)
+                message = (
+                    f"the answer would be {size} bytes, over the limit of {limit} "
+                    "(--max-response-bytes): nothing was changed; name fewer topics in one "
+                    "request"
+                )
+                return ErrorResponse(error_code=E.MESSAGE_TOO_LARGE, error_message=message), []
+        return response, self._apply(sets)
+
+    def _plan_create(self, req: CreateTopicsRequest) -> tuple[Response, list[_Set]]:
         results: list[TopicResult] = []
-        changed: list[TopicMetadata] = []
+        sets: list[_Set] = []
         seen: set[str] = set()
         for spec in req.topics:
             problem = name_problem(spec.name)
@@ -88,49 +131,59 @@ class TopicRegistry:
             elif count_problem is not None:
                 result = _failed(spec.name, E.INVALID_PARTITIONS, count_problem)
             else:
-                self.partitions[spec.name] = spec.partitions
-                changed.append(TopicMetadata(name=spec.name, partitions=spec.partitions))
-                log.info("topic_created", topic=spec.name, partitions=spec.partitions)
+                sets.append((spec.name, spec.partitions, 0))
                 result = TopicResult(name=spec.name)
             seen.add(spec.name)
             results.append(result)
-        return CreateTopicsResponse(topics=results), changed
+        return CreateTopicsResponse(topics=results), sets
 
-    def alter(self, req: AlterTopicsRequest) -> tuple[AlterTopicsResponse, list[TopicMetadata]]:
+    def _plan_alter(self, req: AlterTopicsRequest) -> tuple[Response, list[_Set]]:
         results: list[TopicResult] = []
-        changed: list[TopicMetadata] = []
+        sets: list[_Set] = []
+        counts = dict(self.partitions)  # as the request's earlier items leave them
         for spec in req.topics:
             count_problem = self._count_problem(spec.partitions)
-            old = self.partitions.get(spec.name)
+            old = counts.get(spec.name)
             if old is None:
                 result = _failed(spec.name, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {spec.name!r}")
             elif count_problem is not None:
                 result = _failed(spec.name, E.INVALID_PARTITIONS, count_problem)
             else:
                 if old != spec.partitions:
-                    self.partitions[spec.name] = spec.partitions
-                    changed.append(TopicMetadata(name=spec.name, partitions=spec.partitions))
-                    log.info(
-                        "topic_altered",
-                        topic=spec.name,
-                        old_partitions=old,
-                        partitions=spec.partitions,
-                    )
+                    counts[spec.name] = spec.partitions
+                    sets.append((spec.name, spec.partitions, old))
                 result = TopicResult(name=spec.name)
             results.append(result)
-        return AlterTopicsResponse(topics=results), changed
+        return AlterTopicsResponse(topics=results), sets
 
-    def delete(self, req: DeleteTopicsRequest) -> tuple[DeleteTopicsResponse, list[TopicMetadata]]:
+    def _plan_delete(self, req: DeleteTopicsRequest) -> tuple[Response, list[_Set]]:
         results: list[TopicResult] = []
-        changed: list[TopicMetadata] = []
+        sets: list[_Set] = []
+        gone: set[str] = set()
         for name in req.topics:
-            if self.partitions.pop(name, None) is None:
+            if name not in self.partitions or name in gone:
                 results.append(_failed(name, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"))
                 continue
-            changed.append(TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION))
-            log.info("topic_deleted", topic=name)
+            gone.add(name)
+            sets.append((name, 0, self.partitions[name]))
             results.append(TopicResult(name=name))
-        return DeleteTopicsResponse(topics=results), changed
+        return DeleteTopicsResponse(topics=results), sets
+
+    def _apply(self, sets: list[_Set]) -> list[TopicMetadata]:
+        changed: list[TopicMetadata] = []
+        for name, partitions, old in sets:
+            if not partitions:
+                del self.partitions[name]
+                changed.append(TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION))
+                log.info("topic_deleted", topic=name)
+                continue
+            self.partitions[name] = partitions
+            changed.append(TopicMetadata(name=name, partitions=partitions))
+            if old:
+                log.info("topic_altered", topic=name, old_partitions=old, partitions=partitions)
+            else:
+                log.info("topic_created", topic=name, partitions=partitions)
+        return changed
 
     def describe(self, names: Iterable[str]) -> list[TopicMetadata]:
         return [self.metadata(name) for name in names]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
+
 from huddle.protocol.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})  # listen on all: not an address to dial
@@ -30,6 +33,32 @@ def parse_address(address: str, *, what: str = "address") -> tuple[str, int]:
     if not 0 < port <= 65_535:
         raise InvalidArgumentError(f"port {port} in {what} {address!r} is not in 1..65535")
     return host, port
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is neither an IP address nor a host name (None if it is one; "" is all
+    interfaces). A name whose last label is a number must be an IPv4 address (RFC 1123):
+    ``256.1.1.1`` is a mistake to say at once, not a name to look up."""
+    text = host.removesuffix(".")
+    if host == "":
+        return None
+    if host.startswith("["):
+        return f"host {host!r} is not an IP address (write an IPv6 host without brackets)"
+    try:
+        if ":" in host:
+            ipaddress.IPv6Address(host)
+            return None
+        if text.rpartition(".")[2].isdigit():
+            ipaddress.IPv4Address(host)
+            return None
+    except ValueError as exc:
+        return f"host {host!r} is not an IP address ({exc})"
+    if len(text) > 253 or not all(_LABEL.fullmatch(label) for label in text.split(".")):
+        return f"host {host!r} is not an IP address or a host name"
+    return None
 
 
 def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str, int]]:

@@ -88,6 +88,9 @@ class HandshakeResult(Message, tag="handshake_result", frozen=True, kw_only=True
     node_id: str = ""
     # The SASL mechanisms this listener takes; empty: it authenticates no one by SASL.
     sasl_mechanisms: list[str] = field(default_factory=list)
+    # Who the client is by the TLS certificate it presented (mTLS: ``User:<subject>``);
+    # "": it presented none (after a SASL exchange, its result names the principal).
+    principal: str = ""
 
 
 MAX_SASL_BYTES = 4_096  # one SASL message; SCRAM's are a few hundred bytes
