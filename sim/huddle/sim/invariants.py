@@ -197,7 +197,10 @@ class Checker:
     def _check_round(self, core: Coordinator) -> None:
         """No partition revoked from one member is assigned to another in the same round:
         a partition another member claims goes to nobody, unless the receiver claims it
-        too in a strictly higher generation (it keeps it; the stale claimant revokes)."""
+        too in a strictly higher generation (it keeps it; the stale claimant revokes). A
+        group a restart loaded is checked as the round it was kept from: its record must
+        hold the subscriptions that round's assignment was made for (a follower rejoining
+        with the recorded one is answered that generation with no rebalance)."""
         group = core.groups[GROUP_ID]
         name = group.protocol_name
         claims: dict[TopicPartition, list[tuple[str, int]]] = {}

@@ -3,7 +3,8 @@
 A message takes the link's latency plus a jitter drawn from the run's RNG, and never
 overtakes one sent before it the same way. While a member is partitioned from the
 coordinator, whatever reaches either end of its links waits, in order, and arrives once
-the partition heals. A reset drops what is in flight and tells both ends.
+the partition heals, before anything sent after it. A reset drops what is in flight and tells
+both ends.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Link:
         "held",
         "jitter",
         "last_down",
+        "last_held",
         "last_up",
         "latency",
         "member",
@@ -65,6 +67,7 @@ class Link:
         self.coordinator_closed = False
         self.dead = False  # reset: nothing more gets through
         self.held: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self.last_held = 0.0  # when the last of what waited is due, once released
 
     def _delay(self) -> float:
         return self.latency + self.net.rng.random() * self.jitter
@@ -84,21 +87,32 @@ class Link:
     def _arrive(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         if self.dead:
             return
-        if self.member.index in self.net.partitioned:
+        if self.member.index in self.net.partitioned or self.held:
+            # cut off, or behind what waited for a partition to heal: nothing overtakes it
             self.held.append((fn, args))
+            if self.member.index not in self.net.partitioned:
+                self.net.sched.at(self.last_held, self._next_held)
             return
         fn(*args)
 
     def release(self) -> None:
-        """The partition healed: what waited arrives now, in order."""
-        held, self.held = self.held, []
+        """The partition healed: what waited arrives, in order, and before anything sent
+        after it (sent later, it may have been due sooner: it waits its turn)."""
         sched = self.net.sched
         when = sched.now
-        for fn, args in held:  # in the order they waited, after anything still on the way
-            when = max(sched.now + self._delay(), when, self.last_up, self.last_down)
-            sched.at(when, self._arrive, fn, args)
+        for _ in self.held:
+            when = max(sched.now + self._delay(), when, self.last_held)
+            sched.at(when, self._next_held)
+        self.last_held = when
         self.last_up = max(self.last_up, when)
         self.last_down = max(self.last_down, when)
+
+    def _next_held(self) -> None:
+        """The first of what waited arrives (unless cut off again: it waits on)."""
+        if self.dead or not self.held or self.member.index in self.net.partitioned:
+            return
+        fn, args = self.held.pop(0)
+        fn(*args)
 
     # --- the member's end ----------------------------------------------------------
 
