@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from huddle.client.assignors import CooperativeStickyAssignor
+from huddle.client.machine import MemberConfig, MemberCore, Next
 from huddle.coordinator.state import GroupState
+from huddle.protocol.embedded import Assignment, TopicPartition, encode, grouped
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import CreateTopicsRequest, MemberIdentity, TopicSpec
 from tests.harness import Driver
@@ -79,6 +82,39 @@ def test_a_static_restart_after_a_topic_changed_rebalances() -> None:
         "RebalanceStarted",
     ]
     assert generation == d.group().generation
+
+
+def test_a_restarted_follower_told_to_revoke_what_it_never_owned_starts_the_next_round() -> None:
+    """Found by huddle.sim: a static follower's process ended before it rejoined after
+    being told to revoke t-1, and its new process took the generation back without a
+    rebalance, with the assignment stored for the old one (nothing assigned, t-1 revoked).
+    Nobody else rejoins for t-1, so the new process does; its subscription now carries the
+    generation it synced, as Kafka's does, so it is not the one stored at its restart and
+    the coordinator starts the round that hands t-1 on (an unchanged follower's join in a
+    Stable group is only answered with the same generation and assignment)."""
+    d = Driver()
+    cooperative = ("cooperative-sticky",)
+    leader = d.join_response(d.join(1, instance="s1", names=cooperative, session_ms=LONG))
+    d.sync(1, leader.member_id, leader.generation_id, instance="s1")
+    old = MemberCore(MemberConfig("g", ["t"], instance_id="s2"), [CooperativeStickyAssignor()])
+    held = d.send(2, old.join_request())
+    rejoin = d.join(1, leader.member_id, instance="s1", names=cooperative, session_ms=LONG)
+    generation = d.join_response(rejoin).generation_id
+    id2 = d.join_response(held).member_id
+    moved = Assignment(revoked=grouped([TopicPartition("t", 1)]))
+    assignments = {leader.member_id: b"", id2: encode(moved)}
+    d.sync(1, leader.member_id, generation, assignments, instance="s1")
+    # the old process ends here, in its revocation callback; a new one comes back
+    new = MemberCore(MemberConfig("g", ["t"], instance_id="s2"), [CooperativeStickyAssignor()])
+    back = d.join_response(d.send(3, new.join_request()))
+    assert back.generation_id == generation  # KIP-345: no rebalance
+    assert new.on_join(back).next is Next.SYNC
+    synced = d.sync_response(d.sync(3, back.member_id, generation, instance="s2"))
+    assert new.on_sync(synced, d.now).next is Next.JOIN
+    new.before_join()
+    follow_up = d.send(3, new.join_request())
+    assert not d.answered(follow_up)  # held: the group rebalances
+    assert d.group().state is S.PREPARING_REBALANCE
 
 
 def test_old_static_member_id_is_fenced_after_restart() -> None:

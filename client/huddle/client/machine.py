@@ -165,6 +165,8 @@ class MemberCore:
     session: HeartbeatTimer = field(init=False)
     joined_topics: frozenset[str] | None = None  # the subscription the last JoinGroup sent
     joined_claims: frozenset[TopicPartition] = frozenset()  # what it claimed to own then
+    # (member id, generation) it last rejoined in for a revocation of what it never claimed
+    rejoined_unclaimed: tuple[str, int] | None = None
     joins: int = 0  # JoinGroup answers that gave it a generation (each a stay of its own)
 
     def __post_init__(self) -> None:
@@ -273,10 +275,14 @@ class MemberCore:
             # What the member still owns for assignors that may move partitions safely only
             # once revoked; what it owned before revoking for eager-only (sticky) ones.
             owned = self.owned if cooperative_capable else (self.owned or self.previous)
+            # The generation it last synced, even with nothing owned, as Kafka's
+            # subscription carries it: a follower's rejoin after a sync then differs from
+            # the join stored for it, and the coordinator rebalances (no rebalance follows
+            # an unchanged follower's join in a Stable group).
             subscription = Subscription(
                 topics=topics,
                 owned_partitions=grouped(owned),
-                generation=self.owned_generation if owned else NO_GENERATION,
+                generation=self.owned_generation,
                 user_data=a.subscription_user_data(frozenset(topics), owned),
                 task_lags=task_lags,
             )
@@ -354,13 +360,19 @@ class MemberCore:
         # so does one told to give up what its join claimed but it no longer owns (lost
         # meanwhile, or a claim it had no right to: the leader holds those partitions for
         # the follow-up round). A revocation of what it never claimed (an assignment stored
-        # for a static member's previous process) asks nothing of it: rejoining for it
-        # would get the same assignment again, forever. One whose subscription changed while
-        # it joined rejoins with the new one.
+        # for a static member's previous process, which ended before it rejoined) still
+        # needs that round: the member rejoins for it once per generation, since a rejoin
+        # that brings no rebalance gets the same assignment back. One whose subscription
+        # changed while it joined rejoins with the new one.
         joined = self.joined_topics
         resubscribe = joined is not None and joined != frozenset(self.config.topics)
         told = (assignment.revoked_partitions & self.joined_claims) - assigned
-        gave_up = revoked or told
+        unclaimed = assignment.revoked_partitions - self.joined_claims - assigned
+        here = (self.member_id, self.generation)
+        owed = bool(unclaimed) and self.rejoined_unclaimed != here
+        if owed and self.cooperative:
+            self.rejoined_unclaimed = here
+        gave_up = revoked or told or owed
         follow_up = Next.JOIN if (gave_up and self.cooperative) or resubscribe else Next.STAY
         if follow_up is Next.JOIN:
             self.state = MemberState.UNJOINED
