@@ -289,13 +289,15 @@ class Connection:
 
     def _closed_in_handshake(self, heard: bool) -> ConnectionClosedError:
         """Why the connection closed before the first answer: a TLS listener closes a plain
-        client's connection without a word (it cannot read the handshake)."""
+        client's connection without a word (it cannot read the handshake), and so does a
+        proxy or port forward with nothing behind it."""
         if heard or self.server_version or self.security.uses_tls:
             reason = "the coordinator closed the connection during the handshake"
             return ConnectionClosedError(reason)
         return ConnectionClosedError(
             "the coordinator closed the connection without answering the handshake: it "
-            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...))",
+            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...)), "
+            "or the address is a proxy or port forward with no coordinator behind it",
             tls_hint=PLAIN_TO_TLS,
         )
 

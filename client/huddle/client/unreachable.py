@@ -6,7 +6,8 @@ and why, rather than the socket layer's bare ``OSError``. A member that cannot r
 coordinator (that, a TLS handshake that failed, a timeout) says so in a warning,
 ``coordinator_unreachable``, at most once every ``UNREACHABLE_WARNING_S`` seconds
 (``UnreachableWarnings``), with a ``hint`` when the failure looks like TLS set up on one
-side only (``tls_hint``).
+side only (``tls_hint``; a connection closed unanswered may also be a proxy or port forward
+with nothing behind it, and its hint says so).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from huddle.protocol.errors import ClientError
 UNREACHABLE_WARNING_S = 10.0  # a member's coordinator_unreachable warnings, at most one per
 
 PLAIN_TO_TLS = (
-    "TLS mismatch: this client does not use TLS and the coordinator closed the connection "
-    "unanswered, as a TLS listener does: give the client the coordinator's CA "
-    "(Security(ca_file=...))"
+    "TLS mismatch, or nothing behind the address: closed unanswered. A TLS listener does "
+    "this to a client without TLS (then give it the coordinator's CA, "
+    "Security(ca_file=...)); so does a proxy or port forward with no coordinator behind it"
 )
 TLS_TO_PLAIN = (
     "TLS mismatch: this client uses TLS and the coordinator answered without it: that "
