@@ -15,6 +15,7 @@ import pytest
 from huddle.client import (
     CommitFailedError,
     ConnectionClosedError,
+    ConnectTimeoutError,
     CoordinatorUnreachableError,
     MemberFailedError,
 )
@@ -47,6 +48,7 @@ MADE: dict[type[HuddleError], Callable[[], HuddleError]] = {
     CoordinatorUnreachableError: lambda: CoordinatorUnreachableError(
         "cannot connect to h:1: connection refused", "h:1", errno.ECONNREFUSED
     ),
+    ConnectTimeoutError: lambda: ConnectTimeoutError("h:1", 0.3, "handshake", login=True),
     ConnectionClosedError: lambda: ConnectionClosedError("closed", 16, tls_hint="a hint"),
     MemberFailedError: lambda: MemberFailedError(ErrorCode.FENCED_INSTANCE_ID, "fenced"),
     CommitFailedError: lambda: CommitFailedError(ErrorCode.ILLEGAL_GENERATION, "gone"),
