@@ -4,6 +4,7 @@ looks like TLS set up on one side only."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,25 @@ async def test_a_tls_mismatch_is_named_in_the_warning(
     assert warning["address"] == bootstrap
     assert warning["attempts"] == 1
     assert warning["hint"] == hint
+
+
+async def test_an_address_that_closes_unanswered_gets_both_causes_in_its_hint(
+    logs: list[EventDict],
+) -> None:
+    """A plain address that accepts and closes at once may be a TLS listener, or a port
+    forward (a proxy, a load balancer) with no coordinator behind it: the hint names both."""
+
+    async def close_at_once(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+    bootstrap = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with member(bootstrap):
+            await wait_until(lambda: bool(warnings_in(logs)), what="the warning")
+    finally:
+        server.close()
+    hint = warnings_in(logs)[0]["hint"]
+    assert hint.startswith("TLS mismatch, or nothing behind the address:")
+    assert "A TLS listener does this" in hint
+    assert "so does a proxy or port forward with no coordinator behind it" in hint

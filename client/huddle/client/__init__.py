@@ -15,7 +15,7 @@ from huddle.client.events import (
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.client.running import MemberTask
-from huddle.client.unreachable import CoordinatorUnreachableError
+from huddle.client.unreachable import ConnectTimeoutError, CoordinatorUnreachableError
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ClientError, HuddleError, ServerError
 
@@ -25,6 +25,7 @@ __all__ = [
     "Assignor",
     "ClientError",
     "CommitFailedError",
+    "ConnectTimeoutError",
     "ConnectionClosedError",
     "CoordinatorUnreachableError",
     "HuddleError",

@@ -25,7 +25,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from huddle.client.checks import require_number, require_type
 from huddle.client.sasl import SaslExchange
 from huddle.client.security import NO_SECURITY, Security, TlsError
-from huddle.client.unreachable import CLIENT_CERT_REFUSED, PLAIN_TO_TLS, cannot_connect
+from huddle.client.unreachable import (
+    CLIENT_CERT_REFUSED,
+    LOGIN_TIMEOUT_S,
+    PLAIN_TO_TLS,
+    ConnectTimeoutError,
+    cannot_connect,
+)
 from huddle.logs import library_logger
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
@@ -289,13 +295,15 @@ class Connection:
 
     def _closed_in_handshake(self, heard: bool) -> ConnectionClosedError:
         """Why the connection closed before the first answer: a TLS listener closes a plain
-        client's connection without a word (it cannot read the handshake)."""
+        client's connection without a word (it cannot read the handshake), and so does a
+        proxy or port forward with nothing behind it."""
         if heard or self.server_version or self.security.uses_tls:
             reason = "the coordinator closed the connection during the handshake"
             return ConnectionClosedError(reason)
         return ConnectionClosedError(
             "the coordinator closed the connection without answering the handshake: it "
-            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...))",
+            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...)), "
+            "or the address is a proxy or port forward with no coordinator behind it",
             tls_hint=PLAIN_TO_TLS,
         )
 
@@ -470,11 +478,14 @@ async def connect(
     security: Security = NO_SECURITY,
     incarnation: bytes | None = None,
 ) -> AsyncIterator[Connection]:
-    """Connect to ``bootstrap`` ("HOST:PORT") and handshake, both within ``timeout`` seconds.
+    """Connect to ``bootstrap`` ("HOST:PORT") within ``timeout`` seconds, then handshake
+    within ``timeout`` seconds more (a SASL login: at least ``LOGIN_TIMEOUT_S``, as the
+    coordinator may hold its answer back after failed logins from this address).
 
     Raises InvalidArgumentError (a ValueError) for a malformed address or a bad argument,
     CoordinatorUnreachableError (an OSError) when no connection can be made to it
-    (refused, unreachable), TimeoutError, UnsupportedVersionError
+    (refused, unreachable), ConnectTimeoutError (a TimeoutError) when it does not take the
+    connection or answer the handshake in time, UnsupportedVersionError
     (or another HuddleError) when the coordinator refuses the handshake. ``notices=False``
     discards pushed notices. With ``security``, the connection is TLS and/or authenticated
     by SASL: TlsError when the TLS handshake fails, SaslAuthenticationFailedError when the
@@ -514,7 +525,7 @@ async def connect(
         reason = f"{bootstrap} closed the connection during the TLS handshake"
         raise ConnectionClosedError(reason) from exc
     except TimeoutError:
-        raise
+        raise ConnectTimeoutError(bootstrap, timeout, "connect", login=False) from None
     except OSError as exc:  # refused, no route, a name that does not resolve
         raise cannot_connect(bootstrap, exc) from exc
     conn = Connection(
@@ -527,8 +538,10 @@ async def connect(
         security=security,
         incarnation=incarnation,
     )
+    login = security.sasl_mechanism is not None
+    limit = max(timeout, LOGIN_TIMEOUT_S) if login else timeout
     try:
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(limit):
             try:
                 await conn._handshake()
             except ConnectionClosedError as exc:
@@ -547,6 +560,9 @@ async def connect(
                     f"requires one ({exc.message})",
                     tls_hint=CLIENT_CERT_REFUSED,
                 ) from exc
+    except TimeoutError:
+        await conn.aclose()
+        raise ConnectTimeoutError(bootstrap, limit, "handshake", login=login) from None
     except BaseException:
         await conn.aclose()
         raise

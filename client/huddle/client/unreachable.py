@@ -2,11 +2,14 @@
 
 No connection could be made to an address (refused, no route, an unknown host): that is
 ``CoordinatorUnreachableError``, a ``HuddleError`` and an ``OSError`` naming the address
-and why, rather than the socket layer's bare ``OSError``. A member that cannot reach its
+and why, rather than the socket layer's bare ``OSError``. An address that takes no
+connection, or does not answer the handshake, in time is ``ConnectTimeoutError`` (a
+``TimeoutError``) naming the address, the limit and the phase. A member that cannot reach its
 coordinator (that, a TLS handshake that failed, a timeout) says so in a warning,
 ``coordinator_unreachable``, at most once every ``UNREACHABLE_WARNING_S`` seconds
 (``UnreachableWarnings``), with a ``hint`` when the failure looks like TLS set up on one
-side only (``tls_hint``).
+side only (``tls_hint``; a connection closed unanswered may also be a proxy or port forward
+with nothing behind it, and its hint says so).
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from collections.abc import Iterator
 import structlog
 
 from huddle.protocol.errors import ClientError
+from huddle.protocol.messages import MAX_LOGIN_HOLD_S
 
 UNREACHABLE_WARNING_S = 10.0  # a member's coordinator_unreachable warnings, at most one per
+# A SASL login's handshake waits at least this for its answers, whatever the caller's
+# timeout: the coordinator may hold one back up to MAX_LOGIN_HOLD_S after failed logins from
+# this client's address group (another process of this host retrying a stale password).
+LOGIN_TIMEOUT_S = MAX_LOGIN_HOLD_S + 3.0
 
 PLAIN_TO_TLS = (
-    "TLS mismatch: this client does not use TLS and the coordinator closed the connection "
-    "unanswered, as a TLS listener does: give the client the coordinator's CA "
-    "(Security(ca_file=...))"
+    "TLS mismatch, or nothing behind the address: closed unanswered. A TLS listener does "
+    "this to a client without TLS (then give it the coordinator's CA, "
+    "Security(ca_file=...)); so does a proxy or port forward with no coordinator behind it"
 )
 TLS_TO_PLAIN = (
     "TLS mismatch: this client uses TLS and the coordinator answered without it: that "
@@ -62,6 +70,30 @@ class CoordinatorUnreachableError(ClientError, OSError):
         super().__init__(message)
         self.address = address
         self.errno = errno
+
+
+class ConnectTimeoutError(ClientError, TimeoutError):
+    """``address`` did not take the connection (``phase`` "connect": TCP, and TLS if used)
+    or did not answer its handshake and SASL login (``phase`` "handshake") within
+    ``timeout`` seconds. Also a ``TimeoutError``."""
+
+    def __init__(self, address: str, timeout: float, phase: str, *, login: bool = False) -> None:
+        if phase == "connect":
+            message = (
+                f"{address} did not take the connection within {round(timeout, 2):g} s (connect)"
+            )
+        else:
+            what = "the handshake and SASL login" if login else "the handshake"
+            message = f"{address} did not answer {what} within {round(timeout, 2):g} s (handshake)"
+        if login:
+            message += (
+                "; after failed logins from this address the coordinator holds back its "
+                f"answer to a login (up to {MAX_LOGIN_HOLD_S:g} s), or makes it wait its turn"
+            )
+        super().__init__(message)
+        self.address = address
+        self.timeout = timeout
+        self.phase = phase
 
 
 def cannot_connect(address: str, exc: OSError) -> CoordinatorUnreachableError:

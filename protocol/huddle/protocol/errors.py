@@ -80,11 +80,41 @@ def error_name(number: int) -> str:
 
 
 class HuddleError(Exception):
-    """The root of every exception huddle raises on purpose."""
+    """The root of every exception huddle raises on purpose. Each one survives ``pickle``
+    and ``copy`` (to another process, say) with its type, message and attributes."""
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message)
         self.message = message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Made again from its args and attributes, not by calling __init__ with its args
+        # (the default): a subclass's __init__ takes other arguments than the args it
+        # leaves, and one (ServerError) formats its message from them.
+        fields = {}
+        if isinstance(self, OSError):  # kept by OSError itself, not in __dict__; one set
+            # to None is not the same as one never set (str() shows it)
+            fields = {name: getattr(self, name) for name in _OS_FIELDS}
+            fields = {name: value for name, value in fields.items() if value is not None}
+        return (_rebuilt, (type(self), self.args, dict(vars(self)), fields))
+
+
+_OS_FIELDS = ("errno", "strerror", "filename", "filename2")
+
+
+def _rebuilt(
+    cls: type[HuddleError],
+    args: tuple[object, ...],
+    attributes: dict[str, object],
+    fields: dict[str, object],
+) -> HuddleError:
+    """A ``HuddleError`` as ``__reduce__`` took it apart."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    vars(error).update(attributes)
+    for name, value in fields.items():
+        setattr(error, name, value)
+    return error
 
 
 class ClientError(HuddleError):

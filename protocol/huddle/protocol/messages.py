@@ -40,6 +40,9 @@ MAX_PROTOCOL_NAME = 255  # protocol types and embedded protocol names
 MAX_REASON = 255
 MAX_TOPIC_NAME_ON_WIRE = 1_024  # a topic name over 249 is refused per topic, saying why
 MIN_INCARNATION, MAX_INCARNATION = 16, 64  # bytes of a Handshake's incarnation token
+# The longest a coordinator holds back its answer to a SASL login (a success's too) after
+# failed logins from the client's address group: a client logging in waits longer for it.
+MAX_LOGIN_HOLD_S = 5.0
 
 GroupId = Annotated[str, Meta(max_length=MAX_GROUP_ID)]
 ClientId = Annotated[str, Meta(max_length=MAX_CLIENT_ID)]

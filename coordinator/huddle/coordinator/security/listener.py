@@ -41,6 +41,7 @@ from huddle.coordinator.security.store import (
 from huddle.coordinator.security.throttle import FailureThrottle, ProofTurns, Turn, address_group
 from huddle.coordinator.security.tls import ServerTls, TlsConfigError, certificate_principal
 from huddle.protocol.errors import ErrorCode, HuddleError
+from huddle.protocol.messages import MAX_LOGIN_HOLD_S
 
 log = structlog.get_logger("huddle.security")
 
@@ -78,7 +79,9 @@ class ListenerSecurity:
             if "PLAIN" in self.mechanisms
             else None
         )
-        self.throttle = FailureThrottle(max_s=min(5.0, config.handshake_timeout_ms / 2000))
+        self.throttle = FailureThrottle(
+            max_s=min(MAX_LOGIN_HOLD_S, config.handshake_timeout_ms / 2000)
+        )
         self.secret = os.urandom(32)  # makes up the salts of users that do not exist
         self._kept_secret = b""  # the store's own, to tell a new store from the one read
         self.store: SecurityStore | None = None

@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from huddle.protocol.messages import MAX_LOGIN_HOLD_S
+
 LOOPBACK = "loopback"
 IPV6_GROUP_PREFIX = 56  # bits: a customer's or site's delegation (RIPE-690: /56 or /48)
 
@@ -61,10 +63,12 @@ class FailureThrottle:
     def __init__(
         self,
         base_s: float = 0.1,
-        max_s: float = 5.0,
+        max_s: float = MAX_LOGIN_HOLD_S,
         forget_s: float = 60.0,
         max_hosts: int = 10_000,
     ) -> None:
+        if max_s > MAX_LOGIN_HOLD_S:  # clients wait for a login's answer only so long
+            raise ValueError(f"max_s must be at most {MAX_LOGIN_HOLD_S:g} s, not {max_s:g}")
         self.base_s = base_s
         self.max_s = max_s
         self.forget_s = forget_s
