@@ -195,7 +195,8 @@ def test_a_loaded_member_moves_only_with_its_token_which_is_kept_as_a_digest() -
 
 def test_a_group_kept_before_tokens_were_loads_and_its_member_moves_by_client_id() -> None:
     """A record written by a node that did not keep tokens still loads: its member moves by
-    principal and client id, and keeps the token of the client that moved it."""
+    principal and client id without taking the token of the connection that moved it; its
+    own client's rejoin gives it that token, which the group's next record keeps."""
     old = keeping()
     old.present(1, TOKEN)
     (a,) = old.form(1)
@@ -210,9 +211,18 @@ def test_a_group_kept_before_tokens_were_loads_and_its_member_moves_by_client_id
     new.present(8, TOKEN)
     assert new.heartbeat(8, a, gen) == E.NONE
     assert new.group().members[a].conn_id == 8
-    new.connect_as(9, "c1")  # no token
+    new.connect_as(9, "c1")  # no token: the same client to a member without one
     assert new.heartbeat(9, a, gen) == E.NONE
-    assert new.group().members[a].conn_id == 8
+    assert new.group().members[a].conn_id == 9
+    new.connect_as(10, "c1")  # its own client again, with its token
+    new.present(10, TOKEN)
+    kept(new)
+    new.sync_all({10: a}, [new.join(10, a)])
+    (record,) = [r for r in kept(new) if isinstance(r, GroupRecord)]
+    assert record.members[0].incarnation == hashlib.sha256(TOKEN).digest()
+    new.connect_as(11, "c1")  # no token: no longer the member's client
+    assert new.heartbeat(11, a, new.group().generation) == E.NONE
+    assert new.group().members[a].conn_id == 10
 
 
 def test_a_loaded_member_that_never_comes_back_expires_after_its_session() -> None:
