@@ -225,6 +225,28 @@ def test_a_group_kept_before_tokens_were_loads_and_its_member_moves_by_client_id
     assert new.group().members[a].conn_id == 10
 
 
+def test_a_loaded_member_that_takes_its_token_without_a_rebalance_is_recorded_with_it() -> None:
+    """A follower loaded from a record kept before tokens rejoins unchanged (answered in
+    the group's generation, no rebalance): it takes its connection's token, and the group
+    is recorded again so a restart keeps telling the member by that token."""
+    old = keeping()
+    a, b = old.form(1, 2)
+    gen = old.group().generation
+    follower, conn = (b, 2) if old.group().leader == a else (a, 1)
+    (record,) = [r for r in kept(old) if isinstance(r, GroupRecord)]
+    new = keeping()
+    new.core.load([without_trailing_member_fields(record, "incarnation")], new.now)
+    kept(new)
+    new.reconnect(conn, 8)
+    new.present(8, TOKEN)
+    assert new.join_response(new.join(8, follower)).error_code == E.NONE
+    assert new.group().generation == gen
+    (again,) = [r for r in kept(new) if isinstance(r, GroupRecord)]
+    digests = {m.member_id: m.incarnation for m in again.members}
+    assert digests[follower] == hashlib.sha256(TOKEN).digest()
+    assert len([d for d in digests.values() if d is None]) == 1  # the leader: none yet
+
+
 def test_a_loaded_member_that_never_comes_back_expires_after_its_session() -> None:
     old = keeping()
     a, b = old.form(1, 2)
