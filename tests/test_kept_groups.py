@@ -195,7 +195,8 @@ def test_a_loaded_member_moves_only_with_its_token_which_is_kept_as_a_digest() -
 
 def test_a_group_kept_before_tokens_were_loads_and_its_member_moves_by_client_id() -> None:
     """A record written by a node that did not keep tokens still loads: its member moves by
-    principal and client id, and keeps the token of the client that moved it."""
+    principal and client id without taking the token of the connection that moved it; its
+    own client's rejoin gives it that token, which the group's next record keeps."""
     old = keeping()
     old.present(1, TOKEN)
     (a,) = old.form(1)
@@ -210,9 +211,40 @@ def test_a_group_kept_before_tokens_were_loads_and_its_member_moves_by_client_id
     new.present(8, TOKEN)
     assert new.heartbeat(8, a, gen) == E.NONE
     assert new.group().members[a].conn_id == 8
-    new.connect_as(9, "c1")  # no token
+    new.connect_as(9, "c1")  # no token: the same client to a member without one
     assert new.heartbeat(9, a, gen) == E.NONE
-    assert new.group().members[a].conn_id == 8
+    assert new.group().members[a].conn_id == 9
+    new.connect_as(10, "c1")  # its own client again, with its token
+    new.present(10, TOKEN)
+    kept(new)
+    new.sync_all({10: a}, [new.join(10, a)])
+    (record,) = [r for r in kept(new) if isinstance(r, GroupRecord)]
+    assert record.members[0].incarnation == hashlib.sha256(TOKEN).digest()
+    new.connect_as(11, "c1")  # no token: no longer the member's client
+    assert new.heartbeat(11, a, new.group().generation) == E.NONE
+    assert new.group().members[a].conn_id == 10
+
+
+def test_a_loaded_member_that_takes_its_token_without_a_rebalance_is_recorded_with_it() -> None:
+    """A follower loaded from a record kept before tokens rejoins unchanged (answered in
+    the group's generation, no rebalance): it takes its connection's token, and the group
+    is recorded again so a restart keeps telling the member by that token."""
+    old = keeping()
+    a, b = old.form(1, 2)
+    gen = old.group().generation
+    follower, conn = (b, 2) if old.group().leader == a else (a, 1)
+    (record,) = [r for r in kept(old) if isinstance(r, GroupRecord)]
+    new = keeping()
+    new.core.load([without_trailing_member_fields(record, "incarnation")], new.now)
+    kept(new)
+    new.reconnect(conn, 8)
+    new.present(8, TOKEN)
+    assert new.join_response(new.join(8, follower)).error_code == E.NONE
+    assert new.group().generation == gen
+    (again,) = [r for r in kept(new) if isinstance(r, GroupRecord)]
+    digests = {m.member_id: m.incarnation for m in again.members}
+    assert digests[follower] == hashlib.sha256(TOKEN).digest()
+    assert len([d for d in digests.values() if d is None]) == 1  # the leader: none yet
 
 
 def test_a_loaded_member_that_never_comes_back_expires_after_its_session() -> None:

@@ -200,10 +200,11 @@ def test_without_the_members_token_its_client_id_and_principal_do_not_take_it_ov
     goes_on_on_its_own_connection(d, follower, conn, other=5)
 
 
-def test_the_member_moves_with_its_token_whatever_the_connection_says_it_is() -> None:
-    """The token tells the member's own client back on a new connection; a commit held up on
-    the connection it left is still refused."""
+def test_the_member_moves_with_its_token_whatever_client_id_the_connection_says() -> None:
+    """The token, with the principal the member's client authenticated as, tells that client
+    back on a new connection; a commit held up on the connection it left is still refused."""
     d = with_topic()
+    d.connect_as(1, "c1", "User:alice")
     d.present(1, TOKEN)
     (a,) = d.form(1)
     gen = d.group().generation
@@ -219,9 +220,34 @@ def test_the_member_moves_with_its_token_whatever_the_connection_says_it_is() ->
     assert offset(d) == 20
 
 
-def test_a_member_that_joined_without_a_token_moves_by_principal_and_client_id() -> None:
+@pytest.mark.parametrize("first", sorted(FIRST_REQUESTS))
+def test_the_members_token_from_another_principal_does_not_take_it_over(first: str) -> None:
+    """A token is the member's only together with the principal its client authenticated
+    as: another principal presenting it (a token leaked, or copied from a member's
+    process) is answered as Kafka answers it, and the member goes on where it was."""
+    d = with_topic()
+    d.connect_as(1, "c1", "User:alice")
+    d.present(1, TOKEN)
+    d.connect_as(2, "c2", "User:alice")
+    d.present(2, bytes(range(2, 18)))
+    a, b = d.form(1, 2)
+    follower, conn = follower_of(d, a, b)
+    gen = d.group().generation
+    d.connect_as(5, f"c{conn}", "User:mallory")
+    d.present(5, d.tokens[conn])
+    assert FIRST_REQUESTS[first](d, 5, follower, gen) == E.NONE
+    assert d.group().members[follower].conn_id == conn
+    goes_on_on_its_own_connection(d, follower, conn, other=5)
+
+
+# --- a member without a token ------------------------------------------------------------
+
+
+def test_a_member_without_a_token_moves_by_principal_and_client_id_and_takes_none() -> None:
     """An older client or a raw tool sends no token: its member is moved as before, by a
-    connection with its principal and client id; one that presents a token then keeps it."""
+    connection with its principal and client id, and a token that connection presents is
+    not taken: a connection with the same principal and client id and no token moves it
+    on."""
     d = with_topic()
     (a,) = d.form(1)
     gen = d.group().generation
@@ -229,6 +255,51 @@ def test_a_member_that_joined_without_a_token_moves_by_principal_and_client_id()
     d.present(3, TOKEN)
     assert d.heartbeat(3, a, gen) == E.NONE
     assert d.group().members[a].conn_id == 3
+    assert d.group().members[a].incarnation is None
     d.reconnect(1, 4)  # the same client id and principal, no token
     assert d.heartbeat(4, a, gen) == E.NONE
-    assert d.group().members[a].conn_id == 3
+    assert d.group().members[a].conn_id == 4
+
+
+@pytest.mark.parametrize("first", sorted(set(FIRST_REQUESTS) - {"join"}))
+def test_a_member_without_a_token_is_not_pinned_by_a_connection_that_moved_it(
+    first: str,
+) -> None:
+    """Another client that knows a tokenless member's client id and principal (anonymous,
+    and DescribeGroups shows client ids) and presents a token of its own moves the member,
+    as the rule for members without a token allows, but does not make the member its own:
+    the member's client, back on a newer connection, moves it back, the other client's
+    older connection is refused, and its close removes nobody. (A JoinGroup so is the
+    member's rejoin, which takes the token: ``..._takes_the_one_its_rejoin_presents``.)"""
+    d = with_topic()
+    a, b = d.form(1, 2)
+    follower, conn = follower_of(d, a, b)
+    gen = d.group().generation
+    d.connect_as(5, f"c{conn}")
+    d.present(5, FORGED)
+    assert FIRST_REQUESTS[first](d, 5, follower, gen) == E.NONE
+    assert d.group().members[follower].conn_id == 5
+    d.reconnect(conn, 6)  # the member's own client comes back, no token as before
+    assert d.heartbeat(6, follower, gen) == E.NONE
+    assert d.group().members[follower].conn_id == 6
+    assert d.heartbeat(5, follower, gen) == E.COORDINATOR_NOT_AVAILABLE
+    goes_on_on_its_own_connection(d, follower, 6, other=5)
+
+
+def test_a_member_without_a_token_takes_the_one_its_rejoin_presents() -> None:
+    """A member without a token (loaded from a record kept before tokens, say) rejoining on
+    the connection it speaks through takes that connection's token: from then on a
+    connection with its principal and client id but not the token no longer moves it."""
+    d = with_topic()
+    a, b = d.form(1, 2)
+    follower, conn = follower_of(d, a, b)
+    gen = d.group().generation
+    d.reconnect(conn, 3)
+    d.present(3, TOKEN)
+    assert d.join_response(d.join(3, follower)).error_code == E.NONE  # no rebalance
+    assert d.group().members[follower].conn_id == 3
+    assert d.group().generation == gen
+    d.reconnect(conn, 4)  # the same client id and principal, without the token
+    assert d.heartbeat(4, follower, gen) == E.NONE
+    assert d.group().members[follower].conn_id == 3
+    goes_on_on_its_own_connection(d, follower, 3, other=4)

@@ -28,6 +28,7 @@ class _Coordinator:
 
 class _Member:
     index = 0
+    token = bytes(16)
 
     def __init__(self) -> None:
         self.up = False

@@ -76,8 +76,9 @@ class Member:
         self.client_id = client_id
         # who its client authenticated as (None: loaded from a record that did not say)
         self.principal = principal
-        # the digest of the incarnation token its client presented (``Peer.incarnation``):
-        # only a connection presenting the same moves the member; None: it presented none
+        # the digest of the incarnation token its client presented (``Peer.incarnation``)
+        # when it joined or rejoined: only a connection of its principal presenting the same
+        # moves the member; None: it presented none (a move never sets it)
         self.incarnation = incarnation
         self.host = host
         self.conn_id = conn_id

@@ -157,6 +157,7 @@ class Joining(Rebalancing):
         if gone is not None:
             fx.reply(waiter, join_error(gone.code, gone.message, member_id))
             return
+        token_taken = self._take_token(member, conn)
         self._touch(fx, member)
         unchanged = member.same_protocols(req.protocols)
         is_leader = member.member_id == group.leader
@@ -168,10 +169,27 @@ class Joining(Rebalancing):
         ):
             # Nothing new: answer with the current generation, no rebalance.
             fx.reply(waiter, self._join_response(group, member))
+            if token_taken and group.is_(S.STABLE):
+                self._keep(group)  # its record keeps the token it took
         else:
             reason = "leader rejoined" if is_leader else "metadata changed"
             self._update_and_hold(fx, group, member, waiter, req)
             self._prepare_rebalance(fx, group, f"{reason}: {member.member_id}")
+
+    @staticmethod
+    def _take_token(member: Member, conn: Peer) -> bool:
+        """A member without an incarnation token (it joined with none, or was loaded from a
+        record kept before tokens were) rejoining on the connection it speaks through takes
+        the token that connection presented, if any: from then on only that token moves it.
+        Only its rejoin does this: a heartbeat, SyncGroup or commit that moves it by
+        principal and client id (``follow``) leaves it without a token, so its own client
+        can move it back. Whether it took one."""
+        if member.incarnation is not None or conn.incarnation is None:
+            return False
+        if conn.conn_id != member.conn_id:  # another client's JoinGroup
+            return False
+        member.incarnation = conn.incarnation
+        return True
 
     def _add_and_rebalance(
         self,
@@ -243,6 +261,7 @@ class Joining(Rebalancing):
         was_pending_sync = old.member_id in group.pending_sync
         member = group.replace_static(old, member_id)
         self._bind(member, conn)
+        member.incarnation = conn.incarnation  # the new process's token, or none
         self._bind_key(conn.conn_id, (group.group_id, member_id))
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout(req)

@@ -89,7 +89,8 @@ class KeptMember(msgspec.Struct, array_like=True, frozen=True):
     # connection (None: a record kept before principals were)
     principal: str | None = None
     # the digest of the incarnation token its client presented (``effects.incarnation_digest``,
-    # never the token): only a connection presenting the same token moves the member (None:
+    # never the token): only a connection of its principal presenting the same token moves
+    # the member (None:
     # it presented none, or a record kept before tokens were: by principal and client id)
     incarnation: bytes | None = None
 

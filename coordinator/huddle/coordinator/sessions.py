@@ -158,8 +158,9 @@ class Sessions:
     def follow(self, member: Member, conn: Peer) -> Refusal | None:
         """Why a request for ``member`` that passed Kafka's checks (member id, instance id,
         generation) must not act after all, or None; and which connection the member speaks
-        through from now on. A client is told by the incarnation token it presents, or, for
-        a member that joined without one, by its principal and client id (``same_client``).
+        through from now on. A client is told by its principal and the incarnation token it
+        presents, or, for a member without a token, by its principal and client id
+        (``same_client``). A move never changes the member's token (see ``_take_token``).
 
         The member's own client on a newer connection (connection ids only grow) came back:
         the member moves there, whatever the request (JoinGroup, SyncGroup, Heartbeat or
@@ -327,7 +328,6 @@ class Sessions:
             self.timers.cancel(member.grace_key)
         member.client_id = conn.client_id
         member.principal = conn.principal
-        member.incarnation = conn.incarnation
         member.host = conn.host
 
     def _bind_key(self, conn_id: int, key: MemberKey) -> None:
@@ -352,16 +352,18 @@ class Sessions:
 
 
 def same_client(member: Member, conn: Peer) -> bool:
-    """Whether ``conn`` is the client the member speaks through: one presenting the member's
-    incarnation token (anyone may send its member id, generation and client id); for a
-    member whose client presented none (an older client, a raw tool), the same client id
-    and principal (a member loaded from a record kept before principals were: any
-    principal)."""
+    """Whether ``conn`` is the client the member speaks through: one authenticated as the
+    member's principal and presenting its incarnation token (anyone may send its member id,
+    generation and client id); for a member whose client presented none (an older client, a
+    raw tool), one with its principal and client id. A member loaded from a record kept
+    before principals were: any principal."""
+    if member.principal not in (None, conn.principal):
+        return False
     if member.incarnation is not None:
         return conn.incarnation is not None and hmac.compare_digest(
             conn.incarnation, member.incarnation
         )
-    return conn.client_id == member.client_id and member.principal in (None, conn.principal)
+    return conn.client_id == member.client_id
 
 
 def rebalance_timeout(req: JoinGroupRequest) -> int:

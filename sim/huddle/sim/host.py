@@ -9,7 +9,7 @@ from typing import Protocol
 
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.effects import Outgoing, Peer
+from huddle.coordinator.effects import Outgoing, Peer, incarnation_digest
 from huddle.coordinator.records import Record
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -104,7 +104,8 @@ class CoordinatorHost:
         core = self.core
         if core is None or link.conn_id not in self.links:
             return
-        peer = Peer(link.conn_id, f"m{link.member.index}", "sim")
+        token = incarnation_digest(link.token)
+        peer = Peer(link.conn_id, f"m{link.member.index}", "sim", incarnation=token)
         if type(request) is OffsetCommitRequest:
             before = _committed(core, request)
             allowed = _commit_allowed(core, request)

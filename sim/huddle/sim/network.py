@@ -28,6 +28,7 @@ class CoordinatorEnd(Protocol):
 
 class MemberEnd(Protocol):
     index: int
+    token: bytes  # the incarnation token of the process's handshake
 
     def link_up(self, link: Link) -> None:
         """The coordinator accepted the connection (its hello arrived)."""
@@ -51,6 +52,7 @@ class Link:
         "member",
         "member_closed",
         "net",
+        "token",
     )
 
     def __init__(
@@ -59,6 +61,9 @@ class Link:
         self.net = net
         self.conn_id = conn_id
         self.member = member
+        # what its handshake presented: the token of the process that opened it, even once
+        # that process has died and another took its place
+        self.token = member.token
         self.latency = latency
         self.jitter = jitter
         self.last_up = 0.0

@@ -11,6 +11,7 @@ The process has its own clock: an offset and a drift from the simulation's.
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -97,6 +98,7 @@ class SimMember:
         self.false_claim = False
         self.failure: str | None = None
         self.restarts = 0
+        self.token = b""  # its incarnation token, a new one each time it starts
 
     # --- the process's clock and timers -------------------------------------------------
 
@@ -141,6 +143,7 @@ class SimMember:
         self.alive = True
         self.paused = False
         self.deferred = []
+        self.token = incarnation_token(world.seed, self.index, self.restarts)
         self.core = MemberCore(
             MemberConfig(
                 group_id=GROUP_ID,
@@ -815,6 +818,13 @@ class SimMember:
             and self.idle()
             and not self._zombie(self.now_ms())
         )
+
+
+def incarnation_token(seed: int, index: int, restarts: int) -> bytes:
+    """The incarnation token a member process presents on each of its connections, as
+    huddle's ``Member`` does: 16 bytes, one per process, drawn from the run's seed (not its
+    RNG, so the rest of the run draws what it did before members had tokens)."""
+    return hashlib.sha256(f"huddle-sim:{seed}:{index}:{restarts}".encode()).digest()[:16]
 
 
 def _ignored(response: Response) -> None:
