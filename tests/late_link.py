@@ -15,6 +15,7 @@ class _Conn:
     held: list[tuple[float, bytes]] = field(default_factory=list)
     held_since: float | None = None
     deliver_until: float | None = None
+    delivered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class LateLink:
@@ -51,6 +52,7 @@ class LateLink:
         for conn in self._conns:
             if conn.held_since is not None:
                 conn.deliver_until = conn.held_since + early_s
+                conn.delivered.set()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -83,14 +85,14 @@ class LateLink:
             await asyncio.Event().wait()
 
         async def flush() -> None:
-            while True:
-                until = conn.deliver_until
-                if until is not None:
-                    while conn.held and conn.held[0][0] <= until:
-                        up_writer.write(conn.held.pop(0)[1])
-                    conn.held.clear()  # later bytes (the cancel, the close) never arrive
-                    await up_writer.drain()
-                await asyncio.sleep(0.05)
+            await conn.delivered.wait()
+            until = conn.deliver_until
+            assert until is not None
+            while conn.held and conn.held[0][0] <= until:
+                up_writer.write(conn.held.pop(0)[1])
+            conn.held.clear()  # later bytes (the cancel, the close) never arrive
+            await up_writer.drain()
+            await asyncio.Event().wait()  # until closed
 
         relays = [asyncio.create_task(c) for c in (up(), down(), flush())]
         try:  # until closed: what is held may go whenever
