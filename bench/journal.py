@@ -189,7 +189,7 @@ async def _stall_during_compaction(records: int, inline: bool) -> tuple[float, f
                 [TopicRecord("t", 1_000)]
                 + [OffsetRecord(f"g{i // 1_000}", "t", i % 1_000, i) for i in range(records)]
             )
-            journal, commits = server.journal, server._commits
+            journal, commits = server.journal, server.commits
             assert journal is not None
             assert commits is not None
             journal.written = 5 * records  # as if the journal had grown well past the state

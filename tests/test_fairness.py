@@ -18,7 +18,9 @@ import pytest
 from structlog.typing import EventDict
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.intake import Intake
 from huddle.coordinator.server import CoordinatorServer
+from huddle.coordinator.sweeps import Timers
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import (
@@ -139,19 +141,19 @@ async def test_many_bursting_connections_do_not_add_up_to_a_long_pass(
     one pass serves them for a bounded time in all (it was fifty slices: a bystander's
     heartbeat waited 2.2 s behind a hundred such connections)."""
     served: list[set[int]] = [set()]  # per loop pass: the attackers whose frames were handled
-    new_pass, serve = CoordinatorServer._new_pass, CoordinatorServer._serve
+    new_pass, serve = Intake._new_pass, Intake.serve
 
-    def next_pass(self: CoordinatorServer) -> None:
+    def next_pass(self: Intake) -> None:
         served.append(set())
         new_pass(self)
 
-    def counted(self: CoordinatorServer, conn: Connection) -> int:
+    def counted(self: Intake, conn: Connection) -> int:
         if conn.client_id == "attacker" and conn.inbox:
             served[-1].add(conn.conn_id)
         return serve(self, conn)
 
-    monkeypatch.setattr(CoordinatorServer, "_new_pass", next_pass)
-    monkeypatch.setattr(CoordinatorServer, "_serve", counted)
+    monkeypatch.setattr(Intake, "_new_pass", next_pass)
+    monkeypatch.setattr(Intake, "serve", counted)
     await _group_with_offsets(server.port, "big")
     bystander, member_id, generation = await raw_member(server.port, "calm")
     attackers = [await RawClient.open(server.port) for _ in range(50)]
@@ -192,7 +194,7 @@ async def test_a_client_that_does_not_read_its_answers_is_not_served_past_its_bu
     bystander, member_id, generation = await raw_member(server.port, "calm")
     attacker = await RawClient.open(server.port)
     await attacker.handshake(client_id="attacker")
-    conn = next(c for c in server._conns.values() if c.client_id == "attacker")
+    conn = next(c for c in server.connections() if c.client_id == "attacker")
 
     attacker.writer.write(_burst("big", FETCHES))
     await within(wait_until(lambda: conn.write_paused))
@@ -271,9 +273,9 @@ async def test_a_stall_between_the_read_and_the_expiry_is_read_past_too(
         asyncio.run(body())
 
     stalled = threading.Event()
-    hopped = CoordinatorServer._hopped
+    hopped = Timers._hopped
 
-    def stall_then_hopped(self: CoordinatorServer) -> None:
+    def stall_then_hopped(self: Timers) -> None:
         if not stalled.is_set() and ready.is_set():
 
             def block() -> None:  # runs after this read and before the expiry, same pass
@@ -287,7 +289,7 @@ async def test_a_stall_between_the_read_and_the_expiry_is_read_past_too(
     thread.start()
     try:
         await wait_until(ready.is_set, what="the bystander to join")
-        monkeypatch.setattr(CoordinatorServer, "_hopped", stall_then_hopped)
+        monkeypatch.setattr(Timers, "_hopped", stall_then_hopped)
         other = await RawClient.open(server.port)  # a deadline 100 ms ahead: a pending id
         await other.handshake(client_id="other")
         await other.call(join_request(group_id="other", session_timeout_ms=100))

@@ -19,7 +19,7 @@ import pytest
 
 from huddle.client.connection import Connection, ConnectionClosedError, connect
 from huddle.coordinator import group_commit
-from huddle.coordinator import server as server_module
+from huddle.coordinator import held as held_module
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.journal import COMPACT_MIN_RECORDS, Journal
 from huddle.coordinator.records import OffsetRecord, TopicRecord
@@ -145,7 +145,7 @@ async def test_concurrent_commits_are_all_acknowledged_batched_and_kept(
         bootstrap = f"127.0.0.1:{server.port}"
         await create_topic(bootstrap)
         codes = await commit_concurrently(bootstrap, rounds=20)
-        commits = server._commits
+        commits = server.commits
         assert commits is not None
         batches = commits.batches
     assert codes == [ErrorCode.NONE] * (COMMITTERS * 20)
@@ -255,7 +255,7 @@ async def test_answers_wait_for_the_write_of_changes_made_before_them(
                 tg.start_soon(commit_it)
                 tg.start_soon(fetch_it)
                 await gate.started()
-                commits = server._commits
+                commits = server.commits
                 assert commits is not None
                 # the fetch arrived and waits behind the commit's write
                 await wait_until(lambda: commits.waiting() == 2, what="the fetch to be held")
@@ -278,7 +278,7 @@ async def test_changes_made_while_the_compaction_copies_the_state_are_kept(
         async with connect(bootstrap) as conn:
             for i in range(groups):
                 await conn.call(commit(f"g{i}", 1), OffsetCommitResponse)
-            commits, journal = server._commits, server.journal
+            commits, journal = server.commits, server.journal
             assert commits is not None
             assert journal is not None
             journal.written = 10 * COMPACT_MIN_RECORDS  # as if it had grown past the state
@@ -322,7 +322,7 @@ async def test_a_waiting_join_held_behind_a_failed_batch_is_answered_once(
 
             tg.start_soon(commit_it)
             await gate.started()
-            commits = server._commits
+            commits = server.commits
             assert commits is not None
             await member.send(Call(correlation_id=99, request=join_request(first.member_id)))
             await wait_until(lambda: commits.waiting() == 2, what="the join to be held")
@@ -344,7 +344,7 @@ async def test_closing_while_the_compaction_copies_the_state_abandons_it_cleanly
     async with running_server(config) as server:
         await create_topic(f"127.0.0.1:{server.port}")
         server.core.restore([OffsetRecord(f"g{i}", "t", 0, i) for i in range(5_000)])
-        commits, journal = server._commits, server.journal
+        commits, journal = server.commits, server.journal
         assert commits is not None
         assert journal is not None
         journal.written = 10 * COMPACT_MIN_RECORDS
@@ -396,7 +396,7 @@ async def test_commits_acknowledged_while_a_compaction_runs_on_the_writer_thread
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
         await create_topic(bootstrap)
-        commits, journal = server._commits, server.journal
+        commits, journal = server.commits, server.journal
         assert commits is not None
         assert journal is not None
         server.core.restore([OffsetRecord(f"old{i}", "t", 0, i) for i in range(2_000)])
@@ -454,7 +454,7 @@ async def test_answers_a_failed_batch_held_for_other_members_become_storage_erro
         group = server.core.groups["g"]
         await wait_until(lambda: b_id in group.members, what="b to wait in the join phase")
         monkeypatch.setattr(os, "pwrite", gate)
-        commits = server._commits
+        commits = server.commits
         assert commits is not None
         async with connect(bootstrap) as committer, anyio.create_task_group() as tg:
 
@@ -556,7 +556,7 @@ async def test_a_client_that_shuts_its_side_gets_the_answers_waiting_for_the_dis
             raw = await pipelined(server.port, [commit("g", 5), OffsetFetchRequest(group_id="g")])
             raw.writer.write_eof()
             await gate.started()
-            conn = next(c for c in server._conns.values() if c.client_id == "raw")
+            conn = next(c for c in server.connections() if c.client_id == "raw")
             await wait_until(lambda: conn.peer_done, what="the FIN to be read")
         finally:
             gate.release.set()
@@ -575,7 +575,7 @@ async def test_held_answers_bound_what_one_connection_has_handled(
     """While the disk is slow, one connection's requests stop being handled once a bounded
     number of its answers wait for it (they piled up without bound); the rest wait, and
     everything is answered once the disk is back."""
-    monkeypatch.setattr(server_module, "_HELD_PER_CONNECTION", 10)
+    monkeypatch.setattr(held_module, "HELD_PER_CONNECTION", 10)
     config = fast_server_config(data_dir=str(tmp_path), fsync=True)
     gate = GatedWrite()
     async with running_server(config) as server:
@@ -584,7 +584,7 @@ async def test_held_answers_bound_what_one_connection_has_handled(
         try:
             raw = await pipelined(server.port, [commit("g", i) for i in range(1, 101)])
             await gate.started()
-            conn = next(c for c in server._conns.values() if c.client_id == "raw")
+            conn = next(c for c in server.connections() if c.client_id == "raw")
             await wait_until(lambda: conn.held == 10, what="ten answers held")
             assert len(conn.inbox) > 0, "the others wait, unhandled"
         finally:
@@ -599,7 +599,7 @@ async def test_a_connection_whose_held_answers_went_out_reads_on(
 ) -> None:
     """A connection whose last frames were all held (its reading paused meanwhile) reads
     again once they are answered: it was left paused for ever, and its member evicted."""
-    monkeypatch.setattr(server_module, "_HELD_PER_CONNECTION", 5)
+    monkeypatch.setattr(held_module, "HELD_PER_CONNECTION", 5)
     config = fast_server_config(data_dir=str(tmp_path), fsync=True)
     gate = GatedWrite()
     async with running_server(config) as server:
@@ -655,7 +655,7 @@ async def test_a_reading_client_gets_held_answers_larger_than_its_write_buffer(
             fetch_all = OffsetFetchRequest(group_id="big")  # ~300 KB answers
             raw = await pipelined(server.port, [commit("g", 1)] + [fetch_all] * 20)
             await gate.started()
-            conn = next(c for c in server._conns.values() if c.client_id == "raw")
+            conn = next(c for c in server.connections() if c.client_id == "raw")
             await wait_until(lambda: conn.held == 21, what="the answers held behind the write")
         finally:
             gate.release.set()

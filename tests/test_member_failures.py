@@ -206,7 +206,7 @@ async def test_a_callback_is_not_cut_off_by_a_lost_connection(
         listener.member = m
         with anyio.fail_after(10):
             await listener.entered.wait()
-        for conn in list(server._conns.values()):
+        for conn in server.connections():
             conn.close("dropped by the test")
         await wait_until(  # the member noticed (or, cut off, its callback did)
             lambda: getattr(m, "_lost", False) or listener.cut_off, what="the loss noticed"

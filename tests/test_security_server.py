@@ -277,7 +277,7 @@ async def test_the_principal_of_a_certificate_is_its_subject(
     security = Security(ca_file=pki.ca, cert_file=pki.alice)
     async with connect(address(mtls), security=security):
         await wait_until(lambda: mtls.connection_count == 1, what="the connection registered")
-        (conn,) = mtls._conns.values()
+        (conn,) = mtls.connections()
         assert conn.peer.principal == "User:CN=alice,OU=eng,O=acme"
 
 
@@ -559,8 +559,8 @@ async def test_a_plain_check_under_way_holds_the_connection_out_of_the_backlog(
     call = raw._codec.encode(Call(correlation_id=1, request=ListGroupsRequest()))
     await raw.send_bytes(hello + call)
     await wait_until(started.is_set, what="the check to start")
-    (conn,) = [c for c in secure._conns.values() if c.sasl_busy]
-    assert conn not in secure._backlog_set  # not polled every loop pass while it waits
+    (conn,) = [c for c in secure.connections() if c.sasl_busy]
+    assert not secure.intake.waits(conn)  # not polled every loop pass while it waits
     # a connection that closes while its check waits for a worker gets no key derived
     others = [await plain_attempt(secure.port, pki, f"other-{i}") for i in range(2)]
     for other in others:
@@ -596,7 +596,7 @@ async def test_a_held_success_is_not_cut_off_by_the_handshake_timeout(
         raw = await RawClient.open(server.port, ssl=raw_tls(pki))
         await raw.send(Handshake(version=1, sasl_mechanism="PLAIN"))
         assert isinstance(await raw.read_frame(), HandshakeResult)
-        (conn,) = server._conns.values()
+        (conn,) = server.connections()
         # late in its handshake time: the held success (500 ms) ends after it
         await wait_until(
             lambda: server.loop.time() - conn.opened_at > 0.7, what="most of the time gone"

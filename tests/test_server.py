@@ -178,7 +178,7 @@ async def test_closed_connections_are_reported_to_the_core(
 
 
 async def test_frames_for_a_connection_that_is_gone_are_dropped(server: CoordinatorServer) -> None:
-    server._dispatch([(424242, RebalanceStarted(group_id="g", generation_id=1))])
+    server.requests.dispatch([(424242, RebalanceStarted(group_id="g", generation_id=1))])
 
 
 async def test_serve_runs_until_stopped() -> None:

@@ -351,7 +351,7 @@ async def test_busy_pipelining_client_is_not_taken_for_stalled(
 
 
 def raw_is_mid_frame(server: CoordinatorServer) -> bool:
-    return any(c.frame_started is not None for c in server._watch)
+    return any(c.frame_started is not None for c in server.connections())
 
 
 async def test_client_that_never_says_hello_is_closed(
@@ -446,7 +446,7 @@ async def test_a_client_that_does_not_read_is_not_served_and_then_dropped_as_idl
             answer = len(msgspec.msgpack.encode(await setup.request(ListTopicsRequest())))
         raw = await RawClient.open(server.port)
         await raw.handshake()
-        conn = next(c for c in server._conns.values() if c.client_id == "raw")
+        conn = next(c for c in server.connections() if c.client_id == "raw")
         call = frame(msgspec.msgpack.encode(Call(correlation_id=1, request=ListTopicsRequest())))
         raw.writer.write(call * 200)  # 200 answers of ~30 KB, never read
         await wait_until(lambda: conn.write_paused, what="the non-reader's buffer to fill")
@@ -585,7 +585,7 @@ async def test_idle_connections_holding_no_member_are_closed(logs: list[EventDic
     async with running_server(fast_server_config(idle_timeout_ms=300)) as server:
         member, _, _ = await raw_member(server.port, "g", session_timeout_ms=10_000)
         assert member is not None
-        member_conn = next(c for c in server._conns.values() if c.client_id == "raw-g")
+        member_conn = next(c for c in server.connections() if c.client_id == "raw-g")
         for _ in range(2):  # idle twice in a row: the member's connection outlives both
             idle = await RawClient.open(server.port)
             await idle.handshake(client_id="idle")

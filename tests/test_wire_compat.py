@@ -134,8 +134,8 @@ async def test_the_coordinator_withholds_a_message_type_newer_than_the_peers_ver
 ) -> None:
     monkeypatch.setattr(messages, "INTRODUCED_IN", {TopicMetadataChanged: 2})  # as if v2 brought it
     async with connect(f"127.0.0.1:{server.port}") as conn:
-        await wait_until(lambda: len(server._conns) == 1, what="the server to see the client")
-        (peer,) = server._conns.values()
+        await wait_until(lambda: server.connection_count == 1, what="the server to see the client")
+        (peer,) = server.connections()
         newer = TopicMetadataChanged(topics=[])
         older = RebalanceStarted(group_id="g", generation_id=1, reason="test")
         peer.send(newer)  # a version-1 peer could not read it: not sent

@@ -1,7 +1,7 @@
 """One client connection of the coordinator's server: an asyncio protocol.
 
-It reads frames (``FrameReader``) and hands whole ones to its ``CoordinatorServer``,
-encodes what the server sends it (``ServerCodec``) into a write buffer flushed once per
+It reads frames (its wire's ``Framing``) and hands whole ones to its ``CoordinatorServer``,
+encodes what the server sends it (its wire's ``Codec``) into a write buffer flushed once per
 event-loop pass, watches its own flow control and write-buffer limit, and closes with a
 ``ProtocolError`` saying why when its input cannot be read on.
 """
@@ -18,8 +18,9 @@ import structlog
 
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.effects import Peer
+from huddle.coordinator.wire import Wire
 from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
-from huddle.protocol.framing import HEADER_SIZE, FrameReader, ServerCodec
+from huddle.protocol.framing import HEADER_SIZE
 from huddle.protocol.messages import (
     PROTOCOL_VERSION,
     ErrorResponse,
@@ -103,15 +104,17 @@ class Connection(asyncio.Protocol):
         "server",
         "transport",
         "version",
+        "wire",
         "withheld",
         "write_paused",
     )
 
-    def __init__(self, server: ConnectionHost, conn_id: int) -> None:
+    def __init__(self, server: ConnectionHost, conn_id: int, wire: Wire[Connection]) -> None:
         self.server = server
         self.conn_id = conn_id
-        self.reader = FrameReader(server.config.max_frame_bytes)
-        self.codec = ServerCodec()
+        self.wire = wire  # what its frames are: framing, codec, the core's requests
+        self.reader = wire.framing(server.config.max_frame_bytes)
+        self.codec = wire.codec()
         self.transport: asyncio.Transport | None = None
         self.client_id = ""
         self.host = ""

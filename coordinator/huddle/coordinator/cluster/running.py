@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import Protocol
 
 import structlog
 
 from huddle.coordinator.cluster.node import ClusterNode, watch_stall_s
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.store import EtcdStore, parse_endpoints
+from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.supervisor import Beat, supervise
 from huddle.protocol.addresses import format_address
-
-if TYPE_CHECKING:
-    from huddle.coordinator.server import CoordinatorServer as ClusterHost
 
 log = structlog.get_logger("huddle.cluster")
 
@@ -27,6 +27,38 @@ WATCH_RETRY_S = 1.0
 # every etcd call's deadline: etcd electing a new leader (a member died) holds calls for one
 # to three seconds, and a write answered then is still worth having
 STORE_DEADLINE_S = 3.0
+
+
+class ClusterHost(Protocol):
+    """What a cluster node needs of the server it runs in (``CoordinatorServer`` is one;
+    this package does not import the server: the server starts the node)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def core(self) -> Coordinator: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    def now_ms(self) -> float:
+        """The core's clock."""
+
+    def use_cluster(self, serving: ClusterServing) -> None:
+        """Serve as this node: refuse the groups it does not serve, keep changes in etcd."""
+
+    def apply_outside(self, out: list[Outgoing]) -> None:
+        """Send frames the core made outside a request; look at its deadlines again."""
+
+    def keep_outside(self) -> None:
+        """Keep changes the core made outside a request."""
+
+    def write_in_flight(self) -> Awaitable[None]:
+        """Until the etcd write under way, if any, is done."""
 
 
 class ClusterRun:

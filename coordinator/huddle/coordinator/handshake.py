@@ -35,7 +35,7 @@ from huddle.protocol.messages import (
 FAILED = "failed"  # conn.sasl once the exchange failed: the connection only waits to close
 
 
-class GreetingHost(Protocol):
+class HandshakeHost(Protocol):
     @property
     def config(self) -> ServerConfig: ...
 
@@ -53,7 +53,7 @@ class GreetingHost(Protocol):
 
 
 def handshake(
-    host: GreetingHost, security: ListenerSecurity | None, conn: Connection, hello: Handshake
+    host: HandshakeHost, security: ListenerSecurity | None, conn: Connection, hello: Handshake
 ) -> None:
     if conn.greeted:
         conn.fail(ErrorCode.INVALID_REQUEST, "handshake already done", event="bad_frame")
@@ -92,7 +92,10 @@ def handshake(
 
 
 def sasl_step(
-    host: GreetingHost, security: ListenerSecurity | None, conn: Connection, frame: SaslAuthenticate
+    host: HandshakeHost,
+    security: ListenerSecurity | None,
+    conn: Connection,
+    frame: SaslAuthenticate,
 ) -> None:
     session = conn.sasl
     if security is None or not isinstance(session, SaslSession) or conn.handshaken:
@@ -123,7 +126,7 @@ def sasl_step(
 
 
 def _step(
-    host: GreetingHost,
+    host: HandshakeHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
@@ -160,7 +163,7 @@ def _step(
 
 
 def _stepped(
-    host: GreetingHost,
+    host: HandshakeHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
@@ -189,7 +192,7 @@ def _stepped(
         _resume(host, conn)
 
 
-def _resume(host: GreetingHost, conn: Connection) -> None:
+def _resume(host: HandshakeHost, conn: Connection) -> None:
     """After a step answered outside the server's pass: write it now, and handle what the
     client sent meanwhile, unless the connection still waits on the coordinator."""
     conn.flush()
@@ -199,7 +202,7 @@ def _resume(host: GreetingHost, conn: Connection) -> None:
 
 
 def _answer(
-    host: GreetingHost,
+    host: HandshakeHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
@@ -233,7 +236,7 @@ def _answer(
 
 
 def _authenticated(
-    host: GreetingHost, conn: Connection, session: SaslSession, answer: bytes
+    host: HandshakeHost, conn: Connection, session: SaslSession, answer: bytes
 ) -> None:
     conn.sasl = None
     conn.peer = replace(conn.peer, principal=session.principal)
@@ -273,7 +276,7 @@ def timed_out(
     return ErrorCode.INVALID_REQUEST, f"no handshake within {timeout_ms} ms"
 
 
-def _ready(host: GreetingHost, conn: Connection) -> None:
+def _ready(host: HandshakeHost, conn: Connection) -> None:
     conn.handshaken = True
     host.greeted(conn)
 
@@ -286,7 +289,7 @@ def _refuse(conn: Connection, code: ErrorCode, message: str, client_id: str) -> 
 
 
 def _failed(
-    host: GreetingHost,
+    host: HandshakeHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,

@@ -1,0 +1,76 @@
+"""The plug point of a wire: what the server needs of a wire to serve its connections.
+
+A wire is how bytes on a listener's connections become the core's requests and how the
+core's answers become bytes again. The server does everything else the same for every wire:
+intake and fairness (``huddle.coordinator.intake``), screening and the core
+(``huddle.coordinator.requests``), answers held until their changes are kept
+(``huddle.coordinator.held``), the timers and sweeps (``huddle.coordinator.sweeps``).
+
+A wire brings three things, all per connection:
+
+- a ``Framing``: bytes read -> whole frame bodies (a length prefix, a size limit);
+- a ``Codec``: the core's frames (``Reply``, notices) -> bytes in the write buffer;
+- ``take``: one frame body -> the core's request (a ``Call``: a correlation id and one
+  of ``huddle.protocol.messages``' requests), or None when the wire handled the frame
+  itself (its handshake, an authentication step, a frame it could not read).
+
+huddle's own msgpack wire (``huddle.coordinator.huddle_wire``) is the first; see
+docs/coordinator.md ("The server and its wires") for what a second one plugs in.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import Call, ServerFrame
+
+ConnT = TypeVar("ConnT", contravariant=True)
+
+
+class Framing(Protocol):
+    """Cuts a connection's byte stream into frame bodies (``FrameReader`` is one)."""
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished frame held."""
+
+    @property
+    def mid_frame(self) -> bool:
+        """Whether a frame was begun and not finished."""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Take bytes read; return the frame bodies they completed. Raises a
+        ``MessageTooLargeError`` or ``CorruptMessageError``: the connection is closed."""
+
+
+class Codec(Protocol):
+    """Encodes the core's frames for one connection (``ServerCodec`` is one)."""
+
+    def encode_into(self, frame: ServerFrame, buffer: bytearray) -> None:
+        """Append ``frame``, framed, to ``buffer``."""
+
+
+class Wire(Protocol[ConnT]):
+    """A wire the server speaks: framing, codec, and translation to the core's requests.
+
+    ``take`` runs once per frame on the request path: it decodes and translates, and does
+    nothing else that every wire needs (the slice, the held answers, the screening and the
+    core are the server's)."""
+
+    def framing(self, max_frame_bytes: int) -> Framing:
+        """A new connection's framing, for frames of at most ``max_frame_bytes``."""
+
+    def codec(self) -> Codec:
+        """A new connection's codec."""
+
+    def take(self, conn: ConnT, body: bytes) -> Call | None:
+        """One whole frame body read on ``conn``: the request for the core, or None when
+        the wire handled the frame itself (answered it, or closed the connection)."""
+
+    def overdue(self, conn: ConnT, timeout_ms: int) -> tuple[ErrorCode, str] | None:
+        """``conn`` was not logged in within the handshake timeout: why it is closed, or
+        None while it waits on the coordinator (an authentication step being checked)."""
+
+    def gone(self, conn: ConnT) -> None:
+        """``conn`` closed: forget what the wire keeps for it."""
