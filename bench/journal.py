@@ -36,9 +36,9 @@ from bench.rawclient import (
 )
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.journal import Journal
-from huddle.coordinator.records import OffsetRecord, Record, TopicRecord
 from huddle.coordinator.server import CoordinatorServer
+from huddle.coordinator.storage.journal import Journal
+from huddle.coordinator.storage.records import OffsetRecord, Record, TopicRecord
 from huddle.protocol.messages import (
     CreateTopicsRequest,
     OffsetCommitPartition,

@@ -12,10 +12,11 @@ import asyncio
 import os
 
 from bench.common import quiet_logs
-from huddle.coordinator import group_commit, journal, server
+from huddle.coordinator import server
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.effects import Outgoing
-from huddle.coordinator.records import Record
+from huddle.coordinator.storage import group_commit, journal
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.messages import Call
 
 

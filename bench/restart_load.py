@@ -26,9 +26,9 @@ from pathlib import Path
 from bench.common import cpu_model, loop_stall, quiet_logs
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.journal import Journal
-from huddle.coordinator.records import GroupRecord, KeptMember
 from huddle.coordinator.server import CoordinatorServer
+from huddle.coordinator.storage.journal import Journal
+from huddle.coordinator.storage.records import GroupRecord, KeptMember
 from huddle.protocol.embedded import Subscription, encode
 
 SESSION_MS = 6_000

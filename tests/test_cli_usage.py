@@ -18,8 +18,8 @@ from huddle.cli import COMMANDS, build_parser, main
 from huddle.cli.admin import render_cluster
 from huddle.client import Member, TopicPartition
 from huddle.client.admin import Admin
-from huddle.coordinator.journal import JOURNAL
-from huddle.coordinator.records import TopicRecord, encode_frames
+from huddle.coordinator.storage.journal import JOURNAL
+from huddle.coordinator.storage.records import TopicRecord, encode_frames
 from huddle.protocol.messages import ClusterNodeInfo, DescribeClusterResponse, ShardInfo
 from tests.helpers import fast_server_config, running_server
 from tests.security_setup import make_pki

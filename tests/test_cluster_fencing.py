@@ -20,7 +20,7 @@ from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import Entry, EtcdStore, Lease
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.records import GroupRecord, OffsetRecord, Record
+from huddle.coordinator.storage.records import GroupRecord, OffsetRecord, Record
 from tests.etcd import Etcd, etcd
 from tests.helpers import DEADLINE_S, RawClient, eventually, raw_member, serve_process, wait_until
 

@@ -17,7 +17,7 @@ from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.store import EtcdStore, StoreTimeout
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.records import OffsetRecord
+from huddle.coordinator.storage.records import OffsetRecord
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     CreateTopicsRequest,

@@ -26,7 +26,7 @@ from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import Change, EtcdStore
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.metrics import CoordinatorMetrics
-from huddle.coordinator.records import OffsetRecord
+from huddle.coordinator.storage.records import OffsetRecord
 from huddle.protocol.messages import DescribeClusterResponse, NodeLiveness
 from tests.etcd import Etcd, etcd
 from tests.helpers import wait_until

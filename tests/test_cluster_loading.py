@@ -13,8 +13,8 @@ from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.records import GroupRecord
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import GroupRecord
 from tests.etcd import Etcd, etcd
 from tests.harness import Driver
 from tests.helpers import eventually, serve_process

@@ -17,9 +17,9 @@ from huddle.client.member import Member
 from huddle.client.offset_reset import Reset, chosen_partitions, parse_topic, plan
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
-from huddle.coordinator.records import DELETED, OffsetRecord
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import DELETED, OffsetRecord
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, NonEmptyGroupError
 from huddle.protocol.messages import (

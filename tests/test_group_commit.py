@@ -18,11 +18,11 @@ import anyio
 import pytest
 
 from huddle.client.connection import Connection, ConnectionClosedError, connect
-from huddle.coordinator import group_commit
 from huddle.coordinator import held as held_module
 from huddle.coordinator.config import GroupConfig
-from huddle.coordinator.journal import COMPACT_MIN_RECORDS, Journal
-from huddle.coordinator.records import OffsetRecord, TopicRecord
+from huddle.coordinator.storage import group_commit
+from huddle.coordinator.storage.journal import COMPACT_MIN_RECORDS, Journal
+from huddle.coordinator.storage.records import OffsetRecord, TopicRecord
 from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.framing import ClientCodec
 from huddle.protocol.messages import (

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from huddle.coordinator import journal as journal_module
-from huddle.coordinator.journal import JOURNAL, DataDirError, Journal
-from huddle.coordinator.records import (
+from huddle.coordinator.storage import journal as journal_module
+from huddle.coordinator.storage.journal import JOURNAL, DataDirError, Journal
+from huddle.coordinator.storage.records import (
     GroupRecord,
     KeptMember,
     OffsetRecord,

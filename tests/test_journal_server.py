@@ -17,9 +17,9 @@ from huddle.cli import main
 from huddle.client import Member, TopicPartition
 from huddle.client.admin import Admin
 from huddle.client.connection import connect
-from huddle.coordinator import journal as journal_module
-from huddle.coordinator.journal import DataDirError
 from huddle.coordinator.server import CoordinatorServer, StorageFailedError, serve
+from huddle.coordinator.storage import journal as journal_module
+from huddle.coordinator.storage.journal import DataDirError
 from huddle.protocol.errors import ErrorCode, error_class
 from huddle.protocol.messages import (
     CreateTopicsRequest,

@@ -9,8 +9,9 @@ from typing import Any
 
 import msgspec
 
-from huddle.coordinator.kept_groups import NO_CONNECTION
-from huddle.coordinator.records import (
+from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.kept_groups import NO_CONNECTION
+from huddle.coordinator.storage.records import (
     HEADER,
     GroupRecord,
     KeptMember,
@@ -19,7 +20,6 @@ from huddle.coordinator.records import (
     decode_frames,
     encode_frames,
 )
-from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,

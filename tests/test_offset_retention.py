@@ -12,9 +12,15 @@ from huddle.client import Member
 from huddle.client.admin import Admin
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
-from huddle.coordinator.records import DELETED, GroupRecord, OffsetRecord, Record, group_deleted
 from huddle.coordinator.server import serve
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import (
+    DELETED,
+    GroupRecord,
+    OffsetRecord,
+    Record,
+    group_deleted,
+)
 from huddle.protocol.embedded import Subscription, TopicPartition, encode
 from huddle.protocol.errors import (
     CoordinatorNotAvailableError,

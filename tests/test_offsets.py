@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from huddle.coordinator.records import OffsetRecord
+from huddle.coordinator.storage.records import OffsetRecord
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     CreateTopicsRequest,

@@ -5,8 +5,14 @@ clock; ``test_restart_serve.py`` restarts ``huddle serve``."""
 
 from __future__ import annotations
 
-from huddle.coordinator.records import GroupRecord, OffsetRecord, Record, SessionRecord, TopicRecord
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import (
+    GroupRecord,
+    OffsetRecord,
+    Record,
+    SessionRecord,
+    TopicRecord,
+)
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,

@@ -9,10 +9,10 @@ import time
 import uuid
 from pathlib import Path
 
-from huddle.coordinator.journal import Journal
-from huddle.coordinator.records import GroupRecord, KeptMember
 from huddle.coordinator.server import CoordinatorServer
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.journal import Journal
+from huddle.coordinator.storage.records import GroupRecord, KeptMember
 from huddle.protocol.embedded import Subscription, encode
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ErrorResponse, HeartbeatRequest, HeartbeatResponse

@@ -9,8 +9,9 @@ import pytest
 
 from huddle.cli import main
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.journal import JOURNAL, DataDirError, Journal
-from huddle.coordinator.records import (
+from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.journal import JOURNAL, DataDirError, Journal
+from huddle.coordinator.storage.records import (
     GroupRecord,
     KeptMember,
     OffsetRecord,
@@ -18,8 +19,7 @@ from huddle.coordinator.records import (
     SessionRecord,
     encode_frames,
 )
-from huddle.coordinator.salvage import repair
-from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.salvage import repair
 from huddle.protocol.errors import ErrorCode
 from tests.harness import SESSION_MS
 from tests.test_restart import data_dir_core

@@ -18,7 +18,6 @@ from huddle.cli import main
 from huddle.client.connection import connect
 from huddle.client.security import Security
 from huddle.coordinator.config import ServerConfig
-from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.security import listener
 from huddle.coordinator.security.listener import ListenerSecurity
 from huddle.coordinator.security.store import (
@@ -28,6 +27,7 @@ from huddle.coordinator.security.store import (
     SecurityStoreError,
 )
 from huddle.coordinator.server import CoordinatorServer
+from huddle.coordinator.storage.journal import JOURNAL
 from huddle.protocol.errors import SaslAuthenticationFailedError
 from tests.helpers import fast_server_config, running_server, serve_process, wait_until
 from tests.security_setup import keep

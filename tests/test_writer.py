@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 
-from huddle.coordinator.writer import Writer
+from huddle.coordinator.storage.writer import Writer
 
 
 class ManualExecutor:

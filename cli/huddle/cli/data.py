@@ -12,8 +12,8 @@ import sys
 from collections.abc import Mapping
 
 from huddle.cli.render import plural, to_json
-from huddle.coordinator.journal import DataDirError
-from huddle.coordinator.salvage import Salvage, check, repair
+from huddle.coordinator.storage.journal import DataDirError
+from huddle.coordinator.storage.salvage import Salvage, check, repair
 
 __all__ = ["add_arguments", "run"]
 

@@ -401,7 +401,6 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run_serve(settings: ServeSettings) -> int:
-    from huddle.coordinator.journal import DataDirError
     from huddle.coordinator.security.listener import SecurityStartError
     from huddle.coordinator.server import (
         ClusterStartError,
@@ -409,6 +408,7 @@ def run_serve(settings: ServeSettings) -> int:
         StorageFailedError,
         serve,
     )
+    from huddle.coordinator.storage.journal import DataDirError
 
     configure_logging(settings.log_format, settings.log_level)
     try:

@@ -22,7 +22,11 @@ from huddle.coordinator.group import Committed, Group
 from huddle.coordinator.loading import Loader
 from huddle.coordinator.membership import Membership, uuid_member_id
 from huddle.coordinator.offsets import Offsets
-from huddle.coordinator.records import (
+from huddle.coordinator.retention import Retention
+from huddle.coordinator.security.access import described_topics, screen
+from huddle.coordinator.security.acls import Authorizer
+from huddle.coordinator.state import STATES_BY_NAME, GroupState
+from huddle.coordinator.storage.records import (
     GroupRecord,
     OffsetRecord,
     Record,
@@ -31,10 +35,6 @@ from huddle.coordinator.records import (
     group_deleted,
     offset_deleted,
 )
-from huddle.coordinator.retention import Retention
-from huddle.coordinator.security.access import described_topics, screen
-from huddle.coordinator.security.acls import Authorizer
-from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Deadline
@@ -265,7 +265,7 @@ class Coordinator:
 
     def take_changes(self) -> list[Record]:
         """The records of every change since the last call, in order; the transport keeps
-        them (``huddle.coordinator.journal``) before it sends the answers."""
+        them (``huddle.coordinator.storage.journal``) before it sends the answers."""
         if not self.changes:
             return []
         taken = list(self.changes)

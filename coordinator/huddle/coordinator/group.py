@@ -12,8 +12,8 @@ from collections import Counter
 import structlog
 
 from huddle.coordinator.effects import Waiter
-from huddle.coordinator.records import GroupRecord
 from huddle.coordinator.state import GroupState, check_transition
+from huddle.coordinator.storage.records import GroupRecord
 from huddle.coordinator.values import (
     DisconnectGraceEnds,
     JoinPhaseEnds,

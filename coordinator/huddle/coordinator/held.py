@@ -18,7 +18,7 @@ from typing import Final
 import structlog
 
 from huddle.coordinator.connection import Connection
-from huddle.coordinator.group_commit import Held
+from huddle.coordinator.storage.group_commit import Held
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,

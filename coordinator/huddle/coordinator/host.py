@@ -36,15 +36,15 @@ from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.descriptors import connections_allowed
-from huddle.coordinator.group_commit import COPY_SLICE_S, GroupCommit
 from huddle.coordinator.held import HeldAnswers
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.intake import Intake
-from huddle.coordinator.journal import Journal
 from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
 from huddle.coordinator.replay import Slices, collections_paused, replay
 from huddle.coordinator.requests import Gate, RequestPath, joining_cluster
 from huddle.coordinator.security.listener import ListenerSecurity
+from huddle.coordinator.storage.group_commit import COPY_SLICE_S, GroupCommit
+from huddle.coordinator.storage.journal import Journal
 from huddle.coordinator.sweeps import Timers
 from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError

@@ -22,7 +22,13 @@ from huddle.coordinator.effects import Effects, Outgoing
 from huddle.coordinator.group import Group
 from huddle.coordinator.membership import Membership
 from huddle.coordinator.offsets import Offsets
-from huddle.coordinator.records import DELETED, GroupRecord, OffsetRecord, Record, SessionRecord
+from huddle.coordinator.storage.records import (
+    DELETED,
+    GroupRecord,
+    OffsetRecord,
+    Record,
+    SessionRecord,
+)
 from huddle.coordinator.topics import TopicRegistry
 
 log = structlog.get_logger("huddle.loading")

@@ -7,8 +7,8 @@ import structlog
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Committed, Group, Member
 from huddle.coordinator.membership import Membership
-from huddle.coordinator.records import DELETED, OffsetRecord, Record, offset_deleted
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import DELETED, OffsetRecord, Record, offset_deleted
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Refusal
 from huddle.protocol.errors import ErrorCode

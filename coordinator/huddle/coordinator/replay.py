@@ -17,8 +17,8 @@ from typing import Final
 import structlog
 
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.group_commit import COPY_SLICE_S
-from huddle.coordinator.journal import DataDirError, Journal
+from huddle.coordinator.storage.group_commit import COPY_SLICE_S
+from huddle.coordinator.storage.journal import DataDirError, Journal
 
 log = structlog.get_logger("huddle.server")
 

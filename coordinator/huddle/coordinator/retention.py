@@ -30,8 +30,8 @@ import structlog
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.group import Committed, Group
 from huddle.coordinator.membership import Membership
-from huddle.coordinator.records import OffsetRecord, Record, offset_deleted
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import OffsetRecord, Record, offset_deleted
 from huddle.protocol.embedded import CONSUMER_PROTOCOL_TYPE
 
 log = structlog.get_logger("huddle.retention")

@@ -16,9 +16,9 @@ import structlog
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.kept_groups import group_record, loaded_group, static_member_changed
-from huddle.coordinator.records import GroupRecord, Record, SessionRecord, group_deleted
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.kept_groups import group_record, loaded_group, static_member_changed
+from huddle.coordinator.storage.records import GroupRecord, Record, SessionRecord, group_deleted
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import topics_digest
 from huddle.coordinator.values import (
@@ -72,7 +72,7 @@ class Sessions:
         self._new_member_id = new_member_id
         self.changes: list[Record] = changes if changes is not None else []
         # the restart fence a journal of an older version asks for (its longest session,
-        # see ``huddle.coordinator.records``), until it has been served; 0: none
+        # see ``huddle.coordinator.storage.records``), until it has been served; 0: none
         self.unserved_fence_ms = 0
         self.fenced_until = float("-inf")  # no generation forms before this (a restart)
         self.topics_version = 0  # topics created, altered or deleted so far

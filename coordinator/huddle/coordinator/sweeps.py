@@ -23,8 +23,8 @@ import structlog
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.group_commit import COPY_SLICE_S
 from huddle.coordinator.requests import RequestPath
+from huddle.coordinator.storage.group_commit import COPY_SLICE_S
 from huddle.protocol.errors import ErrorCode
 
 log = structlog.get_logger("huddle.server")

@@ -10,7 +10,7 @@ from typing import Protocol
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Outgoing, Peer, incarnation_digest
-from huddle.coordinator.records import Record
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.messages import (
     AlterTopicsRequest,
     CreateTopicsRequest,

@@ -26,9 +26,9 @@ from typing import Protocol
 
 import structlog
 
-from huddle.coordinator.batching import EndOfPass
 from huddle.coordinator.effects import Outgoing
-from huddle.coordinator.records import Record
+from huddle.coordinator.storage.batching import EndOfPass
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.messages import Call
 
 log = structlog.get_logger("huddle.cluster")

@@ -36,7 +36,7 @@ from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.cluster.topics import ClusterTopics
 from huddle.coordinator.core import Coordinator, Outgoing
-from huddle.coordinator.records import (
+from huddle.coordinator.storage.records import (
     DELETED,
     GroupRecord,
     OffsetRecord,

@@ -40,7 +40,7 @@ import structlog
 
 from huddle.coordinator.cluster.store import Change, Entry, EtcdStore
 from huddle.coordinator.core import Coordinator, Outgoing
-from huddle.coordinator.records import OffsetRecord, TopicRecord
+from huddle.coordinator.storage.records import OffsetRecord, TopicRecord
 
 log = structlog.get_logger("huddle.cluster")
 

@@ -27,9 +27,9 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.security.acls import Acl
 from huddle.coordinator.security.credentials import User
+from huddle.coordinator.storage.journal import JOURNAL
 
 FILE_NAME = "security.json"
 LOCK_NAME = "security.lock"

@@ -2,7 +2,7 @@
 
 Kafka keeps committed offsets in ``__consumer_offsets`` so that a coordinator restart or
 fail-over loses none of them. huddle keeps them, and the topics, in a journal (see
-``huddle.coordinator.journal``) of these records:
+``huddle.coordinator.storage.journal``) of these records:
 
 - ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
 - ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms,
@@ -26,7 +26,7 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
 
 Replaying them in order rebuilds the state (``Coordinator.restore``, then
 ``Coordinator.start``): topics, offsets, and every group Stable in its kept generation with
-a fresh session for each member (``huddle.coordinator.kept_groups``), as a cluster node
+a fresh session for each member (``huddle.coordinator.storage.kept_groups``), as a cluster node
 taking a shard over loads them. Records only ever gain trailing fields with defaults: an
 older reader ignores what it does not know, a newer one gets the defaults for what an older
 writer did not write.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import msgspec
 
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.records import GroupRecord, KeptMember
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import GroupRecord, KeptMember
 from huddle.protocol.messages import Protocol
 
 NO_CONNECTION = 0  # connection ids start at 1: a loaded member speaks through none yet

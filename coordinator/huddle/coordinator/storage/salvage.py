@@ -24,8 +24,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huddle.coordinator.journal import JOURNAL, DataDirError, lock_directory, unlock_directory
-from huddle.coordinator.records import (
+from huddle.coordinator.storage.journal import (
+    JOURNAL,
+    DataDirError,
+    lock_directory,
+    unlock_directory,
+)
+from huddle.coordinator.storage.records import (
     DELETED,
     GroupRecord,
     Record,

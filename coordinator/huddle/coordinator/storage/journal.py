@@ -1,4 +1,4 @@
-"""The coordinator's data directory: a journal of records (``huddle.coordinator.records``).
+"""The coordinator's data directory: a journal of records (``huddle.coordinator.storage.records``).
 
 ``Journal.open(directory)`` takes an exclusive lock on the directory itself (a second
 coordinator on the same directory is refused, whatever was deleted inside it), removes what
@@ -8,7 +8,7 @@ intact records after it is not something a crash does, and the coordinator refus
 rather than drop them.
 
 ``append`` writes a batch of records with ``os.pwrite`` before the coordinator answers the
-requests that made them (``huddle.coordinator.group_commit`` runs it on a writer thread):
+requests that made them (``huddle.coordinator.storage.group_commit`` runs it on a writer thread):
 a killed coordinator process loses nothing it acknowledged. With ``fsync``
 every append is also forced to disk, so a power loss loses nothing either (Kafka's default
 relies on replication instead; one coordinator has none). A failed append is cut back off
@@ -32,7 +32,7 @@ from typing import Final
 
 import structlog
 
-from huddle.coordinator.records import Record, decode_frames, encode_frames
+from huddle.coordinator.storage.records import Record, decode_frames, encode_frames
 from huddle.protocol.errors import HuddleError
 
 log = structlog.get_logger("huddle.journal")

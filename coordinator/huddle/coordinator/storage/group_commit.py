@@ -3,7 +3,7 @@
 The server hands over the records of each request it handled together with the answers that
 request produced (``hold``). At the end of each loop pass (``submit``, once every read of
 the pass is handled) the records gathered become one batch: encoded on the loop and queued
-for the writer thread (``huddle.coordinator.writer``), which writes everything queued in one
+for the writer thread (``huddle.coordinator.storage.writer``), which writes everything queued in one
 write and, with ``--fsync``, one fdatasync, then takes what queued meanwhile. (Without
 ``--fsync`` a write only copies into the page cache and is made on the loop, one per pass: a
 thread hop would cost more than it saves; while a compaction runs or the thread still has
@@ -41,11 +41,11 @@ from collections.abc import Callable, Generator, Iterator
 
 import structlog
 
-from huddle.coordinator.batching import EndOfPass
 from huddle.coordinator.effects import Outgoing
-from huddle.coordinator.journal import Journal
-from huddle.coordinator.records import Record, encode_frames
-from huddle.coordinator.writer import Writer, WriterThread
+from huddle.coordinator.storage.batching import EndOfPass
+from huddle.coordinator.storage.journal import Journal
+from huddle.coordinator.storage.records import Record, encode_frames
+from huddle.coordinator.storage.writer import Writer, WriterThread
 from huddle.protocol.messages import Call
 
 log = structlog.get_logger("huddle.group_commit")
