@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -40,12 +40,13 @@ from huddle.coordinator.held import HeldAnswers
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.intake import Intake
 from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
-from huddle.coordinator.replay import Slices, collections_paused, replay
+from huddle.coordinator.replay import Slices, collections_paused, replay, serve_loaded
 from huddle.coordinator.requests import Gate, RequestPath, joining_cluster
 from huddle.coordinator.security.listener import ListenerSecurity
-from huddle.coordinator.storage.group_commit import COPY_SLICE_S, GroupCommit
+from huddle.coordinator.storage.group_commit import GroupCommit
 from huddle.coordinator.storage.journal import Journal
 from huddle.coordinator.sweeps import Timers
+from huddle.coordinator.wire import Wire
 from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
     from huddle.coordinator.cluster.serving import ClusterServing
 
 log = structlog.get_logger("huddle.server")
-
-SERVE_STEP: Final = 64  # loaded groups whose sessions start between two looks at the time
 
 
 class ListenError(HuddleError):
@@ -122,6 +121,7 @@ class CoordinatorServer:
         self._shutdown: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
+        self._listeners: list[asyncio.Server] = []  # of other wires (``listen``)
         self._next_conn_id = 1
         self._slices = Slices()  # the data dir's load, with requests answered in between
         self._stopping = False
@@ -261,7 +261,9 @@ class CoordinatorServer:
             # each), and end even if nobody ever asks anything again
             await self._slices.run(self.core.loading_groups(self.now_ms()))  # restored otherwise
             self.core.begin_serving(self.now_ms())
-            await self._serve_loaded()
+            await serve_loaded(
+                self.core, self.requests, self.timers, stopping=lambda: self._stopping
+            )
         if self.metrics is not None:
             if self._commits is not None:
                 self._commits.on_write = self.metrics.journal_written
@@ -315,20 +317,6 @@ class CoordinatorServer:
         )
         self.requests.keeper = self._commits
 
-    async def _serve_loaded(self) -> None:
-        """Start the loaded members' sessions, a slice at a time with requests handled in
-        between, each slice at its own time: none starts before the coordinator answers."""
-        requests, timers = self.requests, self.timers
-        while self.core.unserved and not self._stopping:
-            until = time.perf_counter() + COPY_SLICE_S
-            while self.core.unserved and time.perf_counter() < until:
-                requests.send_outside(self.core.serve_loaded(self.now_ms(), SERVE_STEP))
-            timers.reschedule()
-            requests.flush()
-            if self.core.unserved:
-                await asyncio.sleep(0)
-        timers.reschedule()
-
     def _stop(self) -> None:
         """Stopped by a storage failure: no more requests, and a graceful shutdown."""
         self.requests.closed = True
@@ -345,8 +333,9 @@ class CoordinatorServer:
         self.requests.closed = True
         self.intake.stopped = True
         log.info("server_stopping", connections=len(self._conns))
-        if self._server is not None:
-            self._server.close()
+        for listener in (self._server, *self._listeners):
+            if listener is not None:
+                listener.close()
         self.timers.stop()
         stuck = False
         keeper = self.requests.keeper
@@ -388,8 +377,9 @@ class CoordinatorServer:
                 for conn in list(self._conns.values()):
                     conn.abort("server shutdown: flush timed out")
                 await asyncio.wait_for(self._all_gone.wait(), 1.0)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for listener in (self._server, *self._listeners):
+            if listener is not None:
+                await listener.wait_closed()
         if keeper is not None:
             keeper.close(wait=not stuck)
         if self.journal is not None and not stuck:  # a stuck write still holds the file
@@ -461,10 +451,21 @@ class CoordinatorServer:
 
     # --- connections: what a Connection may ask of its ConnectionHost -----------------
 
-    def _new_connection(self) -> Connection:
+    def _new_connection(self, wire: Wire[Connection] | None = None) -> Connection:
         conn_id = self._next_conn_id
         self._next_conn_id += 1
-        return Connection(self, conn_id, self.wire)
+        return Connection(self, conn_id, self.wire if wire is None else wire)
+
+    async def listen(self, wire: Wire[Connection], host: str, port: int) -> int:
+        """Listen on ``host:port`` for another wire too (a Kafka listener, say); return the
+        port bound. Its connections share everything but their wire with the others: the
+        admission and its limits, the intake, the request path, the held answers, the
+        sweeps; ``close`` closes them with the rest."""
+        listener = await self.loop.create_server(
+            lambda: self._new_connection(wire), host=host, port=port, backlog=1024
+        )
+        self._listeners.append(listener)
+        return int(listener.sockets[0].getsockname()[1])
 
     def connection_made(self, conn: Connection) -> None:
         self.admission.admit(conn, self.loop.time(), stopping=self._stopping)

@@ -2,7 +2,8 @@
 
 The server listens while it loads (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS),
 so every long step runs in slices of ``COPY_SLICE_S`` with the loop let through in
-between (``in_slices``), and without garbage collection (``collections_paused``).
+between (``Slices``), and without garbage collection (``collections_paused``). Once it is
+loaded, the members' sessions start a slice at a time too (``serve_loaded``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from typing import Final
 import structlog
 
 from huddle.coordinator.core import Coordinator
+from huddle.coordinator.requests import RequestPath
 from huddle.coordinator.storage.group_commit import COPY_SLICE_S
 from huddle.coordinator.storage.journal import DataDirError, Journal
+from huddle.coordinator.sweeps import Timers
 
 log = structlog.get_logger("huddle.server")
 
 FREEZE_AFTER_LOAD: Final = 100_000  # objects a load left: more are frozen (see below)
+SERVE_STEP: Final = 64  # loaded groups whose sessions start between two looks at the time
 
 
 class Slices:
@@ -62,6 +66,23 @@ async def replay(
     )
     journal.records = []
     return journal
+
+
+async def serve_loaded(
+    core: Coordinator, requests: RequestPath, timers: Timers, *, stopping: Callable[[], bool]
+) -> None:
+    """Start the loaded members' sessions, a slice at a time with requests handled in
+    between, each slice at its own time: none starts before the coordinator answers."""
+    loop = timers.loop
+    while core.unserved and not stopping():
+        until = time.perf_counter() + COPY_SLICE_S
+        while core.unserved and time.perf_counter() < until:
+            requests.send_outside(core.serve_loaded(loop.time() * 1000, SERVE_STEP))
+        timers.reschedule()
+        requests.flush()
+        if core.unserved:
+            await asyncio.sleep(0)
+    timers.reschedule()
 
 
 @contextlib.contextmanager
