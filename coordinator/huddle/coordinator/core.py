@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 import msgspec
 import structlog
 
+from huddle.coordinator.answers import answer_held
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.group import Committed, Group
@@ -253,12 +254,7 @@ class Coordinator:
         fx = Effects(0.0)
         for group in self.groups.values():
             for member in group.members.values():
-                if member.join_waiter is not None:
-                    fx.reply(member.join_waiter, _unavailable("join_group"))
-                    group.set_join_waiter(member, None)
-                if member.sync_waiter is not None:
-                    fx.reply(member.sync_waiter, _unavailable("sync_group"))
-                    member.sync_waiter = None
+                answer_held(fx, group, member, _JOIN_UNAVAILABLE, _SYNC_UNAVAILABLE)
         return fx.out
 
     # --- what is kept across restarts (coordinator.records) ---------------------------
@@ -511,6 +507,10 @@ def _unavailable(what: str) -> ErrorResponse:
     return ErrorResponse(
         error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=f"coordinator shutting down ({what})"
     )
+
+
+_JOIN_UNAVAILABLE = _unavailable("join_group")
+_SYNC_UNAVAILABLE = _unavailable("sync_group")
 
 
 def _nobody(group_id: str) -> FindCoordinatorResponse:

@@ -3,18 +3,11 @@ and protocol checks."""
 
 from __future__ import annotations
 
+from huddle.coordinator.answers import inconsistent, join_error, refuse_held
 from huddle.coordinator.effects import Effects, Peer, Waiter
 from huddle.coordinator.group import Group, Member
 from huddle.coordinator.rebalance import Rebalancing
-from huddle.coordinator.sessions import (
-    E,
-    S,
-    inconsistent,
-    join_error,
-    log,
-    rebalance_timeout,
-    sync_error,
-)
+from huddle.coordinator.sessions import E, S, log, rebalance_timeout
 from huddle.coordinator.values import PendingMemberExpires, Refusal
 from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse
 
@@ -251,12 +244,7 @@ class Joining(Rebalancing):
             fx.reply(waiter, inconsistent(""))
             return
         fenced = f"instance {old.instance_id!r} rejoined as {member_id}"
-        if old.join_waiter is not None:
-            fx.reply(old.join_waiter, join_error(E.FENCED_INSTANCE_ID, fenced, old.member_id))
-            group.set_join_waiter(old, None)
-        if old.sync_waiter is not None:
-            fx.reply(old.sync_waiter, sync_error(E.FENCED_INSTANCE_ID, fenced))
-            old.sync_waiter = None
+        refuse_held(fx, group, old, E.FENCED_INSTANCE_ID, fenced)
         self._forget(old)
         was_pending_sync = old.member_id in group.pending_sync
         member = group.replace_static(old, member_id)

@@ -5,9 +5,10 @@ moving a group on when a member goes.
 
 from __future__ import annotations
 
+from huddle.coordinator.answers import sync_error
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.sessions import E, S, Sessions, log, sync_error
+from huddle.coordinator.sessions import E, S, Sessions, log
 from huddle.coordinator.values import Refusal
 from huddle.protocol.messages import (
     JoinGroupResponse,

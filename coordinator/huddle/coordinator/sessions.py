@@ -13,6 +13,7 @@ from typing import Protocol
 
 import structlog
 
+from huddle.coordinator.answers import refuse_held
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
@@ -29,7 +30,7 @@ from huddle.coordinator.values import (
     RestartFenceEnds,
 )
 from huddle.protocol.errors import ErrorCode
-from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
+from huddle.protocol.messages import JoinGroupRequest
 
 log = structlog.get_logger("huddle.membership")
 
@@ -247,12 +248,7 @@ class Sessions:
             return
         moved = "the group moved to another coordinator"
         for member in group.members.values():
-            if member.join_waiter is not None:
-                fx.reply(member.join_waiter, join_error(E.NOT_COORDINATOR, moved, member.member_id))
-                group.set_join_waiter(member, None)
-            if member.sync_waiter is not None:
-                fx.reply(member.sync_waiter, sync_error(E.NOT_COORDINATOR, moved))
-                member.sync_waiter = None
+            refuse_held(fx, group, member, E.NOT_COORDINATOR, moved)
             self._forget(member)
         for member_id in list(group.pending):
             self._forget_pending(group, member_id)
@@ -263,12 +259,7 @@ class Sessions:
     # --- forgetting ---------------------------------------------------------------
 
     def _drop(self, fx: Effects, group: Group, member: Member, reason: str) -> None:
-        gone = f"member removed: {reason}"
-        if member.join_waiter is not None:
-            fx.reply(member.join_waiter, join_error(E.UNKNOWN_MEMBER_ID, gone, member.member_id))
-        if member.sync_waiter is not None:
-            fx.reply(member.sync_waiter, sync_error(E.UNKNOWN_MEMBER_ID, gone))
-            member.sync_waiter = None
+        refuse_held(fx, group, member, E.UNKNOWN_MEMBER_ID, f"member removed: {reason}")
         group.remove(member.member_id)
         self._forget(member)
         if member.instance_id is not None:  # a restart must not bring it back
@@ -368,19 +359,3 @@ def same_client(member: Member, conn: Peer) -> bool:
 
 def rebalance_timeout(req: JoinGroupRequest) -> int:
     return req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms
-
-
-def join_error(code: ErrorCode, message: str, member_id: str) -> JoinGroupResponse:
-    return JoinGroupResponse(error_code=code, error_message=message, member_id=member_id)
-
-
-def inconsistent(member_id: str) -> JoinGroupResponse:
-    return join_error(
-        E.INCONSISTENT_GROUP_PROTOCOL,
-        "protocol type or protocols do not match the group's",
-        member_id,
-    )
-
-
-def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
-    return SyncGroupResponse(error_code=code, error_message=message)
