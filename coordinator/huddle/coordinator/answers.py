@@ -51,3 +51,12 @@ def answer_held(fx: Effects, group: Group, member: Member, join: Response, sync:
     if member.sync_waiter is not None:
         fx.reply(member.sync_waiter, sync)
         member.sync_waiter = None
+
+
+def sync_response(group: Group, member: Member) -> SyncGroupResponse:
+    """The member's assignment in the group's current generation."""
+    return SyncGroupResponse(
+        protocol_type=group.protocol_type,
+        protocol_name=group.protocol_name,
+        assignment=member.assignment,
+    )

@@ -6,8 +6,8 @@ import structlog
 
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Committed, Group, Member
-from huddle.coordinator.membership import Membership
 from huddle.coordinator.records import DELETED, OffsetRecord, Record, offset_deleted
+from huddle.coordinator.sessions import Sessions
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Refusal
@@ -34,13 +34,13 @@ _NONE: Committed = (-1, None, 0)  # what a partition with no committed offset sh
 class Offsets:
     def __init__(
         self,
-        membership: Membership,
+        sessions: Sessions,
         topics: TopicRegistry,
         metadata_max: int,
         changes: list[Record],
         request_max: int = 20_000,
     ) -> None:
-        self.membership = membership
+        self.sessions = sessions
         self.topics = topics
         self.metadata_max = metadata_max
         self.request_max = request_max  # partitions one request may name
@@ -53,11 +53,11 @@ class Offsets:
     def wall_offset_ms(self) -> float:
         """Wall clock ms minus the core's clock (``Sessions.wall_offset_ms``): commits are
         stamped with the wall clock, which outlives a restart, for retention."""
-        return self.membership.wall_offset_ms
+        return self.sessions.wall_offset_ms
 
     @wall_offset_ms.setter
     def wall_offset_ms(self, value: float) -> None:
-        self.membership.wall_offset_ms = value
+        self.sessions.wall_offset_ms = value
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
@@ -75,13 +75,13 @@ class Offsets:
                 waiter, OffsetCommitResponse(error_code=error.code, error_message=error.message)
             )
             if group is not None:
-                self.membership.collect(group)
+                self.sessions.collect(group)
             return
         assert group is not None
         results = []
         stored = 0
         offsets, changes, group_id = group.offsets, self.changes, req.group_id
-        committed_ms = self.membership.wall_ms(fx.now)
+        committed_ms = self.sessions.wall_ms(fx.now)
         counts, metadata_max = self.topics.partitions, self.metadata_max
         for topic in req.topics:
             name = topic.name
@@ -112,14 +112,14 @@ class Offsets:
             partitions=stored,
         )
         fx.reply(waiter, OffsetCommitResponse(topics=results))
-        self.membership.collect(group)
+        self.sessions.collect(group)
 
     def _check_commit(
         self, fx: Effects, peer: Peer, req: OffsetCommitRequest
     ) -> tuple[Group | None, Refusal | None]:
         if not req.group_id:
             return None, Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
-        groups = self.membership.groups
+        groups = self.sessions.groups
         group = groups.get(req.group_id)
         simple = req.generation_id < 0 and not req.member_id
         if group is None:
@@ -132,7 +132,7 @@ class Offsets:
             # The group only stores offsets (an admin tool, a manual commit): any member id,
             # as Kafka's doCommitOffsets.
             return group, None
-        member = self.membership.identify(group, req.member_id, req.group_instance_id)
+        member = self.sessions.identify(group, req.member_id, req.group_instance_id)
         if not isinstance(member, Member):
             if simple:
                 return group, Refusal(
@@ -150,10 +150,10 @@ class Offsets:
         # Kafka accepts a commit from whoever names the member, its instance id and its
         # generation (a producer may commit for its consumer on a connection of its own),
         # and renews the member's session; the member moves only with its own client
-        gone = self.membership.follow(member, peer)
+        gone = self.sessions.follow(member, peer)
         if gone is not None:
             return group, gone
-        self.membership.renew(fx, member)
+        self.sessions.touch(fx, member)
         return group, None
 
     def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:
@@ -162,7 +162,7 @@ class Offsets:
         request may (or asking for all of a group that has more) is refused: its answer
         would hold the loop, and everyone else, up."""
         waiter = (peer.conn_id, cid)
-        group = self.membership.groups.get(req.group_id)
+        group = self.sessions.groups.get(req.group_id)
         offsets = group.offsets if group is not None else {}
         topics: dict[str, list[FetchedOffset]] = {}
         if req.topics is None:
@@ -203,12 +203,12 @@ class Offsets:
 
     def restore(self, record: OffsetRecord) -> None:
         """An offset kept from before a restart (not fenced: it was accepted then)."""
-        groups = self.membership.groups
+        groups = self.sessions.groups
         group = groups.get(record.group_id)
         if record.offset == DELETED:  # deleted with its group since
             if group is not None:
                 group.offsets.pop((record.topic, record.partition), None)
-                self.membership.collect(group)
+                self.sessions.collect(group)
             return
         if group is None:
             group = groups[record.group_id] = Group(record.group_id)
@@ -220,13 +220,13 @@ class Offsets:
 
     def forget_topic(self, name: str, partitions_left: int = 0) -> None:
         """Drop committed offsets of a deleted topic, or of partitions cut off by a shrink."""
-        for group in list(self.membership.groups.values()):
+        for group in list(self.sessions.groups.values()):
             doomed = [k for k in group.offsets if k[0] == name and k[1] >= partitions_left]
             for key in doomed:
                 del group.offsets[key]
                 if self.keep_forgotten:
                     self.changes.append(offset_deleted(group.group_id, *key))
-            self.membership.collect(group)
+            self.sessions.collect(group)
 
 
 def _fetch_refused(error: Refusal) -> OffsetFetchResponse:
