@@ -33,7 +33,7 @@ from huddle.coordinator.heartbeats import Heartbeats
 from huddle.coordinator.joining import Joins
 from huddle.coordinator.leaving import Leaves
 from huddle.coordinator.loading import Loader
-from huddle.coordinator.offsets import Offsets
+from huddle.coordinator.offsets import CommitFence, Offsets, fence_by_generation
 from huddle.coordinator.rebalance import Rebalances
 from huddle.coordinator.records import GroupRecord, OffsetRecord, Record, SessionRecord, TopicRecord
 from huddle.coordinator.retention import Retention
@@ -84,6 +84,7 @@ class Coordinator:
         config: GroupConfig | None = None,
         *,
         new_member_id: Callable[[str], str] = uuid_member_id,
+        commit_fence: CommitFence = fence_by_generation,
     ) -> None:
         self.config = config or GroupConfig()
         self.timers: TimerQueue[Deadline] = TimerQueue()
@@ -104,6 +105,7 @@ class Coordinator:
             self.config.offset_metadata_max_bytes,
             self.changes,
             self.config.max_request_partitions,
+            commit_fence,
         )
         self.admin = GroupAdmin(sessions, self.changes)
         self.retention = Retention(sessions, self.config, self.changes)

@@ -1,6 +1,13 @@
-"""Committed offsets, fenced by generation (docs/coordinator.md section 4)."""
+"""Committed offsets, fenced by generation (docs/coordinator.md section 4).
+
+Which commits a generation fence lets through is a part of its own (``CommitFence``,
+``fence_by_generation`` by default) that the core is given: the simulator passes a faulty
+one to prove it finds the bug (``huddle.sim.faulty_offsets``); nothing else does.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import structlog
 
@@ -22,13 +29,26 @@ from huddle.protocol.messages import (
     OffsetFetchTopicResult,
     PartitionResult,
 )
-from huddle.protocol.planted import planted
 
 log = structlog.get_logger("huddle.offsets")
 
 E = ErrorCode
 S = GroupState
 _NONE: Committed = (-1, None, 0)  # what a partition with no committed offset shows
+
+# Whether a commit for a member of ``group`` made in ``generation`` is refused for it (None:
+# it is not). Only commits from a known member of a group that is not Empty are asked.
+CommitFence = Callable[[Group, int], Refusal | None]
+
+
+def fence_by_generation(group: Group, generation: int) -> Refusal | None:
+    """A member commits only in the group's current generation (Kafka's rule)."""
+    if generation != group.generation:
+        return Refusal(
+            E.ILLEGAL_GENERATION,
+            f"generation {generation} is not the group's {group.generation}",
+        )
+    return None
 
 
 class Offsets:
@@ -39,8 +59,10 @@ class Offsets:
         metadata_max: int,
         changes: list[Record],
         request_max: int = 20_000,
+        fence: CommitFence = fence_by_generation,
     ) -> None:
         self.sessions = sessions
+        self.fence = fence
         self.topics = topics
         self.metadata_max = metadata_max
         self.request_max = request_max  # partitions one request may name
@@ -140,11 +162,9 @@ class Offsets:
                     "commits without a member id are allowed only while the group is empty",
                 )
             return group, member
-        if req.generation_id != group.generation and not planted("commit-fencing-off"):
-            return group, Refusal(
-                E.ILLEGAL_GENERATION,
-                f"generation {req.generation_id} is not the group's {group.generation}",
-            )
+        stale = self.fence(group, req.generation_id)
+        if stale is not None:
+            return group, stale
         if group.is_(S.COMPLETING_REBALANCE):
             return group, Refusal(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
         # Kafka accepts a commit from whoever names the member, its instance id and its
