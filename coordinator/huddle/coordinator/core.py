@@ -7,6 +7,13 @@ It never reads a clock, never touches a socket, never sleeps. The transport call
 
 The core is transport-agnostic: the huddle framing server drives it today, and a Kafka
 wire-protocol front end can drive the same calls.
+
+``Coordinator`` wires the core's parts together and hands each request to the one that
+answers it: ``Joins`` (joining), ``Syncs`` (syncing), ``Heartbeats``, ``Leaves`` (leaving),
+``Offsets``, ``TopicRegistry`` (topics) and ``GroupAdmin`` (group_admin); ``Deadlines``
+acts on deadlines that passed. They share ``Sessions`` (the groups, their members'
+sessions, which connection each speaks through) and move groups through the rebalance
+phases with ``Rebalances``. docs/coordinator.md walks a JoinGroup and a heartbeat.
 """
 
 from __future__ import annotations
@@ -16,25 +23,30 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 import msgspec
 import structlog
 
+from huddle.coordinator.answers import answer_held
 from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.deadlines import Deadlines
 from huddle.coordinator.effects import Effects, Outgoing, Peer
 from huddle.coordinator.group import Committed, Group
+from huddle.coordinator.group_admin import GroupAdmin
+from huddle.coordinator.heartbeats import Heartbeats
+from huddle.coordinator.joining import Joins
+from huddle.coordinator.leaving import Leaves
 from huddle.coordinator.loading import Loader
-from huddle.coordinator.membership import Membership, uuid_member_id
-from huddle.coordinator.offsets import Offsets
+from huddle.coordinator.offsets import CommitFence, Offsets, fence_by_generation
+from huddle.coordinator.rebalance import Rebalances
 from huddle.coordinator.retention import Retention
 from huddle.coordinator.security.access import described_topics, screen
 from huddle.coordinator.security.acls import Authorizer
-from huddle.coordinator.state import STATES_BY_NAME, GroupState
+from huddle.coordinator.sessions import Sessions, uuid_member_id
 from huddle.coordinator.storage.records import (
     GroupRecord,
     OffsetRecord,
     Record,
     SessionRecord,
     TopicRecord,
-    group_deleted,
-    offset_deleted,
 )
+from huddle.coordinator.syncing import Syncs
 from huddle.coordinator.timers import TimerQueue
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Deadline
@@ -42,25 +54,18 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
     CreateTopicsRequest,
-    DeletedGroup,
     DeleteGroupsRequest,
-    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeClusterResponse,
-    DescribedGroup,
-    DescribedMember,
     DescribeGroupsRequest,
-    DescribeGroupsResponse,
     ErrorResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
-    ListedGroup,
     ListGroupsRequest,
-    ListGroupsResponse,
     ListTopicsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -85,22 +90,32 @@ class Coordinator:
         config: GroupConfig | None = None,
         *,
         new_member_id: Callable[[str], str] = uuid_member_id,
+        commit_fence: CommitFence = fence_by_generation,
     ) -> None:
         self.config = config or GroupConfig()
         self.timers: TimerQueue[Deadline] = TimerQueue()
         self.changes: list[Record] = []  # since take_changes(): what to keep across restarts
-        self.membership = Membership(self.config, self.timers, new_member_id, self.changes)
+        # the parts (see the module's docstring)
+        self.sessions = sessions = Sessions(self.config, self.timers, new_member_id, self.changes)
+        self.rebalances = rebalances = Rebalances(sessions)
+        self.joins = Joins(sessions, rebalances)
+        self.syncs = Syncs(sessions, rebalances)
+        self.heartbeats = Heartbeats(sessions)
+        self.leaves = Leaves(sessions, rebalances)
+        self.deadlines = Deadlines(sessions, rebalances)
         self.topics = TopicRegistry(self.config.max_partitions)
-        self.membership.topic_counts = self.topics.partitions
+        sessions.topic_counts = self.topics.partitions
         self.offsets = Offsets(
-            self.membership,
+            sessions,
             self.topics,
             self.config.offset_metadata_max_bytes,
             self.changes,
             self.config.max_request_partitions,
+            commit_fence,
         )
-        self.retention = Retention(self.membership, self.config, self.changes)
-        self._loader = Loader(self.membership, self.topics, self.offsets)
+        self.admin = GroupAdmin(sessions, self.changes)
+        self.retention = Retention(sessions, self.config, self.changes)
+        self._loader = Loader(sessions, rebalances, self.topics, self.offsets)
 
         # Which node coordinates a group: the transport sets it (its own address, or the
         # cluster's shard owners); without one, nobody is known.
@@ -113,7 +128,13 @@ class Coordinator:
 
     @property
     def groups(self) -> dict[str, Group]:
-        return self.membership.groups
+        return self.sessions.groups
+
+    @property
+    def membership(self) -> Sessions:
+        """The ``Sessions`` part, by its former name: a transport sets ``keep_groups``,
+        ``observer`` and the wall clock on it."""
+        return self.sessions
 
     # --- entry points ----------------------------------------------------------------
 
@@ -154,17 +175,16 @@ class Coordinator:
         now: float,
         finish: Callable[[Response], Response] | None = None,  # what screening puts back
     ) -> list[Outgoing]:
-        m = self.membership
         if type(request) is HeartbeatRequest:  # the hot path: no Effects, no match
-            return [m.heartbeat(peer, correlation_id, request, now)]
+            return [self.heartbeats.heartbeat(peer, correlation_id, request, now)]
         fx = Effects(now)
         match request:
             case JoinGroupRequest():
-                m.join(fx, peer, correlation_id, request)
+                self.joins.join(fx, peer, correlation_id, request)
             case SyncGroupRequest():
-                m.sync(fx, peer, correlation_id, request)
+                self.syncs.sync(fx, peer, correlation_id, request)
             case LeaveGroupRequest():
-                m.leave(fx, peer, correlation_id, request)
+                self.leaves.leave(fx, peer, correlation_id, request)
             case OffsetCommitRequest():
                 self.offsets.commit(fx, peer, correlation_id, request)
             case OffsetFetchRequest():
@@ -176,11 +196,11 @@ class Coordinator:
             case ListTopicsRequest():
                 fx.reply((peer.conn_id, correlation_id), self.topics.list(request))
             case DescribeGroupsRequest():
-                fx.reply((peer.conn_id, correlation_id), self._describe(request))
+                fx.reply((peer.conn_id, correlation_id), self.admin.describe(request))
             case ListGroupsRequest():
-                fx.reply((peer.conn_id, correlation_id), self._list_groups(request))
+                fx.reply((peer.conn_id, correlation_id), self.admin.list_groups(request))
             case DeleteGroupsRequest():
-                fx.reply((peer.conn_id, correlation_id), self._delete_groups(request))
+                fx.reply((peer.conn_id, correlation_id), self.admin.delete_groups(request))
             case FindCoordinatorRequest():
                 fx.reply((peer.conn_id, correlation_id), self.locate(request.group_id))
             case DescribeClusterRequest():
@@ -201,7 +221,7 @@ class Coordinator:
     def connection_closed(self, conn_id: int, now: float) -> list[Outgoing]:
         self._peers.pop(conn_id, None)
         fx = Effects(now)
-        self.membership.connection_closed(fx, conn_id)
+        self.sessions.connection_closed(fx, conn_id)
         return fx.out
 
     def advance(self, now: float, unread: Callable[[int], bool] | None = None) -> list[Outgoing]:
@@ -210,7 +230,7 @@ class Coordinator:
         whose session ends then is given until that input has been read."""
         fx = Effects(now)
         while (key := self.timers.pop_next(now)) is not None:
-            self.membership.expire(fx, key, unread)
+            self.deadlines.expire(fx, key, unread)
         return fx.out
 
     def start(self, now: float) -> None:
@@ -234,7 +254,7 @@ class Coordinator:
         forgot may still count its session alive for that long, so no generation forms
         before then (``Sessions.fence``), and nobody is handed a partition such a member
         may still be processing."""
-        self.membership.fence(now)
+        self.sessions.fence(now)
 
     def serve_loaded(self, now: float, most: int | None = None) -> list[Outgoing]:
         """Start the loaded members' sessions at ``now``, ``most`` groups at a time
@@ -253,15 +273,10 @@ class Coordinator:
         fx = Effects(0.0)
         for group in self.groups.values():
             for member in group.members.values():
-                if member.join_waiter is not None:
-                    fx.reply(member.join_waiter, _unavailable("join_group"))
-                    group.set_join_waiter(member, None)
-                if member.sync_waiter is not None:
-                    fx.reply(member.sync_waiter, _unavailable("sync_group"))
-                    member.sync_waiter = None
+                answer_held(fx, group, member, _JOIN_UNAVAILABLE, _SYNC_UNAVAILABLE)
         return fx.out
 
-    # --- what is kept across restarts (coordinator.records) ---------------------------
+    # --- what is kept across restarts (coordinator.storage.records) ---------------------------
 
     def take_changes(self) -> list[Record]:
         """The records of every change since the last call, in order; the transport keeps
@@ -287,10 +302,9 @@ class Coordinator:
         """Serve the groups and offsets of a shard this node took over: every group as
         Stable in its kept generation (fresh sessions), then its committed offsets."""
         records = list(records)
-        m = self.membership
         for record in records:
             if isinstance(record, GroupRecord):
-                m.load_group(record, now)
+                self.rebalances.load_group(record, now)
         for record in records:
             if isinstance(record, OffsetRecord):
                 self.offsets.restore(record)
@@ -300,7 +314,7 @@ class Coordinator:
         no rebalance; requests they hold are answered NOT_COORDINATOR."""
         fx = Effects(now)
         for group_id in group_ids:
-            self.membership.unload_group(fx, group_id)
+            self.sessions.unload_group(fx, group_id)
         return fx.out
 
     def topic_changed_elsewhere(self, name: str, partitions: int, now: float) -> list[Outgoing]:
@@ -312,7 +326,7 @@ class Coordinator:
             self.topics.partitions[name] = partitions
         else:
             del self.topics.partitions[name]
-        self.membership.topics_version += 1
+        self.sessions.topics_changed()
         self.offsets.forget_topic(name, partitions)
         fx = Effects(now)
         changed = TopicMetadata(name=name, partitions=partitions)
@@ -342,7 +356,7 @@ class Coordinator:
         caller replays the records of changes made meanwhile after it (records set values,
         so replaying one twice is harmless)."""
         topics = dict(self.topics.partitions)
-        fence = self.membership.unserved_fence_ms
+        fence = self.sessions.unserved_fence_ms
         groups: list[tuple[str, GroupRecord | None, dict[tuple[str, int], Committed]]] = []
         for gid in list(self.groups):
             group = self.groups.get(gid)
@@ -369,14 +383,14 @@ class Coordinator:
 
     def kept_size(self) -> int:
         """How many records ``snapshot()`` would return."""
-        kept = len(self.topics.partitions) + (1 if self.membership.unserved_fence_ms else 0)
+        kept = len(self.topics.partitions) + (1 if self.sessions.unserved_fence_ms else 0)
         return kept + sum(len(g.offsets) + (g.kept is not None) for g in self.groups.values())
 
     # --- topics and inspection -------------------------------------------------------
 
     def _topics_changed(self, fx: Effects, changed: list[TopicMetadata]) -> None:
         if changed:
-            self.membership.topics_version += 1
+            self.sessions.topics_changed()
         for topic in changed:
             self.changes.append(TopicRecord(topic.name, topic.partitions))
             self.offsets.forget_topic(topic.name, topic.partitions)
@@ -387,7 +401,7 @@ class Coordinator:
             return
         notice = TopicMetadataChanged(topics=changed)
         auth = self.authorizer
-        for conn_id in sorted(self.membership.by_conn):
+        for conn_id in sorted(self.sessions.by_conn):
             peer = self._peers.get(conn_id)
             if auth is None or peer is None:
                 fx.notify(conn_id, notice)
@@ -402,115 +416,24 @@ class Coordinator:
     def expire_offsets(self, now: float, wall_ms: float) -> int:
         """Offset retention (``huddle.coordinator.retention``, Kafka's KIP-211) at the
         wall clock ``wall_ms``. Returns how many offsets expired."""
-        self.membership.wall_offset_ms = wall_ms - now
+        self.sessions.set_wall_clock(now, wall_ms)
         return self.retention.expire(wall_ms)
 
     def expiring_offsets(self, now: float, wall_ms: float) -> Generator[None, None, int]:
         """``expire_offsets`` one group at a time (``Retention.expiring``): the transport
         runs it every check interval, a few milliseconds at a time."""
-        self.membership.wall_offset_ms = wall_ms - now
+        self.sessions.set_wall_clock(now, wall_ms)
         return self.retention.expiring(wall_ms)
-
-    def _forget_group(self, group: Group) -> None:
-        """The group and its offsets go, and stay gone: deletions are kept as records.
-        Member ids handed out and not yet used go with it (a JoinGroup with one later is
-        answered UNKNOWN_MEMBER_ID, as for any member id the group does not know)."""
-        group_id = group.group_id
-        for member_id in list(group.pending):
-            self.membership.drop_pending(group, member_id, "the group was deleted")
-        for topic, partition in sorted(group.offsets):
-            self.changes.append(offset_deleted(group_id, topic, partition))
-        group.offsets.clear()
-        if self.membership.keep_groups:
-            self.changes.append(group_deleted(group_id))
-            group.kept = None  # deleted already
-        self.membership.collect(group)
-
-    def _delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-        """Kafka's DeleteGroups: an Empty group goes, with its committed offsets (kept as
-        deletions: a restart or another node does not bring them back), even while a member
-        id handed out by MEMBER_ID_REQUIRED waits to be used (Kafka moves it to Dead)."""
-        results = []
-        for group_id in dict.fromkeys(request.groups):
-            group = self.groups.get(group_id)
-            if group is None or group.is_(GroupState.DEAD):
-                code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
-            elif group.members or not group.is_(GroupState.EMPTY):
-                code = E.NON_EMPTY_GROUP
-                message = f"group {group_id!r} has {group.size} members: only an empty group goes"
-            else:
-                self._forget_group(group)
-                log.info("group_deleted", group_id=group_id)
-                code, message = E.NONE, None
-            results.append(DeletedGroup(group_id=group_id, error_code=code, error_message=message))
-        return DeleteGroupsResponse(results=results)
-
-    def _describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
-        described = []
-        for group_id in dict.fromkeys(request.groups):  # each group once
-            group = self.groups.get(group_id)
-            if group is None:
-                described.append(
-                    DescribedGroup(
-                        group_id=group_id,
-                        error_code=E.GROUP_ID_NOT_FOUND,
-                        error_message=f"no group {group_id!r}",
-                        state=GroupState.DEAD.value,
-                    )
-                )
-                continue
-            stable = group.state is GroupState.STABLE
-            name = group.protocol_name
-            members = [
-                DescribedMember(
-                    member_id=m.member_id,
-                    group_instance_id=m.instance_id,
-                    client_id=m.client_id,
-                    client_host=m.host,
-                    metadata=m.metadata_for(name) if name in m.protocol_names else b"",
-                    assignment=m.assignment if stable else b"",
-                )
-                for m in group.members.values()
-            ]
-            described.append(
-                DescribedGroup(
-                    group_id=group_id,
-                    state=group.state.value,
-                    generation_id=group.generation,
-                    protocol_type=group.protocol_type or "",
-                    protocol_name=name or "",
-                    leader=group.leader or "",
-                    members=members,
-                )
-            )
-        return DescribeGroupsResponse(groups=described)
-
-    def _list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
-        wanted: set[GroupState] | None = None
-        if request.states is not None:
-            unknown = [s for s in request.states if s.lower() not in STATES_BY_NAME]
-            if unknown:
-                return ListGroupsResponse(
-                    error_code=E.INVALID_REQUEST,
-                    error_message=f"unknown group states {unknown}; known: "
-                    + ", ".join(s.value for s in GroupState),
-                )
-            wanted = {STATES_BY_NAME[s.lower()] for s in request.states}
-        return ListGroupsResponse(
-            groups=[
-                ListedGroup(
-                    group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
-                )
-                for g in sorted(self.groups.values(), key=lambda g: g.group_id)
-                if wanted is None or g.state in wanted
-            ]
-        )
 
 
 def _unavailable(what: str) -> ErrorResponse:
     return ErrorResponse(
         error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=f"coordinator shutting down ({what})"
     )
+
+
+_JOIN_UNAVAILABLE = _unavailable("join_group")
+_SYNC_UNAVAILABLE = _unavailable("sync_group")
 
 
 def _nobody(group_id: str) -> FindCoordinatorResponse:

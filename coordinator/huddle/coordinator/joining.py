@@ -1,26 +1,25 @@
 """JoinGroup: new members (KIP-394), known members, static members (KIP-345), group size
-and protocol checks."""
+and protocol checks. A JoinGroup that starts or joins a rebalance is held until the join
+phase ends (``Rebalances.complete_join`` answers it)."""
 
 from __future__ import annotations
 
+from huddle.coordinator.answers import inconsistent, join_error, refuse_held
 from huddle.coordinator.effects import Effects, Peer, Waiter
 from huddle.coordinator.group import Group, Member
-from huddle.coordinator.rebalance import Rebalancing
-from huddle.coordinator.sessions import (
-    E,
-    S,
-    inconsistent,
-    join_error,
-    log,
-    rebalance_timeout,
-    sync_error,
-)
+from huddle.coordinator.rebalance import Rebalances
+from huddle.coordinator.sessions import E, S, Sessions, log, rebalance_timeout
 from huddle.coordinator.values import PendingMemberExpires, Refusal
 from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse
 
 
-class Joining(Rebalancing):
-    # --- JoinGroup -------------------------------------------------------------------
+class Joins:
+    def __init__(self, sessions: Sessions, rebalances: Rebalances) -> None:
+        self.sessions = sessions
+        self.rebalances = rebalances
+        self.groups = sessions.groups
+        self.timers = sessions.timers
+        self.config = sessions.config
 
     def join(self, fx: Effects, conn: Peer, cid: int, req: JoinGroupRequest) -> None:
         waiter = (conn.conn_id, cid)
@@ -47,12 +46,12 @@ class Joining(Rebalancing):
             )
             member = group.members.get(req.member_id)
             if member is not None:
-                self._remove_and_update(fx, group, member, "turned away: group is full")
+                self.rebalances.remove(fx, group, member, "turned away: group is full")
         elif not req.member_id:
             self._join_new(fx, group, conn, waiter, req)
         else:
             self._join_known(fx, group, conn, waiter, req)
-        self.collect(group)
+        self.sessions.collect(group)
 
     def _check_join_request(self, req: JoinGroupRequest) -> Refusal | None:
         cfg = self.config
@@ -87,7 +86,7 @@ class Joining(Rebalancing):
         if req.member_id:
             return None  # known (or pending) already: counted
         limit = self.config.max_members_per_connection
-        held = len(self.by_conn.get(conn.conn_id, ()))
+        held = len(self.sessions.by_conn.get(conn.conn_id, ()))
         if held < limit:
             return None
         return Refusal(
@@ -117,12 +116,12 @@ class Joining(Rebalancing):
         if not group.supports(req.protocol_type, req.protocols):
             fx.reply(waiter, inconsistent(""))
             return
-        member_id = self._new_member_id(conn.client_id)
+        member_id = self.sessions.new_member_id(conn.client_id)
         instance = req.group_instance_id
         if instance is None:
             # KIP-394: hand out an id and have the member come back with it.
             group.pending[member_id] = conn.conn_id
-            self._bind_key(conn.conn_id, (group.group_id, member_id))
+            self.sessions.bind_key(conn.conn_id, (group.group_id, member_id))
             self.timers.set(
                 PendingMemberExpires(group.group_id, member_id), fx.now + req.session_timeout_ms
             )
@@ -143,41 +142,41 @@ class Joining(Rebalancing):
     ) -> None:
         member_id = req.member_id
         if member_id in group.pending and req.group_instance_id is None:
-            self._forget_pending(group, member_id)
+            self.sessions.forget_pending(group, member_id)
             self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
             return
-        member = self.identify(group, member_id, req.group_instance_id)
+        member = self.sessions.identify(group, member_id, req.group_instance_id)
         if isinstance(member, Refusal):
             fx.reply(waiter, join_error(member.code, member.message, member_id))
             return
         if not group.supports(req.protocol_type, req.protocols, member):
             fx.reply(waiter, inconsistent(member_id))
             return
-        gone = self.follow(member, conn)
+        gone = self.sessions.follow(member, conn)
         if gone is not None:
             fx.reply(waiter, join_error(gone.code, gone.message, member_id))
             return
-        token_taken = self._take_token(member, conn)
-        self._touch(fx, member)
+        token_taken = self.take_token(member, conn)
+        self.sessions.touch(fx, member)
         unchanged = member.same_protocols(req.protocols)
         is_leader = member.member_id == group.leader
         if group.is_(S.PREPARING_REBALANCE):
             self._update_and_hold(fx, group, member, waiter, req)
-            self._try_complete_join(fx, group)
+            self.rebalances.try_complete_join(fx, group)
         elif unchanged and (
             group.is_(S.COMPLETING_REBALANCE) or (group.is_(S.STABLE) and not is_leader)
         ):
             # Nothing new: answer with the current generation, no rebalance.
             fx.reply(waiter, self._join_response(group, member))
             if token_taken and group.is_(S.STABLE):
-                self._keep(group)  # its record keeps the token it took
+                self.sessions.keep(group)  # its record keeps the token it took
         else:
             reason = "leader rejoined" if is_leader else "metadata changed"
             self._update_and_hold(fx, group, member, waiter, req)
-            self._prepare_rebalance(fx, group, f"{reason}: {member.member_id}")
+            self.rebalances.prepare_rebalance(fx, group, f"{reason}: {member.member_id}")
 
     @staticmethod
-    def _take_token(member: Member, conn: Peer) -> bool:
+    def take_token(member: Member, conn: Peer) -> bool:
         """A member without an incarnation token (it joined with none, or was loaded from a
         record kept before tokens were) rejoining on the connection it speaks through takes
         the token that connection presented, if any: from then on only that token moves it.
@@ -220,7 +219,7 @@ class Joining(Rebalancing):
         group.add(member)
         group.set_join_waiter(member, waiter)
         member.join_received_at = fx.now
-        self._bind_key(conn.conn_id, (group.group_id, member_id))
+        self.sessions.bind_key(conn.conn_id, (group.group_id, member_id))
         self.timers.set(member.session_key, fx.now + self.config.new_member_join_timeout_ms)
         log.info(
             "member_added",
@@ -231,9 +230,9 @@ class Joining(Rebalancing):
         )
         if group.is_(S.PREPARING_REBALANCE):
             group.new_member_added = True
-            self._try_complete_join(fx, group)
+            self.rebalances.try_complete_join(fx, group)
         else:
-            self._prepare_rebalance(fx, group, f"new member joined: {member_id}")
+            self.rebalances.prepare_rebalance(fx, group, f"new member joined: {member_id}")
 
     def _replace_static(
         self,
@@ -251,27 +250,22 @@ class Joining(Rebalancing):
             fx.reply(waiter, inconsistent(""))
             return
         fenced = f"instance {old.instance_id!r} rejoined as {member_id}"
-        if old.join_waiter is not None:
-            fx.reply(old.join_waiter, join_error(E.FENCED_INSTANCE_ID, fenced, old.member_id))
-            group.set_join_waiter(old, None)
-        if old.sync_waiter is not None:
-            fx.reply(old.sync_waiter, sync_error(E.FENCED_INSTANCE_ID, fenced))
-            old.sync_waiter = None
-        self._forget(old)
+        refuse_held(fx, group, old, E.FENCED_INSTANCE_ID, fenced)
+        self.sessions.forget(old)
         was_pending_sync = old.member_id in group.pending_sync
         member = group.replace_static(old, member_id)
-        self._bind(member, conn)
+        self.sessions.bind(member, conn)
         member.incarnation = conn.incarnation  # the new process's token, or none
-        self._bind_key(conn.conn_id, (group.group_id, member_id))
+        self.sessions.bind_key(conn.conn_id, (group.group_id, member_id))
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout(req)
-        self._touch(fx, member)
+        self.sessions.touch(fx, member)
         if was_pending_sync:
             group.pending_sync.add(member_id)
         if group.is_(S.STABLE):
-            self._keep(group)  # the same generation under the new member id
+            self.sessions.keep(group)  # the same generation under the new member id
         else:
-            self._keep_static(group, old.member_id, member)
+            self.sessions.keep_static(group, old.member_id, member)
         log.info(
             "static_member_replaced",
             group_id=group.group_id,
@@ -283,7 +277,7 @@ class Joining(Rebalancing):
         # Back in the same generation without a rebalance (KIP-345), unless a topic changed
         # since it formed: a returning leader could not tell (it missed the notice while it
         # was away) and the group would keep an assignment made for other counts.
-        if group.is_(S.STABLE) and group.topics_version == self.topics_version:
+        if group.is_(S.STABLE) and group.topics_version == self.sessions.topics_version:
             previous = member.protocols
             group.update_protocols(member, req.protocols)
             if group.select_protocol() == group.protocol_name:
@@ -292,9 +286,11 @@ class Joining(Rebalancing):
             group.update_protocols(member, previous)
         self._update_and_hold(fx, group, member, waiter, req)
         if group.is_(S.PREPARING_REBALANCE):
-            self._try_complete_join(fx, group)
+            self.rebalances.try_complete_join(fx, group)
         else:
-            self._prepare_rebalance(fx, group, f"static member rejoined: {member.instance_id}")
+            self.rebalances.prepare_rebalance(
+                fx, group, f"static member rejoined: {member.instance_id}"
+            )
 
     def _update_and_hold(
         self, fx: Effects, group: Group, member: Member, waiter: Waiter, req: JoinGroupRequest

@@ -20,8 +20,9 @@ import structlog
 
 from huddle.coordinator.effects import Effects, Outgoing
 from huddle.coordinator.group import Group
-from huddle.coordinator.membership import Membership
 from huddle.coordinator.offsets import Offsets
+from huddle.coordinator.rebalance import Rebalances
+from huddle.coordinator.sessions import Sessions
 from huddle.coordinator.storage.records import (
     DELETED,
     GroupRecord,
@@ -37,8 +38,11 @@ RESTORE_STEP = 512  # records replayed between two yields of ``restoring``
 
 
 class Loader:
-    def __init__(self, membership: Membership, topics: TopicRegistry, offsets: Offsets) -> None:
-        self.membership = membership
+    def __init__(
+        self, sessions: Sessions, rebalances: Rebalances, topics: TopicRegistry, offsets: Offsets
+    ) -> None:
+        self.sessions = sessions
+        self.rebalances = rebalances
         self.topics = topics
         self.offsets = offsets
         self.kept: dict[str, GroupRecord] = {}  # restored, loaded by ``loading_groups``
@@ -47,13 +51,13 @@ class Loader:
     def restoring(self, records: Iterable[Record]) -> Iterator[None]:
         """Replay kept records, oldest first, into a core that has not served yet; yields
         every ``RESTORE_STEP`` records."""
-        m = self.membership
+        sessions = self.sessions
         partitions = self.topics.partitions
         for i, record in enumerate(records, 1):
             if isinstance(record, OffsetRecord):
                 self.offsets.restore(record)
             elif isinstance(record, SessionRecord):  # the last one says (0: served)
-                m.unserved_fence_ms = record.longest_ms
+                sessions.unserved_fence_ms = record.longest_ms
                 if record.longest_ms > 0 and self.kept:
                     self._forget_kept_groups()
             elif isinstance(record, GroupRecord):  # loaded later, the last one of each
@@ -62,13 +66,13 @@ class Loader:
                 else:
                     self.kept[record.group_id] = record
             elif record.partitions > 0:
-                m.topics_version += 1
+                sessions.topics_changed()
                 old = partitions.get(record.name, 0)
                 partitions[record.name] = record.partitions
                 if record.partitions < old:
                     self.offsets.forget_topic(record.name, record.partitions)
             elif partitions.pop(record.name, None) is not None:
-                m.topics_version += 1
+                sessions.topics_changed()
                 self.offsets.forget_topic(record.name)
             if i % RESTORE_STEP == 0:
                 yield
@@ -87,7 +91,7 @@ class Loader:
         log.warning(
             "kept_groups_not_trusted",
             groups=len(self.kept),
-            fence_ms=self.membership.unserved_fence_ms,
+            fence_ms=self.sessions.unserved_fence_ms,
         )
         self.kept = {
             group_id: msgspec.structs.replace(
@@ -99,29 +103,29 @@ class Loader:
     def loading_groups(self, now: float) -> Iterator[None]:
         """Load every restored group (``Sessions.build_group``) with its replayed offsets;
         yields after each. Their members have no session yet: ``serve_loaded``."""
-        m = self.membership
+        sessions = self.sessions
         kept, self.kept = self.kept, {}
         for record in kept.values():
-            restored = m.groups.pop(record.group_id, None)  # its offsets, replayed
-            group = m.build_group(record, now)
+            restored = sessions.groups.pop(record.group_id, None)  # its offsets, replayed
+            group = sessions.build_group(record, now)
             if restored is not None:
                 group.offsets = restored.offsets
-            m.collect(group)  # emptied with no offsets: nothing to keep it for
-            if m.groups.get(group.group_id) is group:
+            sessions.collect(group)  # emptied with no offsets: nothing to keep it for
+            if sessions.groups.get(group.group_id) is group:
                 self.unserved.append(group)
             yield
 
     def serve_loaded(self, now: float, most: int | None = None) -> list[Outgoing]:
         """Start the sessions of the loaded groups' members at ``now`` (``most`` groups at
         the most; None: all), and the rebalances a loaded group needs
-        (``Rebalancing.serve_loaded``). A group that went meanwhile is passed over."""
+        (``Rebalances.serve_loaded``). A group that went meanwhile is passed over."""
         fx = Effects(now)
-        m = self.membership
+        sessions = self.sessions
         served = 0
         while self.unserved and (most is None or served < most):
             group = self.unserved.popleft()
-            if m.groups.get(group.group_id) is group:
-                m.serve_loaded(fx, group)
-                m.collect(group)
+            if sessions.groups.get(group.group_id) is group:
+                self.rebalances.serve_loaded(fx, group)
+                sessions.collect(group)
             served += 1
         return fx.out

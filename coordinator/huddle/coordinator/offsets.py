@@ -1,12 +1,19 @@
-"""Committed offsets, fenced by generation (docs/coordinator.md section 4)."""
+"""Committed offsets, fenced by generation (docs/coordinator.md section 4).
+
+Which commits a generation fence lets through is a part of its own (``CommitFence``,
+``fence_by_generation`` by default) that the core is given: the simulator passes a faulty
+one to prove it finds the bug (``huddle.sim.faulty_offsets``); nothing else does.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import structlog
 
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Committed, Group, Member
-from huddle.coordinator.membership import Membership
+from huddle.coordinator.sessions import Sessions
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.storage.records import DELETED, OffsetRecord, Record, offset_deleted
 from huddle.coordinator.topics import TopicRegistry
@@ -22,7 +29,6 @@ from huddle.protocol.messages import (
     OffsetFetchTopicResult,
     PartitionResult,
 )
-from huddle.protocol.planted import planted
 
 log = structlog.get_logger("huddle.offsets")
 
@@ -30,21 +36,37 @@ E = ErrorCode
 S = GroupState
 _NONE: Committed = (-1, None, 0)  # what a partition with no committed offset shows
 
+# Whether a commit for a member of ``group`` made in ``generation`` is refused for it (None:
+# it is not). Only commits from a known member of a group that is not Empty are asked.
+CommitFence = Callable[[Group, int], Refusal | None]
+
+
+def fence_by_generation(group: Group, generation: int) -> Refusal | None:
+    """A member commits only in the group's current generation (Kafka's rule)."""
+    if generation != group.generation:
+        return Refusal(
+            E.ILLEGAL_GENERATION,
+            f"generation {generation} is not the group's {group.generation}",
+        )
+    return None
+
 
 class Offsets:
     def __init__(
         self,
-        membership: Membership,
+        sessions: Sessions,
         topics: TopicRegistry,
         metadata_max: int,
         changes: list[Record],
         request_max: int = 20_000,
+        fence: CommitFence = fence_by_generation,
     ) -> None:
-        self.membership = membership
+        self.sessions = sessions
+        self.fence = fence
         self.topics = topics
         self.metadata_max = metadata_max
         self.request_max = request_max  # partitions one request may name
-        self.changes = changes  # what to keep across restarts (see coordinator.records)
+        self.changes = changes  # what to keep across restarts (see coordinator.storage.records)
         # offsets a topic's change drops are kept deleted one by one (a cluster node: etcd
         # has no journal whose topic records would drop them on a replay)
         self.keep_forgotten = False
@@ -53,11 +75,11 @@ class Offsets:
     def wall_offset_ms(self) -> float:
         """Wall clock ms minus the core's clock (``Sessions.wall_offset_ms``): commits are
         stamped with the wall clock, which outlives a restart, for retention."""
-        return self.membership.wall_offset_ms
+        return self.sessions.wall_offset_ms
 
     @wall_offset_ms.setter
     def wall_offset_ms(self, value: float) -> None:
-        self.membership.wall_offset_ms = value
+        self.sessions.wall_offset_ms = value
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
@@ -75,13 +97,13 @@ class Offsets:
                 waiter, OffsetCommitResponse(error_code=error.code, error_message=error.message)
             )
             if group is not None:
-                self.membership.collect(group)
+                self.sessions.collect(group)
             return
         assert group is not None
         results = []
         stored = 0
         offsets, changes, group_id = group.offsets, self.changes, req.group_id
-        committed_ms = self.membership.wall_ms(fx.now)
+        committed_ms = self.sessions.wall_ms(fx.now)
         counts, metadata_max = self.topics.partitions, self.metadata_max
         for topic in req.topics:
             name = topic.name
@@ -112,14 +134,14 @@ class Offsets:
             partitions=stored,
         )
         fx.reply(waiter, OffsetCommitResponse(topics=results))
-        self.membership.collect(group)
+        self.sessions.collect(group)
 
     def _check_commit(
         self, fx: Effects, peer: Peer, req: OffsetCommitRequest
     ) -> tuple[Group | None, Refusal | None]:
         if not req.group_id:
             return None, Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
-        groups = self.membership.groups
+        groups = self.sessions.groups
         group = groups.get(req.group_id)
         simple = req.generation_id < 0 and not req.member_id
         if group is None:
@@ -132,7 +154,7 @@ class Offsets:
             # The group only stores offsets (an admin tool, a manual commit): any member id,
             # as Kafka's doCommitOffsets.
             return group, None
-        member = self.membership.identify(group, req.member_id, req.group_instance_id)
+        member = self.sessions.identify(group, req.member_id, req.group_instance_id)
         if not isinstance(member, Member):
             if simple:
                 return group, Refusal(
@@ -140,20 +162,18 @@ class Offsets:
                     "commits without a member id are allowed only while the group is empty",
                 )
             return group, member
-        if req.generation_id != group.generation and not planted("commit-fencing-off"):
-            return group, Refusal(
-                E.ILLEGAL_GENERATION,
-                f"generation {req.generation_id} is not the group's {group.generation}",
-            )
+        stale = self.fence(group, req.generation_id)
+        if stale is not None:
+            return group, stale
         if group.is_(S.COMPLETING_REBALANCE):
             return group, Refusal(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance")
         # Kafka accepts a commit from whoever names the member, its instance id and its
         # generation (a producer may commit for its consumer on a connection of its own),
         # and renews the member's session; the member moves only with its own client
-        gone = self.membership.follow(member, peer)
+        gone = self.sessions.follow(member, peer)
         if gone is not None:
             return group, gone
-        self.membership.renew(fx, member)
+        self.sessions.touch(fx, member)
         return group, None
 
     def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:
@@ -162,7 +182,7 @@ class Offsets:
         request may (or asking for all of a group that has more) is refused: its answer
         would hold the loop, and everyone else, up."""
         waiter = (peer.conn_id, cid)
-        group = self.membership.groups.get(req.group_id)
+        group = self.sessions.groups.get(req.group_id)
         offsets = group.offsets if group is not None else {}
         topics: dict[str, list[FetchedOffset]] = {}
         if req.topics is None:
@@ -203,12 +223,12 @@ class Offsets:
 
     def restore(self, record: OffsetRecord) -> None:
         """An offset kept from before a restart (not fenced: it was accepted then)."""
-        groups = self.membership.groups
+        groups = self.sessions.groups
         group = groups.get(record.group_id)
         if record.offset == DELETED:  # deleted with its group since
             if group is not None:
                 group.offsets.pop((record.topic, record.partition), None)
-                self.membership.collect(group)
+                self.sessions.collect(group)
             return
         if group is None:
             group = groups[record.group_id] = Group(record.group_id)
@@ -220,13 +240,13 @@ class Offsets:
 
     def forget_topic(self, name: str, partitions_left: int = 0) -> None:
         """Drop committed offsets of a deleted topic, or of partitions cut off by a shrink."""
-        for group in list(self.membership.groups.values()):
+        for group in list(self.sessions.groups.values()):
             doomed = [k for k in group.offsets if k[0] == name and k[1] >= partitions_left]
             for key in doomed:
                 del group.offsets[key]
                 if self.keep_forgotten:
                     self.changes.append(offset_deleted(group.group_id, *key))
-            self.membership.collect(group)
+            self.sessions.collect(group)
 
 
 def _fetch_refused(error: Refusal) -> OffsetFetchResponse:

@@ -29,7 +29,7 @@ import structlog
 
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.group import Committed, Group
-from huddle.coordinator.membership import Membership
+from huddle.coordinator.sessions import Sessions
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.storage.records import OffsetRecord, Record, offset_deleted
 from huddle.protocol.embedded import CONSUMER_PROTOCOL_TYPE
@@ -41,8 +41,8 @@ Key = tuple[str, int]
 
 
 class Retention:
-    def __init__(self, membership: Membership, config: GroupConfig, changes: list[Record]) -> None:
-        self.membership = membership
+    def __init__(self, sessions: Sessions, config: GroupConfig, changes: list[Record]) -> None:
+        self.sessions = sessions
         self.config = config
         self.changes = changes
 
@@ -64,7 +64,7 @@ class Retention:
         check costs little more than a glance at each group."""
         now = int(wall_ms)
         retention = self.config.offsets_retention_ms
-        groups = self.membership.groups
+        groups = self.sessions.groups
         removed = 0
         for group in list(groups.values()):
             if groups.get(group.group_id) is not group or not group.offsets:
@@ -86,7 +86,7 @@ class Retention:
                     left=len(group.offsets),
                     state=group.state.value,
                 )
-                self.membership.collect(group)  # Empty with nothing left: it goes
+                self.sessions.collect(group)  # Empty with nothing left: it goes
             yield
         return removed
 

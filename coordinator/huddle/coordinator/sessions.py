@@ -1,7 +1,10 @@
-"""Session bookkeeping shared by every membership rule: the groups, which connection each
-member speaks through, session deadlines, identifying the member a request speaks for, and
-forgetting members. The rules themselves live in ``rebalance``, ``joining`` and
-``membership``, which build on this class.
+"""Sessions: the part of the coordinator core every membership rule shares. It owns the
+groups, which connection each member speaks through, the members' session deadlines and the
+disconnect grace, the restart fence, and the records kept of each group; it identifies the
+member a request speaks for and forgets members that go. The rules are parts of their own
+that are given this one: ``joining`` (JoinGroup), ``syncing`` (SyncGroup), ``heartbeats``,
+``leaving`` (LeaveGroup), ``rebalance`` (the phases) and ``deadlines`` (what a deadline
+that passed does).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Protocol
 
 import structlog
 
+from huddle.coordinator.answers import refuse_held
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.effects import Effects, Peer
 from huddle.coordinator.group import Group, Member
@@ -29,7 +33,7 @@ from huddle.coordinator.values import (
     RestartFenceEnds,
 )
 from huddle.protocol.errors import ErrorCode
-from huddle.protocol.messages import JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
+from huddle.protocol.messages import JoinGroupRequest
 
 log = structlog.get_logger("huddle.membership")
 
@@ -56,7 +60,8 @@ class RebalanceObserver(Protocol):
 
 
 class Sessions:
-    """Owns the groups, their deadlines, and which connection each member speaks through."""
+    """Owns the groups, their members' sessions, and which connection each member speaks
+    through."""
 
     def __init__(
         self,
@@ -69,7 +74,7 @@ class Sessions:
         self.timers = timers
         self.groups: dict[str, Group] = {}
         self.by_conn: dict[int, set[MemberKey]] = {}
-        self._new_member_id = new_member_id
+        self.new_member_id = new_member_id
         self.changes: list[Record] = changes if changes is not None else []
         # the restart fence a journal of an older version asks for (its longest session,
         # see ``huddle.coordinator.storage.records``), until it has been served; 0: none
@@ -93,6 +98,15 @@ class Sessions:
             digest = topics_digest(self.topic_counts)
             self._digest = (self.topics_version, digest)
         return digest
+
+    def topics_changed(self) -> None:
+        """Topics were created, altered or deleted: a group that formed before no longer
+        holds today's topics (see ``Joins`` for a static member's return)."""
+        self.topics_version += 1
+
+    def set_wall_clock(self, now: float, wall_ms: float) -> None:
+        """The wall clock reads ``wall_ms`` at the core's time ``now``."""
+        self.wall_offset_ms = wall_ms - now
 
     def wall_ms(self, now: float) -> int:
         """The wall clock (ms since the epoch) at the core's time ``now``."""
@@ -137,7 +151,7 @@ class Sessions:
             return Refusal(E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group")
         return member
 
-    def _validate_member_request(
+    def check_member(
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
     ) -> tuple[Group, Member] | Refusal:
         group = self.groups.get(group_id)
@@ -160,7 +174,7 @@ class Sessions:
         generation) must not act after all, or None; and which connection the member speaks
         through from now on. A client is told by its principal and the incarnation token it
         presents, or, for a member without a token, by its principal and client id
-        (``same_client``). A move never changes the member's token (see ``_take_token``).
+        (``same_client``). A move never changes the member's token (see ``Joins.take_token``).
 
         The member's own client on a newer connection (connection ids only grow) came back:
         the member moves there, whatever the request (JoinGroup, SyncGroup, Heartbeat or
@@ -176,12 +190,12 @@ class Sessions:
                 E.COORDINATOR_NOT_AVAILABLE,
                 f"member {member.member_id} speaks through a newer connection of its client",
             )
-        self._bind(member, conn)
+        self.bind(member, conn)
         return None
 
     # --- kept groups (a cluster) -----------------------------------------------------
 
-    def _keep(self, group: Group) -> None:
+    def keep(self, group: Group) -> None:
         """The group ended a rebalance (or emptied): record it, for a restart or a node
         taking over."""
         if self.keep_groups:
@@ -190,7 +204,7 @@ class Sessions:
             group.kept = group_record(group, self.topics_digest() if same else None)
             self.changes.append(group.kept)
 
-    def _keep_static(self, group: Group, old_id: str, member: Member | None) -> None:
+    def keep_static(self, group: Group, old_id: str, member: Member | None) -> None:
         """A static member rejoined under a new member id (``member``) or was removed
         (None) since the group's last record: that record, so changed (in Stable, ``_keep``
         records the group as it is instead). A record with a member removed says so: its
@@ -201,16 +215,10 @@ class Sessions:
                 group.kept = changed
                 self.changes.append(changed)
 
-    def load_group(self, record: GroupRecord, now: float) -> Group:
-        """Serve a kept group: Stable in its generation, every member with a fresh session
-        (they find this node and go on heartbeating). Replaces a group of the same id."""
-        group = self.build_group(record, now)
-        self.serve_loaded(Effects(now), group)
-        return group
-
     def build_group(self, record: GroupRecord, now: float) -> Group:
-        """``load_group`` up to the sessions: the group is served, its loaded members have
-        no session deadline until ``serve_loaded``."""
+        """Serve a kept group (``Rebalances.load_group``) up to the sessions: Stable in its
+        generation; its loaded members have no session deadline until ``start_sessions``.
+        Replaces a group of the same id."""
         old = self.groups.get(record.group_id)
         if old is not None:
             self.unload_group(Effects(now), old.group_id)
@@ -230,7 +238,7 @@ class Sessions:
         )
         return group
 
-    def serve_loaded(self, fx: Effects, group: Group) -> None:
+    def start_sessions(self, fx: Effects, group: Group) -> None:
         """A loaded group's members get their sessions now (Kafka's ``onGroupLoaded``),
         those that have none yet (one already heard from has its own)."""
         timers = self.timers
@@ -247,32 +255,22 @@ class Sessions:
             return
         moved = "the group moved to another coordinator"
         for member in group.members.values():
-            if member.join_waiter is not None:
-                fx.reply(member.join_waiter, join_error(E.NOT_COORDINATOR, moved, member.member_id))
-                group.set_join_waiter(member, None)
-            if member.sync_waiter is not None:
-                fx.reply(member.sync_waiter, sync_error(E.NOT_COORDINATOR, moved))
-                member.sync_waiter = None
-            self._forget(member)
+            refuse_held(fx, group, member, E.NOT_COORDINATOR, moved)
+            self.forget(member)
         for member_id in list(group.pending):
-            self._forget_pending(group, member_id)
+            self.forget_pending(group, member_id)
         self.timers.cancel(group.join_key)
         self.timers.cancel(group.sync_key)
         log.info("group_unloaded", group_id=group_id, generation=group.generation)
 
     # --- forgetting ---------------------------------------------------------------
 
-    def _drop(self, fx: Effects, group: Group, member: Member, reason: str) -> None:
-        gone = f"member removed: {reason}"
-        if member.join_waiter is not None:
-            fx.reply(member.join_waiter, join_error(E.UNKNOWN_MEMBER_ID, gone, member.member_id))
-        if member.sync_waiter is not None:
-            fx.reply(member.sync_waiter, sync_error(E.UNKNOWN_MEMBER_ID, gone))
-            member.sync_waiter = None
+    def drop(self, fx: Effects, group: Group, member: Member, reason: str) -> None:
+        refuse_held(fx, group, member, E.UNKNOWN_MEMBER_ID, f"member removed: {reason}")
         group.remove(member.member_id)
-        self._forget(member)
+        self.forget(member)
         if member.instance_id is not None:  # a restart must not bring it back
-            self._keep_static(group, member.member_id, None)
+            self.keep_static(group, member.member_id, None)
         log.info(
             "member_removed",
             group_id=group.group_id,
@@ -282,19 +280,19 @@ class Sessions:
             reason=reason,
         )
 
-    def _forget(self, member: Member) -> None:
+    def forget(self, member: Member) -> None:
         self.timers.cancel(member.session_key)
         self.timers.cancel(member.grace_key)
         self._unbind_key(member.conn_id, (member.session_key.group_id, member.member_id))
 
     def drop_pending(self, group: Group, member_id: str, reason: str) -> None:
         """Forget a member id handed out (KIP-394) and not used yet."""
-        self._forget_pending(group, member_id)
+        self.forget_pending(group, member_id)
         log.info(
             "pending_member_removed", group_id=group.group_id, member_id=member_id, reason=reason
         )
 
-    def _forget_pending(self, group: Group, member_id: str) -> None:
+    def forget_pending(self, group: Group, member_id: str) -> None:
         conn_id = group.pending.pop(member_id)
         self.timers.cancel(PendingMemberExpires(group.group_id, member_id))
         self.timers.cancel(DisconnectGraceEnds(group.group_id, member_id))
@@ -319,18 +317,35 @@ class Sessions:
 
     # --- connections and sessions ----------------------------------------------------
 
-    def _bind(self, member: Member, conn: Peer) -> None:
+    def connection_closed(self, fx: Effects, conn_id: int) -> None:
+        """Members that spoke through ``conn_id`` get the disconnect grace, if enabled;
+        static members keep session-timeout semantics."""
+        keys = self.by_conn.pop(conn_id, set())
+        grace = self.config.disconnect_grace_ms
+        if grace < 0:
+            return
+        for group_id, member_id in keys:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            member = group.members.get(member_id)
+            if member is not None and member.instance_id is None and member.conn_id == conn_id:
+                self.timers.set(member.grace_key, fx.now + grace)
+            elif member is None and member_id in group.pending:
+                self.timers.set(DisconnectGraceEnds(group_id, member_id), fx.now + grace)
+
+    def bind(self, member: Member, conn: Peer) -> None:
         if member.conn_id != conn.conn_id:
             key = (member.session_key.group_id, member.member_id)
             self._unbind_key(member.conn_id, key)
-            self._bind_key(conn.conn_id, key)
+            self.bind_key(conn.conn_id, key)
             member.conn_id = conn.conn_id
             self.timers.cancel(member.grace_key)
         member.client_id = conn.client_id
         member.principal = conn.principal
         member.host = conn.host
 
-    def _bind_key(self, conn_id: int, key: MemberKey) -> None:
+    def bind_key(self, conn_id: int, key: MemberKey) -> None:
         self.by_conn.setdefault(conn_id, set()).add(key)
 
     def _unbind_key(self, conn_id: int, key: MemberKey) -> None:
@@ -340,15 +355,11 @@ class Sessions:
             if not keys:
                 del self.by_conn[conn_id]
 
-    def _touch(self, fx: Effects, member: Member) -> None:
-        """Activity from a member pushes its session deadline out (never in)."""
+    def touch(self, fx: Effects, member: Member) -> None:
+        """Activity from a member (or a request made for it) pushes its session deadline
+        out (never in); which connection it speaks through is ``follow``'s."""
         self.timers.extend(member.session_key, fx.now + member.session_timeout_ms)
         member.overdue_since = None
-
-    def renew(self, fx: Effects, member: Member) -> None:
-        """A request made for the member renews its session (which connection it speaks
-        through is ``follow``'s)."""
-        self._touch(fx, member)
 
 
 def same_client(member: Member, conn: Peer) -> bool:
@@ -368,19 +379,3 @@ def same_client(member: Member, conn: Peer) -> bool:
 
 def rebalance_timeout(req: JoinGroupRequest) -> int:
     return req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms
-
-
-def join_error(code: ErrorCode, message: str, member_id: str) -> JoinGroupResponse:
-    return JoinGroupResponse(error_code=code, error_message=message, member_id=member_id)
-
-
-def inconsistent(member_id: str) -> JoinGroupResponse:
-    return join_error(
-        E.INCONSISTENT_GROUP_PROTOCOL,
-        "protocol type or protocols do not match the group's",
-        member_id,
-    )
-
-
-def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
-    return SyncGroupResponse(error_code=code, error_message=message)

@@ -20,6 +20,7 @@ from huddle.protocol.messages import (
     Request,
     TopicSpec,
 )
+from huddle.sim.faulty_offsets import planted_commit_fence
 from huddle.sim.network import Link
 from huddle.sim.scheduler import Scheduler, Timer
 
@@ -67,7 +68,9 @@ class CoordinatorHost:
 
     def start(self) -> None:
         self.incarnation += 1
-        core = Coordinator(self.config, new_member_id=self._member_id)
+        core = Coordinator(
+            self.config, new_member_id=self._member_id, commit_fence=planted_commit_fence
+        )
         core.membership.keep_groups = True  # as a data dir keeps them
         core.restore(self.kept)
         core.start(self.sched.now)

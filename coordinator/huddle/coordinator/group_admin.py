@@ -1,0 +1,131 @@
+"""Group administration: DescribeGroups, ListGroups and DeleteGroups (Kafka's admin
+requests on groups). They read the groups as they are and never change a membership;
+DeleteGroups removes an Empty group with its offsets, kept as deletions.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from huddle.coordinator.group import Group
+from huddle.coordinator.sessions import Sessions
+from huddle.coordinator.state import STATES_BY_NAME, GroupState
+from huddle.coordinator.storage.records import Record, group_deleted, offset_deleted
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    DeletedGroup,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+
+log = structlog.get_logger("huddle.core")
+
+E = ErrorCode
+
+
+class GroupAdmin:
+    def __init__(self, sessions: Sessions, changes: list[Record]) -> None:
+        self.sessions = sessions
+        self.changes = changes  # what to keep across restarts (see coordinator.storage.records)
+
+    def forget_group(self, group: Group) -> None:
+        """The group and its offsets go, and stay gone: deletions are kept as records.
+        Member ids handed out and not yet used go with it (a JoinGroup with one later is
+        answered UNKNOWN_MEMBER_ID, as for any member id the group does not know)."""
+        group_id = group.group_id
+        for member_id in list(group.pending):
+            self.sessions.drop_pending(group, member_id, "the group was deleted")
+        for topic, partition in sorted(group.offsets):
+            self.changes.append(offset_deleted(group_id, topic, partition))
+        group.offsets.clear()
+        if self.sessions.keep_groups:
+            self.changes.append(group_deleted(group_id))
+            group.kept = None  # deleted already
+        self.sessions.collect(group)
+
+    def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        """Kafka's DeleteGroups: an Empty group goes, with its committed offsets (kept as
+        deletions: a restart or another node does not bring them back), even while a member
+        id handed out by MEMBER_ID_REQUIRED waits to be used (Kafka moves it to Dead)."""
+        results = []
+        for group_id in dict.fromkeys(request.groups):
+            group = self.sessions.groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
+            elif group.members or not group.is_(GroupState.EMPTY):
+                code = E.NON_EMPTY_GROUP
+                message = f"group {group_id!r} has {group.size} members: only an empty group goes"
+            else:
+                self.forget_group(group)
+                log.info("group_deleted", group_id=group_id)
+                code, message = E.NONE, None
+            results.append(DeletedGroup(group_id=group_id, error_code=code, error_message=message))
+        return DeleteGroupsResponse(results=results)
+
+    def describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        described = []
+        for group_id in dict.fromkeys(request.groups):  # each group once
+            group = self.sessions.groups.get(group_id)
+            if group is None:
+                described.append(
+                    DescribedGroup(
+                        group_id=group_id,
+                        error_code=E.GROUP_ID_NOT_FOUND,
+                        error_message=f"no group {group_id!r}",
+                        state=GroupState.DEAD.value,
+                    )
+                )
+                continue
+            stable = group.state is GroupState.STABLE
+            name = group.protocol_name
+            members = [
+                DescribedMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.host,
+                    metadata=m.metadata_for(name) if name in m.protocol_names else b"",
+                    assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            ]
+            described.append(
+                DescribedGroup(
+                    group_id=group_id,
+                    state=group.state.value,
+                    generation_id=group.generation,
+                    protocol_type=group.protocol_type or "",
+                    protocol_name=name or "",
+                    leader=group.leader or "",
+                    members=members,
+                )
+            )
+        return DescribeGroupsResponse(groups=described)
+
+    def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        wanted: set[GroupState] | None = None
+        if request.states is not None:
+            unknown = [s for s in request.states if s.lower() not in STATES_BY_NAME]
+            if unknown:
+                return ListGroupsResponse(
+                    error_code=E.INVALID_REQUEST,
+                    error_message=f"unknown group states {unknown}; known: "
+                    + ", ".join(s.value for s in GroupState),
+                )
+            wanted = {STATES_BY_NAME[s.lower()] for s in request.states}
+        return ListGroupsResponse(
+            groups=[
+                ListedGroup(
+                    group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
+                )
+                for g in sorted(self.sessions.groups.values(), key=lambda g: g.group_id)
+                if wanted is None or g.state in wanted
+            ]
+        )

@@ -1,0 +1,27 @@
+"""The coordinator's faulty parts the simulator plants (``huddle sim run --plant``).
+
+The core is given its commit fence (``huddle.coordinator.offsets.CommitFence``); the
+simulator's coordinator gets ``planted_commit_fence``, which lets every commit through while
+``commit-fencing-off`` is planted and fences as the core does otherwise.
+"""
+
+from __future__ import annotations
+
+from huddle.coordinator.group import Group
+from huddle.coordinator.offsets import fence_by_generation
+from huddle.coordinator.values import Refusal
+from huddle.protocol.planted import planted
+
+
+def commits_from_any_generation(group: Group, generation: int) -> Refusal | None:
+    """``commit-fencing-off``: a member's commit is accepted whatever its generation."""
+    return None
+
+
+def planted_commit_fence(group: Group, generation: int) -> Refusal | None:
+    """The fence the simulator's coordinator uses: faulty while ``commit-fencing-off`` is
+    planted (a run plants its bugs after the coordinator is built, and a restarted one is
+    built again meanwhile), else the core's own."""
+    if planted("commit-fencing-off"):
+        return commits_from_any_generation(group, generation)
+    return fence_by_generation(group, generation)
