@@ -33,19 +33,15 @@ from pathlib import Path
 from bench.common import quiet_logs
 from bench.failover import start_etcd
 from bench.journal import PARTITIONS, commit_request
-from bench.rawclient import (
+from bench.processes import (
     HOST,
-    MemberSettings,
-    RawConnection,
     ServerProcess,
-    SimMember,
-    close_all,
     cpu_seconds,
     huddle_serve,
     new_event_loop,
-    open_connection,
     server_process,
 )
+from bench.rawclient import MemberSettings, RawConnection, RawMember, close_all, open_connection
 from bench.rebalance import Tracker
 from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.messages import (
@@ -254,7 +250,7 @@ class Node:
     port: int
     pid: int
     conns: list[RawConnection] = field(default_factory=list)
-    members: list[SimMember] = field(default_factory=list)
+    members: list[RawMember] = field(default_factory=list)
     groups: int = 0
 
 
@@ -302,7 +298,7 @@ async def scale(setup: Setup, args: argparse.Namespace) -> ScaleResult:
                 heartbeat_interval_ms=1_000,
             )
             conn = node.conns[i // args.members_per_connection]
-            node.members.append(SimMember(conn, settings, on_synced=trackers[group].synced))
+            node.members.append(RawMember(conn, settings, on_synced=trackers[group].synced))
     members = [m for n in nodes.values() for m in n.members]
     until = loop.time() + 3_600
     for tracker in trackers.values():
@@ -372,7 +368,7 @@ async def one_join(port: int, group_id: str, tracker: Tracker, size: int, until:
     settings = MemberSettings(
         group_id=group_id, session_timeout_ms=30_000, heartbeat_interval_ms=1_000
     )
-    newcomer = SimMember(conn, settings, on_synced=tracker.synced)
+    newcomer = RawMember(conn, settings, on_synced=tracker.synced)
     task = None
     try:
         tracker.arm(size + 1, generation)

@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    from bench.rawclient import new_event_loop
+    from bench.processes import new_event_loop
 
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         runner.run(serve(args.host, args.port))

@@ -26,16 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import cpu_model, quiet_logs
-from bench.rawclient import (
-    MemberSettings,
-    RawConnection,
-    SimMember,
-    huddle_serve,
-    new_event_loop,
-    open_connection,
-    pin_to_cpu,
-    server_process,
-)
+from bench.processes import huddle_serve, new_event_loop, pin_to_cpu, server_process
+from bench.rawclient import MemberSettings, RawConnection, RawMember, open_connection
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import (
@@ -79,7 +71,7 @@ async def _setup(port: int, offsets: int) -> None:
 
 
 async def _burst(
-    port: int, fetches: int, bystander: SimMember, attackers: int = 1
+    port: int, fetches: int, bystander: RawMember, attackers: int = 1
 ) -> dict[str, float | bool]:
     """``fetches`` fetches of every offset of ``big``, spread over ``attackers``
     connections, each writing its share in one write."""
@@ -165,7 +157,7 @@ async def main(args: argparse.Namespace) -> None:
         pin_to_cpu(0, 1)  # this process: the other CPU
         await _setup(server.port, args.offsets)
         conn = await open_connection(server.port, "bystander")
-        bystander = SimMember(conn, MemberSettings(group_id="calm", session_timeout_ms=6_000))
+        bystander = RawMember(conn, MemberSettings(group_id="calm", session_timeout_ms=6_000))
         await bystander.join_and_sync()
         print(f"CPU: {cpu_model()}; server pinned to CPU 0, this script to CPU 1")
         print(f"burst: {args.fetches} fetches of {args.offsets:,} offsets each, in one write")

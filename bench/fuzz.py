@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.common import cpu_model, quiet_logs
 from bench.fairness import _peak_rss_mib
-from bench.rawclient import _wait_listening, free_port, huddle_command, new_event_loop
+from bench.processes import free_port, huddle_command, new_event_loop, wait_listening
 from huddle.chaos.fuzzrun import fuzz
 
 
@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
         with log.open("w") as out:
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         try:
-            _wait_listening(proc, port, 20.0)
+            wait_listening(proc, port, 20.0)
             loop = new_event_loop()
             try:
                 report = loop.run_until_complete(fuzz(port, frames=args.frames, seed=args.seed))

@@ -26,22 +26,18 @@ from ssl import SSLContext
 import msgspec
 
 from bench.common import quiet_logs
-from bench.rawclient import (
-    MemberSettings,
-    RawConnection,
+from bench.processes import (
     ServerProcess,
-    SimMember,
     cancelled_by_sigterm,
-    close_all,
     cpu_seconds,
     echo_command,
     exit_on_sigterm,
     huddle_serve,
     new_event_loop,
-    open_connection,
     pin_to_cpu,
     server_process,
 )
+from bench.rawclient import MemberSettings, RawConnection, RawMember, close_all, open_connection
 from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.framing import ClientCodec, FrameReader, frame_header
 from huddle.protocol.messages import Call, HeartbeatRequest, HeartbeatResponse, Reply
@@ -242,10 +238,10 @@ async def measure(
 
 async def form_group(
     port: int, members: int, connections: int, ssl: SSLContext | None = None
-) -> list[SimMember]:
+) -> list[RawMember]:
     conns = [await open_connection(port, f"hb-{i}", ssl=ssl) for i in range(connections)]
     settings = MemberSettings(group_id="heartbeat-bench", session_timeout_ms=60_000)
-    group = [SimMember(conns[i % connections], settings) for i in range(members)]
+    group = [RawMember(conns[i % connections], settings) for i in range(members)]
     await asyncio.wait_for(asyncio.gather(*(m.join_and_sync() for m in group)), 30.0)
     generations = {m.synced_generation for m in group}
     if len(generations) != 1:
@@ -253,7 +249,7 @@ async def form_group(
     return group
 
 
-def heartbeat_frames(group: list[SimMember], conn: RawConnection) -> list[bytes]:
+def heartbeat_frames(group: list[RawMember], conn: RawConnection) -> list[bytes]:
     codec = ClientCodec()
     return [
         codec.encode(

@@ -26,14 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.common import cpu_model, loop_stall, quiet_logs
-from bench.rawclient import (
-    RawConnection,
-    huddle_serve,
-    new_event_loop,
-    open_connection,
-    pin_to_cpu,
-    server_process,
-)
+from bench.processes import huddle_serve, new_event_loop, pin_to_cpu, server_process
+from bench.rawclient import RawConnection, open_connection
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.server import CoordinatorServer

@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 
 from bench.common import quiet_logs
-from bench.rawclient import huddle_serve, raise_fd_limit, server_process
+from bench.processes import huddle_serve, raise_fd_limit, server_process
 from huddle.client import Admin, Member, RebalanceListener, TopicPartition
 from huddle.client.running import MemberTask
 

@@ -21,19 +21,21 @@ import tracemalloc
 from pathlib import Path
 
 from bench.common import quiet_logs
-from bench.rawclient import (
-    MemberSettings,
-    RawConnection,
-    SimMember,
+from bench.processes import (
     cancelled_by_sigterm,
-    close_all,
     exit_on_sigterm,
     huddle_serve,
     new_event_loop,
-    open_connection,
-    open_connections,
     raise_fd_limit,
     server_process,
+)
+from bench.rawclient import (
+    MemberSettings,
+    RawConnection,
+    RawMember,
+    close_all,
+    open_connection,
+    open_connections,
 )
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.core import Coordinator, Peer
@@ -157,7 +159,7 @@ async def fill(port: int, pid: int, members: int, connections: int, groups: int)
     admin = await open_connection(port, "memory-admin")
     # Warm up: one member through join, sync and leave, so that what is built once per
     # process (codecs, caches, the first group) is in the baseline, not in the figure.
-    warm = SimMember(admin, MemberSettings(group_id="warm-up", heartbeat_interval_ms=None))
+    warm = RawMember(admin, MemberSettings(group_id="warm-up", heartbeat_interval_ms=None))
     await warm.join_and_sync()
     await warm.leave()
     gc.collect()
@@ -175,10 +177,10 @@ async def fill(port: int, pid: int, members: int, connections: int, groups: int)
         )
         for g in range(groups)
     ]
-    crowd = [SimMember(conns[i // per_conn], settings[i % groups]) for i in range(members)]
+    crowd = [RawMember(conns[i // per_conn], settings[i % groups]) for i in range(members)]
     until = loop.time() + SETTLE_S + 30.0
 
-    async def live(member: SimMember) -> None:
+    async def live(member: RawMember) -> None:
         await member.join_and_sync()
         await member.run(until)  # no heartbeats: only rejoins when told to
 

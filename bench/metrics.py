@@ -15,7 +15,7 @@ import urllib.request
 
 from bench.common import cpu_model, quiet_logs
 from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, add_compare_arguments, compare
-from bench.rawclient import (
+from bench.processes import (
     cancelled_by_sigterm,
     exit_on_sigterm,
     free_port,

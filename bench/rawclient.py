@@ -1,39 +1,31 @@
-"""What the benchmarks run on: server processes, a fast raw client, simulated members.
+"""The benchmarks' lean client: a raw connection and the group members that load a server.
 
-* ``server_process`` starts a server (``huddle serve`` or the echo server) as a child
-  process on a free 127.0.0.1 port, optionally pinned to one CPU, waits until it accepts
-  connections, and always stops it (SIGTERM, then SIGKILL) when the block is left.
 * ``RawConnection`` is an ``asyncio.Protocol`` speaking the huddle framing: requests by
   correlation id, notices to handlers, writes batched per event-loop turn, and a ``sink``
   that takes the raw bytes instead (the heartbeat benchmark's load generator).
-* ``SimMember`` is one group member on a ``RawConnection``: the KIP-394 two-step join,
+* ``RawMember`` is one group member on a ``RawConnection``: the KIP-394 two-step join,
   sync (the leader assigns each member its own id), heartbeats, and rejoining on a
   ``RebalanceStarted`` notice or a ``REBALANCE_IN_PROGRESS`` heartbeat answer.
 
 The client side is lean on purpose (no anyio task per connection, no per-request logging):
 thousands of members share one process and the figures are meant to be the server's.
+The server processes the members talk to are started by ``bench.processes``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import itertools
-import os
 import random
-import resource
-import signal
 import socket
 import ssl as ssl_module
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final, TypeVar, cast
+from typing import cast
 
+from bench.processes import HOST
 from huddle.protocol.errors import ErrorCode, error_name
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import (
@@ -58,202 +50,13 @@ from huddle.protocol.messages import (
     SyncGroupRequest,
 )
 
-HOST: Final = "127.0.0.1"
 E = ErrorCode
-T = TypeVar("T")
-
-
-# --- processes ------------------------------------------------------------------------
-
-
-def huddle_command(port: int, *flags: str) -> list[str]:
-    """``huddle serve`` on 127.0.0.1:``port`` logging warnings only, plus ``flags``."""
-    script = Path(sys.executable).with_name("huddle")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "huddle"]
-    return [
-        *head,
-        "serve",
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        *flags,
-    ]
-
-
-def huddle_serve(*flags: str) -> Callable[[int], list[str]]:
-    """The ``command`` for ``server_process``: ``huddle serve`` with these flags."""
-
-    def command(port: int) -> list[str]:
-        return huddle_command(port, *flags)
-
-    return command
-
-
-def echo_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "bench.echo", "--host", HOST, "--port", str(port)]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def raise_fd_limit(wanted: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE towards ``wanted`` (children inherit it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    return int(soft)
-
-
-def pin_to_cpu(pid: int, cpu: int | None) -> bool:
-    """Pin ``pid`` (0: this process) to one CPU if there is such a CPU; True if pinned."""
-    if cpu is None or not hasattr(os, "sched_setaffinity"):
-        return False
-    if not 0 <= cpu < (os.cpu_count() or 1):
-        return False
-    try:
-        os.sched_setaffinity(pid, {cpu})
-    except OSError:
-        return False
-    return True
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True, slots=True)
-class ServerProcess:
-    name: str
-    pid: int
-    port: int
-
-
-def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so ``finally`` blocks (which stop the servers) run."""
-
-    def handler(signum: int, _: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
-async def cancelled_by_sigterm(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` as a task that SIGTERM cancels, so its ``finally`` blocks run; then
-    exit with SystemExit(143). (A Python-level signal handler that raises inside an event
-    loop callback is swallowed by uvloop: it has to go through the loop.)"""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(main)
-    stopped = False
-
-    def on_sigterm() -> None:
-        nonlocal stopped
-        stopped = True
-        task.cancel()
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if stopped:
-            raise SystemExit(128 + signal.SIGTERM) from None
-        raise
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        exit_on_sigterm()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
-    """Linux: the child gets SIGTERM if this process dies without stopping it (SIGKILL)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-_PR_SET_PDEATHSIG: Final = 1
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], port: int, wait_s: float) -> None:
-    deadline = time.monotonic() + wait_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with code {proc.returncode} before listening")
-        try:
-            with socket.create_connection((HOST, port), timeout=0.2):
-                return
-        except OSError as exc:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not on port {port} within {wait_s} s") from exc
-            time.sleep(0.05)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def server_process(
-    name: str,
-    command: Callable[[int], Sequence[str]],
-    *,
-    cpu: int | None = None,
-    attempts: int = 3,
-) -> Iterator[ServerProcess]:
-    """Run ``command(port)`` on a free port; its output goes to our stderr; stopped on exit."""
-    for attempt in range(attempts):
-        port = free_port()
-        proc = subprocess.Popen(
-            list(command(port)),
-            stdin=subprocess.DEVNULL,
-            stdout=sys.stderr,
-            stderr=sys.stderr,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-        try:
-            pin_to_cpu(proc.pid, cpu)
-            try:
-                _wait_listening(proc, port, 20.0)
-            except RuntimeError:
-                if proc.poll() is not None and attempt + 1 < attempts:
-                    continue  # the port was taken between free_port() and the bind: retry
-                raise
-            yield ServerProcess(name, proc.pid, port)
-            return
-        finally:
-            _stop(proc)
-    raise RuntimeError(f"{name} did not start")  # pragma: no cover - loop returns or raises
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where it is installed (what ``huddle serve`` runs on), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 # --- one connection -------------------------------------------------------------------
 
 
-class CallFailed(Exception):
+class CallFailedError(Exception):
     """A request was not answered: the connection closed, or the deadline passed."""
 
 
@@ -308,7 +111,7 @@ class RawConnection(asyncio.Protocol):
                     handler(frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        reason = CallFailed(f"connection closed: {exc or self.protocol_error or 'by peer'}")
+        reason = CallFailedError(f"connection closed: {exc or self.protocol_error or 'by peer'}")
         for waiter in self._waiters.values():
             if not waiter.done():
                 waiter.set_exception(reason)
@@ -339,7 +142,9 @@ class RawConnection(asyncio.Protocol):
         try:
             return await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
-            raise CallFailed(f"no answer to {type(request).__name__} within {timeout} s") from None
+            raise CallFailedError(
+                f"no answer to {type(request).__name__} within {timeout} s"
+            ) from None
         finally:
             self._waiters.pop(correlation_id, None)
 
@@ -347,7 +152,7 @@ class RawConnection(asyncio.Protocol):
         self.write(self.codec.encode(Handshake(version=PROTOCOL_VERSION, client_id=client_id)))
         result = await asyncio.wait_for(self._hello, timeout)
         if result.error_code != E.NONE:
-            raise CallFailed(f"handshake refused: {error_name(result.error_code)}")
+            raise CallFailedError(f"handshake refused: {error_name(result.error_code)}")
 
     async def close(self) -> None:
         if self.transport is not None:
@@ -404,10 +209,10 @@ class MemberSettings:
 
 # (member, generation synced, time.perf_counter() when its SyncGroup answer arrived);
 # perf_counter, because uvloop's loop.time() ticks in whole milliseconds
-SyncedHook = Callable[["SimMember", int, float], None]
+SyncedHook = Callable[["RawMember", int, float], None]
 
 
-class SimMember:
+class RawMember:
     """One member: ``join_and_sync`` once, then ``run`` (heartbeats and rejoins) until
     cancelled or ``until`` (loop time); ``leave`` to go cleanly."""
 
@@ -475,7 +280,9 @@ class SimMember:
                     self.member_id = ""
                 if code in (E.REBALANCE_IN_PROGRESS, E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
                     continue
-                raise CallFailed(f"JoinGroup failed: {error_name(code)}: {joined.error_message}")
+                raise CallFailedError(
+                    f"JoinGroup failed: {error_name(code)}: {joined.error_message}"
+                )
             self.generation = joined.generation_id
             self.leader = joined.leader
             if self.rejoin_from < self.generation:
@@ -507,7 +314,9 @@ class SimMember:
             if self.on_synced is not None:
                 self.on_synced(self, self.generation, time.perf_counter())
             return self.generation
-        raise CallFailed(f"no stable generation after {s.max_join_attempts} JoinGroup attempts")
+        raise CallFailedError(
+            f"no stable generation after {s.max_join_attempts} JoinGroup attempts"
+        )
 
     async def run(self, until: float, max_heartbeats: int = 1_000_000) -> None:
         """Heartbeat every interval (first one at a random phase); rejoin when told to.
@@ -561,4 +370,4 @@ class SimMember:
         )
         code = getattr(answer, "error_code", E.UNKNOWN_SERVER_ERROR)
         if code != E.NONE:
-            raise CallFailed(f"LeaveGroup failed: {code.name}")
+            raise CallFailedError(f"LeaveGroup failed: {code.name}")

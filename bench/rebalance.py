@@ -1,6 +1,6 @@
 """Rebalance latency: how long until a group that gains a member works again.
 
-For each group size, a group of simulated members (``bench.rawclient.SimMember``: one
+For each group size, a group of simulated members (``bench.rawclient.RawMember``: one
 connection per member by default, many members in this one process) is formed against a
 ``huddle serve`` child process (``--initial-rebalance-delay-ms 0``). Members heartbeat
 every 3 s (Kafka's default interval) and rejoin at once on a ``RebalanceStarted`` notice
@@ -25,22 +25,24 @@ import time
 from dataclasses import dataclass, field
 
 from bench.common import quiet_logs
-from bench.rawclient import (
-    MemberSettings,
-    RawConnection,
+from bench.processes import (
     ServerProcess,
-    SimMember,
     cancelled_by_sigterm,
-    close_all,
     cpu_seconds,
     exit_on_sigterm,
     huddle_serve,
     new_event_loop,
-    open_connection,
-    open_connections,
     pin_to_cpu,
     raise_fd_limit,
     server_process,
+)
+from bench.rawclient import (
+    MemberSettings,
+    RawConnection,
+    RawMember,
+    close_all,
+    open_connection,
+    open_connections,
 )
 from huddle.protocol.messages import (
     DescribeGroupsRequest,
@@ -76,7 +78,7 @@ class Tracker:
                 self.generation = generation
                 self.done.set()
 
-    def synced(self, _: SimMember, generation: int, at: float) -> None:
+    def synced(self, _: RawMember, generation: int, at: float) -> None:
         count = self.counts[generation] = self.counts.get(generation, 0) + 1
         if not self.done.is_set() and generation > self.after and count == self.expected:
             self.generation = generation
@@ -95,7 +97,7 @@ class Tracker:
             raise RuntimeError(f"a member failed: {self.error}") from self.error
         return self.generation, self.at
 
-    async def live(self, member: SimMember, until: float) -> None:
+    async def live(self, member: RawMember, until: float) -> None:
         """A member's life: join, sync, heartbeat and rejoin until ``until``."""
         try:
             await member.join_and_sync()
@@ -153,7 +155,7 @@ class Bench:
         per_conn = self.args.members_per_connection
         conns = await open_connections(self.port, -(-size // per_conn), f"m{size}")
         members = [
-            SimMember(conns[i // per_conn], settings, on_synced=tracker.synced) for i in range(size)
+            RawMember(conns[i // per_conn], settings, on_synced=tracker.synced) for i in range(size)
         ]
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -196,7 +198,7 @@ class Bench:
     ) -> int:
         """One new member joins, then leaves; both latencies recorded. Returns the generation."""
         conn = await open_connection(self.port, "newcomer")
-        newcomer = SimMember(conn, settings, on_synced=tracker.synced)
+        newcomer = RawMember(conn, settings, on_synced=tracker.synced)
         task: asyncio.Task[None] | None = None
         try:
             await self.pause()

@@ -28,7 +28,7 @@ import trustme
 
 from bench.common import cpu_model, quiet_logs
 from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, add_compare_arguments, compare
-from bench.rawclient import (
+from bench.processes import (
     HOST,
     ServerProcess,
     cancelled_by_sigterm,

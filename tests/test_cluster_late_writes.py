@@ -15,7 +15,7 @@ from huddle.client import Admin
 from huddle.client.connection import connect
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.serving import ClusterServing
-from huddle.coordinator.cluster.store import EtcdStore, StoreTimeout
+from huddle.coordinator.cluster.store import EtcdStore, StoreTimeoutError
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.storage.records import OffsetRecord
 from huddle.protocol.errors import ErrorCode
@@ -117,7 +117,7 @@ async def test_a_fenced_write_that_timed_out_is_not_made_again_elsewhere(etcd: E
         assert epoch is not None
         assert await store.write_fenced(owner, epoch, {value: b"10"})
         a.delay()
-        with pytest.raises(StoreTimeout):
+        with pytest.raises(StoreTimeoutError):
             await store.write_fenced(owner, epoch, {value: b"20"})
         renewed = await store.renew(owner, b"n1", epoch, lease)  # on the other endpoint
         assert renewed is not None
@@ -182,7 +182,7 @@ async def test_a_commit_whose_write_outcome_is_unknown_is_written_again_renewed(
             written = await super().write_if(*args, **kwargs)
             if self.lost and kwargs.get("lease") is None:
                 self.lost -= 1
-                raise StoreTimeout("etcd did not answer within 3 s")
+                raise StoreTimeoutError("etcd did not answer within 3 s")
             return written
 
     store = await AnswerLost.connect([etcd.endpoint])

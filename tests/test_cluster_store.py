@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from huddle.coordinator.cluster.store import EtcdStore, StoreUnavailable, parse_endpoints
+from huddle.coordinator.cluster.store import EtcdStore, StoreUnavailableError, parse_endpoints
 from tests.containers import free_port
 from tests.etcd import Etcd, etcd
 
@@ -58,7 +58,7 @@ async def test_a_deposed_owners_fenced_write_changes_nothing(store: EtcdStore) -
 
 async def test_an_unreachable_store_is_a_clear_error(etcd: Etcd) -> None:
     dead = ("127.0.0.1", free_port())
-    with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{dead[1]}"):
+    with pytest.raises(StoreUnavailableError, match=f"127.0.0.1:{dead[1]}"):
         await EtcdStore.connect([dead], timeout_s=1)
     store = await EtcdStore.connect([dead, etcd.endpoint], timeout_s=1)  # the next one
     try:

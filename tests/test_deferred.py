@@ -269,7 +269,7 @@ def test_a_member_owning_nothing_is_not_taken_for_a_returning_one_when_there_are
 def test_the_leader_state_of_an_earlier_version_is_still_read() -> None:
     import msgspec
 
-    from huddle.client.assignors._deferred_wire import decode_state, encode_state
+    from huddle.client.assignors.deferred.wire import decode_state, encode_state
 
     older = b"deferred/2:" + msgspec.msgpack.encode([5_000, {"T": 4}])
     state = decode_state(older)

@@ -71,7 +71,7 @@ def test_a_client_py_and_a_protocol_py_beside_the_users_code_break_nothing(
         [sys.executable, "client.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert script.returncode == 0, script.stderr
-    assert script.stdout.split() == ["huddle.client.member", "huddle.protocol.messages"]
+    assert script.stdout.split() == ["huddle.client.member", "huddle.protocol.admin_messages"]
     command = subprocess.run(
         [sys.executable, "-m", "huddle", "topics", "--help"],
         cwd=tmp_path,
@@ -126,7 +126,7 @@ def test_the_wheel_installs_only_the_huddle_namespace(tmp_path: Path) -> None:
         "huddle/cli/__init__.py",
         "huddle/logs.py",
         "huddle/client/member.py",
-        "huddle/client/assignors/deferred.py",
+        "huddle/client/assignors/deferred/assignor.py",
         "huddle/coordinator/server.py",
         "huddle/protocol/py.typed",
     ):

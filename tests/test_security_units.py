@@ -20,7 +20,7 @@ from huddle.coordinator.security.credentials import (
     make_user,
     password_matches,
 )
-from huddle.coordinator.security.sasl import AuthenticationFailed, SaslSession
+from huddle.coordinator.security.sasl import AuthenticationFailedError, SaslSession
 from huddle.coordinator.security.store import FileStore, SecurityState, SecurityStoreError
 from huddle.coordinator.security.throttle import FailureThrottle
 from huddle.coordinator.security.tls import subject_name
@@ -70,7 +70,7 @@ def test_a_scram_exchange_names_the_principal(mechanism: str) -> None:
 def test_a_wrong_password_and_an_unknown_user_fail_at_the_same_step(
     user: str, password: str
 ) -> None:
-    with pytest.raises(AuthenticationFailed) as failed:
+    with pytest.raises(AuthenticationFailedError) as failed:
         scram("SCRAM-SHA-256", user, password, {"alice": "pw"})
     assert failed.value.username == user
 
@@ -97,7 +97,7 @@ def test_malformed_scram_fails_cleanly(message: bytes) -> None:
         session.step(message)
         session.step(message)
 
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailedError):
         first_and_final()
 
 
@@ -106,7 +106,7 @@ def test_malformed_scram_fails_cleanly(message: bytes) -> None:
 )
 def test_plain_refuses_what_is_not_the_users_password(message: bytes) -> None:
     users = {"alice": make_user("alice", "pw", iterations=MIN_ITERATIONS)}
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailedError):
         SaslSession("PLAIN", users.get, SECRET).step(message)
     session = SaslSession("PLAIN", users.get, SECRET)
     assert session.step(b"\0alice\0pw") == (b"", True)

@@ -20,7 +20,7 @@ from structlog.typing import EventDict
 
 from huddle.coordinator.security.credentials import User, make_user
 from huddle.coordinator.security.listener import typical_iterations
-from huddle.coordinator.security.sasl import AuthenticationFailed, SaslSession
+from huddle.coordinator.security.sasl import AuthenticationFailedError, SaslSession
 from huddle.coordinator.security.store import FileStore
 from huddle.coordinator.security.throttle import FailureThrottle
 from huddle.coordinator.server import CoordinatorServer
@@ -196,7 +196,7 @@ def plain_derivations(users: dict[str, User], name: str) -> list[tuple[str, int]
     try:
         shape = typical_iterations(users.values())["PLAIN"]
         session = SaslSession("PLAIN", users.get, os.urandom(32), shape)
-        with pytest.raises(AuthenticationFailed):
+        with pytest.raises(AuthenticationFailedError):
             session.step(b"\0" + name.encode() + b"\0a wrong guess")
     finally:
         scramp.core.hi = real

@@ -14,7 +14,7 @@ from huddle.coordinator.state import (
     STATES_BY_NAME,
     VALID_PREVIOUS,
     GroupState,
-    IllegalTransition,
+    IllegalTransitionError,
     check_transition,
 )
 
@@ -58,7 +58,7 @@ def test_forbidden_transition_raises_naming_both_states(
     pair: tuple[GroupState, GroupState],
 ) -> None:
     source, target = pair
-    with pytest.raises(IllegalTransition) as raised:
+    with pytest.raises(IllegalTransitionError) as raised:
         check_transition("orders", source, target)
     message = str(raised.value)
     assert source.value in message
@@ -70,7 +70,7 @@ def test_forbidden_transition_raises_naming_both_states(
 
 def test_nothing_leaves_dead() -> None:
     for target in GroupState:
-        with pytest.raises(IllegalTransition):
+        with pytest.raises(IllegalTransitionError):
             check_transition("g", S.DEAD, target)
 
 
@@ -81,13 +81,13 @@ def state_of(group: Group) -> GroupState:
 def test_group_transition_moves_the_state_only_when_allowed() -> None:
     group = Group("g")
     assert state_of(group) is S.EMPTY
-    with pytest.raises(IllegalTransition, match="from Empty to Stable"):
+    with pytest.raises(IllegalTransitionError, match="from Empty to Stable"):
         group.transition(S.STABLE)
     assert state_of(group) is S.EMPTY  # a refused transition changes nothing
     for target in (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE):
         group.transition(target)
         assert state_of(group) is target
-    with pytest.raises(IllegalTransition, match="from Stable to CompletingRebalance"):
+    with pytest.raises(IllegalTransitionError, match="from Stable to CompletingRebalance"):
         group.transition(S.COMPLETING_REBALANCE)
     assert state_of(group) is S.STABLE
     group.transition(S.DEAD)

@@ -15,11 +15,12 @@ from pathlib import Path
 import anyio
 
 from huddle.chaos.procs import HOST, free_port, signal_pid, spawn
+from huddle.protocol.errors import HuddleError
 
 HEALTHY = b'"health":"true"'
 
 
-class EtcdError(Exception):
+class EtcdError(HuddleError):
     """etcd is not installed, or did not start."""
 
 

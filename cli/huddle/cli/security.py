@@ -170,7 +170,11 @@ async def _with_store(
             "or a cluster's etcd"
         )
     try:
-        from huddle.coordinator.cluster.store import EtcdStore, StoreUnavailable, parse_endpoints
+        from huddle.coordinator.cluster.store import (
+            EtcdStore,
+            StoreUnavailableError,
+            parse_endpoints,
+        )
         from huddle.coordinator.security.store import EtcdSecurityStore
     except ImportError as exc:
         message = f"a cluster needs the etcd client: pip install 'huddle[cluster]' ({exc})"
@@ -182,7 +186,7 @@ async def _with_store(
     prefix = args.cluster_prefix or environ.get("HUDDLE_CLUSTER_PREFIX") or "/huddle"
     try:
         store = await EtcdStore.connect(endpoints)
-    except StoreUnavailable as exc:
+    except StoreUnavailableError as exc:
         raise SecurityStoreError(str(exc)) from None
     try:
         return await action(EtcdSecurityStore(store, prefix))

@@ -7,12 +7,16 @@ and are matched to their callers by correlation id. Notices (``RebalanceStarted`
 ``TopicMetadataChanged``, ``ProtocolError``) go to ``Connection.notices``, a bounded
 stream: when the application does not drain it, the oldest notice is dropped (and logged)
 rather than stalling the reader.
+
+Opening the stream and the handshake (with its SASL exchange and the reasons a connection
+closes unanswered) are in ``huddle.client.handshake``; ``ConnectionClosedError``,
+``RequestTimeoutError`` and ``check`` are defined in ``huddle.client.connection_errors`` and
+importable from here.
 """
 
 from __future__ import annotations
 
 import itertools
-import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TypeVar, get_args
@@ -23,19 +27,13 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from huddle.client.checks import require_number, require_type
-from huddle.client.sasl import SaslExchange
-from huddle.client.security import NO_SECURITY, Security, TlsError
-from huddle.client.unreachable import (
-    CLIENT_CERT_REFUSED,
-    LOGIN_TIMEOUT_S,
-    PLAIN_TO_TLS,
-    ConnectTimeoutError,
-    cannot_connect,
-)
+from huddle.client.connection_errors import ConnectionClosedError, RequestTimeoutError, check
+from huddle.client.handshake import HandshakeExchange, open_stream
+from huddle.client.security import NO_SECURITY, Security
+from huddle.client.unreachable import LOGIN_TIMEOUT_S, ConnectTimeoutError
 from huddle.logs import library_logger
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.errors import (
-    ClientError,
     ErrorCode,
     HuddleError,
     InvalidArgumentError,
@@ -43,28 +41,33 @@ from huddle.protocol.errors import (
     error_name,
     raise_for,
 )
-from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES, ClientCodec, FrameReader
+from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from huddle.protocol.messages import (
     MAX_INCARNATION,
     MIN_INCARNATION,
-    PROTOCOL_VERSION,
     Call,
     ClientFrame,
     ErrorResponse,
-    Handshake,
     HandshakeResult,
     Notice,
     ProtocolError,
     Reply,
     Request,
     Response,
-    SaslAuthenticate,
     SaslAuthenticateResult,
     ServerFrame,
 )
 
+__all__ = [
+    "Connection",
+    "ConnectionClosedError",
+    "RequestTimeoutError",
+    "check",
+    "connect",
+    "parse_bootstrap",
+]
+
 log = library_logger("huddle.client.connection")
-H = TypeVar("H", HandshakeResult, SaslAuthenticateResult)
 
 # The ``type`` tags of every frame this client knows how to read.
 SERVER_FRAME_TAGS = frozenset(str(member.__struct_config__.tag) for member in get_args(ServerFrame))
@@ -78,53 +81,9 @@ LOADING_WAIT_S = 30.0  # how long a call waits for a loading coordinator without
 LOADING_BACKOFF_S = (0.05, 1.0)  # first and longest pause between tries
 
 
-def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
-    """The TLS error behind a connection closed during the handshake, if one is."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _tls_reason(exc: ssl.SSLError) -> str:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"the coordinator's certificate was refused: {exc.verify_message}"
-    reason = exc.reason or str(exc)
-    if "ALERT" in str(reason).upper():  # the coordinator refused this client's certificate
-        return f"the coordinator refused the connection ({reason}): check the client certificate"
-    return str(reason)
-
-
-class ConnectionClosedError(ClientError, ConnectionError):
-    """The connection to the coordinator is closed; ``error_code`` says why, if it said;
-    ``tls_hint`` when it closed as it does for TLS set up on one side only."""
-
-    def __init__(
-        self, message: str, error_code: int | None = None, *, tls_hint: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.error_code = error_code
-        self.tls_hint = tls_hint
-
-
-class RequestTimeoutError(ClientError, TimeoutError):
-    """No answer within the time the caller gave (the connection stays open)."""
-
-
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     """``"HOST:PORT"`` (IPv6 as ``"[::1]:9292"``) -> ``(host, port)``; ValueError if malformed."""
     return parse_address(bootstrap, what="bootstrap address")
-
-
-def check(response: R) -> R:
-    """Return ``response``, or raise the registered HuddleError for its top-level error code."""
-    code = getattr(response, "error_code", ErrorCode.NONE)
-    if code != ErrorCode.NONE:
-        raise_for(code, getattr(response, "error_message", None))
-    return response
 
 
 class _Waiter:
@@ -142,30 +101,28 @@ class Connection:
     def __init__(
         self,
         stream: anyio.abc.ByteStream,
+        opened: HandshakeExchange,
         *,
         bootstrap: str,
         client_id: str,
-        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         notice_buffer: int = DEFAULT_NOTICE_BUFFER,
         notices: bool = True,
         security: Security = NO_SECURITY,
-        incarnation: bytes | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.security = security
-        self._incarnation = incarnation  # sent in the handshake, shown nowhere
-        self.principal = ""  # who the coordinator says this client is, once authenticated
+        self.principal = opened.principal  # who the coordinator says this client is
         self.client_id = client_id
-        self.server_version = 0
-        self.disconnect_grace_ms = -1  # as the coordinator announced it
+        self.server_version = opened.server_version
+        self.disconnect_grace_ms = opened.disconnect_grace_ms  # as the coordinator announced it
         # the coordinator closed this connection because it is stopping: it removes no
         # member for the close (see ``ProtocolError.stopping``)
         self.coordinator_stopping = False
-        self.node_id = ""  # the node connected to, as it named itself
+        self.node_id = opened.node_id  # the node connected to, as it named itself
         self._stream = stream
-        self._reader = FrameReader(max_frame_bytes)
-        self._early: list[bytes] = []  # frame bodies read with the handshake result
-        self._codec = ClientCodec()
+        self._reader = opened.reader
+        self._early = opened.early  # frame bodies read with the handshake's last answer
+        self._codec = opened.codec
         self._send_lock = anyio.Lock()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Waiter] = {}
@@ -179,6 +136,8 @@ class Connection:
         self.notices: MemoryObjectReceiveStream[Notice] = receive
         self.notices_dropped = 0
         self._log = log.bind(bootstrap=bootstrap, client_id=client_id)
+        if security.sasl_mechanism is not None:
+            self._log = self._log.bind(principal=opened.principal)
 
     @property
     def closed(self) -> bool:
@@ -273,90 +232,6 @@ class Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self._mark_closed(self._close_reason or f"connection lost: {exc}")
             raise self._closed_error() from exc
-
-    async def _receive_frame(self) -> ServerFrame:
-        """The first frame, during the handshake (the reader task is not running yet).
-
-        Frames that arrived with it (a notice right after the handshake result) are kept
-        for the reader.
-        """
-        heard = False
-        while not self._early:
-            try:
-                data = await self._stream.receive()
-            except anyio.EndOfStream:
-                raise self._closed_in_handshake(heard) from None
-            except (anyio.BrokenResourceError, OSError) as exc:
-                reason = f"connection lost during the handshake: {exc or type(exc).__name__}"
-                raise ConnectionClosedError(reason) from exc
-            heard = True
-            self._early.extend(self._reader.feed(data))
-        return self._codec.decode(self._early.pop(0))
-
-    def _closed_in_handshake(self, heard: bool) -> ConnectionClosedError:
-        """Why the connection closed before the first answer: a TLS listener closes a plain
-        client's connection without a word (it cannot read the handshake), and so does a
-        proxy or port forward with nothing behind it."""
-        if heard or self.server_version or self.security.uses_tls:
-            reason = "the coordinator closed the connection during the handshake"
-            return ConnectionClosedError(reason)
-        return ConnectionClosedError(
-            "the coordinator closed the connection without answering the handshake: it "
-            "probably requires TLS (the CLI's --tls-ca CA or --tls; Security(ca_file=...)), "
-            "or the address is a proxy or port forward with no coordinator behind it",
-            tls_hint=PLAIN_TO_TLS,
-        )
-
-    async def _handshake(self) -> None:
-        mechanism = self.security.sasl_mechanism
-        hello = Handshake(
-            version=PROTOCOL_VERSION,
-            client_id=self.client_id,
-            sasl_mechanism=mechanism,
-            incarnation=self._incarnation,
-        )
-        await self._send(hello)
-        frame = await self._handshake_frame(HandshakeResult)
-        self.server_version = frame.version
-        self.disconnect_grace_ms = frame.disconnect_grace_ms
-        self.node_id = frame.node_id
-        self.principal = frame.principal  # its certificate's (mTLS), until a SASL exchange
-        if mechanism is not None:
-            await self._authenticate(mechanism)
-
-    async def _authenticate(self, mechanism: str) -> None:
-        """The SASL exchange; raises SaslAuthenticationFailedError (or another
-        AuthenticationError) when the coordinator refuses it."""
-        username, password = self.security.username, self.security.password
-        assert username is not None
-        assert password is not None
-        exchange = SaslExchange(mechanism, username, password)
-        message: bytes | None = exchange.first()
-        while message is not None:
-            await self._send(SaslAuthenticate(auth_bytes=message))
-            result = await self._handshake_frame(SaslAuthenticateResult)
-            message = exchange.answer(result.auth_bytes, complete=result.complete)
-            if result.complete:
-                self.principal = result.principal
-                self._log = self._log.bind(principal=result.principal)
-                return
-        raise ConnectionClosedError("the coordinator did not complete the SASL exchange")
-
-    async def _handshake_frame(self, expect: type[H]) -> H:
-        """The next frame of the handshake, of type ``expect``; raises the error it carries."""
-        try:
-            frame = await self._receive_frame()
-        except ConnectionClosedError:
-            raise
-        except (HuddleError, msgspec.MsgspecError) as exc:
-            message = f"bad handshake answer from the coordinator: {exc}"
-            raise ConnectionClosedError(message) from exc
-        if isinstance(frame, ProtocolError | HandshakeResult | SaslAuthenticateResult):
-            raise_for(frame.error_code, frame.error_message)
-        if not isinstance(frame, expect):
-            kind = type(frame).__name__
-            raise ConnectionClosedError(f"expected a {expect.__name__}, got {kind}")
-        return frame
 
     async def _read_loop(self) -> None:
         self._close_code = None
@@ -504,68 +379,36 @@ async def connect(
                 f"incarnation must be {MIN_INCARNATION} to {MAX_INCARNATION} bytes, "
                 f"not {len(incarnation)}"
             )
-    context = security.context()
-    try:
-        with anyio.fail_after(timeout):
-            if context is None:
-                stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
-            else:
-                stream = await anyio.connect_tcp(
-                    host,
-                    port,
-                    ssl_context=context,
-                    tls_hostname=security.server_hostname or host,
-                    tls_standard_compatible=False,
-                )
-    except ssl.SSLError as exc:
-        raise TlsError(f"TLS handshake with {bootstrap} failed: {_tls_reason(exc)}") from exc
-    except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-        # dropped in the middle of the TLS handshake (a coordinator restarting, say):
-        # retriable, as any lost connection
-        reason = f"{bootstrap} closed the connection during the TLS handshake"
-        raise ConnectionClosedError(reason) from exc
-    except TimeoutError:
-        raise ConnectTimeoutError(bootstrap, timeout, "connect", login=False) from None
-    except OSError as exc:  # refused, no route, a name that does not resolve
-        raise cannot_connect(bootstrap, exc) from exc
-    conn = Connection(
+    stream = await open_stream(bootstrap, host, port, security, timeout)
+    opened = HandshakeExchange(
         stream,
-        bootstrap=bootstrap,
         client_id=client_id,
-        max_frame_bytes=max_frame_bytes,
-        notice_buffer=notice_buffer,
-        notices=notices,
         security=security,
         incarnation=incarnation,
+        max_frame_bytes=max_frame_bytes,
     )
     login = security.sasl_mechanism is not None
     limit = max(timeout, LOGIN_TIMEOUT_S) if login else timeout
     try:
         with anyio.fail_after(limit):
-            try:
-                await conn._handshake()
-            except ConnectionClosedError as exc:
-                tls_failure = _tls_cause(exc)
-                if tls_failure is not None and not isinstance(tls_failure, ssl.SSLEOFError):
-                    reason = _tls_reason(tls_failure)
-                    raise TlsError(f"TLS with {bootstrap} failed: {reason}") from exc
-                if context is None or conn.server_version:
-                    raise
-                # A TLS server drops a client whose certificate it refuses without a word
-                # the client can read: say what it most likely means (and stay retriable:
-                # a coordinator going away mid-handshake looks the same).
-                raise ConnectionClosedError(
-                    f"{bootstrap} closed the TLS connection before the handshake: it refuses "
-                    "this client's certificate (not signed by its client CA, or expired) or "
-                    f"requires one ({exc.message})",
-                    tls_hint=CLIENT_CERT_REFUSED,
-                ) from exc
+            await opened.run(bootstrap)
     except TimeoutError:
-        await conn.aclose()
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
         raise ConnectTimeoutError(bootstrap, limit, "handshake", login=login) from None
     except BaseException:
-        await conn.aclose()
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
         raise
+    conn = Connection(
+        stream,
+        opened,
+        bootstrap=bootstrap,
+        client_id=client_id,
+        notice_buffer=notice_buffer,
+        notices=notices,
+        security=security,
+    )
     error: Exception | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(conn._read_loop, name=f"huddle reader {bootstrap}")

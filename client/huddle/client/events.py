@@ -39,17 +39,17 @@ class StableTimeoutError(ClientError, TimeoutError):
     doing (its state, generation, partitions, connection). Also a ``TimeoutError``."""
 
 
-class Reconnect(Exception):
+class ReconnectError(HuddleError):
     """Drop this connection and find the coordinator again."""
 
 
-class Refused(Exception):
+class RefusedError(HuddleError):
     """The coordinator refused this member itself as it connected (its authentication, or
     its authorization to find the group's coordinator): the ``ServerError`` is
     ``__cause__``, and its code goes on the ``MemberFailedError``."""
 
 
-class ListenerFailed(Exception):
+class ListenerFailedError(HuddleError):
     """The application's listener raised (``__cause__``): the member stops with
     ``MemberFailedError``, ``code`` None, whatever it raised (a commit's NotCoordinatorError
     or timeout let out of a callback is neither a refusal of the member nor a lost

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from huddle.client.driver import MemberDriver
-from huddle.client.events import Event, Reconnect, Rejoin, SessionExpired
+from huddle.client.events import Event, ReconnectError, Rejoin, SessionExpired
 from huddle.client.leader import subscribed_topics
 from huddle.client.machine import MemberState, Next, Step
 from huddle.client.partition_counts import Scope
@@ -93,7 +93,7 @@ class Post:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The member stops with a fatal error (the flow raises ``Reconnect`` right after)."""
+    """The member stops with a fatal error (the flow raises ``ReconnectError`` right after)."""
 
     code: ErrorCode
     message: str
@@ -105,7 +105,7 @@ Flow = Generator[Action, Any, None]
 
 def answer_as(response: Response, expect: type[R]) -> R:
     """``response`` as the type expected: an ErrorResponse becomes one carrying its code; an
-    answer of another type means the connection is out of step (``Reconnect``)."""
+    answer of another type means the connection is out of step (``ReconnectError``)."""
     if isinstance(response, ErrorResponse):
         failed: R = expect(  # every response type carries these two fields
             error_code=response.error_code,
@@ -113,7 +113,7 @@ def answer_as(response: Response, expect: type[R]) -> R:
         )
         return failed
     if not isinstance(response, expect):
-        raise Reconnect(f"expected {expect.__name__}, got {type(response).__name__}")
+        raise ReconnectError(f"expected {expect.__name__}, got {type(response).__name__}")
     return response
 
 
@@ -283,9 +283,9 @@ class MemberFlow:
             case Next.FAIL:
                 self._log.error("member_failed", error_code=step.error.name, error=step.message)
                 yield Failed(step.error, step.message)
-                raise Reconnect(f"{step.error.name}: {step.message}")
+                raise ReconnectError(f"{step.error.name}: {step.message}")
             case Next.RECONNECT:
-                raise Reconnect(f"{step.error.name}: {step.message}")
+                raise ReconnectError(f"{step.error.name}: {step.message}")
             case Next.RETRY:
                 self._log.info("member_retrying", error_code=step.error.name, error=step.message)
         delay = self.driver.retry_delay_ms(step)

@@ -45,12 +45,12 @@ from huddle.client.driver import MemberDriver, WaitUntil
 from huddle.client.events import (
     CommitFailedError,
     Event,
-    ListenerFailed,
+    ListenerFailedError,
     MemberFailedError,
     NotConnectedError,
     RebalanceNotice,
-    Reconnect,
-    Refused,
+    ReconnectError,
+    RefusedError,
     Rejoin,
     SessionExpired,
     StableTimeoutError,
@@ -457,7 +457,7 @@ class Member:
         the coordinator answered that no retry can mend stops it too, its ``code`` set: one
         answering the group's requests (FENCED_INSTANCE_ID, ...; the main loop stops), or one
         refusing the member as it connects (GROUP_AUTHORIZATION_FAILED finding the
-        coordinator, SASL_AUTHENTICATION_FAILED: ``Refused``, the ServerError chained as the
+        coordinator, SASL_AUTHENTICATION_FAILED: ``RefusedError``, the ServerError chained as the
         cause). Only those carry a code: a ServerError the application's code raised (a
         commit's, let out of a callback) is the application's failure, ``code`` None."""
         try:
@@ -470,9 +470,9 @@ class Member:
     def _stopped_by(self, exc: BaseException) -> None:
         """The member stops with ``exc`` (maybe inside exception groups)."""
         error = _first_error(exc)
-        wrapped = error.__cause__ if isinstance(error, Refused | ListenerFailed) else None
+        wrapped = error.__cause__ if isinstance(error, RefusedError | ListenerFailedError) else None
         cause = wrapped or error
-        if isinstance(error, Refused) and isinstance(cause, ServerError):
+        if isinstance(error, RefusedError) and isinstance(cause, ServerError):
             failure = MemberFailedError(cause.code, cause.message)
         else:
             failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
@@ -511,7 +511,7 @@ class Member:
                 CoordinatorNotAvailableError,
                 OSError,
                 TimeoutError,
-                Reconnect,
+                ReconnectError,
             ) as group:
                 reasons = "; ".join(str(e) or type(e).__name__ for e in group.exceptions)
                 self._connects += 1  # the next attempt asks another bootstrap address first
@@ -540,7 +540,7 @@ class Member:
     @asynccontextmanager
     async def _coordinator(self) -> AsyncIterator[Connection]:
         """A connection to the group's coordinator; its refusal of this member (a ServerError
-        authenticating it, or finding the coordinator for it) is raised as ``Refused``. A
+        authenticating it, or finding the coordinator for it) is raised as ``RefusedError``. A
         coordinator not reached (none answered, or TLS failed: that one is fatal) is
         warned of, at most every so often."""
         async with AsyncExitStack() as stack:
@@ -561,7 +561,7 @@ class Member:
                 raise
             except (AuthenticationError, AuthorizationError) as exc:
                 if isinstance(exc, ServerError):
-                    raise Refused(exc.message) from exc
+                    raise RefusedError(exc.message) from exc
                 raise
             self._unreachable.reached()
             yield conn
@@ -662,7 +662,7 @@ class Member:
                 await call
             except Exception as exc:
                 self._log.exception("listener_failed", callback=name)
-                raise ListenerFailed(name) from exc  # MemberFailedError, exc as its cause
+                raise ListenerFailedError(name) from exc  # MemberFailedError, exc as its cause
             finally:
                 self._callback_scope = None
         await anyio.lowlevel.checkpoint()
@@ -706,7 +706,7 @@ class Member:
             if isinstance(response, HeartbeatResponse | ErrorResponse):
                 code = response.error_code
             else:  # out of step: no proof of anything
-                raise Reconnect(f"a heartbeat answered with {type(response).__name__}")
+                raise ReconnectError(f"a heartbeat answered with {type(response).__name__}")
             answer = driver.heartbeat_answered(code, action, _now_ms())
             if answer is not None:
                 self._post(answer)
@@ -737,7 +737,7 @@ class Member:
                             flow = self._flow.expired_while_disconnected(wake)
                             try:
                                 await self._perform_flow(flow, None)
-                            except ListenerFailed as failed:  # as the main loop's
+                            except ListenerFailedError as failed:  # as the main loop's
                                 self._stopped_by(failed)
                                 await self._wake_on_failure()
                                 return

@@ -22,7 +22,7 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.effects import Peer, incarnation_digest
 from huddle.coordinator.security.acls import ANONYMOUS
 from huddle.coordinator.security.listener import FAILED_MESSAGE, ListenerSecurity
-from huddle.coordinator.security.sasl import AuthenticationFailed, SaslSession
+from huddle.coordinator.security.sasl import AuthenticationFailedError, SaslSession
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     SUPPORTED_VERSIONS,
@@ -153,11 +153,11 @@ def _step(
         return
     try:
         answer, complete = session.step(data)
-    except AuthenticationFailed as exc:
+    except AuthenticationFailedError as exc:
         _failed(host, security, conn, session, exc)
         return
     except Exception as exc:  # a fault in the check: a failure, never a turn kept for ever
-        _failed(host, security, conn, session, AuthenticationFailed(f"check failed: {exc!r}"))
+        _failed(host, security, conn, session, AuthenticationFailedError(f"check failed: {exc!r}"))
         return
     _answer(host, security, conn, session, answer, complete)
 
@@ -177,10 +177,10 @@ def _stepped(
     if done.cancelled() or (exc is None and done.result() is None):
         security.check_ended(conn.conn_id)  # no check made
         return
-    if isinstance(exc, AuthenticationFailed):
+    if isinstance(exc, AuthenticationFailedError):
         _failed(host, security, conn, session, exc)
     elif exc is not None:
-        _failed(host, security, conn, session, AuthenticationFailed(f"check failed: {exc!r}"))
+        _failed(host, security, conn, session, AuthenticationFailedError(f"check failed: {exc!r}"))
     else:
         result = done.result()
         assert result is not None
@@ -293,7 +293,7 @@ def _failed(
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
-    exc: AuthenticationFailed,
+    exc: AuthenticationFailedError,
 ) -> None:
     delay = security.failed(conn.host, host.loop.time())
     security.check_failed(conn.conn_id, delay)  # its turn, until its answer's time

@@ -84,7 +84,7 @@ async def _join_cluster(server: CoordinatorServer) -> ClusterRun:
     try:
         from huddle.coordinator.cluster.node import ClusterConfigError
         from huddle.coordinator.cluster.running import ClusterRun
-        from huddle.coordinator.cluster.store import StoreUnavailable
+        from huddle.coordinator.cluster.store import StoreUnavailableError
     except ImportError as exc:  # the etcd client is an extra
         await server.close()
         raise ClusterStartError(
@@ -93,7 +93,7 @@ async def _join_cluster(server: CoordinatorServer) -> ClusterRun:
 
     try:
         return await ClusterRun.start(server)
-    except (ClusterConfigError, StoreUnavailable) as exc:
+    except (ClusterConfigError, StoreUnavailableError) as exc:
         await server.close()
         raise ClusterStartError(str(exc)) from exc
 

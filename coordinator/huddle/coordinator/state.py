@@ -1,7 +1,7 @@
 """Group states and the transitions between them, as data.
 
 Everything that decides whether a group may move from one state to another is here; an
-illegal transition raises ``IllegalTransition`` naming both states.
+illegal transition raises ``IllegalTransitionError`` naming both states.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class IllegalTransition(HuddleError, RuntimeError):
+class IllegalTransitionError(HuddleError, RuntimeError):
     def __init__(self, group_id: str, source: GroupState, target: GroupState) -> None:
         super().__init__(f"group {group_id!r} cannot go from {source.value} to {target.value}")
         self.source = source
@@ -40,7 +40,7 @@ class IllegalTransition(HuddleError, RuntimeError):
 
 def check_transition(group_id: str, source: GroupState, target: GroupState) -> None:
     if source not in VALID_PREVIOUS[target]:
-        raise IllegalTransition(group_id, source, target)
+        raise IllegalTransitionError(group_id, source, target)
 
 
 STATES_BY_NAME: dict[str, GroupState] = {s.value.lower(): s for s in GroupState}

@@ -15,6 +15,13 @@ Growing the protocol: a peer ignores fields it does not know, so a new optional 
 no new version. A new message type does: add it to ``INTRODUCED_IN`` with the version that
 brought it, and the coordinator sends it only to connections whose handshake named that
 version or a later one; a client skips (and logs) a notice type it does not know.
+
+This module holds the handshake (and SASL) frames, the notices, the envelopes (``Call``,
+``Reply``) with the unions they carry, and the versioning (``INTRODUCED_IN``); the request and
+response types live by family in ``huddle.protocol.group_messages`` (members: join, sync,
+heartbeat, leave, offsets) and ``huddle.protocol.admin_messages`` (topics, groups, the
+cluster), and ``Message`` with the bounds in ``huddle.protocol.message_fields``. Every one
+of them is importable from here.
 """
 
 from __future__ import annotations
@@ -23,41 +30,189 @@ from typing import Annotated
 
 from msgspec import Meta, Struct, field
 
+from huddle.protocol.admin_messages import (
+    AlterTopicsRequest,
+    AlterTopicsResponse,
+    ClusterNodeInfo,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletedGroup,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    NodeLiveness,
+    ShardInfo,
+    TopicMetadata,
+    TopicResult,
+    TopicSpec,
+)
 from huddle.protocol.errors import ErrorCode
+from huddle.protocol.group_messages import (
+    FetchedOffset,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMemberResult,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetCommitTopicResult,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
+    OffsetFetchTopicResult,
+    PartitionResult,
+    Protocol,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from huddle.protocol.message_fields import (
+    MAX_CLIENT_ID,
+    MAX_GROUP_ID,
+    MAX_INCARNATION,
+    MAX_INSTANCE_ID,
+    MAX_ITEMS,
+    MAX_LOGIN_HOLD_S,
+    MAX_MEMBER_ID,
+    MAX_PROTOCOL_NAME,
+    MAX_PROTOCOLS,
+    MAX_REASON,
+    MAX_TOPIC_NAME_ON_WIRE,
+    MIN_INCARNATION,
+    NO_GENERATION,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    ClientId,
+    GroupId,
+    Incarnation,
+    InstanceId,
+    MemberId,
+    Message,
+    ProtocolName,
+    Reason,
+    TopicName,
+)
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
-NO_GENERATION = -1
-
-# Bounds on the names and ids a client sends (a frame over them is INVALID_REQUEST, naming
-# the field). Kafka's own: 249 characters for topic names and group instance ids; the others
-# are bounded so that an id copied into member ids, answers and log lines stays small.
-MAX_GROUP_ID = 255
-MAX_CLIENT_ID = 255
-MAX_MEMBER_ID = 512  # generated ones are the client id, "-", and a UUID
-MAX_INSTANCE_ID = 249
-MAX_PROTOCOL_NAME = 255  # protocol types and embedded protocol names
-MAX_REASON = 255
-MAX_TOPIC_NAME_ON_WIRE = 1_024  # a topic name over 249 is refused per topic, saying why
-MIN_INCARNATION, MAX_INCARNATION = 16, 64  # bytes of a Handshake's incarnation token
-# The longest a coordinator holds back its answer to a SASL login (a success's too) after
-# failed logins from the client's address group: a client logging in waits longer for it.
-MAX_LOGIN_HOLD_S = 5.0
-
-GroupId = Annotated[str, Meta(max_length=MAX_GROUP_ID)]
-ClientId = Annotated[str, Meta(max_length=MAX_CLIENT_ID)]
-MemberId = Annotated[str, Meta(max_length=MAX_MEMBER_ID)]
-InstanceId = Annotated[str, Meta(max_length=MAX_INSTANCE_ID)]
-ProtocolName = Annotated[str, Meta(max_length=MAX_PROTOCOL_NAME)]
-Reason = Annotated[str, Meta(max_length=MAX_REASON)]
-TopicName = Annotated[str, Meta(max_length=MAX_TOPIC_NAME_ON_WIRE)]
-Incarnation = Annotated[bytes, Meta(min_length=MIN_INCARNATION, max_length=MAX_INCARNATION)]
-MAX_ITEMS = 1_000  # topics, groups or members one admin or leave request may name
-MAX_PROTOCOLS = 64  # embedded protocols one JoinGroup may offer
-
-
-class Message(Struct, frozen=True, kw_only=True, tag_field="type"):
-    """Base of every tagged message; the tag is the snake_case message name."""
+__all__ = [
+    "INTRODUCED_IN",
+    "MAX_CLIENT_ID",
+    "MAX_GROUP_ID",
+    "MAX_INCARNATION",
+    "MAX_INSTANCE_ID",
+    "MAX_ITEMS",
+    "MAX_LOGIN_HOLD_S",
+    "MAX_MEMBER_ID",
+    "MAX_PROTOCOLS",
+    "MAX_PROTOCOL_NAME",
+    "MAX_REASON",
+    "MAX_SASL_BYTES",
+    "MAX_TOPIC_NAME_ON_WIRE",
+    "MIN_INCARNATION",
+    "NO_GENERATION",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "AlterTopicsRequest",
+    "AlterTopicsResponse",
+    "Call",
+    "CallId",
+    "ClientFrame",
+    "ClientId",
+    "ClusterNodeInfo",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
+    "DeletedGroup",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribedGroup",
+    "DescribedMember",
+    "ErrorResponse",
+    "FetchedOffset",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "GroupId",
+    "Handshake",
+    "HandshakeResult",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "Incarnation",
+    "InstanceId",
+    "JoinGroupMember",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "LeaveGroupMemberResult",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
+    "ListTopicsRequest",
+    "ListTopicsResponse",
+    "ListedGroup",
+    "MemberId",
+    "MemberIdentity",
+    "Message",
+    "NodeLiveness",
+    "Notice",
+    "OffsetCommitPartition",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetCommitTopic",
+    "OffsetCommitTopicResult",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
+    "OffsetFetchTopic",
+    "OffsetFetchTopicResult",
+    "PartitionResult",
+    "Protocol",
+    "ProtocolError",
+    "ProtocolName",
+    "Reason",
+    "RebalanceStarted",
+    "Reply",
+    "Request",
+    "Response",
+    "SaslAuthenticate",
+    "SaslAuthenticateResult",
+    "ServerFrame",
+    "ShardInfo",
+    "SyncGroupAssignment",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+    "Tagged",
+    "TopicMetadata",
+    "TopicMetadataChanged",
+    "TopicName",
+    "TopicResult",
+    "TopicSpec",
+    "known_in",
+    "unknown_to",
+]
 
 
 # --- handshake ------------------------------------------------------------------------
@@ -117,375 +272,7 @@ class SaslAuthenticateResult(Message, tag="sasl_authenticate_result", frozen=Tru
     principal: str = ""
 
 
-# --- group membership -----------------------------------------------------------------
-
-
-class Protocol(Struct, frozen=True, kw_only=True):
-    """One embedded protocol a member supports, with its member metadata."""
-
-    name: ProtocolName
-    metadata: bytes = b""
-
-
-class JoinGroupRequest(Message, tag="join_group", frozen=True, kw_only=True):
-    group_id: GroupId
-    member_id: MemberId = ""
-    group_instance_id: InstanceId | None = None
-    protocol_type: ProtocolName
-    protocols: Annotated[list[Protocol], Meta(max_length=MAX_PROTOCOLS)]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int = -1
-    reason: Reason | None = None
-
-
-class JoinGroupMember(Struct, frozen=True, kw_only=True):
-    member_id: str
-    group_instance_id: str | None = None
-    metadata: bytes = b""
-
-
-class JoinGroupResponse(Message, tag="join_group_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    generation_id: int = NO_GENERATION
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    skip_assignment: bool = False
-    member_id: str = ""
-    members: list[JoinGroupMember] = field(default_factory=list)
-    # How long the coordinator held the request before answering (ms, its clock): the
-    # member's session was renewed that long after the request arrived, so no earlier
-    # than that long after it was sent. Absent (0) from coordinators before it.
-    held_ms: int = 0
-
-
-class SyncGroupAssignment(Struct, frozen=True, kw_only=True):
-    member_id: MemberId
-    assignment: bytes = b""
-
-
-class SyncGroupRequest(Message, tag="sync_group", frozen=True, kw_only=True):
-    group_id: GroupId
-    generation_id: int
-    member_id: MemberId
-    group_instance_id: InstanceId | None = None
-    protocol_type: ProtocolName | None = None
-    protocol_name: ProtocolName | None = None
-    assignments: list[SyncGroupAssignment] = field(default_factory=list)
-
-
-class SyncGroupResponse(Message, tag="sync_group_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-class HeartbeatRequest(Message, tag="heartbeat", frozen=True, kw_only=True):
-    group_id: GroupId
-    generation_id: int
-    member_id: MemberId
-    group_instance_id: InstanceId | None = None
-
-
-class HeartbeatResponse(Message, tag="heartbeat_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-
-
-class MemberIdentity(Struct, frozen=True, kw_only=True):
-    """A member to remove: by member id, or (static members) by instance id with member id ""."""
-
-    member_id: MemberId = ""
-    group_instance_id: InstanceId | None = None
-    reason: Reason | None = None
-
-
-class LeaveGroupRequest(Message, tag="leave_group", frozen=True, kw_only=True):
-    group_id: GroupId
-    members: Annotated[list[MemberIdentity], Meta(max_length=MAX_ITEMS)]
-
-
-class LeaveGroupMemberResult(Struct, frozen=True, kw_only=True):
-    member_id: str
-    group_instance_id: str | None = None
-    error_code: int = ErrorCode.NONE
-
-
-class LeaveGroupResponse(Message, tag="leave_group_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    members: list[LeaveGroupMemberResult] = field(default_factory=list)
-
-
-# --- offsets --------------------------------------------------------------------------
-
-
-class OffsetCommitPartition(Struct, frozen=True, kw_only=True):
-    partition: int
-    offset: int
-    metadata: str | None = None
-
-
-class OffsetCommitTopic(Struct, frozen=True, kw_only=True):
-    name: TopicName
-    partitions: list[OffsetCommitPartition]
-
-
-class OffsetCommitRequest(Message, tag="offset_commit", frozen=True, kw_only=True):
-    group_id: GroupId
-    generation_id: int = NO_GENERATION
-    member_id: MemberId = ""
-    group_instance_id: InstanceId | None = None
-    topics: list[OffsetCommitTopic]
-
-
-class PartitionResult(Struct, frozen=True, kw_only=True):
-    partition: int
-    error_code: int = ErrorCode.NONE
-
-
-class OffsetCommitTopicResult(Struct, frozen=True, kw_only=True):
-    name: str
-    partitions: list[PartitionResult]
-
-
-class OffsetCommitResponse(Message, tag="offset_commit_response", frozen=True, kw_only=True):
-    """Group-level errors are in ``error_code``; per-partition ones in ``topics``."""
-
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    topics: list[OffsetCommitTopicResult] = field(default_factory=list)
-
-
-class OffsetFetchTopic(Struct, frozen=True, kw_only=True):
-    name: TopicName
-    partitions: list[int]
-
-
-class OffsetFetchRequest(Message, tag="offset_fetch", frozen=True, kw_only=True):
-    group_id: GroupId
-    topics: list[OffsetFetchTopic] | None = None  # None: every committed offset of the group
-
-
-class FetchedOffset(Struct, frozen=True, kw_only=True):
-    partition: int
-    offset: int = -1  # -1: nothing committed
-    metadata: str | None = None
-    error_code: int = ErrorCode.NONE
-
-
-class OffsetFetchTopicResult(Struct, frozen=True, kw_only=True):
-    name: str
-    partitions: list[FetchedOffset]
-
-
-class OffsetFetchResponse(Message, tag="offset_fetch_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    topics: list[OffsetFetchTopicResult] = field(default_factory=list)
-
-
-# --- topics ---------------------------------------------------------------------------
-
-
-class TopicSpec(Struct, frozen=True, kw_only=True):
-    name: TopicName
-    partitions: int
-
-
-class TopicResult(Struct, frozen=True, kw_only=True):
-    name: str
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-
-
-class CreateTopicsRequest(Message, tag="create_topics", frozen=True, kw_only=True):
-    topics: Annotated[list[TopicSpec], Meta(max_length=MAX_ITEMS)]
-
-
-class CreateTopicsResponse(Message, tag="create_topics_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    topics: list[TopicResult] = field(default_factory=list)
-
-
-class AlterTopicsRequest(Message, tag="alter_topics", frozen=True, kw_only=True):
-    """Set the partition count of existing topics (up or down: a topic names any resources)."""
-
-    topics: Annotated[list[TopicSpec], Meta(max_length=MAX_ITEMS)]
-
-
-class AlterTopicsResponse(Message, tag="alter_topics_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    topics: list[TopicResult] = field(default_factory=list)
-
-
-class DeleteTopicsRequest(Message, tag="delete_topics", frozen=True, kw_only=True):
-    topics: Annotated[list[TopicName], Meta(max_length=MAX_ITEMS)]
-
-
-class DeleteTopicsResponse(Message, tag="delete_topics_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    topics: list[TopicResult] = field(default_factory=list)
-
-
-class TopicMetadata(Struct, frozen=True, kw_only=True):
-    name: str
-    partitions: int = 0
-    error_code: int = ErrorCode.NONE  # UNKNOWN_TOPIC_OR_PARTITION: absent or deleted
-
-
-class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
-    topics: Annotated[list[TopicName], Meta(max_length=MAX_ITEMS)] | None = (
-        None  # None: every topic
-    )
-
-
-class ListTopicsResponse(Message, tag="list_topics_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    topics: list[TopicMetadata] = field(default_factory=list)
-
-
-# --- group inspection -----------------------------------------------------------------
-
-
-class DescribeGroupsRequest(Message, tag="describe_groups", frozen=True, kw_only=True):
-    groups: Annotated[list[GroupId], Meta(max_length=MAX_ITEMS)]
-
-
-class DescribedMember(Struct, frozen=True, kw_only=True):
-    member_id: str
-    group_instance_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    metadata: bytes = b""  # the member's metadata for the chosen protocol
-    assignment: bytes = b""
-
-
-class DescribedGroup(Struct, frozen=True, kw_only=True):
-    group_id: str
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    state: str = ""
-    generation_id: int = NO_GENERATION
-    protocol_type: str = ""
-    protocol_name: str = ""
-    leader: str = ""
-    members: list[DescribedMember] = field(default_factory=list)
-
-
-class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    groups: list[DescribedGroup] = field(default_factory=list)
-
-
-class DeleteGroupsRequest(Message, tag="delete_groups", frozen=True, kw_only=True):
-    """Delete groups and their committed offsets; only a group without members (Kafka's
-    DeleteGroups: NON_EMPTY_GROUP otherwise)."""
-
-    groups: Annotated[list[GroupId], Meta(max_length=MAX_ITEMS)]
-
-
-class DeletedGroup(Struct, frozen=True, kw_only=True):
-    group_id: str
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-
-
-class DeleteGroupsResponse(Message, tag="delete_groups_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    results: list[DeletedGroup] = field(default_factory=list)
-
-
-class ListGroupsRequest(Message, tag="list_groups", frozen=True, kw_only=True):
-    states: Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)] | None = (
-        None  # None: every state
-    )
-
-
-class ListedGroup(Struct, frozen=True, kw_only=True):
-    group_id: str
-    protocol_type: str = ""
-    state: str = ""
-
-
-class ListGroupsResponse(Message, tag="list_groups_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    groups: list[ListedGroup] = field(default_factory=list)
-
-
-class FindCoordinatorRequest(Message, tag="find_coordinator", frozen=True, kw_only=True):
-    """Which node coordinates ``group_id``: any node of a cluster answers (Kafka's
-    FindCoordinator with key type GROUP)."""
-
-    group_id: GroupId
-
-
-class FindCoordinatorResponse(Message, tag="find_coordinator_response", frozen=True, kw_only=True):
-    """The coordinator's advertised address; COORDINATOR_NOT_AVAILABLE while no live node
-    owns the group's shard."""
-
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    node_id: str = ""
-    host: str = ""
-    port: int = 0
-
-
-class DescribeClusterRequest(Message, tag="describe_cluster", frozen=True, kw_only=True):
-    """The nodes of the coordinator's cluster and who owns each shard, as the node asked
-    last saw them (a single coordinator is a cluster of one node with no shards)."""
-
-    # The shard owners and epochs too: with an authorizer, that needs DESCRIBE on the
-    # cluster; the nodes alone are told to any client (as Kafka's metadata names brokers).
-    include_shards: bool = True
-
-
-class ClusterNodeInfo(Struct, frozen=True, kw_only=True):
-    node_id: str
-    host: str
-    port: int
-
-
-class ShardInfo(Struct, frozen=True, kw_only=True):
-    shard: int
-    owner: str = ""  # "": no live node owns it now
-    epoch: int = 0
-
-
-class NodeLiveness(Struct, frozen=True, kw_only=True):
-    """How a cluster node keeps up with etcd, as it says of itself: seconds since it last
-    refreshed its lease and since it last reconciled its shards (None: not yet), and how
-    many times one of its loops had to be started again."""
-
-    lease_refreshed_s_ago: float | None = None
-    reconciled_s_ago: float | None = None
-    task_restarts: int = 0
-    # whether it holds a lease and is registered in etcd now (None: an older node)
-    registered: bool | None = None
-
-
-class DescribeClusterResponse(Message, tag="describe_cluster_response", frozen=True, kw_only=True):
-    error_code: int = ErrorCode.NONE
-    error_message: str | None = None
-    node_id: str = ""  # the node that answered
-    shard_count: int = 0
-    nodes: list[ClusterNodeInfo] = field(default_factory=list)
-    shards: list[ShardInfo] = field(default_factory=list)
-    liveness: NodeLiveness | None = None  # the answering node's own; None: not a cluster node
-    # the shards the answering node serves now, by its own account (``shards`` are the
-    # owners as it last read them from etcd); None: not told (not a cluster node, an older
-    # one, or the shards were not asked for)
-    served: list[int] | None = None
+# --- errors and notices ---------------------------------------------------------------
 
 
 class ErrorResponse(Message, tag="error_response", frozen=True, kw_only=True):

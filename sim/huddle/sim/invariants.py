@@ -20,7 +20,7 @@ from huddle.protocol.embedded import (
     decode_assignment,
     decode_subscription,
 )
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 from huddle.sim.process import GROUP_ID, SimMember
 
@@ -49,7 +49,7 @@ class Violation:
     step: int
 
 
-class ViolationFound(Exception):
+class ViolationFoundError(HuddleError):
     def __init__(self, violation: Violation) -> None:
         super().__init__(f"{violation.invariant}: {violation.detail}")
         self.violation = violation
@@ -85,7 +85,7 @@ class Checker:
 
     def fail(self, invariant: str, detail: str) -> None:
         sched = self.world.sched
-        raise ViolationFound(Violation(invariant, detail, sched.now, sched.steps))
+        raise ViolationFoundError(Violation(invariant, detail, sched.now, sched.steps))
 
     # --- after each step ------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import msgspec
 
 from huddle.client.assignors.base import ASSIGNORS, Assignor
 from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
-from huddle.client.events import Event, RebalanceNotice, Reconnect, Rejoin, SessionExpired
+from huddle.client.events import Event, RebalanceNotice, ReconnectError, Rejoin, SessionExpired
 from huddle.client.flow import (
     LEAVE_TIMEOUT_MS,
     Action,
@@ -486,7 +486,7 @@ class SimMember:
                         self.driver.reconnect_delay_ms(), self._reconnect
                     )
                 return
-            except (Reconnect, ConnectionError, TimeoutError) as exc:
+            except (ReconnectError, ConnectionError, TimeoutError) as exc:
                 self.gen = None
                 self.offline_running = False
                 self.offline_expiry = None  # the queued event is handled once connected
@@ -595,7 +595,7 @@ class SimMember:
             return
         try:
             value = answer_as(response, expect)
-        except Reconnect as exc:
+        except ReconnectError as exc:
             self._resume(error=exc)
             return
         self._resume(value)

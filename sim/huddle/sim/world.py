@@ -25,7 +25,7 @@ from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.planted import planting
 from huddle.sim.faults import KINDS, Fault, plan_faults
 from huddle.sim.host import CoordinatorHost
-from huddle.sim.invariants import Checker, Violation, ViolationFound
+from huddle.sim.invariants import Checker, Violation, ViolationFoundError
 from huddle.sim.network import Network
 from huddle.sim.process import GROUP_ID, SimMember
 from huddle.sim.scheduler import Scheduler
@@ -306,7 +306,7 @@ class World:
                             f"not converged {self.config.liveness_bound_ms() / 1000:.1f} s "
                             f"after the last fault ended ({self._why_not()})",
                         )
-            except ViolationFound as found:
+            except ViolationFoundError as found:
                 violation = found.violation
         return Outcome(
             seed=self.seed,

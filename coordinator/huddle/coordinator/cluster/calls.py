@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 import aetcd
 import structlog
 
+from huddle.protocol.errors import HuddleError
+
 log = structlog.get_logger("huddle.cluster")
 T = TypeVar("T")
 UNREACHABLE = (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError)
@@ -26,15 +28,15 @@ GRPC_OPTIONS = {
 }
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailableError(HuddleError):
     """No endpoint of the store answered."""
 
 
-class StoreTimeout(StoreUnavailable):
+class StoreTimeoutError(StoreUnavailableError):
     """A call to the store got no answer within its deadline."""
 
 
-class CallCancelled(StoreUnavailable):
+class CallCancelledError(StoreUnavailableError):
     """gRPC cancelled a call by itself (its connection was closed under it)."""
 
 
@@ -43,7 +45,7 @@ async def bounded(call: Callable[[], Awaitable[T]], deadline_s: float) -> T:
     cancelled). A cancellation of the caller reaches the caller as it was sent: gRPC ends a
     call it is made to cancel with a bare ``CancelledError``, which an anyio cancel scope
     would not take for its own and let through as if its host were cancelled. A call that
-    gRPC cancelled by itself raises ``CallCancelled``."""
+    gRPC cancelled by itself raises ``CallCancelledError``."""
 
     async def run() -> T:
         return await call()
@@ -60,7 +62,7 @@ async def bounded(call: Callable[[], Awaitable[T]], deadline_s: float) -> T:
         task.add_done_callback(retrieved)
         raise TimeoutError(f"no answer within {deadline_s:g} s")
     if task.cancelled():
-        raise CallCancelled("the call to etcd was cancelled by its connection")
+        raise CallCancelledError("the call to etcd was cancelled by its connection")
     return task.result()
 
 
@@ -91,7 +93,7 @@ async def first_answering(
             continue
         log.info("store_connected", endpoint=f"{host}:{port}")
         return client, (host, port)
-    raise StoreUnavailable("no etcd endpoint answered: " + "; ".join(failures))
+    raise StoreUnavailableError("no etcd endpoint answered: " + "; ".join(failures))
 
 
 async def close_client(client: Any, timeout_s: float, wait_s: float = 0.0) -> None:

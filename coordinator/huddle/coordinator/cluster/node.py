@@ -40,6 +40,7 @@ from huddle.coordinator.cluster.layout import target_owners
 from huddle.coordinator.cluster.lease import LeaseGuard
 from huddle.coordinator.cluster.store import WATCH_IDLE_S, EtcdStore, Lease
 from huddle.coordinator.supervisor import Beat, Body, Restarts, supervise
+from huddle.protocol.errors import HuddleError
 from huddle.protocol.messages import NodeLiveness
 
 log = structlog.get_logger("huddle.cluster")
@@ -50,7 +51,7 @@ OURS = frozenset(
 )
 
 
-class ClusterConfigError(Exception):
+class ClusterConfigError(HuddleError):
     """The cluster's kept configuration, or another node, conflicts with this node's."""
 
 

@@ -73,7 +73,7 @@ class ClusterRun:
 
     @classmethod
     async def start(cls, server: ClusterHost) -> ClusterRun:
-        """Connect to etcd, register the node and begin serving. Raises StoreUnavailable
+        """Connect to etcd, register the node and begin serving. Raises StoreUnavailableError
         (no etcd endpoint answers) or ClusterConfigError (the cluster's configuration or
         another node conflicts with this one)."""
         cfg = server.config

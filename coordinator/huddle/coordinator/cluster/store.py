@@ -42,9 +42,9 @@ import structlog
 
 from huddle.coordinator.cluster.calls import (
     UNREACHABLE,
-    CallCancelled,
-    StoreTimeout,
-    StoreUnavailable,
+    CallCancelledError,
+    StoreTimeoutError,
+    StoreUnavailableError,
     bounded,
     close_client,
     first_answering,
@@ -52,8 +52,8 @@ from huddle.coordinator.cluster.calls import (
 )
 from huddle.coordinator.supervisor import progress
 
-__all__ = ["CallCancelled", "Change", "Entry", "EtcdStore", "Lease", "StoreTimeout"]
-__all__ += ["StoreUnavailable", "bounded", "parse_endpoints"]
+__all__ = ["CallCancelledError", "Change", "Entry", "EtcdStore", "Lease", "StoreTimeoutError"]
+__all__ += ["StoreUnavailableError", "bounded", "parse_endpoints"]
 
 log = structlog.get_logger("huddle.cluster")
 T = TypeVar("T")
@@ -140,7 +140,7 @@ class EtcdStore:
         client = await self._current()
         try:
             return await self._call(client, op, timeout_s)
-        except (*UNREACHABLE, StoreTimeout):
+        except (*UNREACHABLE, StoreTimeoutError):
             if not again or len(self.endpoints) < 2 or self._suspect is not client:
                 raise
             return await self._call(await self._current(), op, timeout_s)
@@ -156,8 +156,8 @@ class EtcdStore:
                 progress()  # answered or not, the calling loop goes on (its supervisor is told)
         except TimeoutError:
             self._suspect = client  # the link may be dead (a keep-alive's too: see refresh)
-            raise StoreTimeout(f"etcd did not answer within {deadline:g} s") from None
-        except (*UNREACHABLE, CallCancelled):
+            raise StoreTimeoutError(f"etcd did not answer within {deadline:g} s") from None
+        except (*UNREACHABLE, CallCancelledError):
             self._suspect = client  # unreachable, or its connection closed under the call
             raise
 
@@ -176,7 +176,7 @@ class EtcdStore:
         try:
             await bounded(lambda: self._switch(failed), self.timeout_s * (len(self.endpoints) + 1))
         except TimeoutError:
-            raise StoreTimeout("no etcd endpoint answered a new connection in time") from None
+            raise StoreTimeoutError("no etcd endpoint answered a new connection in time") from None
         return self._client
 
     async def _switch(self, failed: Any) -> None:
@@ -251,13 +251,13 @@ class EtcdStore:
             if not done:
                 again = bounded(on_a_new_connection, deadline - hedge_s)
                 calls.append(loop.create_task(again))
-            failure: BaseException = StoreTimeout(f"etcd did not answer within {deadline:g} s")
+            failure: BaseException = StoreTimeoutError(f"etcd did not answer within {deadline:g} s")
             pending = set(calls)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for call in done:
                     if call.cancelled():
-                        failure = CallCancelled("the call to etcd was cancelled")
+                        failure = CallCancelledError("the call to etcd was cancelled")
                     elif (error := call.exception()) is None:
                         return call.result()
                     elif not isinstance(error, TimeoutError):  # the second one's deadline

@@ -20,6 +20,8 @@ from enum import StrEnum
 
 import msgspec
 
+from huddle.protocol.errors import HuddleError
+
 CLUSTER_NAME = "huddle-cluster"
 WILDCARD = "*"
 ANONYMOUS = "User:ANONYMOUS"
@@ -57,7 +59,7 @@ _IMPLIES_DESCRIBE = frozenset(
 )
 
 
-class AclError(ValueError):
+class AclError(HuddleError, ValueError):
     """An ACL that cannot be: says which field and why."""
 
 

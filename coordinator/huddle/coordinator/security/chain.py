@@ -22,6 +22,8 @@ import re
 import ssl
 from dataclasses import dataclass
 
+from huddle.protocol.errors import HuddleError
+
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.*?)-----END CERTIFICATE-----", re.DOTALL)
 _BEGIN = b"-----BEGIN CERTIFICATE-----"
 _SEQUENCE = 0x30
@@ -29,7 +31,7 @@ _EXTENSIONS = 0xA3  # [3] in TBSCertificate
 _SAN_OID = bytes.fromhex("0603551d11")  # 2.5.29.17, subjectAltName, as DER
 
 
-class ChainError(ValueError):
+class ChainError(HuddleError, ValueError):
     """A certificate file whose chain cannot be served: says why."""
 
 

@@ -15,6 +15,8 @@ import re
 import msgspec
 from scramp import ScramMechanism
 
+from huddle.protocol.errors import HuddleError
+
 SCRAM_MECHANISMS: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 PLAIN = "PLAIN"
 MIN_ITERATIONS = 4_096  # RFC 7677's minimum, as Kafka's
@@ -24,7 +26,7 @@ MAX_USERNAME = 255
 _USERNAME = re.compile(r"[A-Za-z0-9._@+-]+")
 
 
-class CredentialError(ValueError):
+class CredentialError(HuddleError, ValueError):
     """A user name, password or iteration count that cannot be used: says why."""
 
 

@@ -1,7 +1,7 @@
 """One SASL exchange on the coordinator's side: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN.
 
 ``SaslSession.step`` takes one client message and returns the answer and whether the
-exchange is over; it raises ``AuthenticationFailed`` with the reason, which is for the log
+exchange is over; it raises ``AuthenticationFailedError`` with the reason, which is for the log
 only: the client is told one thing whatever was wrong. An unknown user goes through the
 whole exchange with a made-up credential (``decoy``) and fails at the proof, as a wrong
 password does, so the answers do not tell who exists. SCRAM itself (nonces, proofs, the
@@ -26,6 +26,7 @@ from huddle.coordinator.security.credentials import (
     User,
     password_matches,
 )
+from huddle.protocol.errors import HuddleError
 
 UserLookup = Callable[[str], User | None]
 
@@ -50,7 +51,7 @@ def decoy(secret: bytes, username: str, mechanism: str, iterations: int) -> Scra
     )
 
 
-class AuthenticationFailed(Exception):
+class AuthenticationFailedError(HuddleError):
     """The exchange failed; ``reason`` says why, for the coordinator's log."""
 
     def __init__(self, reason: str, username: str = "") -> None:
@@ -102,12 +103,12 @@ class SaslSession:
     def step(self, data: bytes) -> tuple[bytes, bool]:
         """The answer to one client message, and whether the exchange is complete."""
         if self.done:
-            raise AuthenticationFailed("a message after the exchange was complete")
+            raise AuthenticationFailedError("a message after the exchange was complete")
         try:
             if self._scram is None:
                 return self._plain(data), True
             return self._scram_step(data)
-        except AuthenticationFailed as exc:
+        except AuthenticationFailedError as exc:
             exc.username = exc.username or self.username
             raise
 
@@ -116,22 +117,22 @@ class SaslSession:
     def _plain(self, data: bytes) -> bytes:
         parts = data.split(b"\0")
         if len(parts) != 3:
-            raise AuthenticationFailed("a PLAIN message is authzid NUL user NUL password")
+            raise AuthenticationFailedError("a PLAIN message is authzid NUL user NUL password")
         try:
             authzid, user, password = (p.decode() for p in parts)
         except UnicodeDecodeError:
-            raise AuthenticationFailed("a PLAIN message that is not UTF-8") from None
+            raise AuthenticationFailedError("a PLAIN message that is not UTF-8") from None
         self.username = user
         if authzid and authzid != user:
-            raise AuthenticationFailed(f"authorization id {authzid!r} is not the user")
+            raise AuthenticationFailedError(f"authorization id {authzid!r} is not the user")
         kept = self._users(user)
         if kept is None:  # the same work as most real checks: one key, the same hash and count
             hashed, iterations = self.decoy_shape
             fake = decoy(self._secret, user, hashed, iterations)
             password_matches(User(name=user, scram={hashed: fake}), password)
-            raise AuthenticationFailed("unknown user")
+            raise AuthenticationFailedError("unknown user")
         if not password_matches(kept, password):
-            raise AuthenticationFailed("wrong password")
+            raise AuthenticationFailedError("wrong password")
         self._succeed(user)
         return b""
 
@@ -143,7 +144,7 @@ class SaslSession:
         try:
             text = data.decode()
         except UnicodeDecodeError:
-            raise AuthenticationFailed("a SCRAM message that is not UTF-8") from None
+            raise AuthenticationFailedError("a SCRAM message that is not UTF-8") from None
         try:
             if self._stage == 0:
                 self._stage = 1
@@ -154,11 +155,11 @@ class SaslSession:
                 server.set_client_final(text)
                 final = server.get_server_final().encode()
         except ScramException as exc:
-            raise AuthenticationFailed(f"SCRAM: {exc}") from None
+            raise AuthenticationFailedError(f"SCRAM: {exc}") from None
         if self._stage != 2:
-            raise AuthenticationFailed("a SCRAM message after the exchange")
+            raise AuthenticationFailedError("a SCRAM message after the exchange")
         if self._users(self.username) is None:  # the decoy's proof cannot match; to be sure
-            raise AuthenticationFailed("unknown user")
+            raise AuthenticationFailedError("unknown user")
         self._succeed(self.username)
         return final, True
 

@@ -30,6 +30,7 @@ import msgspec
 from huddle.coordinator.security.acls import Acl
 from huddle.coordinator.security.credentials import User
 from huddle.coordinator.storage.journal import JOURNAL
+from huddle.protocol.errors import HuddleError
 
 FILE_NAME = "security.json"
 LOCK_NAME = "security.lock"
@@ -52,7 +53,7 @@ def with_secret(state: SecurityState) -> SecurityState:
     return msgspec.structs.replace(state, decoy_secret=os.urandom(32))
 
 
-class SecurityStoreError(Exception):
+class SecurityStoreError(HuddleError):
     """The store cannot be read or written: says which and why."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from huddle.coordinator.security.chain import ChainError, Names, check_order, read_chain
+from huddle.protocol.errors import HuddleError
 
 # Short names RFC 4514 gives the attributes a subject usually has.
 _SHORT = {
@@ -35,16 +36,16 @@ _SHORT = {
 }
 
 
-class TlsConfigError(ValueError):
+class TlsConfigError(HuddleError, ValueError):
     """A certificate, key or CA that cannot be loaded: says which file and why."""
 
 
-class _Passphrase(Exception):
+class _PassphraseError(HuddleError):
     """OpenSSL asked for a key's passphrase."""
 
 
 def _no_passphrase() -> bytes:
-    raise _Passphrase
+    raise _PassphraseError
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class ServerTls:
         data = self._read(self.cert)
         try:
             context.load_cert_chain(self.cert, self.key, password=_no_passphrase)
-        except _Passphrase:
+        except _PassphraseError:
             raise TlsConfigError(
                 f"the key {self.key} is encrypted (it has a passphrase): encrypted keys are "
                 "not supported; give huddle the key without one (openssl pkey -in KEY -out "

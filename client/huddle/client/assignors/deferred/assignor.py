@@ -19,15 +19,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 from huddle.client.assignors._claims import Ownership, resolve
-from huddle.client.assignors._deferred_lost import Origin, Record, Routing, find_lost, route
-from huddle.client.assignors._deferred_pace import Pacer, pick
-from huddle.client.assignors._deferred_plan import Targets, plan_round
-from huddle.client.assignors._deferred_wire import (
-    decode_last_assigned,
-    decode_state,
-    encode_last_assigned,
-    encode_state,
-)
 from huddle.client.assignors._layout import Layout
 from huddle.client.assignors._order import member_order
 from huddle.client.assignors.base import (
@@ -37,6 +28,15 @@ from huddle.client.assignors.base import (
     MemberAssignment,
     MemberSubscription,
     RebalanceProtocol,
+)
+from huddle.client.assignors.deferred.lost import Origin, Record, Routing, find_lost, route
+from huddle.client.assignors.deferred.pace import Pacer, pick
+from huddle.client.assignors.deferred.plan import Targets, plan_round
+from huddle.client.assignors.deferred.wire import (
+    decode_last_assigned,
+    decode_state,
+    encode_last_assigned,
+    encode_state,
 )
 from huddle.client.checks import MAX_INT32, require_number
 from huddle.protocol.embedded import TopicPartition

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from huddle.client.assignors._ha_place import Placement, place
-from huddle.client.assignors._ha_target import balanced_target
-from huddle.client.assignors._ha_view import View, build_view
 from huddle.client.assignors.base import (
     ASSIGNORS,
     Assignor,
@@ -29,6 +26,9 @@ from huddle.client.assignors.base import (
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.client.assignors.high_availability.place import Placement, place
+from huddle.client.assignors.high_availability.target import balanced_target
+from huddle.client.assignors.high_availability.view import View, build_view
 from huddle.client.checks import require_number
 from huddle.protocol.embedded import TopicPartition
 

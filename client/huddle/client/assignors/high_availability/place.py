@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from huddle.client.assignors._ha_view import View
+from huddle.client.assignors.high_availability.view import View
 
 
 @dataclass(slots=True)

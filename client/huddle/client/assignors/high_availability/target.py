@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from huddle.client.assignors._ha_view import View
+from huddle.client.assignors.high_availability.view import View
 
 
 def balanced_target(view: View, balance_factor: int = 1) -> list[int]:
