@@ -17,7 +17,7 @@ from huddle.client.assignors.base import ASSIGNORS
 from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
 from huddle.client.events import Rejoin, SessionExpired
 from huddle.client.flow import Call, Listen, MemberFlow, Receive
-from huddle.client.machine import MemberConfig, MemberCore
+from huddle.client.member_core import MemberConfig, MemberCore
 from huddle.client.subscription import Subscription
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import Assignment, encode, grouped

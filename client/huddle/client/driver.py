@@ -17,23 +17,28 @@ from huddle.client.events import (
     FellOut,
     HeartbeatAnswer,
     RebalanceNotice,
+    Reconnect,
     Rejoin,
     SessionExpired,
 )
 from huddle.client.generation import Generation
 from huddle.client.heartbeat import HeartbeatTimer
-from huddle.client.machine import MemberCore, MemberState, Next, Step
+from huddle.client.member_core import MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
 from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, error_name, to_code
 from huddle.protocol.messages import (
+    ErrorResponse,
     HeartbeatRequest,
+    HeartbeatResponse,
     LeaveGroupRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetCommitTopic,
+    Response,
     TopicMetadataChanged,
 )
 from huddle.protocol.planted import planted
@@ -190,6 +195,19 @@ class MemberDriver:
         another node of a cluster is served there by then)."""
         return self.timer.session_ms / 3
 
+    def heartbeat_response(
+        self, response: Response, sent: SendHeartbeat, received_at: float
+    ) -> HeartbeatAnswer | None:
+        """A heartbeat sent as ``sent`` was answered with ``response`` at ``received_at``.
+        An answer of another type than a heartbeat's (or an error answer) proves nothing:
+        the connection is out of step, and the member drops it and finds the coordinator
+        again (``Reconnect``, raised), as Kafka's client fails a connection whose answer
+        does not match its request and its heartbeat's failure marks the coordinator
+        unknown."""
+        if not isinstance(response, HeartbeatResponse | ErrorResponse):
+            raise Reconnect(f"a heartbeat answered with {type(response).__name__}")
+        return self.heartbeat_answered(response.error_code, sent, received_at)
+
     def heartbeat_answered(
         self, code: int, sent: SendHeartbeat, received_at: float
     ) -> HeartbeatAnswer | None:
@@ -288,6 +306,26 @@ class MemberDriver:
         self.cut_off_at = None
         self.sync_out = False
 
+    def close(self) -> None:
+        """The application closes the member: the main loop leaves the group next."""
+        self.closing = True
+
+    def join_started(self) -> None:
+        """A JoinGroup is on its way: the coordinator keeps the member alive while it holds
+        the join, so the watchdog does not count the session down meanwhile."""
+        self.join_in_flight = True
+
+    def join_ended(self) -> None:
+        """The JoinGroup in flight was answered, or given up."""
+        self.join_in_flight = False
+
+    def leading(self, topics: set[str], counts: dict[str, int]) -> None:
+        """The member leads the generation it joined: its group subscribes to ``topics``,
+        and it assigns with ``counts`` (empty: it runs no assignment, a static leader back
+        in the same generation). A change of those counts makes it rebalance."""
+        self.group_topics = topics
+        self.metadata = counts
+
     def sync_sent(self) -> None:
         """Its SyncGroup is out: heartbeats sent after it reach the coordinator after it
         (one connection, in order), when the member is no longer waited on, so an answer
@@ -328,6 +366,16 @@ class MemberDriver:
                 for topic, partitions in chunk.items()
             ],
         )
+
+    def commit_response(
+        self, response: Response, generation: Generation, sent_at: float
+    ) -> FellOut | None:
+        """``commit_answered`` for an answer as it came: an error answer carries its code;
+        one of another type is out of step (``Reconnect``, raised, as for a heartbeat)."""
+        if not isinstance(response, OffsetCommitResponse | ErrorResponse):
+            raise Reconnect(f"a commit answered with {type(response).__name__}")
+        message = response.error_message or ""
+        return self.commit_answered(response.error_code, message, generation, sent_at)
 
     def commit_answered(
         self, code: int, message: str, generation: Generation, sent_at: float

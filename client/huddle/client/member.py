@@ -70,8 +70,9 @@ from huddle.client.flow import (
     answer_as,
 )
 from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
-from huddle.client.machine import MemberConfig, MemberCore, MemberState
+from huddle.client.member_core import MemberConfig, MemberCore, MemberState
 from huddle.client.metrics import MemberStats, collector_for
+from huddle.client.offline import Offline
 from huddle.client.partition_counts import Scope
 from huddle.client.security import NO_SECURITY, Security, TlsError
 from huddle.client.subscription import Subscription
@@ -88,8 +89,6 @@ from huddle.protocol.errors import (
     raise_for,
 )
 from huddle.protocol.messages import (
-    ErrorResponse,
-    HeartbeatResponse,
     JoinGroupRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
@@ -164,14 +163,9 @@ class Member:
         self._stats = MemberStats(group_id, client_id, lambda: len(self.assignment))
         self._metrics = None if metrics_registry is None else collector_for(metrics_registry)
         self._connects = 0  # connections lost so far: where the next discovery begins
-        # between connections: the watchdog runs on_partitions_lost itself, under the lock
-        self._offline = False
+        # a flow running between connections holds it (``Offline.busy``): the owed
+        # callbacks, or a loss the watchdog handles
         self._offline_lock = anyio.Lock()
-        # the connection is known lost, though its task group may still be ending (a
-        # listener callback is never cut off: it runs to its end first)
-        self._lost = False
-        # a session that ran out meanwhile: lost once the owed callbacks have run
-        self._offline_expiry: SessionExpired | None = None
         # the listener callback running, if one is: only closing the member cancels it
         self._callback_scope: anyio.CancelScope | None = None
         self._core = MemberCore(
@@ -195,6 +189,8 @@ class Member:
             max_retry_backoff_ms=max_retry_backoff_ms,
         )
         self._flow = MemberFlow(self._driver, self)  # the main loop, shared with huddle.sim
+        # what happens between connections (decided there, shared with huddle.sim)
+        self._offline = Offline(self._driver)
         self._listener = Callbacks(listener if listener is not None else RebalanceListener())
         self._lags = lags
         send, receive = anyio.create_memory_object_stream[Event](1_000)
@@ -415,7 +411,7 @@ class Member:
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._tg is not None
-        self._driver.closing = True
+        self._driver.close()
         self._close_requested.set()
         if self._join_scope is not None:
             self._join_scope.cancel()  # a held JoinGroup would keep us waiting
@@ -495,12 +491,9 @@ class Member:
             try:
                 async with self._coordinator() as conn, anyio.create_task_group() as tg:
                     async with self._offline_lock:  # an offline loss being handled ends first
-                        self._offline = False
-                        self._lost = False
-                        self._offline_expiry = None  # the queued event is handled now
                         self._spoken = anyio.Event()
                         self._conn = conn
-                    driver.connected(conn.disconnect_grace_ms)  # heartbeat at once
+                        self._offline.connected(conn.disconnect_grace_ms)  # heartbeat at once
                     self._log.info("member_connected", member_id=self._core.member_id)
                     tg.start_soon(self._until_lost, self._read_notices, conn)
                     tg.start_soon(self._until_lost, self._heartbeats, conn)
@@ -520,15 +513,18 @@ class Member:
             finally:
                 self._conn = None
                 self._spoken.set()  # a commit waiting for it goes on, and finds it closed
-                driver.disconnected()
-                self._notify()
             # callbacks of a step the lost connection cut off (a listener error fails it)
             async with self._offline_lock:
-                self._offline = True
-                await self._perform_flow(self._flow.owed_callbacks(), None)
-                expired, self._offline_expiry = self._offline_expiry, None
-                if expired is not None:  # the session ran out while they ran
-                    await self._perform_flow(self._flow.expired_while_disconnected(expired), None)
+                self._offline.ended()
+                self._notify()
+                try:
+                    await self._perform_flow(self._flow.owed_callbacks(), None)
+                    expired = self._offline.owed_ran()
+                    if expired is not None:  # the session ran out while they ran
+                        flow = self._flow.expired_while_disconnected(expired)
+                        await self._perform_flow(flow, None)
+                finally:
+                    self._offline.loss_ran()
             if not driver.closing and self._failure is None:
                 with anyio.move_on_after(driver.reconnect_delay_ms() / 1000):
                     await self._close_requested.wait()
@@ -578,10 +574,8 @@ class Member:
             raise
 
     def _connection_lost(self) -> None:
-        if not self._lost:
-            self._lost = True
-            stopping = self._conn is not None and self._conn.coordinator_stopping
-            self._driver.connection_lost(_now_ms(), coordinator_stopping=stopping)
+        stopping = self._conn is not None and self._conn.coordinator_stopping
+        if self._offline.connection_lost(_now_ms(), coordinator_stopping=stopping):
             self._notify()
 
     async def _serve(self, conn: Connection) -> None:
@@ -703,11 +697,7 @@ class Member:
             timeout_s = driver.heartbeat_timeout_ms / 1000
             self._spoken.set()  # sent before any commit waiting: see _spoken_first
             response = await conn.request(action.request, timeout=timeout_s)
-            if isinstance(response, HeartbeatResponse | ErrorResponse):
-                code = response.error_code
-            else:  # out of step: no proof of anything
-                raise Reconnect(f"a heartbeat answered with {type(response).__name__}")
-            answer = driver.heartbeat_answered(code, action, _now_ms())
+            answer = driver.heartbeat_response(response, action, _now_ms())
             if answer is not None:
                 self._post(answer)
 
@@ -731,9 +721,9 @@ class Member:
             wake = self._driver.watchdog(now)
             if isinstance(wake, SessionExpired):
                 self._post(wake)
-                if self._offline:  # no main loop runs to hear of it: lose them now
+                if self._offline.session_expired(wake):  # no main loop runs: lost now
                     async with self._offline_lock:
-                        if self._offline:
+                        if self._offline.lose_offline():
                             flow = self._flow.expired_while_disconnected(wake)
                             try:
                                 await self._perform_flow(flow, None)
@@ -741,8 +731,8 @@ class Member:
                                 self._stopped_by(failed)
                                 await self._wake_on_failure()
                                 return
-                elif self._lost:  # the connection's end is still under way: lost after it
-                    self._offline_expiry = wake
+                            finally:
+                                self._offline.loss_ran()
                 continue
             with anyio.move_on_after((wake - now) / 1000):
                 await self._changed.wait()
@@ -773,7 +763,7 @@ class Member:
                 await self._spoken.wait()
 
     def _require_connection(self) -> Connection:
-        if self._conn is None or self._lost:  # lost: its end may wait on a callback
+        if self._conn is None or not self._offline.serving:  # its end may wait on a callback
             raise NotConnectedError("the member is not connected to the coordinator")
         return self._conn
 

@@ -37,7 +37,8 @@ from huddle.client.flow import (
     answer_as,
 )
 from huddle.client.generation import Generation
-from huddle.client.machine import MemberConfig, MemberCore, MemberState
+from huddle.client.member_core import MemberConfig, MemberCore, MemberState
+from huddle.client.offline import Offline
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import (
@@ -48,10 +49,7 @@ from huddle.protocol.embedded import (
 )
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
-    ErrorResponse,
-    HeartbeatResponse,
     JoinGroupRequest,
-    OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopic,
@@ -78,7 +76,7 @@ TICK_MS = 1e-6
 Handler = Callable[[Response], None]
 
 
-class SimMember:
+class MemberProcess:
     """One member process; ``start`` (re)starts it, ``crash`` kills it."""
 
     def __init__(self, world: World, index: int, *, static: bool) -> None:
@@ -163,10 +161,10 @@ class SimMember:
             max_retry_backoff_ms=config.max_retry_backoff_ms,
         )
         self.flow = MemberFlow(self.driver, self)
+        self.offline = Offline(self.driver)  # between connections: the library's decisions
         self.gen: Flow | None = None
-        self.serve_waiting = False  # connected while a loss was handled offline
-        self.offline_running = False  # the flow runs expired_while_disconnected
-        self.offline_expiry: SessionExpired | None = None  # to handle after owed callbacks
+        self.gen_kind = ""  # which flow ``gen`` is: "serve", "owed" or "loss" (offline)
+        self.serve_waiting = False  # connected while a flow ran offline: serves after it
         self.cut_off = False  # the connection was lost during a callback: ended after it
         self.reconnect_timer: Timer | None = None
         self.events: deque[Event] = deque()
@@ -321,13 +319,17 @@ class SimMember:
             return
         self._drop_connect_timer()
         self.connected = True
-        self.driver.connected(self.world.group_config.disconnect_grace_ms)
         self.world.trace(self, "connected", conn=link.conn_id)
-        if self.gen is not None:  # a loss handled offline ends first (the runtime's lock)
+        if not self.offline.may_serve:  # a flow running offline ends first (the runtime's lock)
             self.serve_waiting = True
             return
-        self.gen = self.flow.serve()
+        self._serve()
         self._resume()
+
+    def _serve(self) -> None:
+        """The connection's main loop starts (the runtime's ``_run`` once it has the lock)."""
+        self.offline.connected(self.world.group_config.disconnect_grace_ms)
+        self.gen, self.gen_kind = self.flow.serve(), "serve"
 
     def link_down(self, link: Link, reason: str) -> None:
         self._run(self.epoch, self._link_down, (link, reason))
@@ -342,12 +344,12 @@ class SimMember:
             return
         self.world.trace(self, "disconnected", reason=reason)
         self.world.checker.shaken(self)
-        self.driver.connection_lost(self.now_ms())
+        self.offline.connection_lost(self.now_ms())
         link, self.link = self.link, None
         link.close_by_member()
         self.connected = False
         self.serve_waiting = False
-        if self.offline_running:
+        if self.offline.busy:
             # a loss handled offline (the runtime's watchdog, not the connection's task)
             # goes on; it reconnects when that ends
             self.calls.clear()
@@ -382,15 +384,16 @@ class SimMember:
         self.hb = None
         self.committing = False
         self._drop_connect_timer()
-        self.driver.disconnected()
-        self.gen = self.flow.owed_callbacks()  # then it reconnects, after a backoff
+        self.offline.ended()
+        # then it reconnects, after a backoff
+        self.gen, self.gen_kind = self.flow.owed_callbacks(), "owed"
         self._poke()  # a session that ran out is handled once they have run
         self._resume()
 
     def _expire_offline(self, expired: SessionExpired) -> None:
-        self.offline_running = True
-        self.gen = self.flow.expired_while_disconnected(expired)
-        self._resume()
+        if self.offline.lose_offline():
+            self.gen, self.gen_kind = self.flow.expired_while_disconnected(expired), "loss"
+            self._resume()
 
     def _reconnect(self) -> None:
         if self.link is None and self.failure is None:
@@ -468,15 +471,19 @@ class SimMember:
                 action = gen.send(value) if error is None else gen.throw(error)
             except StopIteration:
                 self.gen = None
-                self.offline_running = False
-                expiry, self.offline_expiry = self.offline_expiry, None
-                if expiry is not None and not self.connected and self.link is None:
-                    self._expire_offline(expiry)
-                    return
+                if self.gen_kind == "owed":
+                    expiry = self.offline.owed_ran()
+                    if expiry is not None:  # the session ran out while they ran
+                        self.gen = self.flow.expired_while_disconnected(expiry)
+                        self.gen_kind = "loss"
+                        value, error = None, None
+                        continue
+                elif self.gen_kind == "loss":
+                    self.offline.loss_ran()
                 if self.serve_waiting:
                     self.serve_waiting = False
                     if self.connected:
-                        self.gen = self.flow.serve()
+                        self._serve()
                         value, error = None, None
                         continue
                 pending = self.reconnect_timer is not None and self.reconnect_timer.pending
@@ -488,14 +495,12 @@ class SimMember:
                 return
             except (Reconnect, ConnectionError, TimeoutError) as exc:
                 self.gen = None
-                self.offline_running = False
-                self.offline_expiry = None  # the queued event is handled once connected
                 self._connection_failed(f"{type(exc).__name__}: {exc}")
                 return
             except Exception as exc:
                 self.gen = None
-                self.offline_running = False
-                self.offline_expiry = None
+                if self.gen_kind != "serve":
+                    self.offline.loss_ran()
                 self._fail(f"{type(exc).__name__}: {exc}")
                 return
             value, error = None, None
@@ -682,7 +687,7 @@ class SimMember:
             self._commit(self.driver.visible(self.now_ms()))
 
     def _commit(self, partitions: frozenset[TopicPartition]) -> None:
-        if not self.connected or not partitions:
+        if not self.offline.serving or not partitions:
             return
         now = self.now_ms()
         chunk: dict[str, list[tuple[int, int]]] = {}
@@ -703,17 +708,16 @@ class SimMember:
 
     def _committed(self, response: Response, generation: Generation, sent: float) -> None:
         self.committing = False
-        code = response.error_code if isinstance(response, OffsetCommitResponse) else E.NONE
-        if isinstance(response, ErrorResponse):
-            code = response.error_code
-        message = getattr(response, "error_message", None) or ""
-        fell_out = self.driver.commit_answered(code, message, generation, sent)
+        try:
+            fell_out = self.driver.commit_response(response, generation, sent)
+        except Reconnect:  # out of step: the application's commit fails, nothing else
+            return
         if fell_out is not None:
             self._post(fell_out)
 
     def _fetch(self, partitions: frozenset[TopicPartition]) -> None:
         """Where to start: the committed offsets of newly assigned partitions."""
-        if not self.connected or not partitions:
+        if not self.offline.serving or not partitions:
             return
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(partitions):
@@ -746,12 +750,8 @@ class SimMember:
         wake = driver.watchdog(now)
         while isinstance(wake, SessionExpired):
             self._post(wake)
-            if not self.connected:  # the runtime's offline watchdog
-                if self.gen is None:
-                    self._expire_offline(wake)
-                elif not self.offline_running:
-                    # callbacks a lost connection cut off run first (the runtime's lock)
-                    self.offline_expiry = wake
+            if self.offline.session_expired(wake):  # no main loop runs: lost now
+                self._expire_offline(wake)
             wake = driver.watchdog(now)
         timer = self.wd_timer
         if (
@@ -762,7 +762,7 @@ class SimMember:
             if timer is not None:
                 timer.cancel()
             self.wd_timer = self._at_local(wake, self._poke)
-        if not self.connected or self.hb is not None:
+        if not self.offline.serving or self.hb is not None:
             return
         action = driver.heartbeat(now)
         while isinstance(action, SessionExpired):  # a callback overran: given up
@@ -797,10 +797,11 @@ class SimMember:
         hb, self.hb = self.hb, None
         if hb is None:
             return
-        code = response.error_code if isinstance(response, HeartbeatResponse) else E.NONE
-        if isinstance(response, ErrorResponse):
-            code = response.error_code
-        answer = self.driver.heartbeat_answered(code, hb[1], self.now_ms())
+        try:
+            answer = self.driver.heartbeat_response(response, hb[1], self.now_ms())
+        except Reconnect as exc:  # out of step: the heartbeat task drops the connection
+            self._connection_failed(str(exc))
+            return
         if answer is not None:
             self._post(answer)
 

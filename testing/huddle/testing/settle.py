@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 import anyio
 
-from huddle.client.machine import MemberState
+from huddle.client.member_core import MemberState
 from huddle.client.member import Member
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import HuddleError
