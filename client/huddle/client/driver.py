@@ -41,7 +41,6 @@ from huddle.protocol.messages import (
     Response,
     TopicMetadataChanged,
 )
-from huddle.protocol.planted import planted
 
 log = library_logger("huddle.member")
 E = ErrorCode
@@ -60,6 +59,27 @@ class SendHeartbeat:
     # member if its SyncGroup is not in by the rebalance timeout after the join phase
     # ended, so such an answer proves the session but not that the group is steady.
     steady: bool = True
+
+
+class Liveness:
+    """How the driver proves a member alive: the correct rules, a part the driver is given
+    (the simulator gives faulty ones to prove it finds what they break)."""
+
+    __slots__ = ()
+
+    def session_proof(self, sent_at: float, received_at: float) -> float:
+        """When an answered heartbeat proves the session from: when it was *sent* (the
+        coordinator renewed the session on receipt, which is later), never its answer's
+        arrival."""
+        return sent_at
+
+    def paused_in_callbacks(self) -> bool:
+        """Whether heartbeats stop while listener callbacks run: never (a long callback
+        must not cost the member its session; the rebalance timeout bounds it)."""
+        return False
+
+
+LIVENESS = Liveness()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +108,7 @@ class MemberDriver:
     group_topics: set[str] = field(default_factory=set)
     _overdue_logged: bool = False
     cut_off_at: float | None = None  # disconnected: may have been dropped from then on
+    liveness: Liveness = LIVENESS
 
     def __post_init__(self) -> None:
         self.backoff_ms = self.retry_backoff_ms
@@ -177,7 +198,7 @@ class MemberDriver:
         core = self.core
         if not core.heartbeats_due or self.given_up is not None:  # no more: it left
             return WaitUntil(None)
-        if self.listener_since is not None and planted("heartbeats-paused-in-callbacks"):
+        if self.listener_since is not None and self.liveness.paused_in_callbacks():
             return WaitUntil(None)
         due = self.timer.next_heartbeat()
         if now < due:
@@ -216,7 +237,7 @@ class MemberDriver:
         which is later). Anything but NONE becomes an event for the main loop."""
         if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
             self.cut_off_at = None
-            proof = received_at if planted("session-from-receive-time") else sent.sent_at
+            proof = self.liveness.session_proof(sent.sent_at, received_at)
             if code == E.NONE and sent.steady:
                 self.timer.steady(proof)
             else:  # a member until the join (or sync) phase ends: that bound stays

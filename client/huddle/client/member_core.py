@@ -25,7 +25,7 @@ from huddle.client.assignors.base import (
 )
 from huddle.client.generation import NOT_JOINED, Generation
 from huddle.client.heartbeat import HeartbeatTimer
-from huddle.client.leader import assign, decode_members
+from huddle.client.leader import RoundCheck, assign, check_cooperative, decode_members
 from huddle.client.steps import (
     FATAL,
     FELL_OUT,
@@ -99,6 +99,9 @@ class MemberCore:
     # (member id, generation) it last rejoined in for a revocation of what it never claimed
     rejoined_unclaimed: tuple[str, int] | None = None
     joins: int = 0  # JoinGroup answers that gave it a generation (each a stay of its own)
+    # how a leader vets a cooperative round before handing it out (a part: the simulator
+    # gives a faulty one to prove it finds what it lets through)
+    round_check: RoundCheck = check_cooperative
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
@@ -381,7 +384,8 @@ class MemberCore:
     ) -> list[SyncGroupAssignment]:
         """The leader runs the group's assignor: each member's encoded assignment."""
         self.tick(now_ms)
-        encoded = assign(self.assignor(self.protocol_name), partitions_per_topic, subscriptions)
+        assignor = self.assignor(self.protocol_name)
+        encoded = assign(assignor, partitions_per_topic, subscriptions, self.round_check)
         return [SyncGroupAssignment(member_id=m, assignment=a) for m, a in encoded.items()]
 
     # --- deadlines -------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from huddle.client.assignors.base import ASSIGNORS, Assignor
-from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
+from huddle.client.driver import LIVENESS, MemberDriver, SendHeartbeat, WaitUntil
 from huddle.client.events import Event, RebalanceNotice, Reconnect, Rejoin, SessionExpired
 from huddle.client.flow import (
     LEAVE_TIMEOUT_MS,
@@ -153,12 +153,14 @@ class MemberProcess:
                 client_id=f"m{self.index}",
             ),
             [self._assignor()],
+            round_check=world.parts.round_check,
         )
         self.driver = MemberDriver(
             self.core,
             Subscription([world.topic], None),
             retry_backoff_ms=config.retry_backoff_ms,
             max_retry_backoff_ms=config.max_retry_backoff_ms,
+            liveness=world.parts.liveness or LIVENESS,
         )
         self.flow = MemberFlow(self.driver, self)
         self.offline = Offline(self.driver)  # between connections: the library's decisions
@@ -193,6 +195,13 @@ class MemberProcess:
         self._poke()
 
     def _assignor(self) -> Assignor:
+        assignor = self._new_assignor()
+        rules = self.world.parts.claim_rules
+        if rules is not None:  # a planted bug's faulty claim rules
+            assignor.claim_rules = rules
+        return assignor
+
+    def _new_assignor(self) -> Assignor:
         config = self.world.config
         name = config.protocol
         cls = ASSIGNORS.by_name[name]

@@ -22,11 +22,11 @@ from huddle.client.assignors.base import ASSIGNORS, RebalanceProtocol
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.planted import planting
 from huddle.sim.faults import KINDS, Fault, plan_faults
 from huddle.sim.host import CoordinatorHost
 from huddle.sim.invariants import Checker, Violation, ViolationFound
 from huddle.sim.network import Network
+from huddle.sim.planted import member_parts, planting
 from huddle.sim.process import GROUP_ID, MemberProcess
 from huddle.sim.scheduler import Scheduler
 from huddle.sim.steplog import member_logs
@@ -132,6 +132,9 @@ class World:
         protocols = ASSIGNORS.by_name[config.protocol].supported_protocols
         self.cooperative = RebalanceProtocol.COOPERATIVE in protocols
         self.checker = Checker(self)
+        # the members' parts: faulty ones for the bugs planted (the coordinator's are
+        # switched on around the run by ``planting``)
+        self.parts = member_parts(config.plant)
         self.host = CoordinatorHost(self.sched, self.group_config, self.checker)
         self.net = Network(self.sched, self.rng, self.host)
         self.topic = "events"
