@@ -38,6 +38,7 @@ from huddle.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitTopic,
+    RebalanceStarted,
     Response,
     TopicMetadataChanged,
 )
@@ -418,6 +419,18 @@ class MemberDriver:
             self._log.info("subscription_changed", topics=sorted(topics), reason=reason)
             return Rejoin(reason)
         return None
+
+    def notice(self, notice: object) -> list[Event]:
+        """What a notice from the coordinator means for the main loop: a rebalance of its
+        group began (``RebalanceNotice``), or topics changed (``topics_changed``); anything
+        else, nothing."""
+        match notice:
+            case RebalanceStarted(group_id=group_id, generation_id=generation):
+                if group_id == self.core.config.group_id:
+                    return [RebalanceNotice(generation)]
+            case TopicMetadataChanged():
+                return list(self.topics_changed(notice))
+        return []
 
     def topics_changed(self, notice: TopicMetadataChanged) -> list[Rejoin]:
         """A topic was created, altered or deleted: the kept counts follow; a pattern may

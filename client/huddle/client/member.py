@@ -48,7 +48,6 @@ from huddle.client.events import (
     ListenerFailed,
     MemberFailedError,
     NotConnectedError,
-    RebalanceNotice,
     Reconnect,
     Refused,
     Rejoin,
@@ -94,12 +93,10 @@ from huddle.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopic,
-    RebalanceStarted,
     Request,
     Response,
     SyncGroupRequest,
     SyncGroupResponse,
-    TopicMetadataChanged,
 )
 
 log = library_logger("huddle.member")
@@ -702,13 +699,9 @@ class Member:
                 self._post(answer)
 
     async def _read_notices(self, conn: Connection) -> None:
-        group_id = self._core.config.group_id
         async for notice in conn.notices:
-            if isinstance(notice, RebalanceStarted) and notice.group_id == group_id:
-                self._post(RebalanceNotice(notice.generation_id))
-            elif isinstance(notice, TopicMetadataChanged):
-                for rejoin in self._driver.topics_changed(notice):
-                    self._post(rejoin)
+            for event in self._driver.notice(notice):
+                self._post(event)
         # The stream ends with the connection: notice that now, not at the next heartbeat.
         raise ConnectionClosedError(conn.close_reason or "the connection closed")
 

@@ -21,7 +21,7 @@ import msgspec
 
 from huddle.client.assignors.base import ASSIGNORS, Assignor
 from huddle.client.driver import LIVENESS, MemberDriver, SendHeartbeat, WaitUntil
-from huddle.client.events import Event, RebalanceNotice, Reconnect, Rejoin, SessionExpired
+from huddle.client.events import Event, Reconnect, Rejoin, SessionExpired
 from huddle.client.flow import (
     LEAVE_TIMEOUT_MS,
     Action,
@@ -53,12 +53,10 @@ from huddle.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopic,
-    RebalanceStarted,
     Reply,
     Request,
     Response,
     ServerFrame,
-    TopicMetadataChanged,
 )
 from huddle.sim.network import Link
 from huddle.sim.scheduler import Timer
@@ -461,12 +459,9 @@ class MemberProcess:
             if timer is not None:
                 timer.cancel()
             handler(frame.response)
-        elif isinstance(frame, RebalanceStarted):
-            if frame.group_id == GROUP_ID:
-                self._post(RebalanceNotice(frame.generation_id))
-        elif isinstance(frame, TopicMetadataChanged):
-            for rejoin in self.driver.topics_changed(frame):
-                self._post(rejoin)
+        else:
+            for event in self.driver.notice(frame):
+                self._post(event)
         self._poke()
 
     # --- the main loop (performing MemberFlow's actions) --------------------------------
@@ -707,6 +702,8 @@ class MemberProcess:
         if not chunk:
             return
         generation = self.core.current
+        if self.driver.commit_refusal(generation, now) is not None:
+            return  # Member.commit refuses it (CommitFailedError): nothing is sent
         request = self.driver.commit_request(chunk, None, generation)
         self.committing = True
         self._commit_cid = self._send(
