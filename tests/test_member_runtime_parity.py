@@ -164,7 +164,7 @@ async def library_actions(monkeypatch: pytest.MonkeyPatch) -> list[Action]:
         finally:
             script.act("disconnect")
 
-    monkeypatch.setattr(member, "_coordinator", coordinator)
+    monkeypatch.setattr(member._runtime, "_coordinator", coordinator)
     finished = anyio.Event()
     script.on_done = finished.set
     with anyio.fail_after(10):
