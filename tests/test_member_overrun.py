@@ -205,7 +205,7 @@ def test_the_simulator_s_member_leaves_and_rejoins_anew_when_a_callback_overruns
 
         def slow_revocation_then_rejoin() -> None:
             world.slow_revocation = (overrun, world.sched.now + 1_000.0)
-            member._post(Rejoin("the application asked"))
+            member.post(Rejoin("the application asked"))
 
         world.sched.at(3_000.0, slow_revocation_then_rejoin)
         world.quiet_from = 3_000.0 + overrun

@@ -99,9 +99,7 @@ class MemberCore:
     # (member id, generation) it last rejoined in for a revocation of what it never claimed
     rejoined_unclaimed: tuple[str, int] | None = None
     joins: int = 0  # JoinGroup answers that gave it a generation (each a stay of its own)
-    # how a leader vets a cooperative round before handing it out (a part: the simulator
-    # gives a faulty one to prove it finds what it lets through)
-    round_check: RoundCheck = check_cooperative
+    round_check: RoundCheck = check_cooperative  # a leader's vetting of a cooperative round
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
@@ -258,8 +256,7 @@ class MemberCore:
     # --- syncing ---------------------------------------------------------------------
 
     def sync_request(self, assignments: Sequence[SyncGroupAssignment] = ()) -> SyncGroupRequest:
-        """The SyncGroup of the generation the member joined: a leader's carries every
-        member's assignment, a follower's none."""
+        """The SyncGroup of the joined generation (a leader's carries every assignment)."""
         return SyncGroupRequest(
             group_id=self.config.group_id,
             generation_id=self.generation,

@@ -22,7 +22,8 @@ from huddle.protocol.embedded import (
 )
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
-from huddle.sim.process import GROUP_ID, MemberProcess
+from huddle.sim.application import GROUP_ID
+from huddle.sim.process import MemberProcess
 
 if TYPE_CHECKING:
     from huddle.sim.world import World
@@ -102,10 +103,10 @@ class Checker:
                     for other in sorted(holders - {m.index}):
                         self._confirm_conflict(tp, members[other], m)
         for m in changed:
-            if m.alive and m.idle() and m.app_owned != m.core.owned:
+            if m.alive and m.idle() and m.app.owned != m.core.owned:
                 self.fail(
                     "callbacks",
-                    f"member {m.index}: its callbacks told it owns {_names(m.app_owned)}, the "
+                    f"member {m.index}: its callbacks told it owns {_names(m.app.owned)}, the "
                     f"library says {_names(m.core.owned)}",
                 )
         host = self.world.host
@@ -309,7 +310,7 @@ class Checker:
     # --- callbacks (KIP-429's order) --------------------------------------------------
 
     def callback(self, m: MemberProcess, name: str, partitions: frozenset[TopicPartition]) -> None:
-        owned = m.app_owned
+        owned = m.app.owned
         if name in ("on_partitions_revoked", "on_partitions_lost"):
             if not partitions <= owned:
                 self.fail(

@@ -22,12 +22,13 @@ from huddle.client.assignors.base import ASSIGNORS, RebalanceProtocol
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import TopicPartition
+from huddle.sim.application import GROUP_ID
 from huddle.sim.faults import KINDS, Fault, plan_faults
 from huddle.sim.host import CoordinatorHost
 from huddle.sim.invariants import Checker, Violation, ViolationFound
 from huddle.sim.network import Network
 from huddle.sim.planted import member_parts, planting
-from huddle.sim.process import GROUP_ID, MemberProcess
+from huddle.sim.process import MemberProcess
 from huddle.sim.scheduler import Scheduler
 from huddle.sim.steplog import member_logs
 
