@@ -41,21 +41,20 @@ class Offline:
     link: Link = Link.OFFLINE
     busy: bool = False  # a flow runs outside a connection (owed callbacks, an offline loss)
     expiry: SessionExpired | None = None  # a loss to handle once the owed callbacks ran
+    # whether a connection's main loop runs: heartbeats and commits go out on it (``link``
+    # is CONNECTED; kept as a field, read on every heartbeat)
+    serving: bool = False
 
     @property
     def may_serve(self) -> bool:
         """Whether a new connection's main loop may start now (no flow runs offline)."""
         return not self.busy
 
-    @property
-    def serving(self) -> bool:
-        """Whether a connection's main loop runs: heartbeats and commits go out on it."""
-        return self.link is Link.CONNECTED
-
     def connected(self, grace_ms: int | None) -> None:
         """A connection's main loop starts (once ``may_serve``); the queued event of a
         session that ran out meanwhile is handled by it now. It heartbeats at once."""
         self.link = Link.CONNECTED
+        self.serving = True
         self.expiry = None
         self.driver.connected(grace_ms)
 
@@ -65,6 +64,7 @@ class Offline:
         if self.link is not Link.CONNECTED:
             return False
         self.link = Link.LOST
+        self.serving = False
         self.driver.connection_lost(now, coordinator_stopping=coordinator_stopping)
         return True
 

@@ -204,7 +204,10 @@ class MemberProcess:
 
     def idle(self) -> bool:
         """Between rebalances: the flow waits for an event and no callback runs."""
-        return self.alive and self.runtime.idle()
+        if not self.alive:
+            return False
+        runtime = self.runtime  # the invariants ask after every step: no call more
+        return runtime.receiving and runtime.listening is None and not runtime.events
 
     # --- the flow's host ----------------------------------------------------------------
 

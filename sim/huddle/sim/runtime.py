@@ -86,10 +86,6 @@ class SimRuntime:
         self.connect_timer: Timer | None = None
         self.listening: tuple[str, Timer] | None = None  # a callback running, until when
 
-    def idle(self) -> bool:
-        """Between rebalances: the flow waits for an event and no callback runs."""
-        return self.receiving and self.listening is None and not self.events
-
     def crashed(self) -> None:
         """The process died: its socket closes, its flow stops."""
         if self.link is not None:
@@ -399,10 +395,11 @@ class SimRuntime:
     def poke(self) -> None:
         """Something changed: the heartbeat task and the watchdog look again (the
         runtime's ``_notify``)."""
-        if not self.process.alive or self.process.paused:
+        process = self.process
+        if not process.alive or process.paused:
             return
         driver = self.driver
-        now = self.process.now_ms()
+        now = process.now_ms()
         wake = driver.watchdog(now)
         while isinstance(wake, SessionExpired):
             self.post(wake)
@@ -413,11 +410,11 @@ class SimRuntime:
         if (
             timer is None
             or not timer.pending
-            or abs(timer.when - self.process.to_global(wake) - TICK_MS) > TICK_MS
+            or abs(timer.when - process.to_global(wake) - TICK_MS) > TICK_MS
         ):
             if timer is not None:
                 timer.cancel()
-            self.wd_timer = self.process.at_local(wake, self.poke)
+            self.wd_timer = process.at_local(wake, self.poke)
         if not self.offline.serving or self.hb is not None:
             return
         action = driver.heartbeat(now)
@@ -434,14 +431,14 @@ class SimRuntime:
                 timer is not None
                 and timer.pending
                 and action.at is not None
-                and abs(timer.when - self.process.to_global(action.at) - TICK_MS) <= TICK_MS
+                and abs(timer.when - process.to_global(action.at) - TICK_MS) <= TICK_MS
             ):
                 return  # already set for then
             if timer is not None:
                 timer.cancel()
                 self.hb_timer = None
             if action.at is not None:
-                self.hb_timer = self.process.at_local(action.at, self.poke)
+                self.hb_timer = process.at_local(action.at, self.poke)
             return
         cid = self.send(action.request, self._heartbeat_answer, driver.heartbeat_timeout_ms)
         self.hb = (cid, action)
