@@ -22,7 +22,7 @@ from huddle.client.events import (
     SessionExpired,
 )
 from huddle.client.generation import Generation
-from huddle.client.heartbeat import HeartbeatTimer
+from huddle.client.heartbeat import LIVENESS, HeartbeatTimer, Liveness
 from huddle.client.member_core import MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
 from huddle.client.subscription import Subscription
@@ -60,27 +60,6 @@ class SendHeartbeat:
     # member if its SyncGroup is not in by the rebalance timeout after the join phase
     # ended, so such an answer proves the session but not that the group is steady.
     steady: bool = True
-
-
-class Liveness:
-    """How the driver proves a member alive: the correct rules, a part the driver is given
-    (the simulator gives faulty ones to prove it finds what they break)."""
-
-    __slots__ = ()
-
-    def session_proof(self, sent_at: float, received_at: float) -> float:
-        """When an answered heartbeat proves the session from: when it was *sent* (the
-        coordinator renewed the session on receipt, which is later), never its answer's
-        arrival."""
-        return sent_at
-
-    def paused_in_callbacks(self) -> bool:
-        """Whether heartbeats stop while listener callbacks run: never (a long callback
-        must not cost the member its session; the rebalance timeout bounds it)."""
-        return False
-
-
-LIVENESS = Liveness()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from huddle.client.assignors._rules import ClaimRules
 from huddle.client.assignors.base import GroupAssignment, MemberSubscription
-from huddle.client.driver import Liveness
+from huddle.client.heartbeat import Liveness
 from huddle.client.leader import RoundCheck, check_cooperative
 from huddle.protocol import planted as coordinator_switch
 

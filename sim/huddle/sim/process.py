@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from huddle.client.assignors.base import ASSIGNORS, Assignor
-from huddle.client.driver import LIVENESS, MemberDriver
+from huddle.client.driver import MemberDriver
 from huddle.client.events import Event, Rejoin
+from huddle.client.heartbeat import LIVENESS
 from huddle.client.member_core import MemberConfig, MemberCore, MemberState
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
