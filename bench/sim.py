@@ -15,9 +15,9 @@ import statistics
 import time
 from contextlib import closing
 
-from huddle.protocol.planted import BUGS
 from huddle.sim import PROTOCOLS, SimConfig
 from huddle.sim.cli import Tally, cpu_model, run_many
+from huddle.sim.planted import BUGS
 
 # The protocol each planted bug concerns first (the others are tried after it).
 CONCERNS = {

@@ -6,7 +6,7 @@ from huddle.client.assignors.base import ASSIGNORS
 from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
 from huddle.client.events import SessionExpired
 from huddle.client.generation import Generation
-from huddle.client.machine import MemberConfig, MemberCore, MemberState
+from huddle.client.member_core import MemberConfig, MemberCore, MemberState
 from huddle.client.subscription import Subscription
 from huddle.protocol.errors import ErrorCode
 from tests.builders import tps

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from huddle.client.assignors.base import ASSIGNORS
 from huddle.client.driver import MemberDriver
 from huddle.client.flow import Call, Listen, MemberFlow
-from huddle.client.machine import MemberConfig, MemberCore, Step
+from huddle.client.member_core import MemberConfig, MemberCore, Step
 from huddle.client.partition_counts import Scope
 from huddle.client.subscription import Subscription
 from huddle.protocol.embedded import Assignment, TopicPartition, encode, grouped

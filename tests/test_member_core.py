@@ -16,7 +16,7 @@ from huddle.client.assignors.base import (
 )
 from huddle.client.generation import Generation
 from huddle.client.heartbeat import HeartbeatTimer
-from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next, choose_protocol
+from huddle.client.member_core import MemberConfig, MemberCore, MemberState, Next, choose_protocol
 from huddle.protocol.embedded import (
     Assignment,
     TopicPartition,

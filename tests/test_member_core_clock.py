@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from huddle.client.assignors.deferred import DeferredAssignor
 from huddle.client.generation import Generation
-from huddle.client.machine import MemberConfig, MemberCore, MemberState, Next
+from huddle.client.member_core import MemberConfig, MemberCore, MemberState, Next
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.messages import (
     JoinGroupMember,

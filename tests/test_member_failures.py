@@ -209,7 +209,7 @@ async def test_a_callback_is_not_cut_off_by_a_lost_connection(
         for conn in server.connections():
             conn.close("dropped by the test")
         await wait_until(  # the member noticed (or, cut off, its callback did)
-            lambda: getattr(m, "_lost", False) or listener.cut_off, what="the loss noticed"
+            lambda: not m._runtime.offline.serving or listener.cut_off, what="the loss noticed"
         )
         listener.release.set()
         await wait_until(

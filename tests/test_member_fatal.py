@@ -16,7 +16,7 @@ import pytest
 from huddle.chaos.proxy import fault_proxy
 from huddle.client import Admin, Member, MemberFailedError, RebalanceListener, TopicPartition
 from huddle.client.connection import RequestTimeoutError
-from huddle.client.machine import FATAL, MemberConfig, MemberCore
+from huddle.client.member_core import FATAL, MemberConfig, MemberCore
 from huddle.client.security import NO_SECURITY, Security
 from huddle.coordinator.security.acls import Operation, ResourceType
 from huddle.coordinator.server import CoordinatorServer

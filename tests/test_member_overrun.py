@@ -17,7 +17,7 @@ from huddle.client.assignors.base import ASSIGNORS
 from huddle.client.driver import MemberDriver, SendHeartbeat, WaitUntil
 from huddle.client.events import Rejoin, SessionExpired
 from huddle.client.flow import Call, Listen, MemberFlow, Receive
-from huddle.client.machine import MemberConfig, MemberCore
+from huddle.client.member_core import MemberConfig, MemberCore
 from huddle.client.subscription import Subscription
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import Assignment, encode, grouped
@@ -205,7 +205,7 @@ def test_the_simulator_s_member_leaves_and_rejoins_anew_when_a_callback_overruns
 
         def slow_revocation_then_rejoin() -> None:
             world.slow_revocation = (overrun, world.sched.now + 1_000.0)
-            member._post(Rejoin("the application asked"))
+            member.post(Rejoin("the application asked"))
 
         world.sched.at(3_000.0, slow_revocation_then_rejoin)
         world.quiet_from = 3_000.0 + overrun

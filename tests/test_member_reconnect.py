@@ -59,7 +59,7 @@ async def commit_after_a_reconnect(
             session_timeout_ms=3_000,
             heartbeat_interval_ms=200,
         )
-        heartbeats = m._heartbeats
+        heartbeats = m._runtime._heartbeats
         connections = 0
 
         async def slow_to_heartbeat_after_a_reconnect(conn: Connection) -> None:
@@ -70,7 +70,7 @@ async def commit_after_a_reconnect(
                 await anyio.sleep(HELD_UP_S)
             await heartbeats(conn)
 
-        monkeypatch.setattr(m, "_heartbeats", slow_to_heartbeat_after_a_reconnect)
+        monkeypatch.setattr(m._runtime, "_heartbeats", slow_to_heartbeat_after_a_reconnect)
         async with m:
             await m.wait_stable(timeout=10)
             await proxy.drop()  # the coordinator's socket is gone; the member reconnects

@@ -69,7 +69,8 @@ async def test_a_member_retrying_a_refused_address_warns_once_not_at_each_try(
     logs: list[EventDict],
 ) -> None:
     async with member("127.0.0.1:1") as lonely:
-        await wait_until(lambda: lonely._unreachable.attempts >= 5, what="five failed tries")
+        tries = lonely._runtime.unreachable
+        await wait_until(lambda: tries.attempts >= 5, what="five failed tries")
         assert not lonely.connected
     (warning,) = warnings_in(logs)  # well within 10 s
     assert warning["log_level"] == "warning"

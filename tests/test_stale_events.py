@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from huddle.client.events import FellOut, HeartbeatAnswer, SessionExpired
 from huddle.client.flow import Call, Flow, Listen, MemberFlow, Receive
-from huddle.client.machine import MemberState
+from huddle.client.member_core import MemberState
 from huddle.protocol.embedded import Assignment, encode, grouped
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (

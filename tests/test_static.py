@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from huddle.client.assignors import CooperativeStickyAssignor
-from huddle.client.machine import MemberConfig, MemberCore, Next
+from huddle.client.member_core import MemberConfig, MemberCore, Next
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import Assignment, TopicPartition, encode, grouped
 from huddle.protocol.errors import ErrorCode

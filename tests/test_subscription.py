@@ -11,7 +11,7 @@ import pytest
 from huddle.chaos.proxy import fault_proxy
 from huddle.client import Admin, TopicPartition
 from huddle.client.assignors.sticky import CooperativeStickyAssignor
-from huddle.client.machine import MemberConfig, MemberCore, Next
+from huddle.client.member_core import MemberConfig, MemberCore, Next
 from huddle.client.subscription import Subscription
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import Assignment, encode, grouped

@@ -17,26 +17,31 @@ from huddle.client.events import (
     FellOut,
     HeartbeatAnswer,
     RebalanceNotice,
+    ReconnectError,
     Rejoin,
     SessionExpired,
 )
 from huddle.client.generation import Generation
-from huddle.client.heartbeat import HeartbeatTimer
-from huddle.client.machine import MemberCore, MemberState, Next, Step
+from huddle.client.heartbeat import LIVENESS, HeartbeatTimer, Liveness
+from huddle.client.member_core import MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
 from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, error_name, to_code
 from huddle.protocol.messages import (
+    ErrorResponse,
     HeartbeatRequest,
+    HeartbeatResponse,
     LeaveGroupRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetCommitTopic,
+    RebalanceStarted,
+    Response,
     TopicMetadataChanged,
 )
-from huddle.protocol.planted import planted
 
 log = library_logger("huddle.member")
 E = ErrorCode
@@ -83,6 +88,7 @@ class MemberDriver:
     group_topics: set[str] = field(default_factory=set)
     _overdue_logged: bool = False
     cut_off_at: float | None = None  # disconnected: may have been dropped from then on
+    liveness: Liveness = LIVENESS
 
     def __post_init__(self) -> None:
         self.backoff_ms = self.retry_backoff_ms
@@ -172,7 +178,7 @@ class MemberDriver:
         core = self.core
         if not core.heartbeats_due or self.given_up is not None:  # no more: it left
             return WaitUntil(None)
-        if self.listener_since is not None and planted("heartbeats-paused-in-callbacks"):
+        if self.listener_since is not None and self.liveness.paused_in_callbacks():
             return WaitUntil(None)
         due = self.timer.next_heartbeat()
         if now < due:
@@ -190,6 +196,19 @@ class MemberDriver:
         another node of a cluster is served there by then)."""
         return self.timer.session_ms / 3
 
+    def heartbeat_response(
+        self, response: Response, sent: SendHeartbeat, received_at: float
+    ) -> HeartbeatAnswer | None:
+        """A heartbeat sent as ``sent`` was answered with ``response`` at ``received_at``.
+        An answer of another type than a heartbeat's (or an error answer) proves nothing:
+        the connection is out of step, and the member drops it and finds the coordinator
+        again (``ReconnectError``, raised), as Kafka's client fails a connection whose answer
+        does not match its request and its heartbeat's failure marks the coordinator
+        unknown."""
+        if not isinstance(response, HeartbeatResponse | ErrorResponse):
+            raise ReconnectError(f"a heartbeat answered with {type(response).__name__}")
+        return self.heartbeat_answered(response.error_code, sent, received_at)
+
     def heartbeat_answered(
         self, code: int, sent: SendHeartbeat, received_at: float
     ) -> HeartbeatAnswer | None:
@@ -198,7 +217,7 @@ class MemberDriver:
         which is later). Anything but NONE becomes an event for the main loop."""
         if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
             self.cut_off_at = None
-            proof = received_at if planted("session-from-receive-time") else sent.sent_at
+            proof = self.liveness.session_proof(sent.sent_at, received_at)
             if code == E.NONE and sent.steady:
                 self.timer.steady(proof)
             else:  # a member until the join (or sync) phase ends: that bound stays
@@ -288,6 +307,26 @@ class MemberDriver:
         self.cut_off_at = None
         self.sync_out = False
 
+    def close(self) -> None:
+        """The application closes the member: the main loop leaves the group next."""
+        self.closing = True
+
+    def join_started(self) -> None:
+        """A JoinGroup is on its way: the coordinator keeps the member alive while it holds
+        the join, so the watchdog does not count the session down meanwhile."""
+        self.join_in_flight = True
+
+    def join_ended(self) -> None:
+        """The JoinGroup in flight was answered, or given up."""
+        self.join_in_flight = False
+
+    def leading(self, topics: set[str], counts: dict[str, int]) -> None:
+        """The member leads the generation it joined: its group subscribes to ``topics``,
+        and it assigns with ``counts`` (empty: it runs no assignment, a static leader back
+        in the same generation). A change of those counts makes it rebalance."""
+        self.group_topics = topics
+        self.metadata = counts
+
     def sync_sent(self) -> None:
         """Its SyncGroup is out: heartbeats sent after it reach the coordinator after it
         (one connection, in order), when the member is no longer waited on, so an answer
@@ -329,6 +368,16 @@ class MemberDriver:
             ],
         )
 
+    def commit_response(
+        self, response: Response, generation: Generation, sent_at: float
+    ) -> FellOut | None:
+        """``commit_answered`` for an answer as it came: an error answer carries its code;
+        one of another type is out of step (``ReconnectError``, raised, as for a heartbeat)."""
+        if not isinstance(response, OffsetCommitResponse | ErrorResponse):
+            raise ReconnectError(f"a commit answered with {type(response).__name__}")
+        message = response.error_message or ""
+        return self.commit_answered(response.error_code, message, generation, sent_at)
+
     def commit_answered(
         self, code: int, message: str, generation: Generation, sent_at: float
     ) -> FellOut | None:
@@ -349,6 +398,18 @@ class MemberDriver:
             self._log.info("subscription_changed", topics=sorted(topics), reason=reason)
             return Rejoin(reason)
         return None
+
+    def notice(self, notice: object) -> list[Event]:
+        """What a notice from the coordinator means for the main loop: a rebalance of its
+        group began (``RebalanceNotice``), or topics changed (``topics_changed``); anything
+        else, nothing."""
+        match notice:
+            case RebalanceStarted(group_id=group_id, generation_id=generation):
+                if group_id == self.core.config.group_id:
+                    return [RebalanceNotice(generation)]
+            case TopicMetadataChanged():
+                return list(self.topics_changed(notice))
+        return []
 
     def topics_changed(self, notice: TopicMetadataChanged) -> list[Rejoin]:
         """A topic was created, altered or deleted: the kept counts follow; a pattern may

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from huddle.client.generation import Generation
-from huddle.protocol.errors import ClientError, ErrorCode, HuddleError
+from huddle.protocol.errors import ClientError, ErrorCode, HuddleError, ServerError
 
 
 class MemberFailedError(HuddleError, RuntimeError):
@@ -86,3 +86,20 @@ class SessionExpired:
 
 
 Event = Rejoin | HeartbeatAnswer | RebalanceNotice | FellOut | SessionExpired
+
+
+def failure_of(exc: BaseException) -> MemberFailedError:
+    """What a member stops with when ``exc`` (maybe inside exception groups) ends its main
+    loop, ``exc``'s cause chained: a coordinator's refusal as the member connected
+    (``RefusedError`` of a ``ServerError``) carries its code; anything else (the application's
+    listener or assignor raised, a bug) does not."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    wrapped = exc.__cause__ if isinstance(exc, RefusedError | ListenerFailedError) else None
+    cause = wrapped or exc
+    if isinstance(exc, RefusedError) and isinstance(cause, ServerError):
+        failure = MemberFailedError(cause.code, cause.message)
+    else:
+        failure = MemberFailedError(None, f"{type(cause).__name__}: {cause}")
+    failure.__cause__ = cause
+    return failure

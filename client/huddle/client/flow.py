@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from huddle.client.driver import MemberDriver
 from huddle.client.events import Event, ReconnectError, Rejoin, SessionExpired
 from huddle.client.leader import subscribed_topics
-from huddle.client.machine import MemberState, Next, Step
+from huddle.client.member_core import MemberState, Next, Step
 from huddle.client.partition_counts import Scope
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
@@ -33,7 +33,6 @@ from huddle.protocol.messages import (
     Request,
     Response,
     SyncGroupAssignment,
-    SyncGroupRequest,
     SyncGroupResponse,
 )
 
@@ -207,13 +206,13 @@ class MemberFlow:
         while core.state is MemberState.UNJOINED and not driver.closing:
             yield from self.given_up_lost()  # a revocation above may have overrun
             request = core.join_request(self.host.lags())
-            driver.join_in_flight = True
+            driver.join_started()
             sent = self.host.now_ms()
             try:
                 timeout = config.rebalance_timeout_ms + config.session_timeout_ms
                 response = yield Call(request, JoinGroupResponse, timeout)
             finally:
-                driver.join_in_flight = False
+                driver.join_ended()
             if response is None:  # the member is closing
                 core.join_abandoned()
                 return
@@ -231,28 +230,20 @@ class MemberFlow:
             # A static leader back in the same generation (KIP-345) runs no assignment: it
             # does not know the counts the group was assigned with, so any change of its
             # topics' counts makes it rebalance (it would have ignored them).
-            driver.group_topics = subscribed_topics(core.subscriptions())
-            driver.metadata = {}
+            driver.leading(subscribed_topics(core.subscriptions()), {})
         elif core.leader == core.member_id:
             subscriptions = core.subscriptions()
-            driver.group_topics = subscribed_topics(subscriptions)
-            driver.metadata = yield from self._partition_counts(driver.group_topics)
-            assignments = core.assign(subscriptions, driver.metadata, self.host.now_ms())
+            topics = subscribed_topics(subscriptions)
+            counts = yield from self._partition_counts(topics)
+            driver.leading(topics, counts)
+            assignments = core.assign(subscriptions, counts, self.host.now_ms())
             self._log.info(
                 "assignment_computed",
                 generation=core.generation,
                 protocol_name=core.protocol_name,
                 members=len(subscriptions),
             )
-        request = SyncGroupRequest(
-            group_id=core.config.group_id,
-            generation_id=core.generation,
-            member_id=core.member_id,
-            group_instance_id=core.config.instance_id,
-            protocol_type=None,
-            protocol_name=core.protocol_name,
-            assignments=assignments,
-        )
+        request = core.sync_request(assignments)
         sent = self.host.now_ms()
         driver.sync_sent()
         # a follower's SyncGroup waits for the leader's assignment, as long as the sync

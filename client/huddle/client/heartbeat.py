@@ -1,6 +1,6 @@
 """When to heartbeat, and when a member must assume it has been dropped: one small object
 that is given the time (milliseconds, monotonic, as the member core) rather than reading a
-clock."""
+clock; and ``Liveness``, the rules of what proves a session, a part the driver is given."""
 
 from __future__ import annotations
 
@@ -92,3 +92,24 @@ class HeartbeatTimer:
     def expired(self, now: float) -> bool:
         deadline = self.session_deadline()
         return deadline is not None and now >= deadline
+
+
+class Liveness:
+    """How the driver proves a member alive: the correct rules, a part the driver is given
+    (the simulator gives faulty ones to prove it finds what they break)."""
+
+    __slots__ = ()
+
+    def session_proof(self, sent_at: float, received_at: float) -> float:
+        """When an answered heartbeat proves the session from: when it was *sent* (the
+        coordinator renewed the session on receipt, which is later), never its answer's
+        arrival."""
+        return sent_at
+
+    def paused_in_callbacks(self) -> bool:
+        """Whether heartbeats stop while listener callbacks run: never (a long callback
+        must not cost the member its session; the rebalance timeout bounds it)."""
+        return False
+
+
+LIVENESS = Liveness()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from huddle.client.assignors.base import (
     Assignor,
@@ -20,7 +20,6 @@ from huddle.protocol.embedded import (
     grouped,
 )
 from huddle.protocol.errors import HuddleError
-from huddle.protocol.planted import planted
 
 log = library_logger("huddle.leader")
 
@@ -94,19 +93,24 @@ def check_cooperative(
             raise AssignmentError(f"{tp} is assigned to {member_id} while {owners} still claim it")
 
 
+RoundCheck = Callable[[Mapping[str, MemberSubscription], GroupAssignment], None]
+
+
 def assign(
     assignor: Assignor,
     partitions_per_topic: Mapping[str, int],
     subscriptions: Mapping[str, MemberSubscription],
+    check: RoundCheck = check_cooperative,
 ) -> dict[str, bytes]:
-    """Run the assignor and encode every member's Assignment."""
+    """Run the assignor and encode every member's Assignment. A cooperative round is
+    vetted by ``check`` first (``check_cooperative``: it raises ``AssignmentError``)."""
     result = assignor.assign(partitions_per_topic, subscriptions)
     missing = set(subscriptions) - set(result)
     if missing:
         raise AssignmentError(f"assignor {assignor.name} left out members {sorted(missing)}")
     cooperative = RebalanceProtocol.COOPERATIVE in assignor.supported_protocols
-    if cooperative and not planted("leader-check-skipped"):
-        check_cooperative(subscriptions, result)
+    if cooperative:
+        check(subscriptions, result)
     encoded: dict[str, bytes] = {}
     for member_id, sub in subscriptions.items():
         a = result[member_id]

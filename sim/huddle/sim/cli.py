@@ -13,8 +13,8 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from huddle.protocol.planted import BUGS
 from huddle.sim.faults import KINDS
+from huddle.sim.planted import BUGS
 from huddle.sim.shrink import shrink
 from huddle.sim.world import PROTOCOLS, Outcome, SimConfig, simulate
 

@@ -2,7 +2,8 @@
 
 The core is given its commit fence (``huddle.coordinator.offsets.CommitFence``); the
 simulator's coordinator gets ``planted_commit_fence``, which lets every commit through while
-``commit-fencing-off`` is planted and fences as the core does otherwise.
+``commit-fencing-off`` is planted and fences as the core does otherwise. The switch it reads
+is set by ``huddle.sim.planted.planting`` for the duration of a run.
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from __future__ import annotations
 from huddle.coordinator.group import Group
 from huddle.coordinator.offsets import fence_by_generation
 from huddle.coordinator.values import Refusal
-from huddle.protocol.planted import planted
+
+_active: set[str] = set()  # the coordinator's bugs planted right now (``planting`` sets it)
+
+
+def planted(name: str) -> bool:
+    """Whether the coordinator's bug ``name`` is planted right now."""
+    return bool(_active) and name in _active
 
 
 def commits_from_any_generation(group: Group, generation: int) -> Refusal | None:

@@ -22,7 +22,8 @@ from huddle.protocol.embedded import (
 )
 from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
-from huddle.sim.process import GROUP_ID, SimMember
+from huddle.sim.application import GROUP_ID
+from huddle.sim.process import MemberProcess
 
 if TYPE_CHECKING:
     from huddle.sim.world import World
@@ -89,7 +90,7 @@ class Checker:
 
     # --- after each step ------------------------------------------------------------
 
-    def check_members(self, members: list[SimMember], changed: set[SimMember]) -> None:
+    def check_members(self, members: list[MemberProcess], changed: set[MemberProcess]) -> None:
         """After a step that changed the members in ``changed``. What each member
         processes is kept from the last step that changed it: time passing only takes
         partitions away, so a kept set may be too large, never too small; a conflict is
@@ -102,10 +103,10 @@ class Checker:
                     for other in sorted(holders - {m.index}):
                         self._confirm_conflict(tp, members[other], m)
         for m in changed:
-            if m.alive and m.idle() and m.app_owned != m.core.owned:
+            if m.alive and m.idle() and m.app.owned != m.core.owned:
                 self.fail(
                     "callbacks",
-                    f"member {m.index}: its callbacks told it owns {_names(m.app_owned)}, the "
+                    f"member {m.index}: its callbacks told it owns {_names(m.app.owned)}, the "
                     f"library says {_names(m.core.owned)}",
                 )
         host = self.world.host
@@ -126,14 +127,14 @@ class Checker:
                     f"at generation {group.generation}",
                 )
 
-    def _unfinished(self, m: SimMember, loaded: int) -> bool:
+    def _unfinished(self, m: MemberProcess, loaded: int) -> bool:
         """Whether ``m`` holds a generation that formed before the coordinator restarted
         and never finished: the restart loaded the group as its last finished rebalance
         left it (as Kafka, which keeps a group when its assignment is stored, not when a
         generation forms), and no member may own anything in a generation past that."""
         return m.core.generation <= self.before and m.core.owned_generation <= loaded
 
-    def _seen(self, m: SimMember, now: frozenset[TopicPartition]) -> frozenset[TopicPartition]:
+    def _seen(self, m: MemberProcess, now: frozenset[TopicPartition]) -> frozenset[TopicPartition]:
         """Note what ``m`` processes now; what it gained since it was last seen."""
         before = self.processing.get(m.index, frozenset())
         if now == before:
@@ -146,7 +147,7 @@ class Checker:
             self.holders.setdefault(tp, set()).add(m.index)
         return gained
 
-    def _confirm_conflict(self, tp: TopicPartition, a: SimMember, b: SimMember) -> None:
+    def _confirm_conflict(self, tp: TopicPartition, a: MemberProcess, b: MemberProcess) -> None:
         now_a = a.processing()
         now_b = b.processing()
         self._seen(a, now_a)
@@ -255,7 +256,7 @@ class Checker:
 
     # --- stays in a generation -------------------------------------------------------
 
-    def joining(self, m: SimMember, member_id: str) -> None:
+    def joining(self, m: MemberProcess, member_id: str) -> None:
         """``m`` sends a JoinGroup as ``member_id``: a new stay begins. A member that gave
         itself up in the stay before (a callback overran) left the group, or must count
         itself out of it if static: it rejoins with no member id (Kafka's
@@ -271,15 +272,15 @@ class Checker:
             )
         self.stays[m.index] = Stay()
 
-    def gave_up(self, m: SimMember) -> None:
+    def gave_up(self, m: MemberProcess) -> None:
         """A callback of ``m`` overran the rebalance timeout: it gives its stay up."""
         self.stays.setdefault(m.index, Stay()).gave_up = m.core.current
 
-    def shaken(self, m: SimMember) -> None:
+    def shaken(self, m: MemberProcess) -> None:
         """Something happened to ``m`` that may cost it its place in the group."""
         self.stays.setdefault(m.index, Stay()).shaken = True
 
-    def lost(self, m: SimMember) -> None:
+    def lost(self, m: MemberProcess) -> None:
         """``on_partitions_lost`` begins: the member fell out of the group, or may have. A
         member assigned partitions in a generation loses them only if something may have
         ended that stay since it joined: something happened to the member (``shaken``), it
@@ -308,8 +309,8 @@ class Checker:
 
     # --- callbacks (KIP-429's order) --------------------------------------------------
 
-    def callback(self, m: SimMember, name: str, partitions: frozenset[TopicPartition]) -> None:
-        owned = m.app_owned
+    def callback(self, m: MemberProcess, name: str, partitions: frozenset[TopicPartition]) -> None:
+        owned = m.app.owned
         if name in ("on_partitions_revoked", "on_partitions_lost"):
             if not partitions <= owned:
                 self.fail(

@@ -7,7 +7,7 @@ full of faults the simulated members warn all the time, as they should
 lines over the summary. While a run lasts, those loggers write into its step log (detail
 lines: ``huddle sim replay`` shows them, the run's digest does not change), and nowhere else.
 Anything else still reaches the console: the simulator's own errors, the coordinator's
-errors, warnings from other code.
+errors, warnings from other code. ``short`` writes a message in one line for the trace.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
+
+from huddle.protocol.messages import Reply
 
 MEMBER_LOGGERS = ("huddle.member", "huddle.leader")  # what the simulated members run logs
 HIDDEN = ("event", "level", "logger", "timestamp", "group_id")  # said by the line already
@@ -60,3 +62,22 @@ def member_logs(world: StepLogger, *, traced: bool) -> Iterator[None]:
             logger.handlers = handlers
             logger.propagate = propagate
             logger.setLevel(level)
+
+
+def short(message: object) -> str:
+    """A message in one line for the trace: its type and the fields that tell it apart."""
+    name = type(message).__name__
+    if isinstance(message, Reply):
+        return f"#{message.correlation_id} {short(message.response)}"
+    fields = []
+    for key in (
+        "error_code",
+        "generation_id",
+        "member_id",
+        "leader",
+        "group_instance_id",
+    ):
+        value = getattr(message, key, None)
+        if value not in (None, "", 0):
+            fields.append(f"{key}={value}")
+    return f"{name}({', '.join(fields)})"

@@ -22,12 +22,13 @@ from huddle.client.assignors.base import ASSIGNORS, RebalanceProtocol
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.planted import planting
+from huddle.sim.application import GROUP_ID
 from huddle.sim.faults import KINDS, Fault, plan_faults
 from huddle.sim.host import CoordinatorHost
 from huddle.sim.invariants import Checker, Violation, ViolationFoundError
 from huddle.sim.network import Network
-from huddle.sim.process import GROUP_ID, SimMember
+from huddle.sim.planted import member_parts, planting
+from huddle.sim.process import MemberProcess
 from huddle.sim.scheduler import Scheduler
 from huddle.sim.steplog import member_logs
 
@@ -132,12 +133,15 @@ class World:
         protocols = ASSIGNORS.by_name[config.protocol].supported_protocols
         self.cooperative = RebalanceProtocol.COOPERATIVE in protocols
         self.checker = Checker(self)
+        # the members' parts: faulty ones for the bugs planted (the coordinator's are
+        # switched on around the run by ``planting``)
+        self.parts = member_parts(config.plant)
         self.host = CoordinatorHost(self.sched, self.group_config, self.checker)
         self.net = Network(self.sched, self.rng, self.host)
         self.topic = "events"
         self.host.create_topic(self.topic, config.partitions)
         self.members = [
-            SimMember(self, i, static=self.rng.random() < config.static_share)
+            MemberProcess(self, i, static=self.rng.random() < config.static_share)
             for i in range(config.members)
         ]
         for m in self.members:
@@ -166,23 +170,23 @@ class World:
         self.slow_revocation: tuple[float, float] | None = None
         self.quiet_from = max((f.ends for f in self.faults), default=0.0)
         self.quiet_from = max(self.quiet_from, 1_000.0)
-        self._dirty: set[SimMember] = set(self.members)  # changed since the last check
+        self._dirty: set[MemberProcess] = set(self.members)  # changed since the last check
         self.converged_at: float | None = None
         self.max_steps = MAX_STEPS
-        self.acting: SimMember | None = None  # the member whose code runs now
+        self.acting: MemberProcess | None = None  # the member whose code runs now
 
     # --- what members tell the world ------------------------------------------------
 
-    def changed(self, m: SimMember) -> None:
+    def changed(self, m: MemberProcess) -> None:
         self._dirty.add(m)
 
-    def member_idle(self, m: SimMember) -> None:
+    def member_idle(self, m: MemberProcess) -> None:
         self._dirty.add(m)
 
-    def member_failed(self, m: SimMember, reason: str) -> None:
+    def member_failed(self, m: MemberProcess, reason: str) -> None:
         self.checker.fail("member-failed", f"member {m.index} failed: {reason}")
 
-    def callback(self, m: SimMember, name: str, partitions: frozenset[TopicPartition]) -> None:
+    def callback(self, m: MemberProcess, name: str, partitions: frozenset[TopicPartition]) -> None:
         self.trace(m, name, partitions=_names(partitions))
         self.checker.callback(m, name, partitions)
         if name == "on_partitions_lost" and self.sched.now > self.troubled_until[m.index]:
@@ -195,7 +199,7 @@ class World:
         if name == "on_partitions_lost":
             self.checker.lost(m)
 
-    def gave_up(self, m: SimMember) -> None:
+    def gave_up(self, m: MemberProcess) -> None:
         """A callback of ``m`` overran the rebalance timeout: it gives itself up (a fault
         of the application's, as a pause is): it may lose what it owns, and must rejoin
         with a new member id (``lost-with-a-cause``)."""
@@ -204,7 +208,7 @@ class World:
         self.checker.gave_up(m)
 
     def trace(
-        self, m: SimMember | None, what: str, *, detail: bool = False, **details: object
+        self, m: MemberProcess | None, what: str, *, detail: bool = False, **details: object
     ) -> None:
         """A line of the step log; all but ``detail`` lines (traced only when someone
         reads them) go into the run's digest, so tracing does not change it."""
@@ -259,7 +263,7 @@ class World:
                 m.claim_falsely()
         self._dirty.update(self.members)
 
-    def _heal(self, m: SimMember) -> None:
+    def _heal(self, m: MemberProcess) -> None:
         self.net.heal(m.index)
         self.checker.shaken(m)
 

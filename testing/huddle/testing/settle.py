@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 
 import anyio
 
-from huddle.client.machine import MemberState
 from huddle.client.member import Member
+from huddle.client.member_core import MemberState
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import HuddleError
 

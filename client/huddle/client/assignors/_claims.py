@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from huddle.client.assignors._layout import Layout
+from huddle.client.assignors._rules import CLAIM_RULES, ClaimRules
+from huddle.client.assignors._rules import NOBODY as NOBODY  # the deferred modules use it
 from huddle.client.assignors.base import MemberSubscription
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.planted import planted
 
-NOBODY = -1
-_CONTESTED = -2
 _NEVER = -(1 << 62)  # below every generation, -1 included
 
 
@@ -50,13 +49,14 @@ class Ownership:
         return free
 
 
-def resolve(layout: Layout, members: Sequence[MemberSubscription]) -> Ownership:
+def resolve(
+    layout: Layout, members: Sequence[MemberSubscription], rules: ClaimRules = CLAIM_RULES
+) -> Ownership:
     total = layout.total
     owner = [NOBODY] * total
     best = [_NEVER] * total
     objects: list[TopicPartition | None] = [None] * total
     claims: list[tuple[list[int], list[int]]] = []
-    tie_handed_out = planted("tie-handed-out")
     # topic -> (first pid, partition count, subscribed), one dict per distinct subscription
     spans: dict[frozenset[str], dict[str, tuple[int, int, bool]]] = {}
     for number, sub in enumerate(members):
@@ -80,8 +80,8 @@ def resolve(layout: Layout, members: Sequence[MemberSubscription]) -> Ownership:
             if generation > held:
                 best[pid] = generation
                 owner[pid] = number
-            elif generation == held and not tie_handed_out:
-                owner[pid] = _CONTESTED
+            elif generation == held:
+                owner[pid] = rules.tie(owner[pid])
         claims.append((kept, strays))
     owned: list[list[int]] = []
     stray: list[list[int]] = []

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain
 
-from huddle.client.assignors._claims import NOBODY, Ownership, resolve
+from huddle.client.assignors._claims import Ownership, resolve
 from huddle.client.assignors._equal import plan_equal
 from huddle.client.assignors._general import plan_general
 from huddle.client.assignors._layout import Layout
 from huddle.client.assignors._order import member_order
 from huddle.client.assignors._plan import Plan
+from huddle.client.assignors._rules import CLAIM_RULES, ClaimRules
 from huddle.client.assignors.base import GroupAssignment, MemberAssignment, MemberSubscription
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.planted import planted
 
 
 def sticky_assign(
@@ -21,6 +21,7 @@ def sticky_assign(
     subscriptions: Mapping[str, MemberSubscription],
     *,
     cooperative: bool,
+    rules: ClaimRules = CLAIM_RULES,
 ) -> GroupAssignment:
     """Balance first, then keep valid claims. ``cooperative``: partitions moving away from
     a valid owner are withheld this round and listed in the owner's ``revoked``."""
@@ -29,9 +30,9 @@ def sticky_assign(
     order = member_order(subscriptions)
     subs = [subscriptions[member] for member in order]
     layout = Layout(partitions_per_topic, frozenset().union(*(sub.topics for sub in subs)))
-    ownership = resolve(layout, subs)
+    ownership = resolve(layout, subs, rules)
     plan = _plan(layout, ownership, subs)
-    return _build(order, subs, layout, ownership, plan, cooperative=cooperative)
+    return _build(order, subs, layout, ownership, plan, cooperative=cooperative, rules=rules)
 
 
 def _plan(layout: Layout, ownership: Ownership, subs: list[MemberSubscription]) -> Plan:
@@ -53,6 +54,7 @@ def _build(
     plan: Plan,
     *,
     cooperative: bool,
+    rules: ClaimRules,
 ) -> GroupAssignment:
     objects = layout.complete(ownership.objects)
     owner = ownership.owner
@@ -60,11 +62,8 @@ def _build(
     for number, (member, sub) in enumerate(zip(order, subs, strict=True)):
         dealt = plan.dealt[number]
         released = plan.released[number] + ownership.stray[number]
-        if cooperative and not planted("leader-check-skipped"):
-            # Withheld until whoever claims it has revoked it (its owner, or both members of
-            # a claim tied in one generation: Kafka's partitionsTransferringOwnership); the
-            # revoker's rejoin hands it over.
-            dealt = [pid for pid in dealt if owner[pid] == NOBODY]
+        if cooperative:  # withheld until its claimants revoked it (``ClaimRules.dealt``)
+            dealt = rules.dealt(dealt, owner)
         if not dealt and not released and ownership.intact[number]:
             partitions = sub.owned
         else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar
 
+from huddle.client.assignors._rules import CLAIM_RULES, ClaimRules
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import InvalidArgumentError
 
@@ -65,11 +66,13 @@ class Assignor(ABC):
     read time only through ``self.now_ms``. A member's core sets ``now_ms`` to return the
     time the core was last given, so an assignor never reads a clock of its own when a member
     runs it; an instance therefore belongs to one member (give each member its own).
+    Assignors that honour previous owners settle their claims by ``claim_rules``.
     """
 
     name: ClassVar[str]
     supported_protocols: ClassVar[tuple[RebalanceProtocol, ...]] = (RebalanceProtocol.EAGER,)
     now_ms: Callable[[], float] = staticmethod(monotonic_ms)
+    claim_rules: ClaimRules = CLAIM_RULES
 
     def subscription_user_data(
         self, topics: frozenset[str], owned: frozenset[TopicPartition]

@@ -27,7 +27,9 @@ class StickyAssignor(Assignor):
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, MemberSubscription],
     ) -> GroupAssignment:
-        return sticky_assign(partitions_per_topic, subscriptions, cooperative=False)
+        return sticky_assign(
+            partitions_per_topic, subscriptions, cooperative=False, rules=self.claim_rules
+        )
 
 
 @ASSIGNORS.register
@@ -47,4 +49,6 @@ class CooperativeStickyAssignor(Assignor):
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, MemberSubscription],
     ) -> GroupAssignment:
-        return sticky_assign(partitions_per_topic, subscriptions, cooperative=True)
+        return sticky_assign(
+            partitions_per_topic, subscriptions, cooperative=True, rules=self.claim_rules
+        )

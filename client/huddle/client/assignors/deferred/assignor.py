@@ -127,7 +127,7 @@ class DeferredAssignor(Assignor):
         order = member_order(subscriptions)
         members = [subscriptions[member] for member in order]
         layout = Layout(partitions_per_topic, frozenset().union(*(s.topics for s in members)))
-        ownership = resolve(layout, members)
+        ownership = resolve(layout, members, self.claim_rules)
         record = self._current_record(members)
         routing = self._route_lost(layout, ownership, members, record, now)
         targets = plan_round(layout, ownership, members, routing.held, routing.gifts)

@@ -72,7 +72,8 @@ class HighAvailabilityAssignor(Assignor):
     ) -> GroupAssignment:
         if not subscriptions:
             return {}
-        view = build_view(partitions_per_topic, subscriptions, self.acceptable_recovery_lag)
+        lag = self.acceptable_recovery_lag
+        view = build_view(partitions_per_topic, subscriptions, lag, self.claim_rules)
         target = balanced_target(view, self.balance_factor)
         placement = place(view, target, self.num_standby_replicas, self.max_warmup_replicas)
         delay = self.probing_rebalance_interval_ms if placement.warming else 0

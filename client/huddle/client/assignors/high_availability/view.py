@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from huddle.client.assignors._claims import Ownership, resolve
 from huddle.client.assignors._layout import Layout
 from huddle.client.assignors._order import member_order
+from huddle.client.assignors._rules import CLAIM_RULES, ClaimRules
 from huddle.client.assignors.base import MemberSubscription
 from huddle.protocol.embedded import TopicPartition
 
@@ -67,11 +68,12 @@ def build_view(
     partitions_per_topic: Mapping[str, int],
     subscriptions: Mapping[str, MemberSubscription],
     acceptable_lag: int,
+    rules: ClaimRules = CLAIM_RULES,
 ) -> View:
     order = member_order(subscriptions)
     subs = [subscriptions[member] for member in order]
     layout = Layout(partitions_per_topic, frozenset().union(*(sub.topics for sub in subs)))
-    ownership = resolve(layout, subs)
+    ownership = resolve(layout, subs, rules)
     index = {topic: i for i, topic in enumerate(layout.topics)}
     total = layout.total
     owner = [-1] * total

@@ -1,0 +1,109 @@
+"""What a member does between its connections, sans-IO: when a session that runs out is
+lost (at once, after the callbacks a lost connection cut off, or by the main loop), and
+when a new connection's main loop may start.
+
+A connection's life, as both runtimes (``huddle.client.member.Member`` and the simulator)
+go through it, deciding nothing of their own:
+
+1. ``CONNECTED``: the main loop (``MemberFlow.serve``) runs; a session that runs out is
+   an event the watchdog posts and the main loop handles.
+2. ``LOST``: the connection is known lost, but its end is under way (a listener callback
+   is never cut off: it runs to its end first). A session that runs out now is lost once
+   the callbacks the loss cut off have run (``MemberFlow.owed_callbacks``).
+3. ``OFFLINE``: the end is handled and no main loop runs: a session that runs out is lost
+   at once, by the watchdog (``MemberFlow.expired_while_disconnected``).
+
+Between connections one flow at most runs (``busy``): the owed callbacks and then a loss
+deferred meanwhile, or a loss the watchdog handles. A new connection's main loop starts
+only once that flow has ended (``may_serve``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from huddle.client.driver import MemberDriver
+from huddle.client.events import SessionExpired
+
+
+class Link(Enum):
+    CONNECTED = "connected"  # a main loop runs on the connection
+    LOST = "lost"  # known lost; its end (a callback running) may be under way
+    OFFLINE = "offline"  # no connection, its end handled: the watchdog acts itself
+
+
+@dataclass
+class Offline:
+    """The member's state between connections, and the decisions that follow from it."""
+
+    driver: MemberDriver
+    link: Link = Link.OFFLINE
+    busy: bool = False  # a flow runs outside a connection (owed callbacks, an offline loss)
+    expiry: SessionExpired | None = None  # a loss to handle once the owed callbacks ran
+    # whether a connection's main loop runs: heartbeats and commits go out on it (``link``
+    # is CONNECTED; kept as a field, read on every heartbeat)
+    serving: bool = False
+
+    @property
+    def may_serve(self) -> bool:
+        """Whether a new connection's main loop may start now (no flow runs offline)."""
+        return not self.busy
+
+    def connected(self, grace_ms: int | None) -> None:
+        """A connection's main loop starts (once ``may_serve``); the queued event of a
+        session that ran out meanwhile is handled by it now. It heartbeats at once."""
+        self.link = Link.CONNECTED
+        self.serving = True
+        self.expiry = None
+        self.driver.connected(grace_ms)
+
+    def connection_lost(self, now: float, *, coordinator_stopping: bool = False) -> bool:
+        """The connection is found lost at ``now``; True the first time (the member may
+        have been dropped from then on: ``MemberDriver.connection_lost``)."""
+        if self.link is not Link.CONNECTED:
+            return False
+        self.link = Link.LOST
+        self.serving = False
+        self.driver.connection_lost(now, coordinator_stopping=coordinator_stopping)
+        return True
+
+    def ended(self) -> None:
+        """The connection's end is handled (its tasks are over): the callbacks it cut off
+        run next (``MemberFlow.owed_callbacks``), then ``owed_ran``."""
+        self.link = Link.OFFLINE
+        self.busy = True
+        self.driver.disconnected()
+
+    def owed_ran(self) -> SessionExpired | None:
+        """The owed callbacks ran: a session that ran out meanwhile is lost now (the
+        runtime runs ``MemberFlow.expired_while_disconnected`` with it, then
+        ``loss_ran``); else nothing runs offline any more."""
+        expiry, self.expiry = self.expiry, None
+        if expiry is None:
+            self.busy = False
+        return expiry
+
+    def session_expired(self, expired: SessionExpired) -> bool:
+        """The watchdog found the session run out (it posts ``expired`` for the main loop
+        in any case). True if the runtime must lose what the member owns itself, now:
+        no main loop runs and no flow runs offline (it calls ``lose_offline`` to start).
+        A connection whose end is under way, or owed callbacks running, lose it after."""
+        if self.link is Link.CONNECTED:
+            return False
+        if self.link is Link.LOST or self.busy:
+            self.expiry = expired
+            return False
+        return True
+
+    def lose_offline(self) -> bool:
+        """The watchdog's loss starts (True), unless a connection or another flow came
+        first meanwhile (the runtime's wait for its turn may let one in)."""
+        if self.link is not Link.OFFLINE or self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def loss_ran(self) -> None:
+        """The loss handled offline (``MemberFlow.expired_while_disconnected``) ended."""
+        self.busy = False
