@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.containers import free_port
+from tests.packaging.containers import free_port
 
 START_S = 30.0
 

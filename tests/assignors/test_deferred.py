@@ -11,7 +11,7 @@ from __future__ import annotations
 from huddle.client.assignors import ASSIGNORS, RebalanceProtocol
 from huddle.client.assignors.deferred import DeferredAssignor
 from huddle.protocol.embedded import TopicPartition
-from tests.deferred_sim import Group, T, delays, newly_assigned, revoked, ts
+from tests.assignors.deferred_sim import Group, T, delays, newly_assigned, revoked, ts
 
 MAX_DELAY = 300_000
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from huddle.client.assignors.base import GroupAssignment
 from huddle.protocol.embedded import TopicPartition
-from tests.deferred_sim import Group, T, delays, revoked
+from tests.assignors.deferred_sim import Group, T, delays, revoked
 
 # --- Design III -----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import pytest
 
 from huddle import HuddleError
 from huddle.client.connection import connect
-from tests.test_cli import CLI_TIMEOUT_S, free_port, huddle_argv
+from tests.cli.test_cli import CLI_TIMEOUT_S, free_port, huddle_argv
 
 STOP_WITHIN_S = 10.0  # SIGTERM to exit: the shutdown, plus the 2 s the last lines may take
 

@@ -21,10 +21,10 @@ from huddle.client.admin import Admin
 from huddle.coordinator.journal import JOURNAL
 from huddle.coordinator.records import TopicRecord, encode_frames
 from huddle.protocol.messages import ClusterNodeInfo, DescribeClusterResponse, ShardInfo
+from tests.cli.test_cli import CLI_TIMEOUT_S, huddle_argv
 from tests.helpers import fast_server_config, running_server
 from tests.security_setup import make_pki
-from tests.test_cli import CLI_TIMEOUT_S, huddle_argv
-from tests.test_salvage import damaged_journal
+from tests.storage.test_salvage import damaged_journal
 
 
 def exit_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -28,9 +28,9 @@ from huddle.protocol.errors import (
     ServerError,
 )
 from huddle.protocol.messages import JoinGroupResponse
+from tests.client.test_flow import Host
 from tests.helpers import FAST_GROUP, fast_server_config, running_server
 from tests.security_setup import acl, keep
-from tests.test_flow import Host
 
 E = ErrorCode
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}

@@ -31,8 +31,8 @@ from huddle.sim import SimConfig
 from huddle.sim.steplog import member_logs
 from huddle.sim.world import World, quiet_logs
 from tests.builders import tps
+from tests.client.test_flow import Host
 from tests.helpers import settled, wait_until
-from tests.test_flow import Host
 
 REBALANCE_MS = 30_000
 

@@ -26,8 +26,8 @@ from huddle.protocol.messages import (
     SyncGroupResponse,
 )
 from tests.builders import tps
-from tests.test_driver import SESSION_MS, driver
-from tests.test_flow import Host
+from tests.client.test_driver import SESSION_MS, driver
+from tests.client.test_flow import Host
 
 E = ErrorCode
 

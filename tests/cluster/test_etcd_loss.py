@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from huddle.client import Admin
+from tests.cluster.test_failover import SHARDS, TTL_S, node_flags, static_member
 from tests.etcd import Etcd, start_etcd_cluster, stop_etcd
 from tests.helpers import Recorder, eventually, serve_process, wait_until
-from tests.test_cluster_failover import SHARDS, TTL_S, node_flags, static_member
 
 
 @pytest.fixture

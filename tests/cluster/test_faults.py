@@ -25,10 +25,7 @@ from huddle.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitTopic,
 )
-from tests.containers import free_port
-from tests.etcd import Etcd, etcd
-from tests.helpers import Recorder, eventually, settled, wait_until
-from tests.test_cluster_failover import (
+from tests.cluster.test_failover import (
     PREFIX,
     SHARDS,
     TTL_S,
@@ -38,6 +35,9 @@ from tests.test_cluster_failover import (
     owner_of,
     static_member,
 )
+from tests.etcd import Etcd, etcd
+from tests.helpers import Recorder, eventually, settled, wait_until
+from tests.packaging.containers import free_port
 
 __all__ = ["etcd"]  # the fixture
 

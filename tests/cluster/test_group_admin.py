@@ -16,9 +16,9 @@ from huddle.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 from huddle.protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse, ErrorResponse
+from tests.cluster.test_failover import PREFIX, cluster, owner_of
 from tests.etcd import Etcd, etcd
 from tests.helpers import eventually
-from tests.test_cluster_failover import PREFIX, cluster, owner_of
 
 __all__ = ["etcd"]  # the fixture
 

@@ -28,9 +28,9 @@ from huddle.protocol.messages import (
     Request,
     TopicSpec,
 )
+from tests.cluster.late_link import LateLink
 from tests.etcd import Etcd, etcd
 from tests.helpers import eventually, serve_process, wait_until
-from tests.late_link import LateLink
 
 __all__ = ["etcd"]  # the fixture
 

@@ -9,10 +9,10 @@ import signal
 from typing import Any
 
 from huddle.coordinator.cluster.store import EtcdStore
+from tests.cluster.test_failover import PREFIX, SHARDS, cluster
+from tests.cluster.test_faults import run_status
 from tests.etcd import Etcd, etcd
 from tests.helpers import eventually
-from tests.test_cluster_failover import PREFIX, SHARDS, cluster
-from tests.test_cluster_faults import run_status
 
 __all__ = ["etcd"]  # the fixture
 

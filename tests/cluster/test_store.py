@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from huddle.coordinator.cluster.store import EtcdStore, StoreUnavailable, parse_endpoints
-from tests.containers import free_port
 from tests.etcd import Etcd, etcd
+from tests.packaging.containers import free_port
 
 __all__ = ["etcd"]  # the fixture
 

@@ -14,9 +14,9 @@ from huddle.coordinator.core import Coordinator, Peer
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import CoordinatorNotAvailableError
 from huddle.protocol.messages import CreateTopicsRequest, TopicSpec
+from tests.cluster.test_failover import cluster, owner_of, static_member
 from tests.etcd import Etcd, etcd
 from tests.helpers import Recorder, eventually, wait_until
-from tests.test_cluster_failover import cluster, owner_of, static_member
 
 __all__ = ["etcd"]  # the fixture
 

@@ -31,10 +31,10 @@ from huddle.protocol.messages import (
     OffsetCommitTopic,
     TopicSpec,
 )
+from tests.cluster.test_failover import owner_of
 from tests.etcd import Etcd, etcd
 from tests.harness import Driver
 from tests.helpers import eventually, fast_server_config, running_server, wait_until
-from tests.test_cluster_failover import owner_of
 
 __all__ = ["etcd"]  # the fixture
 

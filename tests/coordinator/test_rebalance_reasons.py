@@ -14,7 +14,7 @@ from huddle.coordinator.metrics import CoordinatorMetrics
 from huddle.protocol.messages import CreateTopicsRequest, TopicSpec
 from tests.harness import FAST, SESSION_MS, Driver
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def new_member_joined(d: Driver) -> None:

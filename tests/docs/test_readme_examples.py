@@ -4,7 +4,7 @@ A ``huddle serve`` stands in for ``make serve``: addresses 127.0.0.1:9292 and th
 of the secured example become free ports. Shell blocks run in one directory with bash (a
 block's background jobs are stopped at the end); Python blocks run as pasted into ``python
 -m asyncio`` (top-level ``await``). The line before a block may say, in an HTML comment,
-what else it is (``tests/readme.py``): ``skip: why``, ``run by tests/...`` (checked there),
+what else it is (``tests/docs/readme.py``): ``skip: why``, ``run by tests/...`` (checked there),
 ``synopsis`` (each command and flag is checked to exist), ``pytest`` (a test file, run by
 pytest), ``needs FILE ...`` (files this test makes first).
 """
@@ -28,8 +28,8 @@ import trustme
 from huddle.testing import CoordinatorProcess
 
 from huddle.cli import main
-from tests.readme import README, Example, examples, flat
-from tests.test_cli import free_port
+from tests.cli.test_cli import free_port
+from tests.docs.readme import README, Example, examples, flat
 
 STEP_TIMEOUT_S = 90.0  # one block, or one pytest run
 STOP_TIMEOUT_S = 15.0

@@ -20,7 +20,7 @@ from pathlib import Path
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import Call, Handshake, HandshakeResult, Reply, Request, Response
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/debian:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -37,7 +37,8 @@ from huddle.protocol.messages import (
     SyncGroupResponse,
     TopicSpec,
 )
-from tests.containers import (
+from tests.etcd import Etcd, etcd
+from tests.packaging.containers import (
     BlockingClient,
     ContainerSetupError,
     Podman,
@@ -49,7 +50,6 @@ from tests.containers import (
     logs,
     wait_for_port,
 )
-from tests.etcd import Etcd, etcd
 
 pytestmark = [pytest.mark.container, pytest.mark.e2e]
 __all__ = ["etcd"]  # the fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PARTS = ("huddle.chaos", "huddle.client", "huddle.pipeline", "huddle.sim")
 
 

@@ -18,7 +18,7 @@ from huddle.pipeline.analysis import analyse
 from huddle.pipeline.compare import write_comparison
 from huddle.pipeline.plots import MEMBER_COLOURS, UNAVAILABLE, member_style
 from huddle.pipeline.report import write_report
-from tests.test_pipeline import base_log, spark
+from tests.pipeline.test_pipeline import base_log, spark
 
 __all__ = ["spark"]  # the fixture
 pytestmark = pytest.mark.spark

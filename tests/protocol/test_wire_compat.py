@@ -34,8 +34,8 @@ from huddle.protocol.messages import (
     TopicMetadataChanged,
     known_in,
 )
+from tests.client.test_connection import Peer, fake_coordinator
 from tests.helpers import wait_until, within
-from tests.test_connection import Peer, fake_coordinator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "newer_coordinator.jsonl"
 

@@ -14,7 +14,7 @@ import msgspec
 from huddle.protocol import messages
 from huddle.protocol.errors import ErrorCode
 
-WIRE_MD = Path(__file__).resolve().parent.parent / "docs" / "wire.md"
+WIRE_MD = Path(__file__).resolve().parents[2] / "docs" / "wire.md"
 COMMON = ("error_code", "error_message")  # every response has them; the table says so once
 
 

@@ -16,9 +16,9 @@ from huddle.client.security import Security
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.security.store import EtcdSecurityStore
 from huddle.protocol.errors import SaslAuthenticationFailedError
+from tests.cli.test_cli import run_huddle
 from tests.etcd import Etcd, etcd
 from tests.helpers import fast_server_config, running_server, wait_until
-from tests.test_cli import run_huddle
 
 __all__ = ["etcd"]  # the fixture
 

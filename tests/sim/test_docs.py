@@ -14,8 +14,8 @@ import shlex
 import pytest
 
 from huddle.cli import main
-from tests.readme import ROOT, examples, flat
-from tests.test_sim import PLANTED
+from tests.docs.readme import ROOT, examples, flat
+from tests.sim.test_sim import PLANTED
 
 
 def planted_example() -> tuple[str, str]:

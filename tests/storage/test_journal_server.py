@@ -38,9 +38,9 @@ from huddle.protocol.messages import (
     OffsetFetchResponse,
     TopicSpec,
 )
+from tests.cli.test_cli import settings_for
+from tests.docs.readme import ROOT
 from tests.helpers import fast_server_config, running_server, wait_until, within
-from tests.readme import ROOT
-from tests.test_cli import settings_for
 
 
 def _commit(offset: int) -> OffsetCommitRequest:

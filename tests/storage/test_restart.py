@@ -16,7 +16,7 @@ from huddle.protocol.messages import (
     TopicSpec,
 )
 from tests.harness import SESSION_MS, Driver
-from tests.test_journal import _fetch
+from tests.storage.test_journal import _fetch
 
 E = ErrorCode
 S = GroupState

@@ -18,7 +18,7 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ErrorResponse, HeartbeatRequest, HeartbeatResponse
 from tests.harness import SESSION_MS
 from tests.helpers import RawClient, fast_server_config, wait_until
-from tests.test_restart import data_dir_core, static_pair
+from tests.storage.test_restart import data_dir_core, static_pair
 
 E = ErrorCode
 S = GroupState

@@ -22,7 +22,7 @@ from huddle.coordinator.salvage import repair
 from huddle.coordinator.state import GroupState
 from huddle.protocol.errors import ErrorCode
 from tests.harness import SESSION_MS
-from tests.test_restart import data_dir_core
+from tests.storage.test_restart import data_dir_core
 
 E = ErrorCode
 
