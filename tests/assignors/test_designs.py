@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from huddle.testing import wait_settled
 
 import huddle.client.assignors.deferred  # noqa: F401 - registers cooperative-deferred
 from huddle.client import Admin, Assignor, Member, RebalanceListener, TopicPartition
@@ -81,8 +82,9 @@ def settled(procs: list[Proc], expected: frozenset[TopicPartition] = PARTITIONS)
     return members_settled([p.member for p in procs], expected)
 
 
-async def wait_settled(procs: list[Proc], wait_s: float = 15) -> int:
-    await wait_until(lambda: settled(procs), wait_s=wait_s, what="the group to settle")
+async def settled_generation(procs: list[Proc], within: float = 15) -> int:
+    """The generation the group settles in (huddle.testing's ``wait_settled``)."""
+    await wait_settled([p.member for p in procs], {"t": len(PARTITIONS)}, within=within)
     return procs[0].member.generation
 
 
@@ -100,7 +102,7 @@ async def process_death(bootstrap: str, assignor: Callable[[], Assignor]) -> dic
     await _create_topic(bootstrap)
     async with anyio.create_task_group() as tg:
         procs = [await Proc(bootstrap, assignor).start(tg) for _ in range(4)]
-        before = await wait_settled(procs)
+        before = await settled_generation(procs)
         survivors, victim = procs[:3], procs[3]
         kept = {id(p): p.member.assignment for p in survivors}
         victims_partitions = victim.member.assignment
@@ -117,7 +119,7 @@ async def process_death(bootstrap: str, assignor: Callable[[], Assignor]) -> dic
             what="the survivors to rebalance without the dead member",
         )
         back = await Proc(bootstrap, assignor).start(tg)
-        after = await wait_settled([*survivors, back])
+        after = await settled_generation([*survivors, back])
         result = {
             "survivors_moved": set().union(*(p.moves.stopped | p.moves.started for p in survivors)),
             "survivors_unchanged": all(p.member.assignment == kept[id(p)] for p in survivors),
@@ -150,7 +152,7 @@ async def rolling_bounce(bootstrap: str, assignor: Callable[[], Assignor]) -> di
     await _create_topic(bootstrap)
     async with anyio.create_task_group() as tg:
         procs = [await Proc(bootstrap, assignor).start(tg) for _ in range(4)]
-        first = await wait_settled(procs)
+        first = await settled_generation(procs)
         moved = 0
         for i in range(len(procs)):
             others = [p for j, p in enumerate(procs) if j != i]
@@ -158,7 +160,7 @@ async def rolling_bounce(bootstrap: str, assignor: Callable[[], Assignor]) -> di
                 p.moves.stopped.clear()
             await procs[i].stop()
             procs[i] = await Proc(bootstrap, assignor).start(tg)
-            await wait_settled(procs)
+            await settled_generation(procs)
             moved += sum(len(p.moves.stopped) for p in others)
         last = procs[0].member.generation
         for p in procs:
@@ -183,7 +185,7 @@ async def scale(bootstrap: str, assignor: Callable[[], Assignor]) -> dict[str, A
     await _create_topic(bootstrap)
     async with anyio.create_task_group() as tg:
         procs = [await Proc(bootstrap, assignor).start(tg) for _ in range(2)]
-        g0 = await wait_settled(procs)
+        g0 = await settled_generation(procs)
         for p in procs:
             p.moves.stopped.clear()
         procs += [await Proc(bootstrap, assignor).start(tg) for _ in range(2)]
@@ -199,7 +201,7 @@ async def scale(bootstrap: str, assignor: Callable[[], Assignor]) -> dict[str, A
         for p in procs[2:]:
             await p.stop()
         procs = procs[:2]
-        g2 = await wait_settled(procs, wait_s=DELAY_MS / 1000 + 15)
+        g2 = await settled_generation(procs, within=DELAY_MS / 1000 + 15)
         balanced_down = sorted(len(p.member.assignment) for p in procs) == [4, 4]
         for p in procs:
             await p.stop()
@@ -264,7 +266,7 @@ async def test_kip441_stateful_work_moves_only_once_warm(bootstrap: str) -> None
 
     async with anyio.create_task_group() as tg:
         old = await Proc(bootstrap, ha, lags=lambda: dict.fromkeys(everything, 0)).start(tg)
-        await wait_settled([old])
+        await settled_generation([old])
         restored: set[TopicPartition] = set()  # local state it has caught up on, kept on disk
 
         def new_lags() -> dict[TopicPartition, int]:

@@ -17,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from huddle.testing import free_port
 
 from huddle.cli import main, parse_args
 from huddle.cli.admin import DEFAULT_BOOTSTRAP, bootstrap_of
@@ -38,12 +39,6 @@ CLI_TIMEOUT_S = 30.0
 
 def settings_for(argv: Sequence[str], env: dict[str, str] | None = None) -> ServerConfig:
     return serve_settings(parse_args(["serve", *argv]), env or {}).config
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- settings: pure -----------------------------------------------------------------------

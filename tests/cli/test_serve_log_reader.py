@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from huddle.testing import free_port
 
 from huddle import HuddleError
 from huddle.client.connection import connect
-from tests.cli.test_cli import CLI_TIMEOUT_S, free_port, huddle_argv
+from tests.cli.test_cli import CLI_TIMEOUT_S, huddle_argv
 
 STOP_WITHIN_S = 10.0  # SIGTERM to exit: the shutdown, plus the 2 s the last lines may take
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
-from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
+from huddle.testing import wait_settled
 
 import huddle.client.flow as flow_module
 import huddle.client.member as member_module
@@ -35,37 +35,17 @@ from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import HuddleError
 from tests.helpers import (
     FAST_GROUP,
+    MEMBER_SESSION_MS,
     Recorder,
     fast_server_config,
+    member,
+    partitions,
     running_server,
-    settled,
     wait_until,
 )
 
 TP = TopicPartition
 COOP = ["cooperative-sticky"]
-SESSION_MS = 2_000
-
-
-def partitions(n: int, topic: str = "t") -> frozenset[TopicPartition]:
-    return frozenset(TP(topic, p) for p in range(n))
-
-
-def member(bootstrap: str, **kwargs: Any) -> Member:
-    settings: dict[str, Any] = {
-        "group_id": "g",
-        "topics": ["t"],
-        "assignors": COOP,
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": 200,
-        "rebalance_timeout_ms": 5_000,
-    }
-    settings.update(kwargs)
-    return Member(bootstrap, **settings)
-
-
-async def wait_settled(members: Sequence[Member], expected: frozenset[TopicPartition]) -> None:
-    await wait_until(lambda: settled(members, expected), what="the group to settle")
 
 
 @asynccontextmanager
@@ -78,7 +58,7 @@ async def topic(bootstrap: str, count: int, name: str = "t") -> AsyncIterator[No
 async def test_members_join_and_share_the_partitions(bootstrap: str) -> None:
     async with topic(bootstrap, 6), AsyncExitStack() as stack:
         members = [await stack.enter_async_context(member(bootstrap)) for _ in range(3)]
-        await wait_settled(members, partitions(6))
+        await wait_settled(members, {"t": 6})
         assert sorted(len(m.assignment) for m in members) == [2, 2, 2]
         assert sum(m.is_leader for m in members) == 1
         assert {m.protocol for m in members} == {"cooperative-sticky"}
@@ -100,10 +80,10 @@ async def test_members_join_and_share_the_partitions(bootstrap: str) -> None:
 async def test_cooperative_callback_order_is_kip429s(bootstrap: str) -> None:
     a_calls, b_calls = Recorder(), Recorder()
     async with topic(bootstrap, 4), member(bootstrap, listener=a_calls) as a:
-        await wait_settled([a], partitions(4))
+        await wait_settled([a], {"t": 4})
         assert a_calls.names() == [("assigned", [0, 1, 2, 3])]
         async with member(bootstrap, listener=b_calls) as b:
-            await wait_settled([a, b], partitions(4))
+            await wait_settled([a, b], {"t": 4})
             moved = sorted(tp.partition for tp in b.assignment)
             kept = sorted(tp.partition for tp in a.assignment)
             assert len(moved) == len(kept) == 2
@@ -143,9 +123,9 @@ async def test_the_assignor_hears_of_its_assignment_between_revoked_and_assigned
         topic(bootstrap, 4),
         member(bootstrap, listener=a_calls, assignors=[Told(a_calls)]) as a,
     ):
-        await wait_settled([a], partitions(4))
+        await wait_settled([a], {"t": 4})
         async with member(bootstrap) as b:
-            await wait_settled([a, b], partitions(4))
+            await wait_settled([a, b], {"t": 4})
             kept = sorted(tp.partition for tp in a.assignment)
             moved = sorted(set(range(4)) - set(kept))
             assert a_calls.names()[:4] == [
@@ -174,7 +154,7 @@ class SlowRevocation(Recorder):
         if member is None:
             return False
         deadline = self.server.core.timers.deadline(member.session_key)
-        return deadline is not None and deadline > began_ms + 2 * SESSION_MS
+        return deadline is not None and deadline > began_ms + 2 * MEMBER_SESSION_MS
 
     async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
         await super().on_partitions_revoked(revoked)
@@ -196,10 +176,10 @@ async def test_a_revocation_longer_than_the_session_keeps_the_membership(
         topic(bootstrap, 4),
         member(bootstrap, listener=slow, assignors=assignors) as a,
     ):
-        await wait_settled([a], partitions(4))
+        await wait_settled([a], {"t": 4})
         slow.member_id = first_id = a.member_id
         async with member(bootstrap, assignors=assignors) as b:
-            await wait_settled([a, b], partitions(4))
+            await wait_settled([a, b], {"t": 4})
             assert slow.slowed
             assert a.member_id == first_id
             assert "lost" not in [name for name, _ in slow.names()]
@@ -224,7 +204,7 @@ async def test_a_revocation_longer_than_the_rebalance_timeout_gives_the_membersh
         topic(bootstrap, 4),
         member(bootstrap, listener=stuck, **settings) as a,
     ):
-        await wait_settled([a], partitions(4))
+        await wait_settled([a], {"t": 4})
         first_id = a.member_id
         async with member(bootstrap) as b:
 
@@ -236,7 +216,7 @@ async def test_a_revocation_longer_than_the_rebalance_timeout_gives_the_membersh
             await wait_until(lambda: b.assignment == partitions(4), what="b to take all")
             assert a.assignment == frozenset()  # still in its callback, but owns nothing
             released.set()
-            await wait_settled([a, b], partitions(4))
+            await wait_settled([a, b], {"t": 4})
             assert a.member_id != first_id
             assert "lost" in [name for name, _ in stuck.names()]
 
@@ -247,9 +227,9 @@ async def test_eager_callback_order(bootstrap: str) -> None:
         topic(bootstrap, 4),
         member(bootstrap, listener=a_calls, assignors=["range"]) as a,
     ):
-        await wait_settled([a], partitions(4))
+        await wait_settled([a], {"t": 4})
         async with member(bootstrap, listener=b_calls, assignors=["range"]) as b:
-            await wait_settled([a, b], partitions(4))
+            await wait_settled([a, b], {"t": 4})
             assert a_calls.names()[:2] == [("assigned", [0, 1, 2, 3]), ("revoked", [0, 1, 2, 3])]
             assert a_calls.names()[2][0] == "assigned"
             assert len(a_calls.names()[2][1]) == 2
@@ -261,11 +241,11 @@ async def test_clean_leave_hands_partitions_over(bootstrap: str) -> None:
     leaver_calls = Recorder()
     async with topic(bootstrap, 4), member(bootstrap) as stayer:
         async with member(bootstrap, listener=leaver_calls) as leaver:
-            await wait_settled([stayer, leaver], partitions(4))
+            await wait_settled([stayer, leaver], {"t": 4})
             gone = leaver.assignment
         assert leaver_calls.calls[-1][:2] == ("revoked", gone)  # given up on close
         assert all(name != "lost" for name, _, _ in leaver_calls.calls)
-        await wait_settled([stayer], partitions(4))
+        await wait_settled([stayer], {"t": 4})
 
 
 async def test_a_cancelled_member_is_replaced_within_the_disconnect_grace(
@@ -277,7 +257,7 @@ async def test_a_cancelled_member_is_replaced_within_the_disconnect_grace(
 
             async def doomed() -> None:
                 async with member(bootstrap, session_timeout_ms=30_000) as m:
-                    await wait_settled([stayer, m], partitions(4))
+                    await wait_settled([stayer, m], {"t": 4})
                     ready.set()
                     await anyio.sleep_forever()
 
@@ -285,7 +265,7 @@ async def test_a_cancelled_member_is_replaced_within_the_disconnect_grace(
             await ready.wait()
             started = time.monotonic()
             tg.cancel_scope.cancel()  # killed: no LeaveGroup, the socket just closes
-        await wait_settled([stayer], partitions(4))
+        await wait_settled([stayer], {"t": 4})
         assert time.monotonic() - started < 5  # the grace, not the 30 s session
 
 
@@ -299,7 +279,7 @@ async def test_without_the_grace_a_cancelled_member_leaves_by_session_timeout() 
 
                 async def doomed() -> None:
                     async with member(bootstrap) as m:
-                        await wait_settled([stayer, m], partitions(4))
+                        await wait_settled([stayer, m], {"t": 4})
                         ready.set()
                         await anyio.sleep_forever()
 
@@ -307,19 +287,19 @@ async def test_without_the_grace_a_cancelled_member_leaves_by_session_timeout() 
                 await ready.wait()
                 started = time.monotonic()
                 tg.cancel_scope.cancel()
-            await wait_settled([stayer], partitions(4))
-            assert time.monotonic() - started >= SESSION_MS / 1000 * 0.9
+            await wait_settled([stayer], {"t": 4})
+            assert time.monotonic() - started >= MEMBER_SESSION_MS / 1000 * 0.9
 
 
 async def test_static_bounce_keeps_generation_and_assignment(bootstrap: str) -> None:
     other_calls = Recorder()
     async with topic(bootstrap, 4), member(bootstrap, listener=other_calls) as other:
         async with member(bootstrap, instance_id="static-1", session_timeout_ms=10_000) as s:
-            await wait_settled([other, s], partitions(4))
+            await wait_settled([other, s], {"t": 4})
             generation, kept = s.generation, s.assignment
         other_calls.clear()
         async with member(bootstrap, instance_id="static-1", session_timeout_ms=10_000) as back:
-            await wait_settled([other, back], partitions(4))
+            await wait_settled([other, back], {"t": 4})
             assert back.generation == generation
             assert back.assignment == kept
             assert other_calls.calls == []  # nobody else noticed
@@ -330,25 +310,25 @@ async def test_the_leader_leaving_hands_leadership_on(bootstrap: str) -> None:
         members = [await stack.enter_async_context(member(bootstrap)) for _ in range(2)]
         leader_cm = member(bootstrap)
         async with leader_cm as third:
-            await wait_settled([*members, third], partitions(6))
+            await wait_settled([*members, third], {"t": 6})
             leaders = [m for m in (*members, third) if m.is_leader]
             assert len(leaders) == 1
         # whoever led, once the third member leaves, the other two settle with one leader
-        await wait_settled(members, partitions(6))
+        await wait_settled(members, {"t": 6})
         assert sum(m.is_leader for m in members) == 1
 
 
 async def test_a_partition_count_change_reaches_the_members(bootstrap: str) -> None:
     async with topic(bootstrap, 2), AsyncExitStack() as stack:
         members = [await stack.enter_async_context(member(bootstrap)) for _ in range(2)]
-        await wait_settled(members, partitions(2))
+        await wait_settled(members, {"t": 2})
         async with Admin(bootstrap) as admin:
             await admin.alter_topic("t", 6)
-        await wait_settled(members, partitions(6))
+        await wait_settled(members, {"t": 6})
 
 
 async def test_eager_to_cooperative_upgrade_by_two_rolling_bounces(bootstrap: str) -> None:
-    everything = partitions(6)
+    everything = {"t": 6}
     plan = [["range"], ["range", "cooperative-sticky"], ["cooperative-sticky"]]
     async with topic(bootstrap, 6), anyio.create_task_group() as tg:
         running = [
@@ -382,13 +362,13 @@ async def test_a_zombie_loses_its_partitions_before_anyone_else_gets_them(
             member(direct, listener=other_calls) as other,
             member(f"127.0.0.1:{proxy.port}", listener=zombie_calls) as zombie,
         ):
-            await wait_settled([other, zombie], partitions(4))
+            await wait_settled([other, zombie], {"t": 4})
             held = zombie.assignment
             generation = zombie.generation
             frozen_at = time.monotonic()
             proxy.stall()  # heartbeats stall; the connection stays open
             await wait_until(lambda: any(c[0] == "lost" for c in zombie_calls.calls), wait_s=10)
-            await wait_settled([other], partitions(4))
+            await wait_settled([other], {"t": 4})
             lost_at = next(t for name, _, t in zombie_calls.calls if name == "lost")
             handed_at = next(
                 t
@@ -423,9 +403,9 @@ async def test_a_dropped_connection_is_rejoined_with_the_same_member_id(
         fault_proxy("127.0.0.1", server.port) as proxy,
         member(direct) as leader,
     ):
-        await wait_settled([leader], partitions(4))
+        await wait_settled([leader], {"t": 4})
         async with member(f"127.0.0.1:{proxy.port}", listener=follower_calls) as follower:
-            await wait_settled([leader, follower], partitions(4))
+            await wait_settled([leader, follower], {"t": 4})
             member_id, generation, owned = (
                 follower.member_id,
                 follower.generation,
@@ -435,7 +415,7 @@ async def test_a_dropped_connection_is_rejoined_with_the_same_member_id(
             await proxy.drop()  # the coordinator's socket is gone; the member reconnects
             await wait_until(lambda: not follower.connected, wait_s=5)
             await wait_until(lambda: follower.connected, wait_s=5)
-            await wait_settled([leader, follower], partitions(4))
+            await wait_settled([leader, follower], {"t": 4})
             assert follower.member_id == member_id
             assert follower.generation == generation  # back within the grace: no rebalance
             assert follower.assignment == owned
@@ -444,7 +424,7 @@ async def test_a_dropped_connection_is_rejoined_with_the_same_member_id(
 
 async def test_commits_are_fenced_and_fetched(bootstrap: str) -> None:
     async with topic(bootstrap, 2), member(bootstrap) as m:
-        await wait_settled([m], partitions(2))
+        await wait_settled([m], {"t": 2})
         await m.commit({TP("t", 0): 10, TP("t", 1): 20})
         assert await m.committed([TP("t", 0), TP("t", 1)]) == {TP("t", 0): 10, TP("t", 1): 20}
 
@@ -459,7 +439,7 @@ async def test_commits_and_fetches_larger_than_one_request_are_split(
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
         async with topic(bootstrap, 10), topic(bootstrap, 2, "u"), member(bootstrap) as m:
-            await wait_settled([m], partitions(10))
+            await wait_settled([m], {"t": 10})
             offsets = {TP("t", p): 100 + p for p in range(10)} | {TP("u", 1): 5}
             await m.commit(offsets)
             wanted = [*offsets, TP("u", 0), TP("t", 0)]
@@ -476,7 +456,7 @@ async def test_a_member_subscribed_to_more_topics_than_one_request_names_gets_th
         for name in names:
             await admin.create_topic(name, 1)
     async with member(bootstrap, topics=names) as m:
-        await wait_settled([m], frozenset(TP(name, 0) for name in names))
+        await wait_settled([m], dict.fromkeys(names, 1))
 
 
 async def test_revoked_partitions_are_committed_before_the_rejoin(bootstrap: str) -> None:
@@ -494,9 +474,9 @@ async def test_revoked_partitions_are_committed_before_the_rejoin(bootstrap: str
     listener = CommitOnRevoke()
     async with topic(bootstrap, 4), member(bootstrap, listener=listener) as a:
         listener.member = a
-        await wait_settled([a], partitions(4))
+        await wait_settled([a], {"t": 4})
         async with member(bootstrap) as b:
-            await wait_settled([a, b], partitions(4))
+            await wait_settled([a, b], {"t": 4})
             assert order == ["committed"]
             got = await b.committed(sorted(b.assignment))
             assert set(got.values()) == {7}
@@ -504,7 +484,7 @@ async def test_revoked_partitions_are_committed_before_the_rejoin(bootstrap: str
 
 async def test_a_fatal_error_stops_the_member(bootstrap: str) -> None:
     async with topic(bootstrap, 2), member(bootstrap, assignors=["range"]) as first:
-        await wait_settled([first], partitions(2))
+        await wait_settled([first], {"t": 2})
         with pytest.raises(MemberFailedError, match="INCONSISTENT_GROUP_PROTOCOL"):
             async with member(bootstrap, assignors=["roundrobin"]) as odd:
                 await odd.wait_stable(10)
@@ -536,7 +516,7 @@ async def test_assignment_is_empty_once_the_session_may_have_expired() -> None:
     has called on_partitions_lost: zombie safety at the moment the application looks."""
     m = member("127.0.0.1:1")
     m._core.owned = partitions(2)
-    m._timer.answered(anyio.current_time() * 1000 - SESSION_MS - 1)  # the core counts in ms
+    m._timer.answered(anyio.current_time() * 1000 - MEMBER_SESSION_MS - 1)  # the core counts in ms
     assert m.assignment == frozenset()
     m._timer.answered(anyio.current_time() * 1000)
     assert m.assignment == partitions(2)
@@ -554,13 +534,13 @@ async def test_a_member_cut_off_owns_nothing_once_its_session_expired(
         member(bootstrap) as b,
         member(f"127.0.0.1:{proxy.port}") as a,
     ):
-        await wait_settled([a, b], partitions(4))
+        await wait_settled([a, b], {"t": 4})
         assert a.assignment
         await proxy.partition()
         await wait_until(lambda: b.assignment == partitions(4), what="b to take all")
         assert a.assignment == frozenset()
         proxy.heal()
-        await wait_settled([a, b], partitions(4))
+        await wait_settled([a, b], {"t": 4})
 
 
 async def test_a_stuck_replicas_callback_is_bounded_like_the_others(
@@ -583,7 +563,7 @@ async def test_a_stuck_replicas_callback_is_bounded_like_the_others(
         topic(bootstrap, 2),
         member(bootstrap, listener=StuckOnReplicas(), assignors=ha(), **settings) as a,
     ):
-        await wait_settled([a], partitions(2))
+        await wait_settled([a], {"t": 2})
         first_id = a.member_id
         async with member(bootstrap, assignors=ha()) as b:
 
@@ -594,7 +574,7 @@ async def test_a_stuck_replicas_callback_is_bounded_like_the_others(
             await wait_until(removed, what="the group to go on without the stuck member")
             assert a.assignment == frozenset()
             released.set()
-            await wait_settled([a, b], partitions(2))
+            await wait_settled([a, b], {"t": 2})
             assert a.member_id != first_id
 
 

@@ -29,9 +29,7 @@ from huddle.client.assignors.base import GroupAssignment, MemberSubscription
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol import errors
 from huddle.protocol.errors import ErrorCode, GroupIdNotFoundError, TopicAlreadyExistsError
-from tests.helpers import wait_until
-
-SESSION_MS = 2_000
+from tests.helpers import MEMBER_SESSION_MS, member, wait_until
 
 
 class Boom(Exception):
@@ -50,19 +48,6 @@ class ExplodingAssignor(CooperativeStickyAssignor):
         subscriptions: Mapping[str, MemberSubscription],
     ) -> GroupAssignment:
         raise Boom("the assignor broke")
-
-
-def member(bootstrap: str, **kwargs: object) -> Member:
-    settings: dict[str, object] = {
-        "group_id": "g",
-        "topics": ["t"],
-        "assignors": ["cooperative-sticky"],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": 200,
-        "rebalance_timeout_ms": 5_000,
-    }
-    settings.update(kwargs)
-    return Member(bootstrap, **settings)  # type: ignore[arg-type]
 
 
 async def create_topic(bootstrap: str) -> None:
@@ -234,7 +219,7 @@ async def test_closing_gives_up_a_callback_that_never_returns(bootstrap: str) ->
     """Callbacks are shielded from a lost connection, not from closing: a member whose
     on_partitions_revoked never returns still closes, after its session timeout."""
     await create_topic(bootstrap)
-    with anyio.fail_after(SESSION_MS / 1000 + 10):
+    with anyio.fail_after(MEMBER_SESSION_MS / 1000 + 10):
         async with member(bootstrap, listener=StuckRevocation()) as m:
             await m.wait_stable()
             assert len(m.assignment) == 4

@@ -16,8 +16,7 @@ from huddle.client.subscription import Subscription
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import Assignment, encode, grouped
 from huddle.protocol.messages import JoinGroupResponse, SyncGroupResponse
-from tests.client.test_member import member, partitions
-from tests.helpers import Recorder, settled, wait_until
+from tests.helpers import Recorder, member, partitions, settled, wait_until
 
 TP = TopicPartition
 

@@ -13,6 +13,8 @@ import time
 from contextlib import AsyncExitStack
 from functools import partial
 
+from huddle.testing import free_port
+
 from huddle.client import Admin
 from huddle.client.connection import connect
 from huddle.coordinator.cluster.shards import shard_of
@@ -37,7 +39,6 @@ from tests.cluster.test_failover import (
 )
 from tests.etcd import Etcd, etcd
 from tests.helpers import Recorder, eventually, settled, wait_until
-from tests.packaging.containers import free_port
 
 __all__ = ["etcd"]  # the fixture
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from huddle.testing import free_port
 
 from huddle.coordinator.cluster.store import EtcdStore, StoreUnavailable, parse_endpoints
 from tests.etcd import Etcd, etcd
-from tests.packaging.containers import free_port
 
 __all__ = ["etcd"]  # the fixture
 

@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 import trustme
-from huddle.testing import CoordinatorProcess
+from huddle.testing import CoordinatorProcess, free_port
 
 from huddle.cli import main
-from tests.cli.test_cli import free_port
 from tests.docs.readme import README, Example, examples, flat
 
 STEP_TIMEOUT_S = 90.0  # one block, or one pytest run

@@ -194,13 +194,6 @@ def build_image(
     return podman.run(*args, timeout=900)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def container_running(podman: Podman, name: str) -> bool:
     state = podman.run("inspect", "--format", "{{.State.Running}}", name, timeout=30, check=False)
     return state.returncode == 0 and state.stdout.strip() == "true"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import pytest
+from huddle.testing import free_port
 
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -46,7 +47,6 @@ from tests.packaging.containers import (
     container_running,
     ensure_base_image,
     find_podman,
-    free_port,
     logs,
     wait_for_port,
 )
@@ -101,7 +101,7 @@ class Container:
 @pytest.fixture
 def container(podman: Podman, image: str) -> Iterator[Container]:
     name = f"huddle-test-{uuid.uuid4().hex[:12]}"
-    port = free_port(HOST)
+    port = free_port()
     try:
         podman.run(
             "run",
@@ -269,7 +269,7 @@ def test_the_image_runs_a_cluster_node(podman: Podman, image: str, etcd: Etcd) -
     """The image carries the etcd client: a node in a container joins a cluster on etcd
     (the environment as compose.yaml sets it) and coordinates groups."""
     name = f"huddle-node-{uuid.uuid4().hex[:12]}"
-    port = free_port(HOST)
+    port = free_port()
     try:
         podman.run(
             "run",
@@ -331,7 +331,7 @@ def test_the_image_serves_with_tls_users_and_acls(
     for path in (root, data, *data.iterdir(), *root.glob("*.pem")):
         os.chown(path, 10001, 10001)  # the image's user reads them
     name = f"huddle-secured-{uuid.uuid4().hex[:12]}"
-    port = free_port(HOST)
+    port = free_port()
     env = {
         "HUDDLE_PORT": str(port),
         "HUDDLE_TLS_CERT": "/certs/server.pem",
