@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import pytest
@@ -41,6 +43,7 @@ from huddle.protocol.messages import (
     TopicSpec,
 )
 from tests.helpers import (
+    DEADLINE_S,
     RawClient,
     error_events,
     fast_server_config,
@@ -86,90 +89,155 @@ def single_protocol_error(frames: Sequence[ServerFrame], code: ErrorCode) -> Pro
     return error
 
 
-async def test_http_request_is_refused_as_too_large(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.send_bytes(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        frames = await raw.frames_until_closed()
-        single_protocol_error(frames, ErrorCode.MESSAGE_TOO_LARGE)
-        await raw.close()
-    assert any(e["event"] == "bad_frame" for e in logs)
-    assert_clean(logs, caplog)
+@dataclass(frozen=True)
+class Refused:
+    """Bytes a client sends that the server answers with one ProtocolError, then closes."""
 
-
-async def test_body_that_is_not_msgpack(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        await raw.send_bytes(frame(b"\xc1\xc1\xc1 not msgpack"))
-        frames = await raw.frames_until_closed()
-        single_protocol_error(frames, ErrorCode.CORRUPT_MESSAGE)
-        await raw.close()
-    assert_clean(logs, caplog)
+    payload: bytes
+    code: ErrorCode
+    handshaken: bool = True  # the client handshakes before it sends ``payload``
+    says: str | None = None  # the error message, whole
+    mentions: str | None = None  # or a part of it
+    logged: str | None = None  # an event the server logs about it
+    config: Mapping[str, int] = field(default_factory=dict)  # fast_server_config overrides
+    wait_s: float = DEADLINE_S  # for the server to close the connection
 
 
 DEEPLY_NESTED = b"\x81\xa1a" * 100_000 + b"\xc0"  # {"a": {"a": ... }} 100,000 deep
 TAG_NOT_UTF8 = b"\x82\xa4type\xa4\xff\xfe\xfd\xfc\xa7version\x01"
 VALUE_NOT_UTF8 = b"\x83\xa4type\xa9handshake\xa7version\x01\xa9client_id\xa2\xff\xfe"
+# Deep nesting (RecursionError) and invalid UTF-8 (UnicodeDecodeError) escaped the decode
+# handling: the connection closed without a ProtocolError and an ERROR traceback holding the
+# client's bytes was logged. They are refused as the first frame and after the handshake.
+CHOKES_THE_DECODER = {
+    f"{name}-{when}": Refused(
+        frame(body), ErrorCode.CORRUPT_MESSAGE, handshaken, mentions="MessagePack data"
+    )
+    for name, body in [
+        ("nested-too-deep", DEEPLY_NESTED),
+        ("tag-not-utf8", TAG_NOT_UTF8),
+        ("value-not-utf8", VALUE_NOT_UTF8),
+    ]
+    for when, handshaken in [("handshaken", True), ("first-frame", False)]
+}
+REFUSED = {
+    "http-request-is-too-large": Refused(
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        ErrorCode.MESSAGE_TOO_LARGE,
+        handshaken=False,
+        logged="bad_frame",
+    ),
+    "body-that-is-not-msgpack": Refused(
+        frame(b"\xc1\xc1\xc1 not msgpack"), ErrorCode.CORRUPT_MESSAGE
+    ),
+    **CHOKES_THE_DECODER,
+    "oversized-frame": Refused(
+        frame(
+            msgspec.msgpack.encode(
+                Call(correlation_id=1, request=ListTopicsRequest(topics=["x" * 2_000]))
+            )
+        ),
+        ErrorCode.MESSAGE_TOO_LARGE,
+        mentions="1024",
+        config={"max_frame_bytes": 1_024},
+    ),
+    "zero-length-frame": Refused(b"\x00\x00\x00\x00", ErrorCode.CORRUPT_MESSAGE),
+    "msgpack-of-the-wrong-shape-without-correlation-id": Refused(
+        packed([1, 2, 3]), ErrorCode.INVALID_REQUEST
+    ),
+    "request-before-handshake": Refused(
+        ClientCodec().encode(Call(correlation_id=1, request=ListTopicsRequest())),
+        ErrorCode.INVALID_REQUEST,
+        handshaken=False,
+        says="expected a handshake first",
+        logged="handshake_failed",
+    ),
+    "second-handshake": Refused(
+        ClientCodec().encode(Handshake(version=1)), ErrorCode.INVALID_REQUEST
+    ),
+    "stalled-mid-frame": Refused(
+        b"\x00\x00\x00\x40" + b"\x80" * 5,  # 64 bytes announced, 5 sent
+        ErrorCode.INVALID_REQUEST,
+        mentions="200 ms",
+        config={"stalled_frame_timeout_ms": 200},
+        wait_s=5,
+    ),
+    "never-says-hello": Refused(
+        b"",
+        ErrorCode.INVALID_REQUEST,
+        handshaken=False,
+        config={"handshake_timeout_ms": 200},
+        wait_s=5,
+    ),
+}
 
 
-@pytest.mark.parametrize("handshaken", [True, False], ids=["handshaken", "first-frame"])
-@pytest.mark.parametrize(
-    "body",
-    [DEEPLY_NESTED, TAG_NOT_UTF8, VALUE_NOT_UTF8],
-    ids=["nested-too-deep", "tag-not-utf8", "value-not-utf8"],
-)
-async def test_bodies_the_decoder_chokes_on_are_corrupt_messages(
-    server: CoordinatorServer,
-    logs: list[EventDict],
-    caplog: pytest.LogCaptureFixture,
-    body: bytes,
-    handshaken: bool,
+@pytest.mark.parametrize("case", REFUSED.values(), ids=REFUSED.keys())
+async def test_misbehaviour_gets_one_protocol_error_and_the_connection_closed(
+    case: Refused, logs: list[EventDict], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Deep nesting (RecursionError) and invalid UTF-8 (UnicodeDecodeError) escaped the
-    decode handling: the connection closed without a ProtocolError and an ERROR traceback
-    holding the client's bytes was logged."""
-    async with well_behaved(server):
+    async with (
+        running_server(fast_server_config(**case.config)) as server,
+        well_behaved(server) as good,
+    ):
         raw = await RawClient.open(server.port)
-        if handshaken:
+        if case.handshaken:
             await raw.handshake()
-        await raw.send_bytes(frame(body))
-        error = single_protocol_error(await raw.frames_until_closed(), ErrorCode.CORRUPT_MESSAGE)
-        assert "MessagePack data" in error.error_message
+        await raw.send_bytes(case.payload)
+        error = single_protocol_error(await raw.frames_until_closed(case.wait_s), case.code)
+        if case.says is not None:
+            assert error.error_message == case.says
+        if case.mentions is not None:
+            assert case.mentions in error.error_message
+        # The good client, idle between frames all along, was left alone.
+        await assert_answered(good)
         await raw.close()
+    if case.logged is not None:
+        assert any(e["event"] == case.logged for e in logs)
     assert_clean(logs, caplog)
     assert max(len(repr(e)) for e in logs) < 2_000, "no client bytes in the logs"
 
 
-async def test_oversized_frame(logs: list[EventDict], caplog: pytest.LogCaptureFixture) -> None:
-    config = fast_server_config(max_frame_bytes=1_024)
-    async with running_server(config) as server, well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        body = msgspec.msgpack.encode(
-            Call(correlation_id=1, request=ListTopicsRequest(topics=["x" * 2_000]))
-        )
-        await raw.send_bytes(frame(body))
-        frames = await raw.frames_until_closed()
-        error = single_protocol_error(frames, ErrorCode.MESSAGE_TOO_LARGE)
-        assert "1024" in error.error_message
-        await raw.close()
-    assert_clean(logs, caplog)
+# Frames the server cannot take, but whose correlation id it can read: answered with an
+# ErrorResponse (the code, and a part of its message), and the connection goes on.
+ANSWERED = {
+    "unknown-request-type": (
+        {"type": "call", "correlation_id": 7, "request": {"type": "x"}},
+        None,
+    ),
+    "unknown-frame-type-with-a-correlation-id": ({"type": "telepathy", "correlation_id": 3}, None),
+    "wrong-field-types": (
+        {
+            "type": "call",
+            "correlation_id": 11,
+            "request": {"type": "create_topics", "topics": [{"name": "t", "partitions": "three"}]},
+        },
+        "partitions",
+    ),
+}
 
 
-async def test_zero_length_frame(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(("sent", "mentions"), ANSWERED.values(), ids=ANSWERED.keys())
+async def test_a_bad_request_with_a_correlation_id_is_answered_and_the_connection_stays_open(
+    server: CoordinatorServer,
+    logs: list[EventDict],
+    caplog: pytest.LogCaptureFixture,
+    sent: dict[str, Any],
+    mentions: str | None,
 ) -> None:
     async with well_behaved(server):
         raw = await RawClient.open(server.port)
         await raw.handshake()
-        await raw.send_bytes(b"\x00\x00\x00\x00")
-        frames = await raw.frames_until_closed()
-        single_protocol_error(frames, ErrorCode.CORRUPT_MESSAGE)
+        await raw.send_bytes(packed(sent))
+        reply = await raw.read_frame()
+        assert isinstance(reply, Reply)
+        assert reply.correlation_id == sent["correlation_id"]
+        assert isinstance(reply.response, ErrorResponse)
+        assert reply.response.error_code == ErrorCode.INVALID_REQUEST
+        if mentions is not None:
+            assert mentions in reply.response.error_message
+        # The same connection keeps working.
+        assert isinstance(await raw.call(ListTopicsRequest()), ListTopicsResponse)
         await raw.close()
     assert_clean(logs, caplog)
 
@@ -189,93 +257,6 @@ async def test_truncated_frame_then_close(
     assert_clean(logs, caplog)
 
 
-async def test_unknown_request_type_is_answered_and_connection_stays_open(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        await raw.send_bytes(
-            packed({"type": "call", "correlation_id": 7, "request": {"type": "x"}})
-        )
-        reply = await raw.read_frame()
-        assert isinstance(reply, Reply)
-        assert reply.correlation_id == 7
-        assert isinstance(reply.response, ErrorResponse)
-        assert reply.response.error_code == ErrorCode.INVALID_REQUEST
-        # The same connection keeps working.
-        response = await raw.call(ListTopicsRequest())
-        assert isinstance(response, ListTopicsResponse)
-        await raw.close()
-    assert_clean(logs, caplog)
-
-
-async def test_unknown_frame_type_with_a_correlation_id_is_answered(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        await raw.send_bytes(packed({"type": "telepathy", "correlation_id": 3}))
-        reply = await raw.read_frame()
-        assert isinstance(reply, Reply)
-        assert reply.correlation_id == 3
-        assert isinstance(reply.response, ErrorResponse)
-        assert isinstance(await raw.call(ListTopicsRequest()), ListTopicsResponse)
-        await raw.close()
-    assert_clean(logs, caplog)
-
-
-async def test_wrong_field_types_are_answered(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        bad = {
-            "type": "call",
-            "correlation_id": 11,
-            "request": {"type": "create_topics", "topics": [{"name": "t", "partitions": "three"}]},
-        }
-        await raw.send_bytes(packed(bad))
-        reply = await raw.read_frame()
-        assert isinstance(reply, Reply)
-        assert reply.correlation_id == 11
-        assert isinstance(reply.response, ErrorResponse)
-        assert reply.response.error_code == ErrorCode.INVALID_REQUEST
-        assert "partitions" in reply.response.error_message
-        assert isinstance(await raw.call(ListTopicsRequest()), ListTopicsResponse)
-        await raw.close()
-    assert_clean(logs, caplog)
-
-
-async def test_msgpack_of_the_wrong_shape_without_correlation_id_closes(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        await raw.send_bytes(packed([1, 2, 3]))
-        frames = await raw.frames_until_closed()
-        single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
-        await raw.close()
-    assert_clean(logs, caplog)
-
-
-async def test_request_before_handshake(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.send(Call(correlation_id=1, request=ListTopicsRequest()))
-        frames = await raw.frames_until_closed()
-        error = single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
-        assert error.error_message == "expected a handshake first"
-        await raw.close()
-    assert any(e["event"] == "handshake_failed" for e in logs)
-    assert_clean(logs, caplog)
-
-
 async def test_unsupported_version(
     server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -289,36 +270,6 @@ async def test_unsupported_version(
         assert result.error_code == ErrorCode.UNSUPPORTED_VERSION
         assert result.error_message == "protocol version 7 is not supported; this server speaks 1"
         assert result.supported_versions == [1]
-        await raw.close()
-    assert_clean(logs, caplog)
-
-
-async def test_second_handshake(
-    server: CoordinatorServer, logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    async with well_behaved(server):
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        await raw.send(Handshake(version=1))
-        frames = await raw.frames_until_closed()
-        single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
-        await raw.close()
-    assert_clean(logs, caplog)
-
-
-async def test_client_stalled_mid_frame_is_closed(
-    logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    config = fast_server_config(stalled_frame_timeout_ms=200)
-    async with running_server(config) as server, well_behaved(server) as good:
-        raw = await RawClient.open(server.port)
-        await raw.handshake()
-        await raw.send_bytes(b"\x00\x00\x00\x40" + b"\x80" * 5)  # 64 announced, 5 sent
-        frames = await raw.frames_until_closed(wait_s=5)
-        error = single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
-        assert "200 ms" in error.error_message
-        # The good client, idle between frames all along, was left alone.
-        await assert_answered(good)
         await raw.close()
     assert_clean(logs, caplog)
 
@@ -352,18 +303,6 @@ async def test_busy_pipelining_client_is_not_taken_for_stalled(
 
 def raw_is_mid_frame(server: CoordinatorServer) -> bool:
     return any(c.frame_started is not None for c in server._watch)
-
-
-async def test_client_that_never_says_hello_is_closed(
-    logs: list[EventDict], caplog: pytest.LogCaptureFixture
-) -> None:
-    config = fast_server_config(handshake_timeout_ms=200)
-    async with running_server(config) as server, well_behaved(server):
-        raw = await RawClient.open(server.port)
-        frames = await raw.frames_until_closed(wait_s=5)
-        single_protocol_error(frames, ErrorCode.INVALID_REQUEST)
-        await raw.close()
-    assert_clean(logs, caplog)
 
 
 async def test_flood_of_connections(
