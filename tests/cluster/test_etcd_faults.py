@@ -1,14 +1,17 @@
-"""The fault campaign, bounded for the default suite: three ``huddle serve --cluster`` nodes on
-one etcd (lease TTL 2 s, 6 shards), three cooperative members committing every 200 ms, and
-faults one at a time, each healed: etcd frozen, killed and started again, the group's owner
-frozen past its lease, its links to etcd and to its clients blackholed or reset (calls in
-flight), its connections to etcd dropping what it sends, a member frozen. After every heal,
-every shard is served again within the lease TTL and a few seconds of etcd answering.
-``huddle chaos run etcd-faults`` runs the long one."""
+"""The fault campaign, bounded for ``make test`` (about 80 s of real processes, so not in
+the fast tier): three ``huddle serve --cluster`` nodes on one etcd (lease TTL 2 s, 6 shards),
+three cooperative members committing every 200 ms, and faults one at a time, each healed:
+etcd frozen, killed and started again, the group's owner frozen past its lease, its links to
+etcd and to its clients blackholed or reset (calls in flight), its connections to etcd
+dropping what it sends, a member frozen. After every heal, every shard is served again
+within the lease TTL and a few seconds of etcd answering. ``huddle chaos run etcd-faults``
+runs the long one."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from huddle.chaos import events as ev
 from huddle.chaos.cluster import HEALS, SERVED_SLACK_S
@@ -22,6 +25,7 @@ FAULTS = 24  # each kind three times
 GAP_S = 1.5  # from a heal to the next fault
 
 
+@pytest.mark.e2e
 def test_every_shard_is_served_again_after_every_fault(tmp_path: Path) -> None:
     require_etcd()
     steps = etcd_fault_steps(7, 3, GAP_S, count=FAULTS)

@@ -29,6 +29,7 @@ def etcd3(tmp_path: Path) -> Iterator[list[Etcd]]:
                 stop_etcd(member)
 
 
+@pytest.mark.e2e
 async def test_an_etcd_member_killed_while_a_group_commits_loses_nothing_acknowledged(
     etcd3: list[Etcd],
 ) -> None:

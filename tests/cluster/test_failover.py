@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import pytest
+
 from huddle.client import Admin, Member
 from huddle.client.connection import connect
 from huddle.protocol.embedded import TopicPartition
@@ -97,6 +99,7 @@ async def owner_of(bootstrap: str, group: str) -> int:
     return found[-1]
 
 
+@pytest.mark.e2e
 async def test_the_owner_of_a_busy_cooperative_group_killed_the_group_carries_on(
     etcd: Etcd,
 ) -> None:

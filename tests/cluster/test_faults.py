@@ -13,6 +13,7 @@ import time
 from contextlib import AsyncExitStack
 from functools import partial
 
+import pytest
 from huddle.testing import free_port
 
 from huddle.client import Admin
@@ -62,6 +63,7 @@ async def owners(etcd: Etcd) -> dict[int, str]:
     return {int(k.decode().rsplit("/", 1)[-1]): v.value.decode() for k, v in found.items()}
 
 
+@pytest.mark.e2e
 async def test_a_node_joins_shards_move_to_it_and_no_group_loses_its_members(
     etcd: Etcd,
 ) -> None:
@@ -138,6 +140,7 @@ async def _commit_directly(port: int, group: str, member_id: str, generation: in
     return int(getattr(answer, "error_code", -1))
 
 
+@pytest.mark.e2e
 async def test_a_node_frozen_past_its_lease_serves_nothing_once_thawed(etcd: Etcd) -> None:
     async with cluster(etcd, 2) as nodes, AsyncExitStack() as stack:
         ports = {port: (process, events) for process, port, events in nodes}
@@ -184,6 +187,7 @@ async def test_a_node_frozen_past_its_lease_serves_nothing_once_thawed(etcd: Etc
         await eventually(kept, what="the commit made through the other node is kept")
 
 
+@pytest.mark.e2e
 async def test_etcd_away_nodes_stop_serving_and_recover_when_it_returns(etcd: Etcd) -> None:
     async with cluster(etcd, 1) as nodes, AsyncExitStack() as stack:
         _, port, events = nodes[0]
@@ -224,6 +228,7 @@ def _serve(*flags: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 def test_an_unreachable_etcd_is_a_clear_error_at_start() -> None:
     dead = free_port()
     started = time.monotonic()
@@ -234,6 +239,7 @@ def test_an_unreachable_etcd_is_a_clear_error_at_start() -> None:
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.e2e
 async def test_a_prefix_holding_something_else_or_another_shard_count_is_refused(
     etcd: Etcd,
 ) -> None:
@@ -256,6 +262,7 @@ async def test_a_prefix_holding_something_else_or_another_shard_count_is_refused
     assert f"the cluster under {PREFIX} has {SHARDS} shards, not 7" in other.stderr
 
 
+@pytest.mark.e2e
 async def test_two_nodes_advertising_one_address_are_refused(etcd: Etcd) -> None:
     endpoint = f"etcd://{etcd.host}:{etcd.port}"
     async with cluster(etcd, 1) as nodes:
@@ -278,6 +285,7 @@ async def test_two_nodes_advertising_one_address_are_refused(etcd: Etcd) -> None
     assert f"already advertises {taken}" in second.stderr
 
 
+@pytest.mark.e2e
 async def test_cluster_status_and_groups_list_span_every_node(etcd: Etcd) -> None:
     async with cluster(etcd, 2) as nodes, AsyncExitStack() as stack:
         bootstrap = ",".join(f"127.0.0.1:{port}" for _, port, _ in nodes)

@@ -189,6 +189,7 @@ def _refuse(held: object) -> None:
     raise AssertionError(f"refused: {held}")
 
 
+@pytest.mark.e2e
 async def test_a_group_emptied_by_session_expiry_is_kept_without_another_request(
     etcd: Etcd, store: EtcdStore
 ) -> None:

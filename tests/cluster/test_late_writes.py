@@ -70,6 +70,7 @@ async def _committed(port: int, offset: int) -> bool:
         return False
 
 
+@pytest.mark.e2e
 async def test_an_abandoned_commit_never_sets_an_acknowledged_one_back(etcd: Etcd) -> None:
     """The commit's fenced write times out, the node connects again and goes on serving
     the shard, with its lease; a newer commit is acknowledged. The abandoned write then
@@ -136,6 +137,7 @@ async def test_a_fenced_write_that_timed_out_is_not_made_again_elsewhere(etcd: E
         await b.close()
 
 
+@pytest.mark.e2e
 async def test_an_abandoned_topic_creation_never_brings_a_deleted_topic_back(
     etcd: Etcd,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import msgspec
+import pytest
 
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.serving import ClusterServing
@@ -57,6 +58,7 @@ async def _nothing() -> None:
     return None
 
 
+@pytest.mark.e2e
 async def test_a_loaded_member_that_never_comes_back_is_removed_after_its_session(
     etcd: Etcd,
 ) -> None:

@@ -8,6 +8,8 @@ import json
 import signal
 from typing import Any
 
+import pytest
+
 from huddle.coordinator.cluster.store import EtcdStore
 from tests.cluster.test_failover import PREFIX, SHARDS, cluster
 from tests.cluster.test_faults import run_status
@@ -35,6 +37,7 @@ async def _settled(bootstrap: str) -> bool:
     )
 
 
+@pytest.mark.e2e
 async def test_a_node_that_serves_nothing_during_an_etcd_freeze_says_so(etcd: Etcd) -> None:
     """etcd frozen past the lease: every node fenced itself and serves nothing, while the
     owners last read from etcd still name them. The status used to count those owners."""
@@ -61,6 +64,7 @@ async def test_a_node_that_serves_nothing_during_an_etcd_freeze_says_so(etcd: Et
         await eventually(lambda: _settled(bootstrap), wait_s=30, what="both serving again")
 
 
+@pytest.mark.e2e
 async def test_a_node_whose_registration_is_gone_is_listed_unregistered(etcd: Etcd) -> None:
     """A node etcd no longer lists (its registration gone) still answers: the status
     lists it as unregistered instead of leaving it out; a bootstrap address nothing

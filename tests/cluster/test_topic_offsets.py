@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
+
 from huddle.client import Admin
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.cluster.topics import TopicState, parse_cuts
@@ -53,6 +55,7 @@ def tp(topic: str, partition: int) -> TopicPartition:
     return TopicPartition(topic, partition)
 
 
+@pytest.mark.e2e
 async def test_a_topic_deleted_and_created_again_has_none_of_its_old_offsets(
     etcd: Etcd,
 ) -> None:
@@ -71,6 +74,7 @@ async def test_a_topic_deleted_and_created_again_has_none_of_its_old_offsets(
     assert len(await _offset_keys(etcd)) == 2  # gone from etcd too
 
 
+@pytest.mark.e2e
 async def test_partitions_a_shrink_cut_off_come_back_with_no_offsets(etcd: Etcd) -> None:
     async with node(etcd) as address, Admin(address, timeout=30) as admin:
         await admin.create_topic("t", 4)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import Any
 
+import pytest
+
 from huddle.client import Admin
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.serving import ClusterServing
@@ -21,6 +23,7 @@ from tests.helpers import Recorder, eventually, wait_until
 __all__ = ["etcd"]  # the fixture
 
 
+@pytest.mark.e2e
 async def test_a_topic_changed_through_one_node_reaches_the_members_of_another(
     etcd: Etcd,
 ) -> None:

@@ -88,6 +88,7 @@ async def test_the_coordinator_s_metrics_follow_its_groups(logs: list[EventDict]
                 assert value(third, "huddle_notices_total", type="RebalanceStarted") >= 1
 
 
+@pytest.mark.e2e
 async def test_a_member_s_metrics_in_the_application_s_registry(logs: list[EventDict]) -> None:
     registry = CollectorRegistry()
     with CoordinatorProcess(["--disconnect-grace-ms", "-1"]) as coordinator:

@@ -61,6 +61,7 @@ async def run_script(bootstrap: str, mode: str) -> tuple[str, str]:
     return out.decode(), err.decode()
 
 
+@pytest.mark.e2e
 async def test_a_script_with_two_members_prints_only_its_own_output() -> None:
     async with serve_process() as (_, port, _events):
         out, err = await run_script(f"127.0.0.1:{port}", "unconfigured")
@@ -68,6 +69,7 @@ async def test_a_script_with_two_members_prints_only_its_own_output() -> None:
     assert "member_connected" not in err  # info events stay quiet, unasked
 
 
+@pytest.mark.e2e
 async def test_an_application_that_configures_logging_gets_the_events() -> None:
     async with serve_process() as (_, port, _events):
         out, err = await run_script(f"127.0.0.1:{port}", "configured")

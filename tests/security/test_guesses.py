@@ -304,6 +304,7 @@ async def abandon_waves(
     return time.monotonic() - began
 
 
+@pytest.mark.e2e
 async def test_a_guess_abandoned_after_its_check_holds_its_turn_until_its_answer(
     tmp_path: Path,
 ) -> None:

@@ -132,6 +132,7 @@ async def test_no_request_is_routed_before_it_is_authorized(server: CoordinatorS
 PREFIX = "/routing"
 
 
+@pytest.mark.e2e
 async def test_a_node_that_does_not_own_the_group_refuses_a_principal_first(
     etcd: Etcd, tmp_path: Path
 ) -> None:

@@ -205,6 +205,7 @@ async def test_health_follows_what_the_store_answers(
     assert errors == ["etcd is away", str(bad), "etcd is away"]  # once per fault
 
 
+@pytest.mark.e2e
 async def test_a_fifo_in_place_of_the_store_never_stalls_the_coordinator(tmp_path: Path) -> None:
     # A FIFO (or a file on a hung network file system) in place of security.json: a read
     # of it on the event loop waited for ever, and the coordinator answered nobody.

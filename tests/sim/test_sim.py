@@ -26,6 +26,7 @@ def test_a_seed_runs_the_same_twice_step_for_step() -> None:
     assert simulate(8, FEW).digest != first.digest
 
 
+@pytest.mark.e2e
 def test_a_seed_runs_the_same_in_another_process_whatever_its_hash_seed() -> None:
     """Replaying a seed from the command line must give the run that failed, violation and
     all: string hashing (and so set order) differs between processes unless nothing

@@ -85,6 +85,7 @@ async def busy_group(
                 await task
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("how", "static"),
     [("stop", False), ("kill", True)],
