@@ -8,9 +8,8 @@ STAMP := $(VENV)/.installed
 # added or removed changes its folder, which re-links the tree.
 PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 # pytest-xdist workers: most tests wait on sockets, timers and child processes rather than
-# the CPU, so four of them keep two cores busy; the PySpark tests share one (loadgroup, see
-# tests/conftest.py). `make check WORKERS=` runs the tests in one process.
-WORKERS ?= -n 4 --dist loadgroup
+# the CPU, so four of them keep two cores busy. `make check WORKERS=` runs on one process.
+WORKERS ?= -n 4
 
 .PHONY: run serve test check lint bench clean
 

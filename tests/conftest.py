@@ -51,14 +51,6 @@ def pytest_asyncio_loop_factories(
     return factories
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``), the PySpark tests share one worker and so
-    one JVM (the ``spark`` fixture is per session, and a session is per worker)."""
-    for item in items:
-        if item.get_closest_marker("spark") is not None:
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 class _LibraryEvents(logging.Handler):
     """The member library's events (through ``logging``, see ``huddle.logs``), into the
     same list as structlog's captured ones, shaped as ``capture_logs`` shapes them."""
