@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 # static path entry: no import hook, so mypy and other static tools resolve `huddle.*`). A module
 # added or removed changes its folder, which re-links the tree.
 PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
+# pytest-xdist workers: most tests wait on sockets, timers and child processes rather than
+# the CPU, so four of them keep two cores busy. `make check WORKERS=` runs on one process.
+WORKERS ?= -n 4
 
 .PHONY: run serve test check lint bench clean
 
@@ -22,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(WORKERS)
 
 # The fast tier: everything but real processes and PySpark (`make test` runs those too).
 check: $(STAMP)
@@ -30,7 +33,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -m "not e2e and not spark"
+	$(BIN)/pytest -q $(WORKERS) -m "not e2e and not spark"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

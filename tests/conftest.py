@@ -27,23 +27,26 @@ try:
 except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
     UVLOOP = None
 
-ON_BOTH_LOOPS = frozenset(
+ON_BOTH_LOOPS = frozenset(  # paths under tests/
     {
-        "test_server.py",
-        "test_server_badinput.py",
-        "test_connection.py",
-        "test_fairness.py",
-        "test_security_server.py",
-        "test_security_tls_reload.py",
+        "coordinator/test_server.py",
+        "coordinator/test_server_badinput.py",
+        "client/test_connection.py",
+        "coordinator/test_fairness.py",
+        "security/test_server.py",
+        "security/test_tls_reload.py",
     }
 )
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, LoopFactory]:
     factories: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
-    if UVLOOP is not None and Path(str(item.path)).name in ON_BOTH_LOOPS:
+    path = Path(item.path)
+    where = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else None
+    if UVLOOP is not None and where in ON_BOTH_LOOPS:
         factories["uvloop"] = UVLOOP
     return factories
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from tests.containers import free_port
+from huddle.testing import free_port
 
 START_S = 30.0
 

@@ -1,4 +1,5 @@
-"""Reusable pieces for tests that talk to a real server: a raw client, a server, waiting.
+"""Reusable pieces for tests that talk to a real server: a raw client, a server, members,
+waiting.
 
 ``RawClient`` speaks bytes over asyncio streams so tests can send what a well-behaved
 client never would. ``running_server`` runs a ``CoordinatorServer`` on 127.0.0.1, port 0,
@@ -23,6 +24,7 @@ from huddle.testing.settle import settled as settled  # the tests take it from h
 from structlog.typing import EventDict
 
 from huddle.client.listener import RebalanceListener
+from huddle.client.member import Member
 from huddle.coordinator.config import GroupConfig, ServerConfig
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.embedded import TopicPartition
@@ -47,6 +49,7 @@ from huddle.protocol.messages import (
 
 FAST_GROUP = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
 DEADLINE_S = 10.0  # generous upper bound for anything a test waits on
+MEMBER_SESSION_MS = 2_000  # the members of ``member()``: a death is noticed within 2 s
 
 
 def fast_server_config(**overrides: Any) -> ServerConfig:
@@ -174,6 +177,25 @@ class RawClient:
         self.writer.close()
         with suppress(ConnectionError, OSError):
             await within(self.writer.wait_closed())
+
+
+def member(bootstrap: str, **options: Any) -> Member:
+    """A member of group ``g`` on topic ``t``: cooperative-sticky, a 2 s session, a
+    heartbeat every 200 ms; ``options`` change any of it."""
+    settings: dict[str, Any] = {
+        "group_id": "g",
+        "topics": ["t"],
+        "assignors": ["cooperative-sticky"],
+        "session_timeout_ms": MEMBER_SESSION_MS,
+        "heartbeat_interval_ms": 200,
+        "rebalance_timeout_ms": 5_000,
+    }
+    return Member(bootstrap, **{**settings, **options})
+
+
+def partitions(n: int, topic: str = "t") -> frozenset[TopicPartition]:
+    """Partitions 0 to n - 1 of ``topic``."""
+    return frozenset(TopicPartition(topic, p) for p in range(n))
 
 
 async def eventually(

@@ -9,6 +9,7 @@ pytest too:
 * ``MemberSet``: members of groups, each running in its own task, to ``start``, ``stop``
   (it leaves its group) or ``kill`` (its connection just drops) in any order;
 * ``wait_settled``: the assertion that a group settles with every partition owned once;
+* ``free_port``: a TCP port free on the loopback address, for a process a test starts;
 
 and the errors a test catches: ``CoordinatorError`` (the coordinator did not start, or
 stopped by itself), ``NotSettledError`` (``wait_settled``), ``MemberFailedError`` (a member
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from huddle.testing.coordinator import CoordinatorError, CoordinatorProcess
+    from huddle.testing.coordinator import CoordinatorError, CoordinatorProcess, free_port
     from huddle.testing.members import MemberSet
     from huddle.testing.settle import NotSettledError, wait_settled
 
@@ -35,6 +36,7 @@ __all__ = [
     "MemberFailedError",
     "MemberSet",
     "NotSettledError",
+    "free_port",
     "wait_settled",
 ]
 
@@ -48,6 +50,7 @@ _WHERE = {
     "MemberFailedError": "huddle.client.events",
     "MemberSet": "huddle.testing.members",
     "NotSettledError": "huddle.testing.settle",
+    "free_port": "huddle.testing.coordinator",
     "wait_settled": "huddle.testing.settle",
 }
 

@@ -79,7 +79,7 @@ class CoordinatorProcess:
     def start(self) -> Self:
         if self.running:
             raise CoordinatorError("the coordinator is running already")
-        port = self.port or _free_port()
+        port = self.port or free_port()
         argv = [sys.executable, "-m", "huddle", "serve", "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--log-format", "json", *TEST_FLAGS]
         if self.data_dir is not None:
@@ -175,7 +175,9 @@ class CoordinatorProcess:
         self.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick), for a process a test starts.
+    Nothing holds it: bind it soon, and start again on a fresh one if another took it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
