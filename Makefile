@@ -7,8 +7,10 @@ STAMP := $(VENV)/.installed
 # static path entry: no import hook, so mypy and other static tools resolve `huddle.*`). A module
 # added or removed changes its folder, which re-links the tree.
 PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
-# pytest-xdist workers: most tests wait on sockets, timers and child processes rather than
-# the CPU, so four of them keep two cores busy. `make check WORKERS=` runs on one process.
+# The fast tier runs on pytest-xdist workers: most of its tests wait on sockets, timers and
+# child processes rather than the CPU, so four of them keep two cores busy (`make check
+# WORKERS=` runs it in one process). The e2e and PySpark tests then run one at a time: each
+# starts real processes (a cluster, a chaos campaign, a JVM) whose timings want the machine.
 WORKERS ?= -n 4
 
 .PHONY: run serve test check lint bench clean
@@ -25,7 +27,8 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q $(WORKERS)
+	$(BIN)/pytest -q $(WORKERS) -m "not e2e and not spark"
+	$(BIN)/pytest -q -m "e2e or spark"
 
 # The fast tier: everything but real processes and PySpark (`make test` runs those too).
 check: $(STAMP)
