@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from huddle.client import Member, RebalanceListener
@@ -115,7 +116,7 @@ class ScriptedConnection:
         self.script = script
 
     async def request(self, request: Request, *, timeout: float | None = None) -> Response:
-        await anyio.sleep(0.001)
+        await anyio.lowlevel.checkpoint()  # a reply is another task's turn, as on a socket
         return self.script.answer(request)
 
     async def request_loaded(self, request: Request, *, timeout: float | None = None) -> Response:
