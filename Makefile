@@ -9,9 +9,11 @@ STAMP := $(VENV)/.installed
 PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 # The fast tier runs on pytest-xdist workers: most of its tests wait on sockets, timers and
 # child processes rather than the CPU, so four of them keep two cores busy (`make check
-# WORKERS=` runs it in one process). The e2e and PySpark tests then run one at a time: each
-# starts real processes (a cluster, a chaos campaign, a JVM) whose timings want the machine.
+# WORKERS=` runs it in one process). The tests that assert a wall-clock bound (`timing`),
+# the e2e and the PySpark ones then run one at a time: their timings want the machine (a
+# latency bound, a cluster, a chaos campaign, a JVM).
 WORKERS ?= -n 4
+ON_WORKERS := -m "not e2e and not spark and not timing"
 
 .PHONY: run serve test check lint bench clean
 
@@ -27,8 +29,8 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q $(WORKERS) -m "not e2e and not spark"
-	$(BIN)/pytest -q -m "e2e or spark"
+	$(BIN)/pytest -q $(WORKERS) $(ON_WORKERS)
+	$(BIN)/pytest -q -m "timing or e2e or spark"
 
 # The fast tier: everything but real processes and PySpark (`make test` runs those too).
 check: $(STAMP)
@@ -36,7 +38,8 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q $(WORKERS) -m "not e2e and not spark"
+	$(BIN)/pytest -q $(WORKERS) $(ON_WORKERS)
+	$(BIN)/pytest -q -m "timing and not e2e and not spark"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

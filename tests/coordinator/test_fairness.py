@@ -103,6 +103,7 @@ async def _heartbeat_until(
     return round_trips
 
 
+@pytest.mark.timing
 async def test_a_burst_of_large_requests_does_not_hold_up_another_groups_member(
     server: CoordinatorServer,
 ) -> None:

@@ -9,6 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from huddle.coordinator.server import CoordinatorServer
 from huddle.coordinator.state import GroupState
 from huddle.coordinator.storage.journal import Journal
@@ -35,6 +37,7 @@ def kept_group(group_id: str, members: int, session_ms: int) -> GroupRecord:
     return GroupRecord(group_id, 3, "consumer", "range", kept[0].member_id, kept, 1)
 
 
+@pytest.mark.timing
 async def test_a_large_data_dir_loads_in_slices_and_no_session_runs_out_before_it_is_heard(
     tmp_path: Path,
 ) -> None:
