@@ -91,7 +91,7 @@ async def _one_go(directory: Path) -> Loaded:
     began = loop.time() * 1000
     journal = await asyncio.to_thread(Journal.open, directory)
     core = Coordinator(GroupConfig())
-    core.membership.keep_groups = True
+    core.keep_groups()
     core.restore(journal.records)
     core.start(loop.time() * 1000)  # as before: right after the replay, then the load
     served = loop.time() * 1000

@@ -28,7 +28,7 @@ PREFIX = "/loading"
 
 async def test_a_shard_taken_with_a_group_over_the_size_limit_rebalances_it(etcd: Etcd) -> None:
     kept = Driver()
-    kept.core.membership.keep_groups = True
+    kept.core.keep_groups()
     kept.form(1, 2, 3)
     (record,) = [r for r in kept.core.take_changes() if isinstance(r, GroupRecord)]
     shard = shard_of("g", SHARDS)
@@ -66,7 +66,7 @@ async def test_a_loaded_member_that_never_comes_back_is_removed_after_its_sessio
     that never finds the new node is removed after its session, though nobody asks anything
     (the group empties and, with no offsets, its record goes from etcd)."""
     kept = Driver(min_session_timeout_ms=100)
-    kept.core.membership.keep_groups = True
+    kept.core.keep_groups()
     kept.form(1, session_ms=600)
     (record,) = [r for r in kept.core.take_changes() if isinstance(r, GroupRecord)]
     prefix = "/orphans"

@@ -51,11 +51,11 @@ async def test_a_busy_topics_watch_is_not_started_again_nor_replayed(
     run = ClusterRun(store, node, serving)
     supervised = asyncio.create_task(supervise("topics watch", run._follow_topics, stall_s=1.0))
     try:
-        began = core.membership.topics_version
+        began = core.sessions.topics_version
         made = 0
 
         def applied(count: int) -> Callable[[], bool]:
-            return lambda: core.membership.topics_version - began == count
+            return lambda: core.sessions.topics_version - began == count
 
         while made < 8:  # a change every 0.3 s (pacing), for 2.4 s: past the stall time
             await other.put(f"/busy/topics/x{made}".encode(), b"1")
@@ -71,7 +71,7 @@ async def test_a_busy_topics_watch_is_not_started_again_nor_replayed(
         await other.put(b"/busy/topics/late", b"2")
         await wait_until(lambda: "late" in core.topics.partitions, what="the next change")
         assert set(core.topics.partitions) == {f"x{i}" for i in range(made)} | {"late"}
-        assert core.membership.topics_version - began == made + 1  # none replayed
+        assert core.sessions.topics_version - began == made + 1  # none replayed
     finally:
         supervised.cancel()
         await asyncio.gather(supervised, return_exceptions=True)

@@ -58,7 +58,7 @@ def core() -> Coordinator:
             offsets_retention_ms=RETENTION,
         )
     )
-    c.offsets.wall_offset_ms = WALL
+    c.set_wall_clock(0, WALL)
     c.handle(ADMIN, 1, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]), 0)
     return c
 
@@ -103,7 +103,7 @@ def test_a_commit_puts_the_expiry_of_its_partition_off() -> None:
 
 def test_a_group_with_members_keeps_its_offsets_however_old() -> None:
     d = Driver(offsets_retention_ms=RETENTION)
-    d.core.offsets.wall_offset_ms = WALL
+    d.core.set_wall_clock(0, WALL)
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
     d.core.restore([OffsetRecord("busy", "t", 0, 3, None, WALL - 10 * DAY)])  # long ago
     _, held = d.join_new(1, group="busy")
@@ -154,7 +154,7 @@ async def test_a_coordinator_expires_offsets_and_a_restart_does_not_bring_them_b
 
 def test_a_group_whose_members_left_keeps_its_offsets_the_retention_from_then() -> None:
     d = Driver(offsets_retention_ms=RETENTION)
-    d.core.offsets.wall_offset_ms = WALL
+    d.core.set_wall_clock(0, WALL)
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]))
     d.core.restore([OffsetRecord("g", "t", 0, 3, None, WALL - 10 * DAY)])  # long ago
     member_id, held = d.join_new(1)
@@ -179,8 +179,8 @@ def stable_consumers(*conns: int, topics: list[str]) -> tuple[Driver, list[str]]
     """A Stable group of huddle members (protocol type ``consumer``) subscribed to
     ``topics``, with topics t and u of 2 partitions; core time 0 is ``WALL``."""
     d = Driver(offsets_retention_ms=RETENTION)
-    d.core.offsets.wall_offset_ms = WALL
-    d.core.membership.keep_groups = True
+    d.core.set_wall_clock(0, WALL)
+    d.core.keep_groups()
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name=n, partitions=2) for n in "tu"]))
     members = d.form(*conns, metadata=encode(Subscription(topics=topics)))
     assert d.group().state is GroupState.STABLE
@@ -255,7 +255,7 @@ def emptied_group(leave_at: float) -> tuple[Driver, list[Record]]:
     or etcd keeps of it."""
     d, (a,) = stable_consumers(1, topics=["t"])
     d.commit(1, {("t", 0): 3}, member_id=a, generation=d.group().generation)
-    d.core.offsets.wall_offset_ms = WALL + leave_at
+    d.core.set_wall_clock(0, WALL + leave_at)
     d.leave(1, a)
     kept = d.core.take_changes()
     emptied = [r for r in kept if isinstance(r, GroupRecord)][-1]
@@ -279,7 +279,7 @@ def test_when_a_group_emptied_survives_a_restart() -> None:
 def test_when_a_group_emptied_survives_a_shard_move() -> None:
     _, kept = emptied_group(leave_at=10 * DAY)
     taker = Coordinator(GroupConfig(offsets_retention_ms=RETENTION))
-    taker.membership.keep_groups = True
+    taker.keep_groups()
     taker.load([r for r in kept if isinstance(r, GroupRecord | OffsetRecord)], 0.0)
     assert taker.expire_offsets(0, WALL + 10 * DAY + RETENTION - 1) == 0
     assert taker.expire_offsets(0, WALL + 10 * DAY + RETENTION) == 1
@@ -423,7 +423,7 @@ def test_offsets_of_a_topic_a_new_generation_no_longer_subscribes_to_expire_on_t
     generation = d.join_response(rejoined).generation_id
     d.sync(1, a, generation, {a: b"t"})
     assert d.group().state is GroupState.STABLE
-    d.core.offsets.wall_offset_ms = WALL + RETENTION - 1 - d.now  # the wall clock moved on
+    d.core.set_wall_clock(d.now, WALL + RETENTION - 1)  # the wall clock moved on
     d.commit(1, {("u", 1): 3}, member_id=a, generation=generation)  # after that look
     assert d.core.expire_offsets(d.now, WALL + RETENTION) == 1  # u-0, from its own commit
     assert d.core.expire_offsets(d.now, WALL + 2 * RETENTION - 2) == 0

@@ -56,7 +56,7 @@ def members_did_not_sync_in_time(d: Driver) -> None:
 
 def loaded_over_the_size_limit(d: Driver) -> None:
     old = Driver()
-    old.core.membership.keep_groups = True
+    old.core.keep_groups()
     old.form(1, 2, 3)
     d.core.load(old.core.take_changes(), d.now)  # d allows two members a group
 
@@ -76,7 +76,7 @@ def reasons(scenario: Callable[[Driver], None], overrides: dict[str, Any]) -> se
     """The reason labels of the rebalances ``scenario`` starts."""
     d = Driver(replace(FAST, **overrides))
     metrics = CoordinatorMetrics()
-    d.core.membership.observer = metrics
+    d.core.observe_rebalances(metrics)
     scenario(d)
     (family,) = [f for f in metrics.collect() if f.name == "huddle_rebalances"]
     return {s.labels["reason"] for s in family.samples if s.name == "huddle_rebalances_total"}

@@ -40,7 +40,7 @@ S = GroupState
 def keeping(**overrides: Any) -> Driver:
     """A core that keeps groups, with topic t of one partition (topics are cluster-wide)."""
     d = Driver(**overrides)
-    d.core.membership.keep_groups = True
+    d.core.keep_groups()
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
     return d
 
@@ -379,8 +379,8 @@ def test_a_group_never_empty_is_not_loaded_empty_since_it_went_stable() -> None:
     retention = 60_000
     wall = 1_700_000_000_000
     d = Driver(offsets_retention_ms=retention)
-    d.core.membership.keep_groups = True
-    d.core.membership.wall_offset_ms = wall
+    d.core.keep_groups()
+    d.core.set_wall_clock(0, wall)
     d.send(9, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]))
     x = d.join_response(d.join(1, instance="x")).member_id
     d.sync(1, x, 1, {x: b"x"}, instance="x")
@@ -393,8 +393,8 @@ def test_a_group_never_empty_is_not_loaded_empty_since_it_went_stable() -> None:
     assert d.group().state is S.COMPLETING_REBALANCE
     journal: list[Record] = d.core.take_changes()
     again = Driver(offsets_retention_ms=retention)
-    again.core.membership.keep_groups = True
-    again.core.membership.wall_offset_ms = wall  # as the server sets it before it starts
+    again.core.keep_groups()
+    again.core.set_wall_clock(0, wall)  # as the server sets it before it starts
     again.core.restore(journal)
     again.core.start(d.now)
     assert again.core.expire_offsets(d.now + 1, wall + d.now + 1) == 0

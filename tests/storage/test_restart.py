@@ -32,7 +32,7 @@ THIRTY_MINUTES = 1_800_000
 def data_dir_core() -> Driver:
     """A core as a server with a data dir runs it: it keeps its groups."""
     d = Driver(max_session_timeout_ms=THIRTY_MINUTES)
-    d.core.membership.keep_groups = True
+    d.core.keep_groups()
     return d
 
 

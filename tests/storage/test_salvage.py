@@ -100,14 +100,14 @@ def test_a_repair_keeps_the_group_records_and_a_restart_loads_them_forgotten(
     assert journal.records[0] == stable
     assert journal.records[-2:] == [records[-1], SessionRecord(10_000)]
     core = Coordinator()
-    core.membership.wall_offset_ms = 1_800_000_000_000
+    core.set_wall_clock(0, 1_800_000_000_000)
     core.restore(journal.records)
     core.start(0.0)
     group = core.groups["g"]
     assert (group.state, group.generation, group.members) == (GroupState.EMPTY, 4, {})
     assert group.state_ms == 1_800_000_000_000  # a whole retention from the start
     assert len(group.offsets) == len(RECORDS) - 1
-    assert core.membership.fenced_until == 10_000
+    assert core.sessions.fenced_until == 10_000
 
 
 def test_a_repair_that_drops_a_newer_group_record_does_not_fence_its_live_static_member(

@@ -38,7 +38,7 @@ from huddle.coordinator.rebalance import Rebalances
 from huddle.coordinator.retention import Retention
 from huddle.coordinator.security.access import described_topics, screen
 from huddle.coordinator.security.acls import Authorizer
-from huddle.coordinator.sessions import Sessions, uuid_member_id
+from huddle.coordinator.sessions import RebalanceObserver, Sessions, uuid_member_id
 from huddle.coordinator.storage.records import (
     GroupRecord,
     OffsetRecord,
@@ -130,11 +130,32 @@ class Coordinator:
     def groups(self) -> dict[str, Group]:
         return self.sessions.groups
 
+    # --- what a transport sets up ------------------------------------------------------
+
+    def keep_groups(self) -> None:
+        """Record every group after each rebalance and as it empties (``take_changes``): a
+        transport with a data dir or a cluster keeps them, so a restart or the node taking
+        a shard over serves them on (``start``, ``load``)."""
+        self.sessions.keep_groups = True
+
     @property
-    def membership(self) -> Sessions:
-        """The ``Sessions`` part, by its former name: a transport sets ``keep_groups``,
-        ``observer`` and the wall clock on it."""
-        return self.sessions
+    def keeps_groups(self) -> bool:
+        """Whether ``keep_groups`` was called: a restart knows this one's members."""
+        return self.sessions.keep_groups
+
+    def observe_rebalances(self, observer: RebalanceObserver) -> None:
+        """Tell ``observer`` (metrics) of each rebalance's phases, on the core's clock."""
+        self.sessions.observer = observer
+
+    def set_wall_clock(self, now: float, wall_ms: float) -> None:
+        """The wall clock reads ``wall_ms`` (ms since the epoch) at the core's time ``now``:
+        commits and groups emptying are stamped with it, for offset retention."""
+        self.sessions.set_wall_clock(now, wall_ms)
+
+    def holds_members(self, conn_id: int) -> bool:
+        """Whether a member, or a member id handed out and not used yet, speaks through
+        the connection ``conn_id`` (one that holds none may be closed when idle)."""
+        return conn_id in self.sessions.by_conn
 
     # --- entry points ----------------------------------------------------------------
 
@@ -416,13 +437,13 @@ class Coordinator:
     def expire_offsets(self, now: float, wall_ms: float) -> int:
         """Offset retention (``huddle.coordinator.retention``, Kafka's KIP-211) at the
         wall clock ``wall_ms``. Returns how many offsets expired."""
-        self.sessions.set_wall_clock(now, wall_ms)
+        self.set_wall_clock(now, wall_ms)
         return self.retention.expire(wall_ms)
 
     def expiring_offsets(self, now: float, wall_ms: float) -> Generator[None, None, int]:
         """``expire_offsets`` one group at a time (``Retention.expiring``): the transport
         runs it every check interval, a few milliseconds at a time."""
-        self.sessions.set_wall_clock(now, wall_ms)
+        self.set_wall_clock(now, wall_ms)
         return self.retention.expiring(wall_ms)
 
 

@@ -1,6 +1,7 @@
 """A group and its members as data: who is in it, what they support, where it stands.
 
-No decisions about requests are made here (that is ``membership``); this module keeps the
+No decisions about requests are made here (the core's parts make them: ``joining``,
+``syncing``, ``heartbeats``, ``leaving``, ``rebalance``); this module keeps the
 bookkeeping that must stay consistent: protocol support counts, the static instance map,
 the number of members awaiting a join response, and legal state transitions.
 """

@@ -96,7 +96,7 @@ class CoordinatorServer:
             self.metrics = metrics = CoordinatorMetrics()
             metrics.core = self.core
             metrics.connections = lambda: len(self._conns)
-            self.core.membership.observer = metrics
+            self.core.observe_rebalances(metrics)
         self.security: ListenerSecurity | None = None  # TLS, SASL and ACLs, when configured
         if config.tls_cert or config.sasl or config.authorizer:
             self.security = security = ListenerSecurity(config)
@@ -240,7 +240,7 @@ class CoordinatorServer:
         if not self.config.cluster:  # a cluster node's serving names the owners
             self.core.locate = self._locate_self
             self.core.describe_cluster = self._describe_self
-        self.core.membership.wall_offset_ms = time.time() * 1000 - self.now_ms()
+        self.core.set_wall_clock(self.now_ms(), time.time() * 1000)
         with collections_paused():
             if cfg.data_dir and self.journal is None:
                 # Listening already: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS (as
@@ -355,7 +355,7 @@ class CoordinatorServer:
         # shards go to another node with them) says its members ride through: without one,
         # the next coordinator knows nobody, and a member must count its partitions lost
         # after half the disconnect grace as for any lost connection.
-        kept = self.core.membership.keep_groups
+        kept = self.core.keeps_groups
         for conn in list(self._conns.values()):
             if not conn.closing:
                 conn.send(

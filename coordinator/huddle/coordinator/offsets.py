@@ -71,16 +71,6 @@ class Offsets:
         # has no journal whose topic records would drop them on a replay)
         self.keep_forgotten = False
 
-    @property
-    def wall_offset_ms(self) -> float:
-        """Wall clock ms minus the core's clock (``Sessions.wall_offset_ms``): commits are
-        stamped with the wall clock, which outlives a restart, for retention."""
-        return self.sessions.wall_offset_ms
-
-    @wall_offset_ms.setter
-    def wall_offset_ms(self, value: float) -> None:
-        self.sessions.wall_offset_ms = value
-
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
         named = sum(len(topic.partitions) for topic in req.topics)

@@ -50,7 +50,7 @@ async def replay(
     """Read and check the journal off the loop, then replay it into the core. Raises
     DataDirError."""
     journal = await asyncio.to_thread(Journal.open, data_dir, fsync=fsync)
-    core.membership.keep_groups = True  # a restart loads them (``Coordinator.start``)
+    core.keep_groups()  # a restart loads them (``Coordinator.start``)
     started = time.perf_counter()
     try:
         await slices.run(core.restoring(journal.records))

@@ -211,13 +211,13 @@ class Timers:
         cfg = self.config
         now = self.loop.time()
         idle_s = cfg.idle_timeout_ms / 1000
-        holding = self.core.membership.by_conn
+        core = self.core
         for conn in list(self.conns.values()):
             if (
                 conn.handshaken
                 and not conn.closing
                 and now - conn.last_active > idle_s
-                and conn.conn_id not in holding
+                and not core.holds_members(conn.conn_id)
                 and not conn.held
             ):
                 conn.log.info("connection_idle", idle_ms=int((now - conn.last_active) * 1000))

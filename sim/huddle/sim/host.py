@@ -71,7 +71,7 @@ class CoordinatorHost:
         core = Coordinator(
             self.config, new_member_id=self._member_id, commit_fence=planted_commit_fence
         )
-        core.membership.keep_groups = True  # as a data dir keeps them
+        core.keep_groups()  # as a data dir keeps them
         core.restore(self.kept)
         core.start(self.sched.now)
         self.core = core

@@ -119,7 +119,7 @@ class ClusterServing:
         self._dispatch = dispatch
         self._drain = drain
         self._shards: dict[str, int] = {}
-        core.membership.keep_groups = True
+        core.keep_groups()
         core.locate = self.locate
         core.describe_cluster = self.describe
         node.listener = self
