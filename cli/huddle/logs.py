@@ -317,6 +317,11 @@ def parse_level(level: str) -> int:
         raise ValueError(f"unknown log level {level!r} (choose from {choices})") from None
 
 
+class _StdlibHandler(logging.StreamHandler[TextIO]):
+    """The handler ``configure_logging`` puts on the standard library's root logger (one
+    at a time: configuring again replaces it)."""
+
+
 def configure_logging(
     fmt: LogFormat = "auto", level: str = "info", *, stream: TextIO | None = None
 ) -> None:
@@ -372,13 +377,12 @@ def configure_logging(
             *tail,
         ],
     )
-    handler = logging.StreamHandler(out)
+    handler = _StdlibHandler(out)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
-        if getattr(old, "_huddle", False):
+        if isinstance(old, _StdlibHandler):
             root.removeHandler(old)
-    handler._huddle = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(max(levelno, logging.INFO))
     if _sink is not None:

@@ -282,7 +282,7 @@ async def test_changes_made_while_the_compaction_copies_the_state_are_kept(
             assert commits is not None
             assert journal is not None
             journal.written = 10 * COMPACT_MIN_RECORDS  # as if it had grown past the state
-            commits._maybe_compact()  # g0 is copied in the next pass, g49 fifty passes later
+            commits.compact_if_due()  # g0 is copied in the next pass, g49 fifty passes later
             assert not gc.isenabled()  # no collection walks the copy while it is taken
             await conn.call(commit("g0", 2), OffsetCommitResponse)
             await within(commits.compacted())
@@ -348,7 +348,7 @@ async def test_closing_while_the_compaction_copies_the_state_abandons_it_cleanly
         assert commits is not None
         assert journal is not None
         journal.written = 10 * COMPACT_MIN_RECORDS
-        commits._maybe_compact()  # five thousand passes to copy: the close comes first
+        commits.compact_if_due()  # five thousand passes to copy: the close comes first
     await wait_until(lambda: commits._copying is None, what="the copy to stop")
     assert loop_errors == []  # nothing handed to the stopped writer thread
     assert not commits._compacting
@@ -404,8 +404,7 @@ async def test_commits_acknowledged_while_a_compaction_runs_on_the_writer_thread
         async with anyio.create_task_group() as tg:
             tg.start_soon(commit_concurrently, bootstrap, 30)
             await wait_until(lambda: commits.batches > 0, what="a first batch")
-            commits._maybe_compact()
-            assert commits._compacting
+            assert commits.compact_if_due()
         await within(commits.compacted())
         assert journal.written < 10 * COMPACT_MIN_RECORDS  # it did compact
     async with running_server(config) as server, connect(f"127.0.0.1:{server.port}") as conn:

@@ -8,6 +8,9 @@ is set by ``huddle.sim.planted.planting`` for the duration of a run.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
 from huddle.coordinator.group import Group
 from huddle.coordinator.offsets import fence_by_generation
 from huddle.coordinator.values import Refusal
@@ -18,6 +21,19 @@ _active: set[str] = set()  # the coordinator's bugs planted right now (``plantin
 def planted(name: str) -> bool:
     """Whether the coordinator's bug ``name`` is planted right now."""
     return bool(_active) and name in _active
+
+
+@contextmanager
+def planted_during(names: Iterable[str]) -> Iterator[None]:
+    """The coordinator's bugs ``names`` planted for the duration of the block, on top of
+    those planted already (``huddle.sim.planted.planting``)."""
+    before = set(_active)
+    _active.update(names)
+    try:
+        yield
+    finally:
+        _active.clear()
+        _active.update(before)
 
 
 def commits_from_any_generation(group: Group, generation: int) -> Refusal | None:

@@ -161,6 +161,10 @@ class Link:
 
     # --- set-up and faults -----------------------------------------------------------
 
+    def open(self) -> None:
+        """The member opens the connection: its SYN travels up to the coordinator."""
+        self._up(self._syn_arrives)
+
     def _syn_arrives(self) -> None:
         if self.member_closed:
             return
@@ -213,7 +217,7 @@ class Network:
             rng.uniform(*self.jitter_ms),
         )
         self.links[link.conn_id] = link
-        link._up(link._syn_arrives)
+        link.open()
         return link
 
     def forget(self, link: Link) -> None:

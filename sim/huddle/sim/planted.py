@@ -54,15 +54,8 @@ def checked(names: Iterable[str]) -> frozenset[str]:
 def planting(names: Iterable[str]) -> Iterator[None]:
     """Plant the coordinator's bugs among ``names`` for the duration of the block (the
     members' bugs are parts: ``member_parts``)."""
-    wanted = checked(names) & COORDINATOR_BUGS
-    active = coordinator_switch._active
-    before = set(active)
-    active.update(wanted)
-    try:
+    with coordinator_switch.planted_during(checked(names) & COORDINATOR_BUGS):
         yield
-    finally:
-        active.clear()
-        active.update(before)
 
 
 class FaultyClaims(ClaimRules):

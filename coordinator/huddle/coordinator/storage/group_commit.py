@@ -195,6 +195,12 @@ class GroupCommit(EndOfPass):
         if not self.busy:
             self._idle.set()
 
+    def compact_if_due(self) -> bool:
+        """Start compacting the journal if it is due, as each write does; whether a
+        compaction is running."""
+        self._maybe_compact()
+        return self._compacting
+
     def _maybe_compact(self) -> None:
         journal = self.journal
         if self._compacting or not journal.compaction_may_be_due():
