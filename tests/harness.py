@@ -272,10 +272,10 @@ class Driver:
             for other in conns:
                 if other in held and other != conn and self.answered(held[other]):
                     held[other] = self.join(other, ids[other], **kwargs)
-        self.sync_all(ids, [held[c] for c in conns])
+        self.sync_all(ids, [held[c] for c in conns], group=kwargs.get("group", "g"))
         return [ids[c] for c in conns]
 
-    def sync_all(self, members: dict[int, str], join_cids: list[int]) -> int:
+    def sync_all(self, members: dict[int, str], join_cids: list[int], *, group: str = "g") -> int:
         """Every member syncs the generation its join answer named; the leader assigns each
         member its own id as bytes. Returns the generation."""
         responses = [self.join_response(cid) for cid in join_cids]
@@ -287,5 +287,5 @@ class Driver:
             assignments = None
             if member_id == leader:
                 assignments = {m: m.encode() for m in members.values()}
-            self.sync(conn, member_id, generation, assignments)
+            self.sync(conn, member_id, generation, assignments, group=group)
         return generation

@@ -78,6 +78,22 @@ def test_disconnect_grace_removes_a_dynamic_member_quickly() -> None:
     assert d.now < SESSION_MS
 
 
+def test_the_members_a_closed_connection_leaves_go_in_one_order_whatever_the_hash_seed() -> None:
+    """Every member of a closed connection has its grace end at the same instant: they are
+    removed in the order of their groups and member ids, not in the order a set of them
+    happens to iterate (string hashing differs between processes, and a simulator seed
+    must replay the same)."""
+    d = Driver(disconnect_grace_ms=500)
+    groups = [f"g{i}" for i in range(8)]
+    for group in groups:
+        d.form(1, 2, group=group)
+    d.take_notices(2)
+    d.close(1)
+    d.advance(500)
+    told = [n.group_id for n in d.take_notices(2) if isinstance(n, RebalanceStarted)]
+    assert told == groups
+
+
 def test_reconnecting_within_the_grace_keeps_the_member() -> None:
     d = Driver(disconnect_grace_ms=500)
     _a, b = d.form(1, 2)

@@ -324,7 +324,7 @@ class Sessions:
         grace = self.config.disconnect_grace_ms
         if grace < 0:
             return
-        for group_id, member_id in keys:
+        for group_id, member_id in sorted(keys):  # one order, whatever the hash seed
             group = self.groups.get(group_id)
             if group is None:
                 continue
