@@ -1,245 +1,262 @@
 """``Member`` and the simulator's member process run one member runtime: fed one scripted
 coordinator, they take the same actions.
 
-One script answers both: a JoinGroup makes the member a follower of generation 1, its
-SyncGroup assigns it two partitions, its heartbeats are answered NONE and then, once,
-with an answer of another type (a SyncGroupResponse). Each adapter is run against it (the
-library's ``Member`` on anyio with a scripted connection, the simulator's process on its
-scheduler with a scripted link) and what it does is written down: connections, the group
-requests it sends, the listener callbacks it runs, disconnections. An answer of the wrong
-type proves nothing: both drop the connection and connect again (Kafka's client fails a
-connection whose answer does not match its request).
+Each scenario is a scripted coordinator. Each adapter is run against it (the library's
+``Member`` on anyio with a scripted connection, the simulator's process on its scheduler
+with a scripted link) and what it does is written down: connection attempts and their
+ends, the requests it sends, the listener callbacks it runs (when each begins and ends),
+and when it tells its driver a connection is gone. Where the script has to wait for the
+member (a callback that ends only once a reconnect attempt failed, say), the library's
+side waits for that action and the simulator's takes long enough on its clock.
+
+The scenarios: a heartbeat answered with another type (the connection is out of step:
+both drop it and connect again, as Kafka's client fails a connection whose answer does
+not match its request); a commit refused (ILLEGAL_GENERATION: the member fell out and
+rejoins; REBALANCE_IN_PROGRESS: nothing changes); a rebalance notice pushed by the
+coordinator; the session running out while every reconnect fails (the loss is handled
+offline, and an attempt that fails meanwhile is ended after it), or while a connection is
+made and lost at once (never served: its end too waits for the loss); a callback overrunning
+the rebalance timeout (the member gives itself up, leaves, and rejoins as a new member).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from typing import ClassVar
 
-import anyio
-import anyio.lowlevel
 import pytest
 
-from huddle.client import Member, RebalanceListener
-from huddle.protocol.embedded import Assignment, TopicPartition, encode, grouped
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
+    OffsetCommitRequest,
     OffsetCommitResponse,
-    OffsetFetchResponse,
-    Reply,
-    Request,
+    RebalanceStarted,
     Response,
-    SyncGroupRequest,
     SyncGroupResponse,
 )
-from huddle.sim import SimConfig
-from huddle.sim.process import MemberProcess
-from huddle.sim.world import World
+from tests.client.parity_script import ASSIGNED, Action, Scenario, Until, both
 
-TOPIC = "events"
-OWNED = frozenset({TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)})
-GROUP_REQUESTS = (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
-HEARTBEATS_IN_STEP = 2  # answered NONE after the sync; the next one is out of step
-Action = tuple[Any, ...]
+E = ErrorCode
 
 
-class Script:
-    """The scripted coordinator, and the log of what the member did."""
-
-    def __init__(self) -> None:
-        self.actions: list[Action] = []
-        self.synced = False
-        self.heartbeats = 0  # answered since the sync
-        self.on_done: Callable[[], None] = lambda: None
+class HeartbeatOutOfStep(Scenario):
+    recorded = (*Scenario.recorded, HeartbeatRequest)
+    steady = 2  # heartbeats answered NONE after the sync; the next one is out of step
 
     def done(self) -> bool:
-        return self.actions.count(("connect",)) >= 2 or self.heartbeats > HEARTBEATS_IN_STEP + 2
+        return self.seen("connect") >= 2 or self.heartbeats > self.steady + 2
 
-    def act(self, *action: Any) -> None:
-        """Write ``action`` down, until the script is done."""
-        if not self.done():
-            self.actions.append(action)
-            if self.done():
-                self.on_done()
-
-    def answer(self, request: Request) -> Response:
-        # heartbeats sent while the member syncs go out when its tasks say so: not written
-        syncing = isinstance(request, HeartbeatRequest) and not self.synced
-        if isinstance(request, GROUP_REQUESTS) and not syncing:
-            self.act("send", type(request).__name__)
-        match request:
-            case JoinGroupRequest():
-                name = request.protocols[0].name
-                return JoinGroupResponse(
-                    generation_id=1, protocol_name=name, leader="leader", member_id="m-1"
-                )
-            case SyncGroupRequest():
-                self.synced = True
-                assignment = encode(Assignment(assigned=grouped(OWNED)))
-                return SyncGroupResponse(assignment=assignment)
-            case HeartbeatRequest() if self.synced:
-                self.heartbeats += 1
-                if self.done():
-                    self.on_done()
-                if self.heartbeats == HEARTBEATS_IN_STEP + 1:
-                    return SyncGroupResponse()  # out of step: not a heartbeat's answer
-                return HeartbeatResponse()
-            case HeartbeatRequest():
-                return HeartbeatResponse()
-            case LeaveGroupRequest():
-                return LeaveGroupResponse()
-            case _:  # the simulated application's offset fetches and commits
-                if type(request).__name__ == "OffsetFetchRequest":
-                    return OffsetFetchResponse()
-                return OffsetCommitResponse()
-
-    def listened(self, name: str, partitions: frozenset[TopicPartition]) -> None:
-        self.act("listen", name, tuple(sorted(partitions)))
+    def heartbeat(self) -> Response | None:
+        if self.heartbeats == self.steady + 1:
+            return SyncGroupResponse()  # not a heartbeat's answer
+        return HeartbeatResponse()
 
 
-# --- the library's Member, on a scripted connection -------------------------------------
+class CommitRefused(Scenario):
+    recorded = (*Scenario.recorded, OffsetCommitRequest)
+    code: ClassVar[ErrorCode]
+
+    def commit(self) -> Response:
+        first = self.seen("send", "OffsetCommitRequest") == 1
+        return OffsetCommitResponse(error_code=self.code if first else E.NONE)
 
 
-class ScriptedConnection:
-    disconnect_grace_ms = None
-    coordinator_stopping = False
-    close_reason = None
-    notices_dropped = 0
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-
-    async def request(self, request: Request, *, timeout: float | None = None) -> Response:
-        await anyio.lowlevel.checkpoint()  # a reply is another task's turn, as on a socket
-        return self.script.answer(request)
-
-    async def request_loaded(self, request: Request, *, timeout: float | None = None) -> Response:
-        return await self.request(request, timeout=timeout)
-
-    @property
-    def notices(self) -> AsyncIterator[object]:
-        return self._no_notices()
-
-    async def _no_notices(self) -> AsyncIterator[object]:
-        await anyio.sleep_forever()
-        yield None
+class CommitOutOfGeneration(CommitRefused):
+    code = E.ILLEGAL_GENERATION
+    commits = 1
 
 
-class Recorder(RebalanceListener):
-    def __init__(self, script: Script) -> None:
-        self.script = script
+class CommitDuringRebalance(CommitRefused):
+    code = E.REBALANCE_IN_PROGRESS
+    commits = 2
 
-    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        self.script.listened("on_partitions_assigned", partitions)
-
-    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        self.script.listened("on_partitions_revoked", partitions)
-
-    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self.script.listened("on_partitions_lost", partitions)
+    def done(self) -> bool:
+        return self.seen("send", "OffsetCommitRequest") >= 2
 
 
-async def library_actions(monkeypatch: pytest.MonkeyPatch) -> list[Action]:
-    script = Script()
-    member = Member(
-        "127.0.0.1:9",
-        group_id="sim",
-        topics=[TOPIC],
-        assignors=["range"],
-        heartbeat_interval_ms=50,
-        session_timeout_ms=3_000,
-        listener=Recorder(script),
-    )
-
-    @asynccontextmanager
-    async def coordinator() -> AsyncIterator[ScriptedConnection]:
-        script.act("connect")
-        try:
-            yield ScriptedConnection(script)
-        finally:
-            script.act("disconnect")
-
-    monkeypatch.setattr(member._runtime, "_coordinator", coordinator)
-    finished = anyio.Event()
-    script.on_done = finished.set
-    with anyio.fail_after(10):
-        async with member:
-            await finished.wait()
-    return script.actions
+class NoticePushed(Scenario):
+    def heartbeat(self) -> Response | None:
+        if self.synced == 1 and self.heartbeats == 2:
+            self.push(RebalanceStarted(group_id="sim", generation_id=self.generation))
+        return HeartbeatResponse()
 
 
-# --- the simulator's member process, on a scripted link ----------------------------------
+class ExpiredOffline(Scenario):
+    """The connection drops; the next attempt fails only once the session has run out and
+    its loss (``on_partitions_lost``, handled offline) has begun, which lasts until then."""
+
+    session_timeout_ms = 1_000
+
+    def heartbeat(self) -> Response | None:
+        if self.synced == 1 and self.heartbeats == 2:
+            return None  # the connection drops
+        return HeartbeatResponse()
+
+    def connect_fails(self) -> Until | None:
+        if self.attempts != 2:
+            return None
+        return lambda: self.seen("listen", "on_partitions_lost", *ASSIGNED[2:]) > 0
+
+    def callback_until(self, name: str) -> Until | None:
+        if name != "on_partitions_lost":
+            return None
+        return lambda: self.ends >= 2
+
+    def callback_ms(self, name: str) -> float:
+        return 10.0 if name == "on_partitions_lost" else 0.0
 
 
-class ScriptedLink:
-    def __init__(self, world: World, member: MemberProcess, script: Script) -> None:
-        self.world, self.member, self.script = world, member, script
-        self.conn_id = 1
-        world.sched.after(1.0, member.link_up, self)
+class LostBeforeServed(ExpiredOffline):
+    """As ``ExpiredOffline``, but the attempt made while the loss runs succeeds and its
+    connection is lost at once: it is never served (its main loop would wait for the loss)."""
 
-    def send(self, cid: int, request: Request) -> None:
-        reply = Reply(correlation_id=cid, response=self.script.answer(request))
-        self.world.sched.after(1.0, self.member.frame_arrived, self, reply)
+    ends_written = False  # the library notices that loss only once the loss is over
 
-    def close_by_member(self) -> None:
-        self.script.act("disconnect")
+    def connect_fails(self) -> Until | None:
+        return None
 
+    def connect_waits(self) -> Until | None:
+        return super().connect_fails()
 
-class ScriptedNetwork:
-    def __init__(self, world: World, script: Script) -> None:
-        self.world, self.script = world, script
+    def lost_at_once(self) -> bool:
+        return self.attempts == 2
 
-    def connect(self, member: MemberProcess) -> ScriptedLink:
-        self.script.act("connect")
-        return ScriptedLink(self.world, member, self.script)
+    def callback_until(self, name: str) -> Until | None:
+        if name != "on_partitions_lost":
+            return None
+        return lambda: self.up >= 2
 
 
-def simulator_actions() -> list[Action]:
-    script = Script()
-    config = SimConfig(
-        protocol="range",
-        members=1,
-        faults=0,
-        static_share=0.0,
-        heartbeat_interval_ms=50,
-        session_timeout_ms=3_000,
-        callback_ms=0.0,
-    )
-    world = World(0, config)
-    world.topic = TOPIC
-    world.net = ScriptedNetwork(world, script)  # type: ignore[assignment]
-    listen: Callable[..., None] = world.callback
+class GaveUp(Scenario):
+    """The first ``on_partitions_assigned`` overruns the rebalance timeout."""
 
-    def callback(m: MemberProcess, name: str, partitions: frozenset[TopicPartition]) -> None:
-        script.listened(name, partitions)
-        listen(m, name, partitions)
+    rebalance_timeout_ms = 300
 
-    world.callback = callback  # type: ignore[method-assign]
-    while not script.done() and world.sched.now < 10_000 and world.sched.step():
-        pass
-    return script.actions
+    def callback_until(self, name: str) -> Until | None:
+        if name != "on_partitions_assigned" or self.synced != 1:
+            return None
+        return lambda: self.seen("send", "LeaveGroupRequest") > 0
+
+    def callback_ms(self, name: str) -> float:
+        slow = name == "on_partitions_assigned" and self.synced == 1
+        return self.rebalance_timeout_ms + 100.0 if slow else 0.0
 
 
-def test_member_and_the_simulator_take_the_same_actions_on_one_script(
+SERVED = [("connect",), ("driver", "connected")]
+JOINED = [
+    *SERVED,
+    ("send", "JoinGroupRequest", ""),
+    ("send", "SyncGroupRequest"),
+    ASSIGNED,
+    ("done", "on_partitions_assigned"),
+]
+
+
+def rejoined(member_id: str) -> list[Action]:
+    return [
+        ("send", "JoinGroupRequest", member_id),
+        ("send", "SyncGroupRequest"),
+        ASSIGNED,
+        ("done", "on_partitions_assigned"),
+    ]
+
+
+def test_a_heartbeat_answered_out_of_step_drops_the_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    library = anyio.run(library_actions, monkeypatch)
-    simulated = simulator_actions()
-    expected = [
-        ("connect",),
-        ("send", "JoinGroupRequest"),
-        ("send", "SyncGroupRequest"),
-        ("listen", "on_partitions_assigned", tuple(sorted(OWNED))),
-        *[("send", "HeartbeatRequest")] * (HEARTBEATS_IN_STEP + 1),
+    assert both(HeartbeatOutOfStep, monkeypatch) == [
+        *JOINED,
+        *[("send", "HeartbeatRequest")] * (HeartbeatOutOfStep.steady + 1),
         # the answer of the wrong type: the connection is dropped and made again
         ("disconnect",),
+        ("driver", "disconnected"),
         ("connect",),
     ]
-    assert library == expected
-    assert simulated == library
+
+
+def test_a_commit_refused_out_of_its_generation_loses_the_partitions_and_rejoins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert both(CommitOutOfGeneration, monkeypatch) == [
+        *JOINED,
+        ("send", "OffsetCommitRequest"),
+        ("listen", "on_partitions_lost", *ASSIGNED[2:]),
+        ("done", "on_partitions_lost"),
+        *rejoined("m-1"),
+    ]
+
+
+def test_a_commit_refused_during_a_rebalance_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert both(CommitDuringRebalance, monkeypatch) == [
+        *JOINED,
+        ("send", "OffsetCommitRequest"),
+        ("send", "OffsetCommitRequest"),
+    ]
+
+
+def test_a_pushed_rebalance_notice_makes_the_member_rejoin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert both(NoticePushed, monkeypatch) == [
+        *JOINED,
+        ("listen", "on_partitions_revoked", *ASSIGNED[2:]),  # eager: all of it, first
+        ("done", "on_partitions_revoked"),
+        *rejoined("m-1"),
+    ]
+
+
+def test_a_session_that_runs_out_offline_is_lost_there_and_a_failed_attempt_ends_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert (
+        both(ExpiredOffline, monkeypatch)
+        == [
+            *JOINED,
+            ("disconnect",),  # dropped
+            ("driver", "disconnected"),
+            ("connect",),  # it fails only once the session ran out and its loss began
+            ("listen", "on_partitions_lost", *ASSIGNED[2:]),
+            ("disconnect",),
+            ("done", "on_partitions_lost"),
+            ("driver", "disconnected"),  # that attempt's end, once the loss is over
+            *SERVED,
+            *rejoined("m-1"),
+        ]
+    )
+
+
+def test_a_connection_lost_while_a_loss_runs_offline_is_never_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert (
+        both(LostBeforeServed, monkeypatch)
+        == [
+            *JOINED,
+            ("driver", "disconnected"),  # dropped
+            ("connect",),  # made once the loss began, and lost at once
+            ("listen", "on_partitions_lost", *ASSIGNED[2:]),
+            ("done", "on_partitions_lost"),
+            ("driver", "disconnected"),  # its end, once the loss is over: never served
+            *SERVED,
+            *rejoined("m-1"),
+        ]
+    )
+
+
+def test_a_member_that_gave_up_in_an_overrun_callback_leaves_and_rejoins_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert (
+        both(GaveUp, monkeypatch)
+        == [
+            *JOINED[:-1],
+            ("send", "LeaveGroupRequest"),  # while the callback still runs
+            ("done", "on_partitions_assigned"),
+            ("listen", "on_partitions_lost", *ASSIGNED[2:]),
+            ("done", "on_partitions_lost"),
+            *rejoined(""),  # a new member id
+        ]
+    )

@@ -183,6 +183,8 @@ class AnyioRuntime:
             try:
                 async with self._coordinator() as conn, anyio.create_task_group() as tg:
                     async with self.offline_lock:  # an offline loss being handled ends first
+                        if conn.closed:  # lost meanwhile: its end too waited for that loss
+                            raise ConnectionClosedError(conn.close_reason or "connection closed")
                         self._spoken = anyio.Event()
                         self.conn = conn
                         self.offline.connected(conn.disconnect_grace_ms)  # heartbeat at once
@@ -205,9 +207,10 @@ class AnyioRuntime:
             finally:
                 self.conn = None
                 self._spoken.set()  # a commit waiting for it goes on, and finds it closed
-            # callbacks of a step the lost connection cut off (a listener error fails it)
+            # callbacks of a step the lost connection cut off (a listener error fails it);
+            # holding the lock, no flow runs offline: the end is handled now
             async with self.offline_lock:
-                self.offline.ended()
+                self.offline.connection_ended()
                 self.notify()
                 try:
                     await self._perform_flow(self.flow.owed_callbacks(), None)

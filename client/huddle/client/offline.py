@@ -15,7 +15,9 @@ go through it, deciding nothing of their own:
 
 Between connections one flow at most runs (``busy``): the owed callbacks and then a loss
 deferred meanwhile, or a loss the watchdog handles. A new connection's main loop starts
-only once that flow has ended (``may_serve``).
+only once that flow has ended (``may_serve``), and a connection that ends meanwhile (an
+attempt that failed, or one lost before its main loop could start) has its end handled
+once that flow has ended too (``connection_ended``, then ``loss_ran``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Offline:
     # whether a connection's main loop runs: heartbeats and commits go out on it (``link``
     # is CONNECTED; kept as a field, read on every heartbeat)
     serving: bool = False
+    end_waits: bool = False  # a connection ended while a flow ran offline: handled after it
 
     @property
     def may_serve(self) -> bool:
@@ -68,9 +71,19 @@ class Offline:
         self.driver.connection_lost(now, coordinator_stopping=coordinator_stopping)
         return True
 
-    def ended(self) -> None:
-        """The connection's end is handled (its tasks are over): the callbacks it cut off
-        run next (``MemberFlow.owed_callbacks``), then ``owed_ran``."""
+    def connection_ended(self) -> bool:
+        """A connection's tasks are over (or an attempt at one failed). True: its end is
+        handled now: the callbacks it cut off run next (``MemberFlow.owed_callbacks``),
+        then ``owed_ran``. False: a flow runs offline (a loss the watchdog handles): the
+        end waits for it, as the connection's main loop would, and ``loss_ran`` hands it
+        over once that flow is over."""
+        if self.busy:
+            self.end_waits = True
+            return False
+        self._end()
+        return True
+
+    def _end(self) -> None:
         self.link = Link.OFFLINE
         self.busy = True
         self.driver.disconnected()
@@ -104,6 +117,13 @@ class Offline:
         self.busy = True
         return True
 
-    def loss_ran(self) -> None:
-        """The loss handled offline (``MemberFlow.expired_while_disconnected``) ended."""
+    def loss_ran(self) -> bool:
+        """The loss handled offline (``MemberFlow.expired_while_disconnected``) ended. True
+        if a connection's end waited for it (``connection_ended``): it is handled now, as
+        ``connection_ended`` handles one (the owed callbacks run next, then ``owed_ran``)."""
         self.busy = False
+        if not self.end_waits:
+            return False
+        self.end_waits = False
+        self._end()
+        return True

@@ -138,11 +138,9 @@ class SimRuntime:
         self.connected = False
         self.serve_waiting = False
         if self.offline.busy:
-            # a loss handled offline (the runtime's watchdog, not the connection's task)
-            # goes on; it reconnects when that ends
-            self.calls.clear()
-            self._drop_connect_timer()
-            self.driver.disconnected()
+            # no main loop ran on it: a loss handled offline (the runtime's watchdog, not
+            # the connection's task) goes on
+            self._end_connection()
             return
         if self.listening is not None:
             # a callback is never cut off: the connection's end waits for it to return
@@ -168,15 +166,20 @@ class SimRuntime:
         self._stop_waiting()
         if gen is not None:
             gen.close()  # cancelled: the flow's cleanup runs
-        self.calls.clear()
         self.hb = None
         self.process.app.committing = False
+        self._end_connection()
+
+    def _end_connection(self) -> None:
+        """The connection's end: handled now (the callbacks it cut off run, then it
+        reconnects after a backoff), or once the flow running offline is over
+        (``Offline.connection_ended``, then ``loss_ran``)."""
+        self.calls.clear()
         self._drop_connect_timer()
-        self.offline.ended()
-        # then it reconnects, after a backoff
-        self.gen, self.gen_kind = self.flow.owed_callbacks(), "owed"
-        self.poke()  # a session that ran out is handled once they have run
-        self._resume()
+        if self.offline.connection_ended():
+            self.gen, self.gen_kind = self.flow.owed_callbacks(), "owed"
+            self.poke()  # a session that ran out is handled once they have run
+            self._resume()
 
     def _expire_offline(self, expired: SessionExpired) -> None:
         if self.offline.lose_offline():
@@ -260,8 +263,11 @@ class SimRuntime:
                         self.gen_kind = "loss"
                         value, error = None, None
                         continue
-                elif self.gen_kind == "loss":
-                    self.offline.loss_ran()
+                elif self.gen_kind == "loss" and self.offline.loss_ran():
+                    # a connection's end waited for it: the callbacks it owes run now
+                    self.gen, self.gen_kind = self.flow.owed_callbacks(), "owed"
+                    value, error = None, None
+                    continue
                 if self.serve_waiting:
                     self.serve_waiting = False
                     if self.connected:
