@@ -241,7 +241,7 @@ class AnyioRuntime:
                         self._bootstrap,
                         self.core.config.group_id,
                         client_id=self.core.config.client_id,
-                        timeout=min(10.0, self.driver.heartbeat_timeout_ms / 1000),
+                        timeout=self.driver.connect_timeout_ms / 1000,
                         start=self._connects,
                         security=self._security,
                         incarnation=self._incarnation,

@@ -46,6 +46,7 @@ from huddle.protocol.messages import (
 log = library_logger("huddle.member")
 E = ErrorCode
 MAX_CLOCK_DRIFT = 1e-3  # how far a member's and the coordinator's clock rates may differ
+CONNECT_TIMEOUT_MS = 10_000.0  # a connection attempt's bound, however long the session
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +196,12 @@ class MemberDriver:
         generation, while its session still has two thirds to run (a group that moved to
         another node of a cluster is served there by then)."""
         return self.timer.session_ms / 3
+
+    @property
+    def connect_timeout_ms(self) -> float:
+        """How long finding the coordinator and connecting to it may take: a heartbeat's
+        timeout, at most 10 s (a member whose session is short tries again sooner)."""
+        return min(CONNECT_TIMEOUT_MS, self.heartbeat_timeout_ms)
 
     def heartbeat_response(
         self, response: Response, sent: SendHeartbeat, received_at: float

@@ -51,7 +51,6 @@ from huddle.sim.steplog import short
 if TYPE_CHECKING:
     from huddle.sim.process import MemberProcess
 
-CONNECT_TIMEOUT_MS = 10_000.0  # as huddle.client.connection.connect's
 TICK_MS = 1e-6
 
 Handler = Callable[[Response], None]
@@ -98,7 +97,9 @@ class SimRuntime:
 
     def connect(self) -> None:
         self.link = self.world.net.connect(self.process)
-        self.connect_timer = self.process.after_local(CONNECT_TIMEOUT_MS, self._connect_timed_out)
+        self.connect_timer = self.process.after_local(
+            self.driver.connect_timeout_ms, self._connect_timed_out
+        )
 
     def _connect_timed_out(self) -> None:
         self.connect_timer = None
