@@ -5,6 +5,7 @@ from __future__ import annotations
 from huddle.client.events import SessionExpired
 from huddle.client.member_core import MemberState
 from huddle.client.offline import Offline
+from huddle.protocol.messages import ListTopicsRequest
 from tests.client.test_driver import driver
 
 
@@ -46,3 +47,25 @@ def test_a_loss_offline_with_no_connection_ended_meanwhile_hands_nothing_over() 
     assert not offline.may_serve
     assert not offline.loss_ran()
     assert offline.may_serve
+
+
+def test_a_commit_waits_on_a_new_connection_until_the_member_s_own_first_request() -> None:
+    d = driver()
+    offline = Offline(d)
+    assert not offline.commit_waits  # not serving: a commit is refused, not held
+    offline.connected(500)
+    assert offline.commit_waits
+    offline.sending(ListTopicsRequest(topics=None))  # not one that moves the member
+    assert offline.commit_waits
+    offline.sending(d.core.heartbeat_request())
+    assert not offline.commit_waits
+    offline.connection_lost(0.0)
+    offline.connection_ended()
+    offline.owed_ran()
+    offline.connected(500)  # a new connection: it waits again
+    assert offline.commit_waits
+    offline.sending(d.core.join_request())
+    assert not offline.commit_waits
+    offline.connected(500)
+    offline.connection_lost(1.0)  # lost before it spoke: a commit waiting goes on (and fails)
+    assert not offline.commit_waits

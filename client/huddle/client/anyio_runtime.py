@@ -68,7 +68,6 @@ from huddle.protocol.messages import (
     JoinGroupRequest,
     Request,
     Response,
-    SyncGroupRequest,
     SyncGroupResponse,
 )
 
@@ -126,9 +125,6 @@ class AnyioRuntime:
         self.events_in, self.events = send, receive
         self.changed = anyio.Event()  # replaced once set: see ``notify``
         self.conn: Connection | None = None
-        # set once the member's own first request (a heartbeat, a join) is on its way on
-        # the connection: an application's commit waits for it (``spoken_first``)
-        self._spoken = anyio.Event()
         self.tg: TaskGroup | None = None
         self.failure: MemberFailedError | None = None
         self.join_scope: anyio.CancelScope | None = None
@@ -185,7 +181,6 @@ class AnyioRuntime:
                     async with self.offline_lock:  # an offline loss being handled ends first
                         if conn.closed:  # lost meanwhile: its end too waited for that loss
                             raise ConnectionClosedError(conn.close_reason or "connection closed")
-                        self._spoken = anyio.Event()
                         self.conn = conn
                         self.offline.connected(conn.disconnect_grace_ms)  # heartbeat at once
                     self._log.info("member_connected", member_id=self.core.member_id)
@@ -206,7 +201,7 @@ class AnyioRuntime:
                 self._connection_lost()
             finally:
                 self.conn = None
-                self._spoken.set()  # a commit waiting for it goes on, and finds it closed
+                self.notify()  # a commit waiting (``spoken_first``) goes on, and finds it closed
             # callbacks of a step the lost connection cut off (a listener error fails it);
             # holding the lock, no flow runs offline: the end is handled now
             async with self.offline_lock:
@@ -299,8 +294,8 @@ class AnyioRuntime:
             case Call(request, expect, timeout_ms, loaded):
                 if conn is None:
                     raise NotConnectedError("the member is not connected to the coordinator")
-                if isinstance(request, JoinGroupRequest | SyncGroupRequest):
-                    self._spoken.set()  # sent before any commit waiting: see spoken_first
+                self.offline.sending(request)  # sent at once: see spoken_first
+                self.notify()
                 timeout = None if timeout_ms is None else timeout_ms / 1000
                 if expect is None:
                     return await conn.request(request, timeout=timeout)
@@ -390,7 +385,8 @@ class AnyioRuntime:
                     await self.changed.wait()
                 continue
             timeout_s = driver.heartbeat_timeout_ms / 1000
-            self._spoken.set()  # sent before any commit waiting: see spoken_first
+            self.offline.sending(action.request)  # sent at once: see spoken_first
+            self.notify()
             response = await conn.request(action.request, timeout=timeout_s)
             answer = driver.heartbeat_response(response, action, loop_ms())
             if answer is not None:
@@ -442,16 +438,14 @@ class AnyioRuntime:
         self.changed = anyio.Event()
 
     async def spoken_first(self) -> None:
-        """On a new connection, the member's own first heartbeat (or JoinGroup, SyncGroup)
-        goes before an application's commit: a coordinator moves the member to a new
-        connection with those, and refuses a commit held up on the old one from then on.
-        Whoever sets ``_spoken`` sends at once, with no await before the connection's
-        send lock is taken, and the lock is first come, first served: that request is
-        written first. Bounded by a heartbeat's timeout (the coordinator moves the member
-        with a commit too)."""
-        if not self._spoken.is_set():
-            with anyio.move_on_after(self.driver.heartbeat_timeout_ms / 1000):
-                await self._spoken.wait()
+        """An application's commit waits while ``Offline.commit_waits`` (the member's own
+        first request on a new connection goes first), a heartbeat's timeout at most.
+        Whoever tells ``Offline`` it is ``sending`` sends at once, with no await before
+        the connection's send lock is taken, and the lock is first come, first served:
+        that request is written first."""
+        with anyio.move_on_after(self.driver.heartbeat_timeout_ms / 1000):
+            while self.offline.commit_waits:
+                await self.changed.wait()
 
     def require_connection(self) -> Connection:
         if self.conn is None or not self.offline.serving:  # its end may wait on a callback

@@ -27,6 +27,12 @@ from enum import Enum
 
 from huddle.client.driver import MemberDriver
 from huddle.client.events import SessionExpired
+from huddle.protocol.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    Request,
+    SyncGroupRequest,
+)
 
 
 class Link(Enum):
@@ -47,6 +53,22 @@ class Offline:
     # is CONNECTED; kept as a field, read on every heartbeat)
     serving: bool = False
     end_waits: bool = False  # a connection ended while a flow ran offline: handled after it
+    spoken: bool = False  # the member's own first request is out on this connection
+
+    @property
+    def commit_waits(self) -> bool:
+        """Whether an application's commit waits before it is sent: on a new connection,
+        the member's own first request (a heartbeat, JoinGroup or SyncGroup) goes first.
+        A coordinator moves the member to a new connection with those, and refuses a
+        commit held up on the old one from then on. A runtime waits a heartbeat's timeout
+        at most (a coordinator moves the member with a commit too), and sends each request
+        at once once it is told of it (``sending``): the first one asked goes out first."""
+        return self.serving and not self.spoken
+
+    def sending(self, request: Request) -> None:
+        """The member's ``request`` goes out on the connection now."""
+        if isinstance(request, HeartbeatRequest | JoinGroupRequest | SyncGroupRequest):
+            self.spoken = True
 
     @property
     def may_serve(self) -> bool:
@@ -58,6 +80,7 @@ class Offline:
         session that ran out meanwhile is handled by it now. It heartbeats at once."""
         self.link = Link.CONNECTED
         self.serving = True
+        self.spoken = False
         self.expiry = None
         self.driver.connected(grace_ms)
 

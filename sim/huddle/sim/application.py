@@ -31,6 +31,7 @@ E = ErrorCode
 COMMIT_INTERVAL_MS = 5_000.0  # the application commits this often (Kafka's auto-commit default)
 RECORD_MS = 10.0  # a partition gets one record this often: positions move by one
 GROUP_ID = "sim"  # the simulated group
+SPOKEN_POLL_MS = 1.0  # a commit waiting for the member's own first request looks this often
 
 
 class Application:
@@ -147,7 +148,21 @@ class Application:
                 chunk.setdefault(tp.topic, []).append((tp.partition, position))
         if not chunk:
             return
+        self._commit(chunk, 0.0)
+
+    def _commit(self, chunk: dict[str, list[tuple[int, int]]], waited_ms: float) -> None:
+        """Commit ``chunk`` as ``Member.commit`` does: after the member's own first request
+        on a new connection (``spoken_first``: a heartbeat's timeout at most), in the
+        generation it is in then, unless the driver refuses it."""
+        process = self.process
+        offline = process.runtime.offline
+        if not offline.serving:
+            return
         driver = process.driver
+        if offline.commit_waits and waited_ms < driver.heartbeat_timeout_ms:
+            process.after_local(SPOKEN_POLL_MS, self._commit, chunk, waited_ms + SPOKEN_POLL_MS)
+            return
+        now = process.now_ms()
         generation = process.core.current
         if driver.commit_refusal(generation, now) is not None:
             return  # Member.commit refuses it (CommitFailedError): nothing is sent

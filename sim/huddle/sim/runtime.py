@@ -207,6 +207,7 @@ class SimRuntime:
 
     def send(self, request: Request, handler: Handler, timeout_ms: float | None) -> int:
         assert self.link is not None
+        self.offline.sending(request)  # sent at once (an application's commit may wait)
         self.cid += 1
         cid = self.cid
         timer = None
