@@ -177,6 +177,15 @@ def test_invalid_configuration_exits_2(capsys: pytest.CaptureFixture[str]) -> No
     assert err.count("\n") == 1
 
 
+def test_a_malformed_cluster_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Said at once, as a usage mistake, not as a traceback once the server listens."""
+    assert main(["serve", "--port", "0", "--cluster", "etcd://h1:2379,nowhere"], {}) == 2
+    captured = capsys.readouterr()
+    reason = "not an etcd endpoint (host:port): 'nowhere' in 'etcd://h1:2379,nowhere'"
+    assert captured.err == f"huddle: invalid configuration: {reason}\n"
+    assert captured.out == ""
+
+
 @pytest.mark.parametrize(
     ("host", "reason"),
     [

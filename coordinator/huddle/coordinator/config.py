@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from huddle.protocol.addresses import host_problem, parse_address
+from huddle.protocol.addresses import host_problem, parse_address, parse_endpoints
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 
@@ -177,6 +177,10 @@ class ServerConfig:
         if self.cluster:
             if self.data_dir:
                 problems.append("a cluster node keeps its state in etcd: no data dir")
+            try:
+                parse_endpoints(self.cluster)
+            except ValueError as exc:
+                problems.append(str(exc))
             if not self.cluster_prefix.startswith("/") or self.cluster_prefix.rstrip("/") == "":
                 problems.append(f"cluster prefix {self.cluster_prefix!r} must be /NAME")
             if not self.advertise and self.host in ("0.0.0.0", "::", ""):

@@ -87,10 +87,12 @@ class Connection(asyncio.Protocol):
         "handshaken",
         "held",
         "host",
+        "in_flight",
         "inbox",
         "last_active",
         "linger",
         "log",
+        "muted",
         "opened_at",
         "outbox",
         "partial",
@@ -140,6 +142,11 @@ class Connection(asyncio.Protocol):
         self.partial = 0  # bytes of an unfinished frame, as counted by the server
         self.peer_done = False  # the peer shut its side with frames still to handle
         self.held = 0  # answers to its requests waiting for the data dir
+        # a wire that answers in request order (``Wire.in_order``): the correlation id of
+        # the request being handled, and whether it is answered later (its connection
+        # muted: nothing more of it is handled, or read, until it is)
+        self.in_flight: int | None = None
+        self.muted = False
         self.bad_requests = 0  # requests it sent that could not be read
         self.log = log.bind(conn_id=conn_id)
 
@@ -257,6 +264,8 @@ class Connection(asyncio.Protocol):
         """
         if self.closing or self.transport is None:
             return
+        if self.in_flight is not None:
+            self._answering(frame)
         if self.withheld and type(frame) in self.withheld:
             self.log.debug("frame_withheld", frame=type(frame).__name__, version=self.version)
             return
@@ -285,9 +294,24 @@ class Connection(asyncio.Protocol):
         out as the client reads: a reading client is not dropped for answers it was due."""
         if self.write_paused or self.outbox:
             if not self.closing and self.transport is not None:
+                if self.in_flight is not None:
+                    self._answering(frame)
                 self._queue(frame)
             return
         self.send(frame)
+
+    def _answering(self, frame: ServerFrame) -> None:
+        """On a wire that answers in request order: once the request in flight is
+        answered, the next one may be handled (after this answer, in order)."""
+        if type(frame) is not Reply or frame.correlation_id != self.in_flight:
+            return
+        self.in_flight = None
+        if self.muted:
+            self.muted = False
+            if self.inbox:
+                self.server.backlogged(self)
+            else:
+                self.release_input()
 
     def _queue(self, frame: ServerFrame) -> None:
         self.outbox.append(frame)

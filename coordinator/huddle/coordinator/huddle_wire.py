@@ -43,6 +43,8 @@ class HuddleWire:
 
     __slots__ = ("_codec", "_decode", "host", "security")
 
+    in_order = False  # huddle's clients match answers to requests by correlation id
+
     def __init__(self, host: HandshakeHost, security: ListenerSecurity | None) -> None:
         self.host = host
         self.security = security

@@ -9,8 +9,9 @@ never holds everyone else up (backpressure: a client that sends faster than it i
 is read no further until it is).
 
 A connection is served no further while its answers are not read (its write buffer is
-full), while an authentication step of it is being checked, or while
-``HeldAnswers.limit`` of its answers wait for the data dir.
+full), while an authentication step of it is being checked, while ``HeldAnswers.limit``
+of its answers wait for the data dir, or, on a wire that answers in request order
+(``Wire.in_order``), while the request it sent last is not answered yet (muted).
 
 Each frame goes to its connection's wire (``Wire.take``) and the request that comes back
 to the ``RequestPath``: direct calls, one frame after the other.
@@ -84,7 +85,7 @@ class Intake:
                 # then); read on meanwhile, to see it go away, unless it keeps sending
                 if len(conn.inbox) > _BUSY_INBOX:
                     conn.hold_input()
-            elif conn.held >= self.held.limit:
+            elif conn.held >= self.held.limit or conn.muted:
                 conn.hold_input()  # served again once its held answers went out
             else:
                 self.backlogged(conn)
@@ -122,9 +123,16 @@ class Intake:
                 calls += served
                 if self.metrics is not None:
                     self.metrics.calls += served
-            if conn.closing or conn.write_paused or conn.held >= limit or conn.sasl_busy:
+            if (
+                conn.closing
+                or conn.write_paused
+                or conn.held >= limit
+                or conn.sasl_busy
+                or conn.muted
+            ):
                 # gone; or back once it reads again (resume_writing), once its held
-                # answers went out (HeldAnswers), or once its SASL step was checked
+                # answers went out (HeldAnswers), once its SASL step was checked, or once
+                # its request in flight is answered (Connection._answering)
                 members.discard(conn)
             elif conn.inbox:
                 backlog.append(conn)
@@ -144,7 +152,7 @@ class Intake:
         """Handle frames of ``conn.inbox`` for up to one slice; return how many were calls.
         It stops early while the connection's answers are not being read."""
         inbox = conn.inbox
-        if not inbox:
+        if not inbox or conn.muted:
             return 0
         tokens = structlog.contextvars.bind_contextvars(
             conn_id=conn.conn_id, client_id=conn.client_id
@@ -156,6 +164,7 @@ class Intake:
         take = conn.wire.take
         call = self.path.call
         limit = self.held.limit
+        in_order = conn.wire.in_order
         try:
             while inbox and not conn.closing and not conn.write_paused:
                 if conn.sasl_busy:
@@ -164,8 +173,13 @@ class Intake:
                     break  # its answers wait for the disk: it is served again once they go
                 request = take(conn, inbox.popleft())
                 if request is not None:
+                    if in_order:
+                        conn.in_flight = request.correlation_id
                     call(conn, request, now)
                     calls += 1
+                    if in_order and conn.in_flight is not None:
+                        conn.muted = True  # answered later: the next request waits for it
+                        break
                 if len(conn.pending) >= _PASS_OUTPUT_BYTES or time.perf_counter() >= until:
                     break
         finally:

@@ -3,8 +3,9 @@
 ``serve`` raises the open-file limit (``huddle.coordinator.descriptors``), starts a
 ``CoordinatorServer`` (``huddle.coordinator.host``), joins the cluster with ``--cluster``
 (``huddle.coordinator.cluster.running``), and stops gracefully on SIGTERM or SIGINT
-(SIGHUP reloads the TLS certificate). The names a user starts a coordinator with are all
-here: ``serve``, ``CoordinatorServer`` and the errors start-up raises.
+(SIGHUP reloads the TLS certificate; without TLS it reloads nothing and stops nothing).
+The names a user starts a coordinator with are all here: ``serve``, ``CoordinatorServer``
+and the errors start-up raises.
 """
 
 from __future__ import annotations
@@ -55,12 +56,11 @@ async def serve(
         except (NotImplementedError, RuntimeError, ValueError):
             continue  # not the main thread, or a platform without signal handlers
         installed.append(signum)
-    if server.security is not None and server.security.tls is not None:
-        try:
-            loop.add_signal_handler(signal.SIGHUP, server.security.reload_tls)
-            installed.append(signal.SIGHUP)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+    try:
+        loop.add_signal_handler(signal.SIGHUP, _reload, server)
+        installed.append(signal.SIGHUP)
+    except (NotImplementedError, RuntimeError, ValueError):
+        pass
     try:
         if ready is not None:
             ready(server.port)
@@ -104,6 +104,17 @@ class ClusterStartError(HuddleError):
 
 class StorageFailedError(HuddleError):
     """The server stopped by itself: a change could not be kept in its data dir."""
+
+
+def _reload(server: CoordinatorServer) -> None:
+    """SIGHUP: the TLS certificate is loaded again; without TLS there is nothing to reload,
+    and the server serves on (the signal's default action would end the process at once,
+    without the graceful stop SIGTERM gets)."""
+    security = server.security
+    if security is not None and security.tls is not None:
+        security.reload_tls()
+    else:
+        log.info("signal_received", signal="SIGHUP", action="nothing to reload without TLS")
 
 
 def _on_signal(stop: asyncio.Event, signum: signal.Signals) -> None:

@@ -139,9 +139,12 @@ class Timers:
 
         def unread(conn_id: int) -> bool:
             # Frames wait that will be handled in the next passes (not those of a client
-            # that leaves its answers unread: they wait on it).
+            # that leaves its answers unread: they wait on it; nor those behind a request
+            # still in flight on a wire that answers in order: they wait on the core).
             conn = conns.get(conn_id)
-            return conn is not None and bool(conn.inbox) and not conn.write_paused
+            return (
+                conn is not None and bool(conn.inbox) and not conn.write_paused and not conn.muted
+            )
 
         try:
             out = self.core.advance(now, unread)

@@ -14,6 +14,14 @@ A wire brings three things, all per connection:
   of ``huddle.protocol.messages``' requests), or None when the wire handled the frame
   itself (its handshake, an authentication step, a frame it could not read).
 
+And it says whether its clients need their answers in request order (``in_order``).
+huddle's own clients match answers by correlation id, and the core answers some requests
+later than others (a JoinGroup waits for the rest of its group, a commit for the data
+dir). Kafka's clients read answers in the order they sent the requests: on such a wire a
+connection's requests are taken one at a time, the next once the previous one is answered
+(as Kafka's broker mutes a connection while a request is in flight), so the core's
+answers and the wire's own go out in request order.
+
 huddle's own msgpack wire (``huddle.coordinator.huddle_wire``) is the first; see
 docs/coordinator.md ("The server and its wires") for what a second one plugs in.
 """
@@ -57,6 +65,11 @@ class Wire(Protocol[ConnT]):
     ``take`` runs once per frame on the request path: it decodes and translates, and does
     nothing else that every wire needs (the slice, the held answers, the screening and the
     core are the server's)."""
+
+    @property
+    def in_order(self) -> bool:
+        """Whether a connection's requests are taken one at a time, each once the one
+        before is answered, so that its answers go out in request order."""
 
     def framing(self, max_frame_bytes: int) -> Framing:
         """A new connection's framing, for frames of at most ``max_frame_bytes``."""

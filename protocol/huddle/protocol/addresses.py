@@ -77,6 +77,22 @@ def parse_addresses(addresses: str, *, what: str = "address") -> list[tuple[str,
     return parsed
 
 
+def parse_endpoints(spec: str) -> list[tuple[str, int]]:
+    """A cluster's etcd, ``etcd://h1:2379,h2:2379`` (the scheme may be left out) ->
+    ``[(h1, 2379), (h2, 2379)]``; InvalidArgumentError (a ValueError) naming the part that
+    is not HOST:PORT."""
+    text = spec.removeprefix("etcd://")
+    endpoints = []
+    for part in text.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(
+                f"not an etcd endpoint (host:port): {part.strip()!r} in {spec!r}"
+            )
+        endpoints.append((host.strip("[]"), int(port)))
+    return endpoints
+
+
 def _require_str(value: object, what: str) -> None:
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(

@@ -51,6 +51,7 @@ from huddle.coordinator.cluster.calls import (
     retrieved,
 )
 from huddle.coordinator.supervisor import progress
+from huddle.protocol.addresses import parse_endpoints
 
 __all__ = ["CallCancelledError", "Change", "Entry", "EtcdStore", "Lease", "StoreTimeoutError"]
 __all__ += ["StoreUnavailableError", "bounded", "parse_endpoints"]
@@ -81,18 +82,6 @@ class Entry:
     revision: int  # its last change: for an owner key, the owner's epoch
     lease: int
     created: int = 0  # the revision the key was (last) created at
-
-
-def parse_endpoints(spec: str) -> list[tuple[str, int]]:
-    """``etcd://h1:2379,h2:2379`` (the scheme may be left out) -> [(h1, 2379), (h2, 2379)]."""
-    text = spec.removeprefix("etcd://")
-    endpoints = []
-    for part in text.split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"not an etcd endpoint (host:port): {part.strip()!r} in {spec!r}")
-        endpoints.append((host.strip("[]"), int(port)))
-    return endpoints
 
 
 class EtcdStore:
