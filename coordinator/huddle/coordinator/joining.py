@@ -118,7 +118,7 @@ class Joins:
             return
         member_id = self.sessions.new_member_id(conn.client_id)
         instance = req.group_instance_id
-        if instance is None:
+        if instance is None and req.require_known_member_id:
             # KIP-394: hand out an id and have the member come back with it.
             group.pending[member_id] = conn.conn_id
             self.sessions.bind_key(conn.conn_id, (group.group_id, member_id))

@@ -1,0 +1,233 @@
+"""``KafkaWire``: Kafka's wire on a listener of the server, a ``Wire[Connection]``.
+
+Each request is read here (``framing``, ``header``, ``schemas``), takes its slot in the
+connection's queue of answers (``answers``), and is translated (``brokers``, ``groups``,
+``offsets``, ``admin``, ``empty_log``) into none, one or several of the core's requests:
+the first is returned to the server's request path, the others (a batch of groups or
+keys) go to it directly. From there everything is what huddle's own wire gets: the
+screening, the core, the held answers, the keeper.
+
+Kafka connections have no handshake: a connection is logged in with its first request,
+and its client id is the one its request headers name. Bad input closes the connection
+that sent it, after a log line (Kafka closes it too; a Kafka client cannot be told why):
+a request shorter than its header or that cannot be read, an API or version not served
+(but ApiVersions: answered in v0 with UNSUPPORTED_VERSION and the versions served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Final, Protocol, cast
+
+import msgspec
+
+from huddle.coordinator.connection import Connection
+from huddle.coordinator.kafka import (
+    admin,
+    apis,
+    brokers,
+    empty_log,
+    groups,
+    header,
+    offsets,
+    schemas,
+)
+from huddle.coordinator.kafka.answers import KafkaCodec, Slot
+from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.translate import Context, Plan
+from huddle.logs import printable
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import FrameReader
+from huddle.protocol.messages import Call, ErrorResponse, Reply, Request
+
+Translation = Callable[[Any, int, Context], Plan]
+
+TRANSLATIONS: Final[dict[int, Translation]] = {
+    Api.API_VERSIONS: brokers.api_versions,
+    Api.METADATA: brokers.metadata,
+    Api.FIND_COORDINATOR: brokers.find_coordinator,
+    Api.JOIN_GROUP: groups.join_group,
+    Api.SYNC_GROUP: groups.sync_group,
+    Api.HEARTBEAT: groups.heartbeat,
+    Api.LEAVE_GROUP: groups.leave_group,
+    Api.OFFSET_COMMIT: offsets.offset_commit,
+    Api.OFFSET_FETCH: offsets.offset_fetch,
+    Api.DESCRIBE_GROUPS: admin.describe_groups,
+    Api.LIST_GROUPS: admin.list_groups,
+    Api.DELETE_GROUPS: admin.delete_groups,
+    Api.CREATE_TOPICS: admin.create_topics,
+    Api.DELETE_TOPICS: admin.delete_topics,
+    Api.CREATE_PARTITIONS: admin.create_partitions,
+    Api.LIST_OFFSETS: empty_log.list_offsets,
+    Api.FETCH: empty_log.fetch,
+}
+_REASON_CHARS: Final = 300
+
+
+class KafkaHost(Protocol):
+    """What the Kafka wire needs of the server (``CoordinatorServer`` is one)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def greeted(self, conn: Connection) -> None:
+        """``conn`` is logged in: no longer watched for a stalled handshake."""
+
+    def call(self, conn: Connection, call: Call) -> None:
+        """One more request of ``conn`` through the request path (a batch's others)."""
+
+    def flush(self) -> None:
+        """Write what the connections queued (after an answer made by a timer)."""
+
+    @property
+    def topic_partitions(self) -> Mapping[str, int]:
+        """huddle's topic registry: each topic's partition count."""
+
+
+class KafkaWire:
+    """Kafka's wire on one listener, advertised as ``host:port`` (broker ``node_id``)."""
+
+    def __init__(
+        self, server: KafkaHost, advertised: tuple[str, int], *, max_response_bytes: int
+    ) -> None:
+        self.server = server
+        self.node_id = 0
+        self.advertised = advertised
+        self.port = advertised[1]  # the port listened on
+        self.max_response_bytes = max_response_bytes
+        self._waits: dict[int, set[asyncio.TimerHandle]] = {}  # Fetches waiting, by conn
+        # a request of the core is checked as huddle's wire checks it (its bounds)
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._check = msgspec.msgpack.Decoder(Request).decode
+
+    # --- Context: what the translations read -------------------------------------------
+
+    @property
+    def broker(self) -> tuple[int, str, int]:
+        return self.node_id, *self.advertised
+
+    @property
+    def topics(self) -> Mapping[str, int]:
+        return self.server.topic_partitions
+
+    # --- Wire ---------------------------------------------------------------------------
+
+    def framing(self, max_frame_bytes: int) -> FrameReader:
+        return FrameReader(max_frame_bytes)
+
+    def codec(self) -> KafkaCodec:
+        return KafkaCodec(self.max_response_bytes)
+
+    def take(self, conn: Connection, body: bytes) -> Call | None:
+        if not conn.handshaken:
+            conn.handshaken = True  # no handshake: its first request logs it in
+            self.server.greeted(conn)
+        try:
+            start = header.start(body)
+        except header.RequestReadError as exc:
+            self._unreadable(conn, str(exc))
+            return None
+        api_key, version = start.api_key, start.version
+        codec = cast(KafkaCodec, conn.codec)
+        if not apis.served(api_key, version):
+            self._not_served(conn, codec, start)
+            return None
+        try:
+            client_id, offset = header.client_id_and_end(body, schemas.flexible(api_key, version))
+            request = schemas.decode(api_key, version, body, offset)
+        except Exception as exc:  # kio's readers raise several kinds on hostile input
+            self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
+            return None
+        if client_id != conn.client_id:
+            conn.client_id = client_id
+            conn.peer = replace(conn.peer, client_id=client_id)
+        try:
+            plan = TRANSLATIONS[api_key](request, version, self)
+        except Exception as exc:
+            self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
+            return None
+        slot = Slot(api_key, version, start.correlation_id, plan.answer, len(plan.calls))
+        ids = codec.open(slot)
+        if not ids:
+            if plan.wait_ms > 0:
+                self._answer_later(conn, codec, slot, plan.wait_ms)
+            else:
+                conn.send(codec.release(slot))
+            return None
+        calls = [self._checked(conn, i, r) for i, r in zip(ids, plan.calls, strict=True)]
+        for extra in calls[1:]:
+            if extra is not None:
+                self.server.call(conn, extra)
+        return calls[0]
+
+    def overdue(self, conn: Connection, timeout_ms: int) -> tuple[ErrorCode, str] | None:
+        return ErrorCode.INVALID_REQUEST, f"no request within {timeout_ms} ms"
+
+    def gone(self, conn: Connection) -> None:
+        for handle in self._waits.pop(conn.conn_id, ()):
+            handle.cancel()
+
+    # --- the rest -----------------------------------------------------------------------
+
+    def _checked(self, conn: Connection, call_id: int, request: Request) -> Call | None:
+        """The core's request, within the bounds huddle's wire holds every request to; one
+        out of them is answered INVALID_REQUEST here (its slot is answered so)."""
+        try:
+            self._check(self._encode(request))
+        except msgspec.ValidationError as exc:
+            text = f"invalid request: {printable(str(exc), _REASON_CHARS)}"
+            conn.log.warning("bad_request", error_message=text, client_id=conn.client_id)
+            refusal = ErrorResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=text)
+            conn.send(Reply(correlation_id=call_id, response=refusal))
+            return None
+        return Call(correlation_id=call_id, request=request)
+
+    def _answer_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, wait_ms: int) -> None:
+        waits = self._waits.setdefault(conn.conn_id, set())
+
+        def answer() -> None:
+            waits.discard(handle)
+            if not conn.closing:
+                conn.send(codec.release(slot))
+                self.server.flush()
+
+        handle = self.server.loop.call_later(wait_ms / 1000, answer)
+        waits.add(handle)
+
+    def _not_served(self, conn: Connection, codec: KafkaCodec, start: header.Start) -> None:
+        api = apis.name(start.api_key)
+        conn.log.warning(
+            "kafka_not_served",
+            api_key=start.api_key,
+            api=api,
+            version=start.version,
+            correlation_id=start.correlation_id,
+            client_id=conn.client_id,
+        )
+        if start.api_key == Api.API_VERSIONS:  # answered in v0, with the versions served
+            values = brokers.unsupported_api_versions()
+            slot = Slot(Api.API_VERSIONS, 0, start.correlation_id, lambda _: values, 0)
+            codec.open(slot)
+            conn.send(codec.release(slot))
+            return
+        conn.fail(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"{api} v{start.version} is not served (ApiVersions lists what is)",
+            event="kafka_closed",
+        )
+
+    def _unreadable(self, conn: Connection, reason: str, start: header.Start | None = None) -> None:
+        text = f"unreadable request: {printable(reason, _REASON_CHARS)}"
+        if start is None:
+            conn.fail(ErrorCode.CORRUPT_MESSAGE, text, event="kafka_bad_request")
+            return
+        conn.fail(
+            ErrorCode.CORRUPT_MESSAGE,
+            text,
+            event="kafka_bad_request",
+            api_key=start.api_key,
+            version=start.version,
+            correlation_id=start.correlation_id,
+        )
