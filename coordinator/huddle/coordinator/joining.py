@@ -131,8 +131,8 @@ class Joins:
                 join_error(E.MEMBER_ID_REQUIRED, "join again with this member id", member_id),
             )
             return
-        old_id = group.static.get(instance)
-        if old_id is None:
+        old_id = None if instance is None else group.static.get(instance)
+        if old_id is None:  # a new static member, or a dynamic one let in at once (v0-3)
             self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
         else:
             self._replace_static(fx, group, group.members[old_id], conn, waiter, member_id, req)
