@@ -101,8 +101,7 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "int",
         _S,
         "kafka_port",
-        "also listen for Kafka clients on this port (0: any free port; default: no Kafka "
-        "listener)",
+        "also listen for Kafka clients on this port (0: any free port; default: no Kafka listener)",
     ),
     ServeFlag(
         "kafka-host", "str", _S, "kafka_host", "address of the Kafka listener (default: --host)"
