@@ -72,7 +72,7 @@ def fetch(req: Any, version: int, ctx: Context) -> Plan:
                             "log_start_offset": 0,
                             "aborted_transactions": None,
                             "preferred_read_replica": -1,
-                            "records": None,
+                            "records": b"",  # not null: kafka-python reads its length
                         }
                         for p in t.partitions
                     ],

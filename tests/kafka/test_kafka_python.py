@@ -1,0 +1,100 @@
+"""kafka-python's consumers on the Kafka listener: they form a group on a topic created
+through huddle's registry, a member joins and gets a share, a member leaves cleanly, and
+a new consumer resumes from a commit; with the eager range assignor and with the
+cooperative-sticky one (KIP-429's two rounds)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+from huddle.client.admin import Admin
+from huddle.coordinator.effects import Peer
+from huddle.protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse, Reply
+from tests.helpers import wait_until
+from tests.kafka.conftest import Listening
+from tests.kafka.consumers import Partition, PythonConsumer
+
+PARTITIONS = 6
+ALL = frozenset(("t", p) for p in range(PARTITIONS))
+ASSIGNORS = {"range": RangePartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}
+SETTLE_S = 30.0
+
+
+@pytest.fixture
+async def topic(kafka: Listening) -> None:
+    """Topic ``t`` with 6 partitions, created through huddle's own wire."""
+    async with Admin(f"127.0.0.1:{kafka.server.port}") as admin:
+        await admin.create_topic("t", PARTITIONS)
+
+
+async def _start(kafka: Listening, group: str, **config: Any) -> PythonConsumer:
+    return await asyncio.to_thread(PythonConsumer, kafka.port, group, "t", **config)
+
+
+def _shared(consumers: Sequence[PythonConsumer]) -> bool:
+    """Every consumer owns a share, no partition twice, every partition once."""
+    shares = [c.assignment for c in consumers]
+    for c in consumers:
+        assert c.failure is None, c.failure
+    return (
+        all(shares)
+        and sum(len(s) for s in shares) == PARTITIONS
+        and frozenset().union(*shares) == ALL
+    )
+
+
+def _protocol(kafka: Listening, group: str) -> str:
+    """The group's protocol, as the core describes it."""
+    out = kafka.server.core.handle(Peer(0), 1, DescribeGroupsRequest(groups=[group]), 0)
+    reply = out[0][1]
+    assert isinstance(reply, Reply)
+    assert isinstance(reply.response, DescribeGroupsResponse)
+    return reply.response.groups[0].protocol_name
+
+
+async def _stop(*consumers: PythonConsumer) -> None:
+    await asyncio.gather(*(asyncio.to_thread(c.stop) for c in consumers))
+
+
+@pytest.mark.parametrize("assignor", list(ASSIGNORS))
+@pytest.mark.usefixtures("topic")
+async def test_consumers_form_a_group_take_in_a_member_and_let_one_go(
+    kafka: Listening, assignor: str
+) -> None:
+    strategy = {"partition_assignment_strategy": [ASSIGNORS[assignor]]}
+    consumers = [await _start(kafka, "g", **strategy) for _ in range(3)]
+    try:
+        await wait_until(lambda: _shared(consumers), wait_s=SETTLE_S, what="3 members share t")
+        assert _protocol(kafka, "g") == assignor
+        consumers.append(await _start(kafka, "g", **strategy))
+        await wait_until(lambda: _shared(consumers), wait_s=SETTLE_S, what="the 4th gets a share")
+        leaving = consumers.pop(0)
+        await _stop(leaving)  # close(): a LeaveGroup
+        await wait_until(lambda: _shared(consumers), wait_s=SETTLE_S, what="3 own all again")
+    finally:
+        await _stop(*consumers)
+
+
+@pytest.mark.usefixtures("topic")
+async def test_a_new_consumer_resumes_from_the_commit(kafka: Listening) -> None:
+    first = await _start(kafka, "resume")
+    partition: Partition = ("t", 2)
+    try:
+        await wait_until(lambda: _shared([first]), wait_s=SETTLE_S, what="the first owns t")
+        await asyncio.to_thread(first.commit, partition, 42)
+    finally:
+        await _stop(first)
+    second = await _start(kafka, "resume")
+    try:
+        await wait_until(lambda: _shared([second]), wait_s=SETTLE_S, what="the second owns t")
+        committed, position = await asyncio.to_thread(second.position, partition)
+    finally:
+        await _stop(second)
+    assert committed == 42
+    assert position == 42
