@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
@@ -119,3 +121,12 @@ def test_a_kept_batch_is_read_back_by_kio() -> None:
     assert parsed.base_offset == 5
     assert parsed.partition_leader_epoch == -1
     assert [r.value for r in parsed.records] == [b"one", b"two"]
+
+
+def test_a_record_count_that_disagrees_with_the_last_offset_delta_is_corrupt() -> None:
+    data = bytearray(batch([b"x", b"y"]))
+    struct.pack_into(">i", data, 23, 5)  # last offset delta 5 for 2 records
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))  # a valid CRC all the same
+    with pytest.raises(LogError) as refused:
+        split_batches(bytes(data))
+    assert refused.value.code == ErrorCode.corrupt_message

@@ -151,12 +151,15 @@ def test_timestamps_are_found_by_batch() -> None:
     store.append("t", 0, split_batches(batch([b"c"], timestamp_ms=5000)))
     store.append("t", 0, split_batches(batch([b"d"], timestamp_ms=3000)))
     found = store.offset_for_timestamp("t", 0, 1001)
-    assert found is not None and (found.base_offset, found.max_timestamp) == (0, 1001)
+    assert found is not None
+    assert (found.base_offset, found.max_timestamp) == (0, 1001)
     found = store.offset_for_timestamp("t", 0, 1002)
-    assert found is not None and found.base_offset == 2
+    assert found is not None
+    assert found.base_offset == 2
     assert store.offset_for_timestamp("t", 0, 6000) is None
     newest = store.max_timestamp_batch("t", 0)
-    assert newest is not None and (newest.last_offset, newest.max_timestamp) == (2, 5000)
+    assert newest is not None
+    assert (newest.last_offset, newest.max_timestamp) == (2, 5000)
 
 
 @given(
@@ -181,6 +184,9 @@ def test_offsets_stay_contiguous_and_reads_start_at_the_offsets_batch(
         everything = store.read("t", partition, target.log_start, 1 << 30, at_least_one=True)
         offsets = [r.offset for b in read_batches(b"".join(everything.batches)) for r in b.records]
         assert offsets == list(range(target.log_start, target.log_end))
+        assert (
+            store.read("t", partition, target.log_end, max_bytes, at_least_one=True).batches == ()
+        )
         if target.log_end == target.log_start:
             continue
         offset = target.log_start + pick % (target.log_end - target.log_start)

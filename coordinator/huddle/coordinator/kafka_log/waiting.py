@@ -23,6 +23,7 @@ from huddle.coordinator.kafka_log.store import LogStore, PartitionKey
 class StoreWaiter:
     def __init__(self, store: LogStore) -> None:
         self._waiting: dict[PartitionKey, set[asyncio.Future[None]]] = {}
+        self.started = 0  # waits begun, ever
         store.append_hooks.append(self._grown)
 
     def _grown(self, key: PartitionKey) -> None:
@@ -40,6 +41,7 @@ class StoreWaiter:
         ``deadline`` (False)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         keys = list(keys)
+        self.started += 1
         for key in keys:
             self._waiting.setdefault(key, set()).add(future)
         try:
