@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import struct
 
 import pytest
@@ -130,3 +131,9 @@ def test_a_record_count_that_disagrees_with_the_last_offset_delta_is_corrupt() -
     with pytest.raises(LogError) as refused:
         split_batches(bytes(data))
     assert refused.value.code == ErrorCode.corrupt_message
+
+
+def test_a_refusal_survives_pickling_with_its_code() -> None:
+    refused = LogError(ErrorCode.invalid_record, "no")
+    copy = pickle.loads(pickle.dumps(refused))
+    assert (copy.code, copy.message) == (ErrorCode.invalid_record, "no")

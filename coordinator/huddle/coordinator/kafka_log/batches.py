@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
+from huddle.protocol.errors import HuddleError
+
 HEADER_SIZE = 61
 LENGTH_PREFIX = 12  # base offset and batch length: not counted in the batch length
 MAGIC = 2
@@ -48,14 +50,13 @@ _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 
 
-class LogError(Exception):
+class LogError(HuddleError):
     """What the log refuses (a batch, an offset, a partition): the Kafka error code to
     answer and why."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
