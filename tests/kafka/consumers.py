@@ -31,6 +31,7 @@ class PythonConsumer:
         )
         self._consumer.subscribe([topic])
         self.assignment: frozenset[Partition] = frozenset()
+        self.records: list[tuple[str, int, int, bytes]] = []  # consumed, in order
         self.failure: BaseException | None = None
         self._calls: list[tuple[Callable[[KafkaConsumer], Any], list[Any], threading.Event]] = []
         self._stop = threading.Event()
@@ -43,7 +44,8 @@ class PythonConsumer:
             while not self._stop.is_set():
                 # not much shorter: kafka-python 3.0 can drop a SyncGroup answer that
                 # arrives after the poll that sent its JoinGroup ran out of time
-                consumer.poll(timeout_ms=500)
+                for batch in consumer.poll(timeout_ms=500).values():
+                    self.records.extend((r.topic, r.partition, r.offset, r.value) for r in batch)
                 self.assignment = frozenset(
                     (tp.topic, tp.partition) for tp in consumer.assignment()
                 )

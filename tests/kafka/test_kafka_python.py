@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
@@ -81,10 +82,25 @@ async def test_consumers_form_a_group_take_in_a_member_and_let_one_go(
         await _stop(*consumers)
 
 
+def _produce(port: int, partition: Partition, count: int) -> None:
+    producer = KafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{port}", acks=1, enable_idempotence=False, linger_ms=0
+    )
+    try:
+        for i in range(count):
+            producer.send(partition[0], value=b"m%d" % i, partition=partition[1])
+        producer.flush(timeout=10)
+    finally:
+        producer.close(timeout=10)
+
+
 @pytest.mark.usefixtures("topic")
 async def test_a_new_consumer_resumes_from_the_commit(kafka: Listening) -> None:
-    first = await _start(kafka, "resume")
+    """Records produced through the listener; the first consumer commits offset 42 of one
+    partition and leaves; the next one in the group reads that partition from 42 on."""
     partition: Partition = ("t", 2)
+    await asyncio.to_thread(_produce, kafka.port, partition, 50)
+    first = await _start(kafka, "resume")
     try:
         await wait_until(lambda: _shared([first]), wait_s=SETTLE_S, what="the first owns t")
         await asyncio.to_thread(first.commit, partition, 42)
@@ -92,9 +108,12 @@ async def test_a_new_consumer_resumes_from_the_commit(kafka: Listening) -> None:
         await _stop(first)
     second = await _start(kafka, "resume")
     try:
-        await wait_until(lambda: _shared([second]), wait_s=SETTLE_S, what="the second owns t")
-        committed, position = await asyncio.to_thread(second.position, partition)
+        await wait_until(
+            lambda: len(second.records) >= 8, wait_s=SETTLE_S, what="the second reads on"
+        )
+        committed, _ = await asyncio.to_thread(second.position, partition)
     finally:
         await _stop(second)
     assert committed == 42
-    assert position == 42
+    read = [(p, offset, value) for _, p, offset, value in second.records]
+    assert read == [(2, i, b"m%d" % i) for i in range(42, 50)]

@@ -11,5 +11,6 @@ one part of what it does (see docs/kafka.md for the mapping to the core):
 - ``answers``: each connection's answers leaving in request order (``KafkaCodec``);
 - ``brokers``: ApiVersions, Metadata and FindCoordinator;
 - ``groups``, ``offsets``, ``admin``: Kafka's requests as the core's, its answers back;
-- ``empty_log``: ListOffsets and Fetch over an empty log.
+- ``log_apis``: Produce, Fetch and ListOffsets over the small log
+  (``huddle.coordinator.kafka_log``).
 """

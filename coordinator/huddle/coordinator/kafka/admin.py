@@ -134,6 +134,8 @@ def create_topics(req: Any, version: int, ctx: Context) -> Plan:
         topics = []
         for t in req.topics:
             code, text = refused.get(t.name) or results.get(t.name) or (0, None)
+            if parts and not code:
+                ctx.topic_changed(t.name)
             if validate_only and not code and t.name in ctx.topics:
                 code, text = int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {t.name!r} exists"
             topics.append(
@@ -169,6 +171,9 @@ def delete_topics(req: Any, version: int, ctx: Context) -> Plan:
 
     def answer(parts: Sequence[Response]) -> Values:
         results = _topic_results(parts)
+        for n in names:
+            if not results.get(n, (0, None))[0]:
+                ctx.topic_changed(n)
         return {
             "responses": [
                 {
@@ -200,6 +205,9 @@ def create_partitions(req: Any, version: int, ctx: Context) -> Plan:
 
     def answer(parts: Sequence[Response]) -> Values:
         results = _topic_results(parts)
+        for t in req.topics:
+            if parts and not (refused.get(t.name) or results.get(t.name) or (0, None))[0]:
+                ctx.topic_changed(t.name)
         return {
             "results": [
                 {

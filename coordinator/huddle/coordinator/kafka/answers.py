@@ -80,10 +80,14 @@ class KafkaCodec:
             self._calls[call_id] = (slot, index)
         return ids
 
-    def release(self, slot: Slot) -> Reply:
+    def release(self, slot: Slot, *, silent: bool = False) -> Reply:
         """The wire answers ``slot`` (of no core parts) now: its answer is made, and the
-        returned frame, sent through the connection, lets it leave in its turn."""
-        self._finish(slot)
+        returned frame, sent through the connection, lets it leave in its turn.
+        ``silent``: the request has no answer (a Produce with acks=0)."""
+        if silent:
+            slot.encoded = b""
+        else:
+            self._finish(slot)
         call_id = self._next_call
         self._next_call += 1
         self._calls[call_id] = (slot, -1)
@@ -119,10 +123,10 @@ class KafkaCodec:
         self._encode(slot, values)
 
     def _encode(self, slot: Slot, values: Mapping[str, Any]) -> None:
+        """``values`` are the response's (``schemas.build``), or the response itself."""
         cls = schemas.response_class(slot.api_key, slot.version)
-        encoded = schemas.encode(
-            slot.api_key, slot.version, slot.correlation_id, schemas.build(cls, values)
-        )
+        entity = schemas.build(cls, values) if isinstance(values, Mapping) else values
+        encoded = schemas.encode(slot.api_key, slot.version, slot.correlation_id, entity)
         if len(encoded) - SIZE_BYTES > self.max_response_bytes:
             log.warning(
                 "response_too_large",

@@ -12,7 +12,8 @@ The ranges are chosen so that every listed client finds what it needs:
 - kafkajs is never flexible (ApiVersions up to 2, Metadata up to 6, JoinGroup up to 5 ...),
   kafka-python and aiokafka take the highest version they know: every version up to the
   newest of each API is served.
-- Metadata stops at 12 and Fetch at 12 (zero topic ids keep librdkafka there);
+- Produce 3-9, Fetch 4-12 and ListOffsets 1-9 are the log's (``kafka_log.handlers``);
+  Metadata stops at 12 and Fetch at 12 (zero topic ids keep librdkafka there);
   ConsumerGroupHeartbeat, GetTelemetrySubscriptions, InitProducerId and the transaction
   APIs are not served, so not advertised.
 """
@@ -21,6 +22,12 @@ from __future__ import annotations
 
 from enum import IntEnum
 from typing import Final
+
+from huddle.coordinator.kafka_log.handlers import (
+    FETCH_VERSIONS,
+    LIST_OFFSETS_VERSIONS,
+    PRODUCE_VERSIONS,
+)
 
 
 class Api(IntEnum):
@@ -46,8 +53,9 @@ class Api(IntEnum):
 
 # (lowest, highest) version served, by API.
 SERVED: Final[dict[Api, tuple[int, int]]] = {
-    Api.FETCH: (4, 12),
-    Api.LIST_OFFSETS: (1, 7),
+    Api.PRODUCE: (PRODUCE_VERSIONS[0], PRODUCE_VERSIONS[-1]),  # the log's
+    Api.FETCH: (FETCH_VERSIONS[0], FETCH_VERSIONS[-1]),
+    Api.LIST_OFFSETS: (LIST_OFFSETS_VERSIONS[0], LIST_OFFSETS_VERSIONS[-1]),
     Api.METADATA: (0, 12),
     Api.OFFSET_COMMIT: (2, 9),
     Api.OFFSET_FETCH: (1, 9),

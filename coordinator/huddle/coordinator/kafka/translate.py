@@ -26,8 +26,6 @@ Answer = Callable[[Sequence[Response]], Values]
 class Plan:
     calls: Sequence[Request]
     answer: Answer
-    # the Kafka response waits this long before it is answered (a Fetch of an empty log)
-    wait_ms: int = 0
 
 
 class Context(Protocol):
@@ -40,6 +38,9 @@ class Context(Protocol):
     @property
     def topics(self) -> Mapping[str, int]:
         """huddle's topic registry: each topic's partition count."""
+
+    def topic_changed(self, topic: str) -> None:
+        """The registry changed ``topic`` (created, resized, deleted): the log follows."""
 
 
 def get(request: Any, name: str, default: Any = None) -> Any:

@@ -28,7 +28,6 @@ from huddle.coordinator.kafka import (
     admin,
     apis,
     brokers,
-    empty_log,
     groups,
     header,
     offsets,
@@ -36,6 +35,7 @@ from huddle.coordinator.kafka import (
 )
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
 from huddle.coordinator.kafka.translate import Context, Plan
 from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode
@@ -60,10 +60,17 @@ TRANSLATIONS: Final[dict[int, Translation]] = {
     Api.CREATE_TOPICS: admin.create_topics,
     Api.DELETE_TOPICS: admin.delete_topics,
     Api.CREATE_PARTITIONS: admin.create_partitions,
-    Api.LIST_OFFSETS: empty_log.list_offsets,
-    Api.FETCH: empty_log.fetch,
 }
+_LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
 _REASON_CHARS: Final = 300
+
+
+def _by_the_log(parts: Any) -> Any:
+    raise AssertionError("answered by the log")
+
+
+def _answered(response: Any) -> Callable[[Any], Any]:
+    return lambda parts: response
 
 
 class KafkaHost(Protocol):
@@ -97,7 +104,8 @@ class KafkaWire:
         self.advertised = advertised
         self.port = advertised[1]  # the port listened on
         self.max_response_bytes = max_response_bytes
-        self._waits: dict[int, set[asyncio.TimerHandle]] = {}  # Fetches waiting, by conn
+        self.log = KafkaLog(server.topic_partitions.get)
+        self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
         self._check = msgspec.msgpack.Decoder(Request).decode
@@ -111,6 +119,9 @@ class KafkaWire:
     @property
     def topics(self) -> Mapping[str, int]:
         return self.server.topic_partitions
+
+    def topic_changed(self, topic: str) -> None:
+        self.log.topic_changed(topic)
 
     # --- Wire ---------------------------------------------------------------------------
 
@@ -143,6 +154,10 @@ class KafkaWire:
         if client_id != conn.client_id:
             conn.client_id = client_id
             conn.peer = replace(conn.peer, client_id=client_id)
+        if api_key in _LOG_APIS:
+            slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
+            self._log_api(conn, codec, slot, request)
+            return None
         try:
             plan = TRANSLATIONS[api_key](request, version, self)
         except Exception as exc:
@@ -151,10 +166,7 @@ class KafkaWire:
         slot = Slot(api_key, version, start.correlation_id, plan.answer, len(plan.calls))
         ids = codec.open(slot)
         if not ids:
-            if plan.wait_ms > 0:
-                self._answer_later(conn, codec, slot, plan.wait_ms)
-            else:
-                conn.send(codec.release(slot))
+            conn.send(codec.release(slot))
             return None
         calls = [self._checked(conn, i, r) for i, r in zip(ids, plan.calls, strict=True)]
         for extra in calls[1:]:
@@ -166,8 +178,8 @@ class KafkaWire:
         return ErrorCode.INVALID_REQUEST, f"no request within {timeout_ms} ms"
 
     def gone(self, conn: Connection) -> None:
-        for handle in self._waits.pop(conn.conn_id, ()):
-            handle.cancel()
+        for fetch in self._waits.pop(conn.conn_id, ()):
+            fetch.cancel()
 
     # --- the rest -----------------------------------------------------------------------
 
@@ -184,17 +196,46 @@ class KafkaWire:
             return None
         return Call(correlation_id=call_id, request=request)
 
-    def _answer_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, wait_ms: int) -> None:
+    def _log_api(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
+        """Produce, Fetch or ListOffsets: the log answers, now or (a Fetch) later."""
+        codec.open(slot)
+        log, version = self.log, slot.version
+        if slot.api_key == Api.LIST_OFFSETS:
+            answer = log.list_offsets(request, version)
+        elif slot.api_key == Api.PRODUCE:
+            answer = log.produce(request, version)
+            if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
+                conn.send(codec.release(slot, silent=True))
+                if answer.close:
+                    conn.close("a Produce with acks=0 was refused")
+                return
+        else:
+            answer = log.fetch_now(request, version)
+            if isinstance(answer, Wait):
+                self._fetch_later(conn, codec, slot, request)
+                return
+        slot.answer = _answered(answer)
+        conn.send(codec.release(slot))
+
+    def _fetch_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
         waits = self._waits.setdefault(conn.conn_id, set())
+        fetch = self.log.fetch_later(request, slot.version)
+        waits.add(fetch)
 
-        def answer() -> None:
-            waits.discard(handle)
-            if not conn.closing:
-                conn.send(codec.release(slot))
-                self.server.flush()
+        def done(task: asyncio.Future[Any]) -> None:
+            waits.discard(task)
+            if task.cancelled() or conn.closing:
+                return
+            error = task.exception()
+            if error is not None:
+                conn.log.error("kafka_fetch_failed", error=repr(error))
+                conn.abort("the Fetch failed")
+                return
+            slot.answer = _answered(task.result())
+            conn.send(codec.release(slot))
+            self.server.flush()
 
-        handle = self.server.loop.call_later(wait_ms / 1000, answer)
-        waits.add(handle)
+        fetch.add_done_callback(done)
 
     def _not_served(self, conn: Connection, codec: KafkaCodec, start: header.Start) -> None:
         api = apis.name(start.api_key)
