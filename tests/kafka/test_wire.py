@@ -207,3 +207,36 @@ def _create(server: CoordinatorServer, *specs: TopicSpec) -> None:
     out = server.core.handle(Peer(0), 1, CreateTopicsRequest(topics=list(specs)), server.now_ms())
     assert len(out) == 1
     assert out[0][1].response.error_code == 0  # type: ignore[union-attr]
+
+
+async def test_a_waiting_fetch_keeps_its_turn(kafka: Listening) -> None:
+    """A Fetch with nothing to read waits its max_wait_ms; the ApiVersions sent behind it
+    is answered after it, in request order."""
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        conn.send(
+            Api.FETCH,
+            4,
+            1,
+            replica_id=-1,
+            max_wait=200,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            topics=[
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 4096}
+                    ],
+                }
+            ],
+        )
+        conn.send(Api.API_VERSIONS, 0, 2)
+        first, body = await conn.read()
+        second, _ = await conn.read()
+    assert (first, second) == (1, 2)
+    fetched = parse(Api.FETCH, 4, body)
+    (partition,) = fetched.responses[0].partitions
+    assert partition.error_code == 0
+    assert partition.high_watermark == 0
