@@ -13,6 +13,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
+from structlog.typing import EventDict
 
 from huddle.client.admin import Admin
 from huddle.coordinator.effects import Peer
@@ -66,13 +67,15 @@ async def _stop(*consumers: PythonConsumer) -> None:
 @pytest.mark.parametrize("assignor", list(ASSIGNORS))
 @pytest.mark.usefixtures("topic")
 async def test_consumers_form_a_group_take_in_a_member_and_let_one_go(
-    kafka: Listening, assignor: str
+    kafka: Listening, logs: list[EventDict], assignor: str
 ) -> None:
     strategy = {"partition_assignment_strategy": [ASSIGNORS[assignor]]}
     consumers = [await _start(kafka, "g", **strategy) for _ in range(3)]
     try:
         await wait_until(lambda: _shared(consumers), wait_s=SETTLE_S, what="3 members share t")
         assert _protocol(kafka, "g") == assignor
+        # the core reads the Kafka subscriptions (offset retention knows the group's topics)
+        assert not [e for e in logs if e["event"] == "subscriptions_unreadable"]
         consumers.append(await _start(kafka, "g", **strategy))
         await wait_until(lambda: _shared(consumers), wait_s=SETTLE_S, what="the 4th gets a share")
         leaving = consumers.pop(0)
