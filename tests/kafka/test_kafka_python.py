@@ -17,8 +17,10 @@ from structlog.typing import EventDict
 
 from huddle.client.admin import Admin
 from huddle.coordinator.effects import Peer
+from huddle.coordinator.host import CoordinatorServer
+from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse, Reply
-from tests.helpers import wait_until
+from tests.helpers import fast_server_config, wait_until
 from tests.kafka.conftest import Listening
 from tests.kafka.consumers import Partition, PythonConsumer
 
@@ -85,13 +87,14 @@ async def test_consumers_form_a_group_take_in_a_member_and_let_one_go(
         await _stop(*consumers)
 
 
-def _produce(port: int, partition: Partition, count: int) -> None:
+def _produce(port: int, partition: Partition, count: int, pad: int = 0) -> None:
     producer = KafkaProducer(
         bootstrap_servers=f"127.0.0.1:{port}", acks=1, enable_idempotence=False, linger_ms=0
     )
     try:
         for i in range(count):
-            producer.send(partition[0], value=b"m%d" % i, partition=partition[1])
+            value = b"m%d" % i + bytes(pad)
+            producer.send(partition[0], value=value, partition=partition[1])
         producer.flush(timeout=10)
     finally:
         producer.close(timeout=10)
@@ -120,3 +123,23 @@ async def test_a_new_consumer_resumes_from_the_commit(kafka: Listening) -> None:
     assert committed == 42
     read = [(p, offset, value) for _, p, offset, value in second.records]
     assert read == [(2, i, b"m%d" % i) for i in range(42, 50)]
+
+
+async def test_a_fetch_asking_for_more_than_a_response_may_hold_is_clamped() -> None:
+    """A consumer's Fetch asks for up to 50 MiB; the listener's answers are limited to
+    --max-response-bytes: the Fetch gets what fits (the records arrive), never an answer
+    over the limit."""
+    limit = 256 * 1024
+    async with CoordinatorServer(fast_server_config(max_response_bytes=limit)) as server:
+        wire = await listen_kafka(server, "127.0.0.1", 0)
+        async with Admin(f"127.0.0.1:{server.port}") as admin:
+            await admin.create_topic("t", 1)
+        await asyncio.to_thread(_produce, wire.port, ("t", 0), 40, 20_000)
+        consumer = await asyncio.to_thread(
+            PythonConsumer, wire.port, "big", "t", auto_offset_reset="earliest"
+        )
+        try:
+            await wait_until(lambda: len(consumer.records) >= 40, wait_s=SETTLE_S, what="all 40")
+        finally:
+            await _stop(consumer)
+    assert [offset for _, _, offset, _ in consumer.records] == list(range(40))

@@ -17,6 +17,7 @@ a request shorter than its header or that cannot be read, an API or version not 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Final, Protocol, cast
@@ -63,6 +64,7 @@ TRANSLATIONS: Final[dict[int, Translation]] = {
 }
 _LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
 _REASON_CHARS: Final = 300
+_FETCH_OVERHEAD: Final = 64 * 1024  # a Fetch answer's bytes besides its records, at most
 
 
 def _by_the_log(parts: Any) -> Any:
@@ -104,6 +106,8 @@ class KafkaWire:
         self.advertised = advertised
         self.port = advertised[1]  # the port listened on
         self.max_response_bytes = max_response_bytes
+        # what a Fetch may ask for: its answer stays within the response limit
+        self._fetch_limit = max(max_response_bytes - _FETCH_OVERHEAD, 1)
         self.log = KafkaLog(server.topic_partitions.get)
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
@@ -210,6 +214,8 @@ class KafkaWire:
                     conn.close("a Produce with acks=0 was refused")
                 return
         else:
+            if request.max_bytes > self._fetch_limit:  # as Kafka's fetch.max.bytes clamps it
+                request = dataclasses.replace(request, max_bytes=self._fetch_limit)
             answer = log.fetch_now(request, version)
             if isinstance(answer, Wait):
                 self._fetch_later(conn, codec, slot, request)
