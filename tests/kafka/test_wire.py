@@ -240,3 +240,25 @@ async def test_a_waiting_fetch_keeps_its_turn(kafka: Listening) -> None:
     (partition,) = fetched.responses[0].partitions
     assert partition.error_code == 0
     assert partition.high_watermark == 0
+
+
+async def test_answers_released_together_may_pass_the_response_limit_together() -> None:
+    """Two Metadata answers of 60% of --max-response-bytes each wait behind a held
+    JoinGroup and leave with it in one write: each is within the limit, so both are sent
+    (the limit is per answer, not per write)."""
+    limit = 64 * 1024
+    group = replace(FAST_GROUP, initial_rebalance_delay_ms=300)
+    config = fast_server_config(group=group, max_response_bytes=limit)
+    async with CoordinatorServer(config) as server:
+        wire = await listen_kafka(server, "127.0.0.1", 0)
+        specs = [TopicSpec(name=f"{i:03d}" + "t" * 200, partitions=1) for i in range(150)]
+        _create(server, *specs)
+        async with RawKafka(wire.port) as conn:
+            conn.send(Api.JOIN_GROUP, 1, 1, **_join(1))
+            conn.send(Api.METADATA, 1, 2, topics=None)
+            conn.send(Api.METADATA, 1, 3, topics=None)
+            answers = [await conn.read() for _ in range(3)]
+    assert [correlation_id for correlation_id, _ in answers] == [1, 2, 3]
+    for _, body in answers[1:]:
+        assert 0.5 * limit < len(body) < limit
+        assert len(parse(Api.METADATA, 1, body).topics) == 150

@@ -58,6 +58,8 @@ class KafkaCodec:
     """One connection's queue of slots; a ``huddle.coordinator.wire.Codec``."""
 
     __slots__ = ("_calls", "_next_call", "_queue", "max_response_bytes")
+    # each answer is kept within the limit here: several may leave in one call
+    limits_size: Final = True
 
     def __init__(self, max_response_bytes: int) -> None:
         self.max_response_bytes = max_response_bytes
