@@ -171,9 +171,11 @@ def _expanded(path: list[list[str]]) -> Iterator[list[str]]:
 
 @pytest.fixture
 def reader(tmp_path: Path) -> Iterator[Reader]:
-    with CoordinatorProcess(keep_data=False) as coordinator:
+    kafka_port = free_port()
+    with CoordinatorProcess(["--kafka-port", str(kafka_port)], keep_data=False) as coordinator:
         addresses = {
             "127.0.0.1:9292": coordinator.bootstrap,
+            "127.0.0.1:9092": f"127.0.0.1:{kafka_port}",
             "9393": str(free_port()),
         }
         reader = Reader(tmp_path, addresses)

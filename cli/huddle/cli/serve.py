@@ -96,6 +96,24 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "metrics_port",
         "serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; default off)",
     ),
+    ServeFlag(
+        "kafka-port",
+        "int",
+        _S,
+        "kafka_port",
+        "also listen for Kafka clients on this port (0: any free port; default: no Kafka listener)",
+    ),
+    ServeFlag(
+        "kafka-host", "str", _S, "kafka_host", "address of the Kafka listener (default: --host)"
+    ),
+    ServeFlag(
+        "kafka-advertise",
+        "str",
+        _S,
+        "kafka_advertise",
+        "HOST:PORT Kafka clients are told to use (Metadata, FindCoordinator; default: the "
+        "address the Kafka listener listens on)",
+    ),
     ServeFlag("tls-cert", "str", _S, "tls_cert", "TLS on the listener: its certificate (PEM)"),
     ServeFlag("tls-key", "str", _S, "tls_key", "the TLS certificate's private key (PEM)"),
     ServeFlag(

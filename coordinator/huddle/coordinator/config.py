@@ -68,7 +68,7 @@ _SECURITY_FIELDS = (
     "authorizer",
     "super_users",
 )
-_OTHER_FIELDS = ("metrics_port",)
+_OTHER_FIELDS = ("metrics_port", "kafka_port", "kafka_host", "kafka_advertise")
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
@@ -104,6 +104,31 @@ def security_problems(cfg: ServerConfig) -> list[str]:
         kind, sep, name = principal.partition(":")
         if not (kind and sep and name):
             problems.append(f"super user {principal!r} is not a principal (User:NAME)")
+    return problems
+
+
+def kafka_problems(cfg: ServerConfig) -> list[str]:
+    """What is wrong with the Kafka listener's settings (nothing when there is none)."""
+    if cfg.kafka_port == -1:
+        if cfg.kafka_host or cfg.kafka_advertise:
+            return ["--kafka-host and --kafka-advertise need --kafka-port"]
+        return []
+    problems = []
+    if not 0 <= cfg.kafka_port <= 65_535:
+        problems.append(f"Kafka port {cfg.kafka_port} is not in 0..65535 (or -1: none)")
+    if cfg.kafka_host:
+        host = host_problem(cfg.kafka_host)
+        if host is not None:
+            problems.append(f"Kafka listener: {host}")
+    if cfg.kafka_advertise:
+        try:
+            parse_address(cfg.kafka_advertise, what="Kafka advertised address")
+        except ValueError as exc:
+            problems.append(str(exc))
+    if cfg.tls_cert or cfg.sasl:
+        problems.append("the Kafka listener has no TLS or SASL yet: --kafka-port without them")
+    if cfg.cluster:
+        problems.append("the Kafka listener serves a single coordinator: no --cluster yet")
     return problems
 
 
@@ -148,6 +173,11 @@ class ServerConfig:
     authorizer: bool = False  # ACLs decide what each principal may do; nothing else is allowed
     super_users: str = ""  # principals allowed everything, ";"-separated (User:admin;User:ops)
     metrics_port: int = -1  # serve Prometheus /metrics on this port (0: any free one; -1: off)
+    # A Kafka listener beside huddle's on this port (0: any free one; -1: none), on
+    # ``kafka_host`` ("": ``host``), telling clients ``kafka_advertise`` ("": where it listens)
+    kafka_port: int = -1
+    kafka_host: str = ""
+    kafka_advertise: str = ""
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:
@@ -194,6 +224,7 @@ class ServerConfig:
             except ValueError as exc:
                 problems.append(str(exc))
         problems.extend(security_problems(self))
+        problems.extend(kafka_problems(self))
         if not -1 <= self.metrics_port <= 65_535:
             problems.append(f"metrics port {self.metrics_port} is not in 0..65535 (or -1: off)")
         if self.max_response_bytes > self.max_write_buffer_bytes:

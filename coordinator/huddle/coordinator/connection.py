@@ -282,7 +282,7 @@ class Connection(asyncio.Protocol):
         self.codec.encode_into(frame, pending)
         size = len(pending) - start - HEADER_SIZE
         config = self.server.config
-        if size > config.max_response_bytes:
+        if size > config.max_response_bytes and not self.codec.limits_size:
             del pending[start:]
             self._too_large(frame, size, config.max_response_bytes)
         if len(pending) > _CHECK_BUFFER_FROM and not self.closing:

@@ -24,7 +24,7 @@ from huddle.coordinator.values import (
 from huddle.protocol.embedded import (
     CONSUMER_PROTOCOL_TYPE,
     EmbeddedSchemaError,
-    decode_subscription,
+    subscribed_topics,
 )
 from huddle.protocol.messages import JoinGroupMember, Protocol
 
@@ -302,7 +302,7 @@ class Group:
         protocol, read from their subscriptions when a generation forms or the group is
         loaded (Kafka's ``computeSubscribedTopics``, for offset retention): none for a group
         without members; None (not known) for another protocol type, or a subscription
-        that is not huddle's (a member of another client library)."""
+        that is neither huddle's nor Kafka's consumer protocol's."""
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
         if not self.members:
@@ -313,7 +313,7 @@ class Group:
         topics: set[str] = set()
         for member in self.members.values():
             try:
-                topics.update(decode_subscription(member.metadata_for(name)).topics)
+                topics.update(subscribed_topics(member.metadata_for(name)))
             except (EmbeddedSchemaError, KeyError) as exc:
                 log.warning(
                     "subscriptions_unreadable",

@@ -118,7 +118,7 @@ class Joins:
             return
         member_id = self.sessions.new_member_id(conn.client_id)
         instance = req.group_instance_id
-        if instance is None:
+        if instance is None and req.require_known_member_id:
             # KIP-394: hand out an id and have the member come back with it.
             group.pending[member_id] = conn.conn_id
             self.sessions.bind_key(conn.conn_id, (group.group_id, member_id))
@@ -131,8 +131,8 @@ class Joins:
                 join_error(E.MEMBER_ID_REQUIRED, "join again with this member id", member_id),
             )
             return
-        old_id = group.static.get(instance)
-        if old_id is None:
+        old_id = None if instance is None else group.static.get(instance)
+        if old_id is None:  # a new static member, or a dynamic one let in at once (v0-3)
             self._add_and_rebalance(fx, group, conn, waiter, member_id, req)
         else:
             self._replace_static(fx, group, group.members[old_id], conn, waiter, member_id, req)

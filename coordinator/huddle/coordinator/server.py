@@ -11,6 +11,7 @@ and the errors start-up raises.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.descriptors import FD_RESERVE, connections_allowed, raise_fd_limit
 from huddle.coordinator.host import CoordinatorServer, ListenError
+from huddle.protocol.addresses import format_address
 from huddle.protocol.errors import HuddleError
 
 if TYPE_CHECKING:
@@ -46,6 +48,8 @@ async def serve(
     raise_fd_limit()
     server = CoordinatorServer(config, core=core)
     await server.start()
+    if config.kafka_port >= 0:
+        await _listen_kafka(server)
     cluster = None
     if config.cluster:
         cluster = await _join_cluster(server)
@@ -78,6 +82,23 @@ async def serve(
         await server.close()
     if server.storage_failure is not None:
         raise StorageFailedError(server.storage_failure)
+
+
+async def _listen_kafka(server: CoordinatorServer) -> None:
+    from huddle.coordinator.kafka.listener import listen_kafka
+
+    cfg = server.config
+    host = cfg.kafka_host or cfg.host
+    try:
+        wire = await listen_kafka(server, host, cfg.kafka_port, cfg.kafka_advertise or None)
+    except OSError as exc:
+        await server.close()
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise ListenError(
+            f"cannot listen for Kafka clients on {host}:{cfg.kafka_port}: {reason}"
+        ) from exc
+    advertised = format_address(*wire.advertised)
+    log.info("kafka_listening", host=host, port=wire.port, advertised=advertised)
 
 
 async def _join_cluster(server: CoordinatorServer) -> ClusterRun:

@@ -55,6 +55,11 @@ class Framing(Protocol):
 class Codec(Protocol):
     """Encodes the core's frames for one connection (``ServerCodec`` is one)."""
 
+    @property
+    def limits_size(self) -> bool:
+        """Whether the codec keeps each answer it appends within ``--max-response-bytes``
+        itself (one call may append several); False: the connection checks each frame."""
+
     def encode_into(self, frame: ServerFrame, buffer: bytearray) -> None:
         """Append ``frame``, framed, to ``buffer``."""
 

@@ -2,13 +2,15 @@
 
 The coordinator carries these as opaque bytes (JoinGroup protocol metadata, SyncGroup
 assignments); it reads only the subscribed topics of a ``consumer`` group, for offset
-retention, as Kafka's coordinator does. Both are msgpack maps with a ``version``: a newer
+retention, as Kafka's coordinator does (``subscribed_topics``, which reads Kafka clients'
+subscriptions too). Both are msgpack maps with a ``version``: a newer
 member may add fields, an older one ignores fields it does not know and gets defaults for
 fields it does not send, so mixed versions interoperate.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -104,6 +106,8 @@ class EmbeddedSchemaError(HuddleError, ValueError):
     """Bytes that are not a Subscription or Assignment this member can read."""
 
 
+_KAFKA_COUNT = struct.Struct(">i")
+_KAFKA_LENGTH = struct.Struct(">h")
 _encoder = msgspec.msgpack.Encoder()
 _subscription = msgspec.msgpack.Decoder(Subscription)
 _assignment = msgspec.msgpack.Decoder(Assignment)
@@ -118,6 +122,30 @@ def decode_subscription(data: bytes) -> Subscription:
         return _subscription.decode(data)
     except msgspec.MsgspecError as exc:
         raise EmbeddedSchemaError(f"not a subscription: {exc}") from exc
+
+
+def subscribed_topics(data: bytes) -> list[str]:
+    """The topics a ``consumer`` member subscribes to: from huddle's ``Subscription``
+    (msgpack, a map), or from Kafka's ConsumerProtocolSubscription, which Kafka clients
+    send (a big-endian int16 version, then an int32 count of int16-length UTF-8 topic
+    names; what follows them is not read)."""
+    if data[:1] != b"\x00":
+        return list(decode_subscription(data).topics)
+    try:
+        (count,) = _KAFKA_COUNT.unpack_from(data, 2)
+        if not 0 <= count <= len(data):
+            raise EmbeddedSchemaError(f"not a subscription: {count} topics")
+        topics, offset = [], 6
+        for _ in range(count):
+            (size,) = _KAFKA_LENGTH.unpack_from(data, offset)
+            offset += 2
+            if size < 0 or offset + size > len(data):
+                raise EmbeddedSchemaError("not a subscription: a topic name runs past the end")
+            topics.append(data[offset : offset + size].decode("utf-8"))
+            offset += size
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise EmbeddedSchemaError(f"not a subscription: {exc}") from exc
+    return topics
 
 
 def decode_assignment(data: bytes) -> Assignment:

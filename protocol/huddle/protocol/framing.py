@@ -8,6 +8,7 @@ once per connection and reused for every frame.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 import msgspec
 
@@ -116,6 +117,7 @@ class ServerCodec(_Codec):
     """The coordinator's side: decodes client frames, encodes server frames."""
 
     __slots__ = ("_decoder",)
+    limits_size: Final = False  # one frame per encode: the connection checks its size
 
     def __init__(self) -> None:
         super().__init__()

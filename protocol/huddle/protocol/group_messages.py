@@ -42,6 +42,9 @@ class JoinGroupRequest(Message, tag="join_group", frozen=True, kw_only=True):
     session_timeout_ms: int
     rebalance_timeout_ms: int = -1
     reason: Reason | None = None
+    # A new dynamic member first gets its id in a MEMBER_ID_REQUIRED answer and joins
+    # again with it (KIP-394): Kafka's JoinGroup v4+. False: it is let in at once (v0-3).
+    require_known_member_id: bool = True
 
 
 class JoinGroupMember(Struct, frozen=True, kw_only=True):

@@ -1,0 +1,16 @@
+"""The Kafka listener: Kafka's wire over the same core, a second ``Wire`` of the server.
+
+``wire.KafkaWire`` plugs into ``CoordinatorServer.listen``; the modules here hold, each,
+one part of what it does (see docs/kafka.md for the mapping to the core):
+
+- ``framing``: the 4-byte size prefix, the size limit;
+- ``header``: the request header (v1 or v2 by API and version), the client id;
+- ``apis``: which APIs and versions are served, and so advertised;
+- ``schemas``: kio, Kafka's schemas for every API and version (the only module that
+  touches it): decoding requests, building and encoding responses for their version;
+- ``answers``: each connection's answers leaving in request order (``KafkaCodec``);
+- ``brokers``: ApiVersions, Metadata and FindCoordinator;
+- ``groups``, ``offsets``, ``admin``: Kafka's requests as the core's, its answers back;
+- ``log_apis``: Produce, Fetch and ListOffsets over the small log
+  (``huddle.coordinator.kafka_log``).
+"""

@@ -1,0 +1,146 @@
+"""Each Kafka connection's answers leave in the order of its requests (Kafka's rule;
+kafka-python and aiokafka fail on a correlation id out of turn), whoever makes them and
+whenever: the core at once, the core late (a JoinGroup held until the group's members are
+in, an answer held until its change is kept), the wire itself (ApiVersions), or a timer
+(a Fetch that waits).
+
+Every request takes a ``Slot`` in its connection's queue as it is read. A slot is answered
+by one or more of the core's ``Reply`` frames (a request of several groups is one core
+request per group), each under a call id of this connection (the ``Call``'s correlation
+id: never the client's, which a client may reuse), or at once by the wire. Once answered,
+the slot's Kafka response is built and encoded; the queue's head slots that are encoded
+leave, in order, as soon as they are all answered.
+
+``KafkaCodec`` is the connection's ``Codec``: the server hands it the core's frames (a
+notice of huddle's own wire has no Kafka form and is dropped), and the wire answers its
+own slots through ``release``: the connection then sends a ``Reply`` naming the slot's
+call id, which releases it in turn.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import structlog
+
+from huddle.coordinator.kafka import schemas
+from huddle.coordinator.kafka.framing import SIZE_BYTES
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import ErrorResponse, Reply, Response, ServerFrame
+
+log = structlog.get_logger("huddle.kafka")
+
+Answer = Callable[[Sequence[Response]], Mapping[str, Any]]
+# What ``answered`` sends through the connection: the slot was answered by the wire.
+RELEASE: Final = ErrorResponse(error_code=ErrorCode.NONE, error_message="answered by the wire")
+
+
+class Slot:
+    """One request's place in its connection's queue, until its answer leaves."""
+
+    __slots__ = ("answer", "api_key", "correlation_id", "encoded", "parts", "version", "waiting")
+
+    def __init__(
+        self, api_key: int, version: int, correlation_id: int, answer: Answer, parts: int
+    ) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id  # the client's
+        self.answer = answer  # the core's answers -> the Kafka response's values
+        self.parts: list[Response | None] = [None] * parts
+        self.waiting = parts  # core answers still to come
+        self.encoded: bytes | None = None
+
+
+class KafkaCodec:
+    """One connection's queue of slots; a ``huddle.coordinator.wire.Codec``."""
+
+    __slots__ = ("_calls", "_next_call", "_queue", "max_response_bytes")
+    # each answer is kept within the limit here: several may leave in one call
+    limits_size: Final = True
+
+    def __init__(self, max_response_bytes: int) -> None:
+        self.max_response_bytes = max_response_bytes
+        self._queue: deque[Slot] = deque()
+        self._calls: dict[int, tuple[Slot, int]] = {}  # call id -> its slot, which part
+        self._next_call = 1
+
+    @property
+    def waiting(self) -> int:
+        """Requests read and not yet answered (or answered behind one that is not)."""
+        return len(self._queue)
+
+    def open(self, slot: Slot) -> list[int]:
+        """Queue ``slot``; return the call ids its parts are asked of the core under
+        (none: the wire answers it, with ``release``)."""
+        self._queue.append(slot)
+        ids = list(range(self._next_call, self._next_call + len(slot.parts)))
+        self._next_call += len(ids)
+        for index, call_id in enumerate(ids):
+            self._calls[call_id] = (slot, index)
+        return ids
+
+    def release(self, slot: Slot, *, silent: bool = False) -> Reply:
+        """The wire answers ``slot`` (of no core parts) now: its answer is made, and the
+        returned frame, sent through the connection, lets it leave in its turn.
+        ``silent``: the request has no answer (a Produce with acks=0)."""
+        if silent:
+            slot.encoded = b""
+        else:
+            self._finish(slot)
+        call_id = self._next_call
+        self._next_call += 1
+        self._calls[call_id] = (slot, -1)
+        return Reply(correlation_id=call_id, response=RELEASE)
+
+    def encode_into(self, frame: ServerFrame, buffer: bytearray) -> None:
+        if type(frame) is not Reply:
+            return  # huddle's notices (a ProtocolError before a close) have no Kafka form
+        found = self._calls.pop(frame.correlation_id, None)
+        if found is None:
+            return
+        slot, index = found
+        if index >= 0 and slot.parts[index] is None:
+            slot.parts[index] = frame.response
+            slot.waiting -= 1
+            if slot.waiting == 0:
+                self._finish(slot)
+        queue = self._queue
+        while queue and (encoded := queue[0].encoded) is not None:
+            queue.popleft()
+            buffer += encoded
+
+    def _finish(self, slot: Slot) -> None:
+        parts = [p for p in slot.parts if p is not None]
+        try:
+            values = slot.answer(parts)
+        except Exception:
+            log.exception("kafka_answer_failed", api_key=slot.api_key, version=slot.version)
+            failed = ErrorResponse(
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message="the answer failed"
+            )
+            values = slot.answer([failed] * len(slot.parts))
+        self._encode(slot, values)
+
+    def _encode(self, slot: Slot, values: Mapping[str, Any]) -> None:
+        """``values`` are the response's (``schemas.build``), or the response itself."""
+        cls = schemas.response_class(slot.api_key, slot.version)
+        entity = schemas.build(cls, values) if isinstance(values, Mapping) else values
+        encoded = schemas.encode(slot.api_key, slot.version, slot.correlation_id, entity)
+        if len(encoded) - SIZE_BYTES > self.max_response_bytes:
+            log.warning(
+                "response_too_large",
+                api_key=slot.api_key,
+                size=len(encoded),
+                limit=self.max_response_bytes,
+            )
+            too_large = ErrorResponse(
+                error_code=ErrorCode.MESSAGE_TOO_LARGE,
+                error_message=f"the answer is over {self.max_response_bytes} bytes",
+            )
+            values = slot.answer([too_large] * max(len(slot.parts), 1))
+            entity = schemas.build(cls, values)
+            encoded = schemas.encode(slot.api_key, slot.version, slot.correlation_id, entity)
+        slot.encoded = encoded

@@ -1,0 +1,137 @@
+"""What a Kafka client asks of the cluster before anything else: ApiVersions, Metadata
+and FindCoordinator.
+
+- ApiVersions is answered by the listener itself, from ``apis.SERVED``; a version it does
+  not serve gets a v0 answer with UNSUPPORTED_VERSION and the ranges (clients retry with a
+  version in them), as Kafka answers.
+- Metadata names this listener's advertised address as the one broker (node 0), leader
+  and only replica of every partition, with a zero topic id (clients then keep to the
+  versions of Fetch without topic ids). Its topics are huddle's topic registry, read
+  through the core (a ListTopics: screened by the ACLs like any other request); a topic
+  it does not hold is UNKNOWN_TOPIC_OR_PARTITION: nothing is created by asking for it.
+- FindCoordinator asks the core where each group is (the ACLs and a loading data dir
+  answer as for huddle's wire), and names this listener as the coordinator: one node
+  serves every group. v4+ batches keys. Only group keys are served: a transaction or
+  share coordinator is INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from huddle.coordinator.kafka import apis
+from huddle.coordinator.kafka.translate import Context, Plan, Values, get, message
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    FindCoordinatorRequest,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    Request,
+    Response,
+)
+
+CLUSTER_ID: Final = "huddle"
+_GROUP_KEY: Final = 0
+_NOT_ASKED: Final = -(2**31)
+
+
+def api_version_ranges() -> list[Values]:
+    return [
+        {"api_key": int(api), "min_version": low, "max_version": high}
+        for api, (low, high) in sorted(apis.SERVED.items())
+    ]
+
+
+def api_versions(req: Any, version: int, ctx: Context) -> Plan:
+    return Plan([], lambda parts: {"error_code": 0, "api_keys": api_version_ranges()})
+
+
+def unsupported_api_versions() -> Values:
+    """The v0 answer to an ApiVersions of a version not served."""
+    return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": api_version_ranges()}
+
+
+def metadata(req: Any, version: int, ctx: Context) -> Plan:
+    asked = req.topics
+    every = asked is None or (version == 0 and not asked)  # v0: an empty list is every topic
+    names = None if every else [t.name or "" for t in asked]
+    node, host, port = ctx.broker
+
+    def answer(parts: Sequence[Response]) -> Values:
+        (r,) = parts
+        if type(r) is ListTopicsResponse and not r.error_code:
+            topics = [_topic(t.name, t.partitions, t.error_code, node) for t in r.topics]
+        else:
+            topics = [_topic(n, 0, r.error_code, node) for n in names or ()]
+        return {
+            "brokers": [{"node_id": node, "host": host, "port": port}],
+            "cluster_id": CLUSTER_ID,
+            "controller_id": node,
+            "topics": topics,
+            "cluster_authorized_operations": _NOT_ASKED,
+        }
+
+    return Plan([ListTopicsRequest(topics=names)], answer)
+
+
+def _topic(name: str, partitions: int, code: int, node: int) -> Values:
+    return {
+        "error_code": code,
+        "name": name,
+        "is_internal": False,
+        "topic_authorized_operations": _NOT_ASKED,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": i,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for i in range(partitions if not code else 0)
+        ],
+    }
+
+
+def find_coordinator(req: Any, version: int, ctx: Context) -> Plan:
+    batch = get(req, "coordinator_keys")
+    keys: list[str] = list(batch) if batch is not None else [get(req, "key", "")]
+    served = get(req, "key_type", _GROUP_KEY) == _GROUP_KEY
+    calls: list[Request] = [FindCoordinatorRequest(group_id=k) for k in keys] if served else []
+    node, host, port = ctx.broker
+
+    def located(part: Response | None) -> Values:
+        if part is None:
+            return {
+                "error_code": int(ErrorCode.INVALID_REQUEST),
+                "error_message": "huddle coordinates groups only (key type 0)",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        if part.error_code:
+            text = message(part)
+            return {
+                "error_code": part.error_code,
+                "error_message": text,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        return {"error_code": 0, "node_id": node, "host": host, "port": port}
+
+    def answer(parts: Sequence[Response]) -> Values:
+        found = list(parts) if served else [None] * len(keys)
+        if batch is None:
+            return located(found[0])
+        return {
+            "coordinators": [
+                {"key": k, "host": "", "port": -1, **located(p)}
+                for k, p in zip(keys, found, strict=True)
+            ]
+        }
+
+    return Plan(calls, answer)

@@ -1,0 +1,144 @@
+"""Committed offsets on the Kafka wire: OffsetCommit and OffsetFetch as the core's.
+
+- OffsetCommit: a group-level error (an unknown member, a stale generation) is Kafka's
+  answer for every partition of the request, as Kafka's coordinator gives it; the core
+  answers it once, for the group. Leader epochs, commit timestamps and retention times
+  are read and not kept (Kafka 2.1+ ignores the last two as well).
+- OffsetFetch v8+ asks for several groups in one request: one core request per group,
+  answered together. A null topic list asks for every committed offset of the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from huddle.coordinator.kafka.translate import Context, Plan, Values, get
+from huddle.protocol.messages import (
+    NO_GENERATION,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
+    Response,
+)
+
+_NO_EPOCH = -1
+
+
+def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
+    call = OffsetCommitRequest(
+        group_id=req.group_id,
+        generation_id=get(req, "generation_id_or_member_epoch", NO_GENERATION),
+        member_id=get(req, "member_id", ""),
+        group_instance_id=get(req, "group_instance_id"),
+        topics=[
+            OffsetCommitTopic(
+                name=t.name,
+                partitions=[
+                    OffsetCommitPartition(
+                        partition=p.partition_index,
+                        offset=p.committed_offset,
+                        metadata=p.committed_metadata,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ],
+    )
+
+    def answer(parts: Sequence[Response]) -> Values:
+        (r,) = parts
+        group_code = r.error_code
+        found: dict[tuple[str, int], int] = {}
+        if type(r) is OffsetCommitResponse:
+            for topic in r.topics:
+                for p in topic.partitions:
+                    found[topic.name, p.partition] = p.error_code
+        return {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": group_code or found.get((t.name, p.partition_index), 0),
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in req.topics
+            ]
+        }
+
+    return Plan([call], answer)
+
+
+def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
+    groups = get(req, "groups")
+    if groups is None:  # v0-7: one group
+        calls = [_fetch_call(req.group_id, req.topics)]
+    else:
+        calls = [_fetch_call(g.group_id, g.topics) for g in groups]
+
+    def answer(parts: Sequence[Response]) -> Values:
+        if groups is None:
+            (r,) = parts
+            return {"error_code": r.error_code, "topics": _fetched(r, calls[0])}
+        return {
+            "groups": [
+                {"group_id": c.group_id, "error_code": r.error_code, "topics": _fetched(r, c)}
+                for c, r in zip(calls, parts, strict=True)
+            ]
+        }
+
+    return Plan(calls, answer)
+
+
+def _fetch_call(group_id: str, topics: Any) -> OffsetFetchRequest:
+    if topics is None:
+        return OffsetFetchRequest(group_id=group_id, topics=None)
+    asked = [OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in topics]
+    return OffsetFetchRequest(group_id=group_id, topics=asked)
+
+
+def _fetched(r: Response, call: OffsetFetchRequest) -> list[Values]:
+    """The offsets answered, or (a group-level error) each partition asked with no offset
+    and that error, as Kafka's coordinator answers versions without a group error code."""
+    if type(r) is OffsetFetchResponse and not r.error_code:
+        return [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition,
+                        "committed_offset": p.offset,
+                        "committed_leader_epoch": _NO_EPOCH,
+                        "metadata": p.metadata,
+                        "error_code": p.error_code,
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in r.topics
+        ]
+    return [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p,
+                    "committed_offset": -1,
+                    "committed_leader_epoch": _NO_EPOCH,
+                    "metadata": "",
+                    "error_code": r.error_code,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in call.topics or ()
+    ]

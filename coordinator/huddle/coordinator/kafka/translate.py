@@ -1,0 +1,64 @@
+"""What every translation between a Kafka request and the core's requests is made of.
+
+A translation reads one decoded Kafka request (kio's dataclass of its version: a field a
+version lacks is read as its default, see ``get``) and returns a ``Plan``: the core's
+requests it stands for (none, one, or one per group or key of a batched request) and how
+the core's answers, in the same order, become the Kafka response's values (named as kio
+names them; ``schemas.build`` keeps those the version has). A refusal made before the core
+(an ACL, the data dir loading) comes back as an ``ErrorResponse`` in place of an answer:
+every translation answers it with that error code where the version has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import ErrorResponse, Request, Response
+
+Values = Mapping[str, Any]
+Answer = Callable[[Sequence[Response]], Values]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    calls: Sequence[Request]
+    answer: Answer
+
+
+class Context(Protocol):
+    """What the translations need of the listener."""
+
+    @property
+    def broker(self) -> tuple[int, str, int]:
+        """This listener as the one broker: node id, advertised host and port."""
+
+    @property
+    def topics(self) -> Mapping[str, int]:
+        """huddle's topic registry: each topic's partition count."""
+
+    def topic_changed(self, topic: str) -> None:
+        """The registry changed ``topic`` (created, resized, deleted): the log follows."""
+
+
+def get(request: Any, name: str, default: Any = None) -> Any:
+    """A field of ``request``, or ``default`` when its version has none."""
+    return getattr(request, name, default)
+
+
+def code(response: Response) -> int:
+    return int(response.error_code)
+
+
+def refused(response: Response) -> ErrorResponse | None:
+    """The refusal that stands in for the core's answer, if it is one."""
+    return response if type(response) is ErrorResponse else None
+
+
+def message(response: Response) -> str | None:
+    return response.error_message or None if response.error_code else None
+
+
+NO_ERROR = int(ErrorCode.NONE)

@@ -1,0 +1,285 @@
+"""``KafkaWire``: Kafka's wire on a listener of the server, a ``Wire[Connection]``.
+
+Each request is read here (``framing``, ``header``, ``schemas``), takes its slot in the
+connection's queue of answers (``answers``), and is translated (``brokers``, ``groups``,
+``offsets``, ``admin``, ``empty_log``) into none, one or several of the core's requests:
+the first is returned to the server's request path, the others (a batch of groups or
+keys) go to it directly. From there everything is what huddle's own wire gets: the
+screening, the core, the held answers, the keeper.
+
+Kafka connections have no handshake: a connection is logged in with its first request,
+and its client id is the one its request headers name. Bad input closes the connection
+that sent it, after a log line (Kafka closes it too; a Kafka client cannot be told why):
+a request shorter than its header or that cannot be read, an API or version not served
+(but ApiVersions: answered in v0 with UNSUPPORTED_VERSION and the versions served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Final, Protocol, cast
+
+import msgspec
+
+from huddle.coordinator.connection import Connection
+from huddle.coordinator.kafka import (
+    admin,
+    apis,
+    brokers,
+    groups,
+    header,
+    offsets,
+    schemas,
+)
+from huddle.coordinator.kafka.answers import KafkaCodec, Slot
+from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.translate import Context, Plan
+from huddle.logs import printable
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.framing import FrameReader
+from huddle.protocol.messages import Call, ErrorResponse, Reply, Request
+
+Translation = Callable[[Any, int, Context], Plan]
+
+TRANSLATIONS: Final[dict[int, Translation]] = {
+    Api.API_VERSIONS: brokers.api_versions,
+    Api.METADATA: brokers.metadata,
+    Api.FIND_COORDINATOR: brokers.find_coordinator,
+    Api.JOIN_GROUP: groups.join_group,
+    Api.SYNC_GROUP: groups.sync_group,
+    Api.HEARTBEAT: groups.heartbeat,
+    Api.LEAVE_GROUP: groups.leave_group,
+    Api.OFFSET_COMMIT: offsets.offset_commit,
+    Api.OFFSET_FETCH: offsets.offset_fetch,
+    Api.DESCRIBE_GROUPS: admin.describe_groups,
+    Api.LIST_GROUPS: admin.list_groups,
+    Api.DELETE_GROUPS: admin.delete_groups,
+    Api.CREATE_TOPICS: admin.create_topics,
+    Api.DELETE_TOPICS: admin.delete_topics,
+    Api.CREATE_PARTITIONS: admin.create_partitions,
+}
+_LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
+_REASON_CHARS: Final = 300
+_FETCH_OVERHEAD: Final = 64 * 1024  # a Fetch answer's bytes besides its records, at most
+
+
+def _by_the_log(parts: Any) -> Any:
+    raise AssertionError("answered by the log")
+
+
+def _answered(response: Any) -> Callable[[Any], Any]:
+    return lambda parts: response
+
+
+class KafkaHost(Protocol):
+    """What the Kafka wire needs of the server (``CoordinatorServer`` is one)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def greeted(self, conn: Connection) -> None:
+        """``conn`` is logged in: no longer watched for a stalled handshake."""
+
+    def call(self, conn: Connection, call: Call) -> None:
+        """One more request of ``conn`` through the request path (a batch's others)."""
+
+    def flush(self) -> None:
+        """Write what the connections queued (after an answer made by a timer)."""
+
+    @property
+    def topic_partitions(self) -> Mapping[str, int]:
+        """huddle's topic registry: each topic's partition count."""
+
+
+class KafkaWire:
+    """Kafka's wire on one listener, advertised as ``host:port`` (broker ``node_id``)."""
+
+    # Kafka's clients need answers in request order; this wire's codec keeps that order
+    # itself (a slot per request, ``answers.KafkaCodec``), including answers the wire
+    # makes later (a Fetch that waits), so the server need not take requests one at a time.
+    in_order = False
+
+    def __init__(
+        self, server: KafkaHost, advertised: tuple[str, int], *, max_response_bytes: int
+    ) -> None:
+        self.server = server
+        self.node_id = 0
+        self.advertised = advertised
+        self.port = advertised[1]  # the port listened on
+        self.max_response_bytes = max_response_bytes
+        # what a Fetch may ask for: its answer stays within the response limit
+        self._fetch_limit = max(max_response_bytes - _FETCH_OVERHEAD, 1)
+        self.log = KafkaLog(server.topic_partitions.get)
+        self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
+        # a request of the core is checked as huddle's wire checks it (its bounds)
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._check = msgspec.msgpack.Decoder(Request).decode
+
+    # --- Context: what the translations read -------------------------------------------
+
+    @property
+    def broker(self) -> tuple[int, str, int]:
+        return self.node_id, *self.advertised
+
+    @property
+    def topics(self) -> Mapping[str, int]:
+        return self.server.topic_partitions
+
+    def topic_changed(self, topic: str) -> None:
+        self.log.topic_changed(topic)
+
+    # --- Wire ---------------------------------------------------------------------------
+
+    def framing(self, max_frame_bytes: int) -> FrameReader:
+        return FrameReader(max_frame_bytes)
+
+    def codec(self) -> KafkaCodec:
+        return KafkaCodec(self.max_response_bytes)
+
+    def take(self, conn: Connection, body: bytes) -> Call | None:
+        if not conn.handshaken:
+            conn.handshaken = True  # no handshake: its first request logs it in
+            self.server.greeted(conn)
+        try:
+            start = header.start(body)
+        except header.RequestReadError as exc:
+            self._unreadable(conn, str(exc))
+            return None
+        api_key, version = start.api_key, start.version
+        codec = cast(KafkaCodec, conn.codec)
+        if not apis.served(api_key, version):
+            self._not_served(conn, codec, start)
+            return None
+        try:
+            client_id, offset = header.client_id_and_end(body, schemas.flexible(api_key, version))
+            request = schemas.decode(api_key, version, body, offset)
+        except Exception as exc:  # kio's readers raise several kinds on hostile input
+            self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
+            return None
+        if client_id != conn.client_id:
+            conn.client_id = client_id
+            conn.peer = replace(conn.peer, client_id=client_id)
+        if api_key in _LOG_APIS:
+            slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
+            self._log_api(conn, codec, slot, request)
+            return None
+        try:
+            plan = TRANSLATIONS[api_key](request, version, self)
+        except Exception as exc:
+            self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
+            return None
+        slot = Slot(api_key, version, start.correlation_id, plan.answer, len(plan.calls))
+        ids = codec.open(slot)
+        if not ids:
+            conn.send(codec.release(slot))
+            return None
+        calls = [self._checked(conn, i, r) for i, r in zip(ids, plan.calls, strict=True)]
+        for extra in calls[1:]:
+            if extra is not None:
+                self.server.call(conn, extra)
+        return calls[0]
+
+    def overdue(self, conn: Connection, timeout_ms: int) -> tuple[ErrorCode, str] | None:
+        return ErrorCode.INVALID_REQUEST, f"no request within {timeout_ms} ms"
+
+    def gone(self, conn: Connection) -> None:
+        for fetch in self._waits.pop(conn.conn_id, ()):
+            fetch.cancel()
+
+    # --- the rest -----------------------------------------------------------------------
+
+    def _checked(self, conn: Connection, call_id: int, request: Request) -> Call | None:
+        """The core's request, within the bounds huddle's wire holds every request to; one
+        out of them is answered INVALID_REQUEST here (its slot is answered so)."""
+        try:
+            self._check(self._encode(request))
+        except msgspec.ValidationError as exc:
+            text = f"invalid request: {printable(str(exc), _REASON_CHARS)}"
+            conn.log.warning("bad_request", error_message=text, client_id=conn.client_id)
+            refusal = ErrorResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=text)
+            conn.send(Reply(correlation_id=call_id, response=refusal))
+            return None
+        return Call(correlation_id=call_id, request=request)
+
+    def _log_api(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
+        """Produce, Fetch or ListOffsets: the log answers, now or (a Fetch) later."""
+        codec.open(slot)
+        log, version = self.log, slot.version
+        if slot.api_key == Api.LIST_OFFSETS:
+            answer = log.list_offsets(request, version)
+        elif slot.api_key == Api.PRODUCE:
+            answer = log.produce(request, version)
+            if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
+                conn.send(codec.release(slot, silent=True))
+                if answer.close:
+                    conn.close("a Produce with acks=0 was refused")
+                return
+        else:
+            if request.max_bytes > self._fetch_limit:  # as Kafka's fetch.max.bytes clamps it
+                request = dataclasses.replace(request, max_bytes=self._fetch_limit)
+            answer = log.fetch_now(request, version)
+            if isinstance(answer, Wait):
+                self._fetch_later(conn, codec, slot, request)
+                return
+        slot.answer = _answered(answer)
+        conn.send(codec.release(slot))
+
+    def _fetch_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
+        waits = self._waits.setdefault(conn.conn_id, set())
+        fetch = self.log.fetch_later(request, slot.version)
+        waits.add(fetch)
+
+        def done(task: asyncio.Future[Any]) -> None:
+            waits.discard(task)
+            if task.cancelled() or conn.closing:
+                return
+            error = task.exception()
+            if error is not None:
+                conn.log.error("kafka_fetch_failed", error=repr(error))
+                conn.abort("the Fetch failed")
+                return
+            slot.answer = _answered(task.result())
+            conn.send(codec.release(slot))
+            self.server.flush()
+
+        fetch.add_done_callback(done)
+
+    def _not_served(self, conn: Connection, codec: KafkaCodec, start: header.Start) -> None:
+        api = apis.name(start.api_key)
+        conn.log.warning(
+            "kafka_not_served",
+            api_key=start.api_key,
+            api=api,
+            version=start.version,
+            correlation_id=start.correlation_id,
+            client_id=conn.client_id,
+        )
+        if start.api_key == Api.API_VERSIONS:  # answered in v0, with the versions served
+            values = brokers.unsupported_api_versions()
+            slot = Slot(Api.API_VERSIONS, 0, start.correlation_id, lambda _: values, 0)
+            codec.open(slot)
+            conn.send(codec.release(slot))
+            return
+        conn.fail(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"{api} v{start.version} is not served (ApiVersions lists what is)",
+            event="kafka_closed",
+        )
+
+    def _unreadable(self, conn: Connection, reason: str, start: header.Start | None = None) -> None:
+        text = f"unreadable request: {printable(reason, _REASON_CHARS)}"
+        if start is None:
+            conn.fail(ErrorCode.CORRUPT_MESSAGE, text, event="kafka_bad_request")
+            return
+        conn.fail(
+            ErrorCode.CORRUPT_MESSAGE,
+            text,
+            event="kafka_bad_request",
+            api_key=start.api_key,
+            version=start.version,
+            correlation_id=start.correlation_id,
+        )

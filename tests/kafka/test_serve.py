@@ -1,0 +1,72 @@
+"""``huddle serve --kafka-port``: the Kafka listener opens beside huddle's, and only then."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from structlog.typing import EventDict
+
+from huddle.cli import parse_args
+from huddle.cli.serve import serve_settings
+from huddle.cli.usage import UsageError
+from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.server import serve
+from tests.helpers import fast_server_config, wait_until
+from tests.kafka.raw import RawKafka
+
+
+def _settings(*argv: str) -> ServerConfig:
+    return serve_settings(parse_args(["serve", *argv]), {}).config
+
+
+def test_the_kafka_flags_set_the_listener() -> None:
+    assert _settings().kafka_port == -1  # no flag: no Kafka listener
+    config = _settings("--kafka-port=9092", "--kafka-host=0.0.0.0", "--kafka-advertise=k:19092")
+    assert (config.kafka_port, config.kafka_host, config.kafka_advertise) == (
+        9092,
+        "0.0.0.0",
+        "k:19092",
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--kafka-advertise=k:1"],  # without --kafka-port
+        ["--kafka-port=70000"],
+        ["--kafka-port=9092", "--kafka-advertise=nope"],
+        ["--kafka-port=9092", "--cluster=etcd://127.0.0.1:2379"],
+    ],
+)
+def test_bad_kafka_settings_are_refused(argv: list[str]) -> None:
+    with pytest.raises(UsageError):
+        _settings(*argv)
+
+
+async def _run(config: ServerConfig) -> tuple[asyncio.Task[None], asyncio.Event, list[int]]:
+    stop, ports = asyncio.Event(), list[int]()
+    task = asyncio.create_task(serve(config, ready=ports.append, stop=stop))
+    await wait_until(lambda: bool(ports) or task.done(), what="the server to listen")
+    return task, stop, ports
+
+
+async def test_serve_opens_the_kafka_listener_with_the_flag(logs: list[EventDict]) -> None:
+    task, stop, _ = await _run(fast_server_config(kafka_port=0))
+    try:
+        (listening,) = [e for e in logs if e["event"] == "kafka_listening"]
+        async with RawKafka(listening["port"]) as conn:
+            answer = await conn.call(Api.METADATA, 1, 1, topics=None)
+        assert answer.brokers[0].port == listening["port"]
+    finally:
+        stop.set()
+        await task
+
+
+async def test_serve_opens_no_kafka_listener_without_the_flag(logs: list[EventDict]) -> None:
+    task, stop, ports = await _run(fast_server_config())
+    stop.set()
+    await task
+    assert ports
+    assert not [e for e in logs if e["event"] == "kafka_listening"]
