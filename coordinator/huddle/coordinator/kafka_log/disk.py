@@ -11,7 +11,8 @@ nothing a Produce was answered for.
 
 With ``fsync`` the files and directories changed during a loop pass are forced to disk at
 the end of the pass on a writer thread (``fdatasync`` of each file written, ``fsync`` of
-each directory that gained or lost a file), off the loop, as the journal's group commit
+each directory that gained or lost a file, several at once: ``syncs``), off the loop, as
+the journal's group commit
 does; ``kept()`` waits until everything appended before it is on the disk. A Produce is
 answered after that (``waiting.kept``): a power loss loses nothing it acknowledged.
 
@@ -39,6 +40,7 @@ from kio.schema.errors import ErrorCode
 from huddle.coordinator.kafka_log import segments
 from huddle.coordinator.kafka_log.batches import LogError
 from huddle.coordinator.kafka_log.partition import Segment
+from huddle.coordinator.kafka_log.syncs import Syncs
 from huddle.coordinator.storage.batching import EndOfPass
 from huddle.coordinator.storage.journal import DataDirError, opening
 from huddle.coordinator.storage.writer import WriterThread
@@ -73,7 +75,8 @@ class LogDisk(EndOfPass):
         self._pass = 0  # the number of the last pass handed to the sync thread
         self._kept = 0  # every pass up to this one is on the disk
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
-        self._thread: WriterThread | None = None
+        self._thread: WriterThread | None = None  # hands each pass's syncs to ``_syncs``
+        self._syncs = Syncs()
         self.syncs = 0  # passes forced to disk, for tests and benchmarks
 
     @classmethod
@@ -247,7 +250,7 @@ class LogDisk(EndOfPass):
         if taken is None:
             return
         try:
-            _sync(*taken)
+            self._syncs.run(*taken)
         except OSError as exc:
             self._synced(self._pass, exc)
         else:
@@ -261,7 +264,7 @@ class LogDisk(EndOfPass):
         if self._thread is None:
             self._thread = WriterThread("huddle-kafka-log")
         done = self._done_callback(self._pass)
-        self._thread.submit(_sync, *taken).add_done_callback(done)
+        self._thread.submit(self._syncs.run, *taken).add_done_callback(done)
 
     def _done_callback(self, number: int) -> Callable[[Future[None]], None]:
         loop = self._loop
@@ -297,6 +300,7 @@ class LogDisk(EndOfPass):
             self._thread.shutdown(wait=True)
         if self.fsync and not self.failed:
             self._sync_now()  # what the last pass changed
+        self._syncs.close()
         self._closed = True
         for key in list(self._active):
             os.close(self._active.pop(key).fd)
@@ -306,32 +310,3 @@ class LogDisk(EndOfPass):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-
-def _sync(files: list[int], directories: list[Path]) -> None:
-    """On the writer thread: force the files (descriptors of its own) and directories to
-    disk. Raises the first OSError, after closing every descriptor."""
-    error: OSError | None = None
-    for fd in files:
-        try:
-            getattr(os, "fdatasync", os.fsync)(fd)
-        except OSError as exc:
-            error = error or exc
-        finally:
-            os.close(fd)
-    for directory in directories:
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        except FileNotFoundError:  # removed since (a deleted topic's)
-            continue
-        except OSError as exc:
-            error = error or exc
-            continue
-        try:
-            os.fsync(dir_fd)
-        except OSError as exc:
-            error = error or exc
-        finally:
-            os.close(dir_fd)
-    if error is not None:
-        raise error
