@@ -13,12 +13,13 @@ files are not kept: the index is built in memory). The newest segment is the act
 appended to; it may be empty (its name then keeps the log end). A partition's log start
 is its first segment's name.
 
-``recover`` reads a partition's segments back: every batch's framing, CRC32C and offset
-is checked. What a crash in the middle of a write leaves (a batch cut short, a
-zero-filled tail) is cut off; damage further up (a CRC mismatch, an offset that does not
-follow) is cut off from there too, with every segment after it, as Kafka's log recovery
-truncates at the first invalid batch: the offsets after it are given again to the next
-appends. Either is logged with the bytes lost.
+``recover`` reads a partition's segments back: every batch's framing, CRC32C, offset and
+leader epoch (the log writes -1; neither is covered by the CRC) is checked. What a crash
+in the middle of a write leaves (a batch cut short, a zero-filled tail) is cut off;
+damage further up (a CRC mismatch, an offset that does not follow) is cut off from there
+too, with every segment after it, as Kafka's log recovery truncates at the first invalid
+batch: the offsets after it are given again to the next appends. Either is logged with
+the bytes lost.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from huddle.coordinator.kafka_log.batches import (
     CRC_START,
     HEADER_SIZE,
     LENGTH_PREFIX,
+    NO_PARTITION_EPOCH,
     LogError,
     read_header,
 )
@@ -101,6 +103,9 @@ def scan(data: bytes, base: int) -> Scanned:
         if crc32c(view[position + CRC_START : end]) != header.crc:
             problem = f"a CRC32C mismatch at byte {position}"
             return Scanned(batches, position, problem, end == len(data))
+        if header.partition_epoch != NO_PARTITION_EPOCH:  # outside the CRC: the log writes -1
+            problem = f"the batch at byte {position} has leader epoch {header.partition_epoch}"
+            return Scanned(batches, position, problem, False)
         if header.base_offset != expected:
             problem = (
                 f"the batch at byte {position} has offset {header.base_offset}, not {expected}"
