@@ -90,7 +90,8 @@ def with_magic(data: bytes, magic: int) -> bytes:
 
 def store_of(registry: dict[str, int], **bounds: int) -> LogStore:
     """A store that follows ``registry`` (topic -> partition count) as it changes."""
-    return LogStore(registry.get, **bounds)
+    options: dict[str, Any] = dict(bounds)  # max_*_bytes, segment_bytes
+    return LogStore(registry.get, **options)
 
 
 def _by_topic(keyed: Mapping[PartitionKey, Any]) -> dict[str, list[tuple[int, Any]]]:

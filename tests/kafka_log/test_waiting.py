@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from huddle.coordinator.kafka_log import waiting
@@ -114,3 +115,16 @@ async def test_wait_says_whether_it_was_woken() -> None:
     append(store, b"a")
     async with asyncio.timeout(5):
         assert await woken
+
+
+async def test_a_cancelled_fetch_leaves_no_wait_behind() -> None:
+    store = store_of({"t": 1})
+    waiter = StoreWaiter(store)
+    request = fetch_request(12, {T0: 0}, max_wait_ms=30_000)
+    task = asyncio.create_task(waiting.fetch(store, waiter, request, 12))
+    await until_waiting(waiter)
+    task.cancel()  # the connection closed
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiter.waiting == 0
+    append(store, b"a")  # nothing left to wake

@@ -19,9 +19,11 @@ Two answers are not responses:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -301,3 +303,25 @@ def _fetched(
         preferred_read_replica=-1,
         records=records,
     )
+
+
+def not_kept(answer: ResponsePayload) -> ResponsePayload:
+    """A Produce's answer whose batches could not be kept in the data dir: each partition
+    that was appended is answered KAFKA_STORAGE_ERROR instead (``waiting.kept``)."""
+    produced: Any = answer  # one of kio's ProduceResponse classes
+    topics = []
+    for topic in produced.responses:
+        partitions = []
+        for partition in topic.partition_responses:
+            if partition.error_code == ErrorCode.none:
+                changes: dict[str, object] = {
+                    "error_code": ErrorCode.kafka_storage_error,
+                    "base_offset": UNKNOWN_OFFSET,
+                }
+                if "error_message" in {f.name for f in dataclasses.fields(partition)}:
+                    changes["error_message"] = "the log could not keep this in its data dir"
+                partition = dataclasses.replace(partition, **changes)
+            partitions.append(partition)
+        topics.append(dataclasses.replace(topic, partition_responses=tuple(partitions)))
+    replaced: ResponsePayload = dataclasses.replace(produced, responses=tuple(topics))
+    return replaced

@@ -1,30 +1,41 @@
-"""The log's store (sans-IO): per topic partition, the record batches appended, in memory.
+"""The log's store (sans-IO): per topic partition, the record batches appended.
 
 Each partition is an append-only run of batches with contiguous offsets from its log start
-to its log end (the next offset to assign). With a single replica the high watermark is the
-log end. Memory is bounded per partition and in total: past either bound the oldest batches
-go (in total: the oldest appended anywhere), and the partition's log start moves to its
-first remaining batch. A batch larger than ``max_batch_bytes`` is refused (Kafka's
-``message.max.bytes``), so a partition always keeps at least its newest batch.
+to its log end (the next offset to assign), held in segments (``partition``). With a
+single replica the high watermark is the log end. Memory is bounded per partition and in
+total: past either bound the oldest segments go whole (in total: the one whose first batch
+was appended first, of any partition), and the partition's log start moves to its first
+remaining batch. A segment is ``segment_bytes`` at most (a quarter of the partition bound
+by default) unless a single batch is larger, and a batch larger than ``max_batch_bytes``
+is refused (Kafka's ``message.max.bytes``): a partition keeps at least its active segment,
+so its newest batch.
+
+With a data dir (``disk``, a ``LogDisk``) every batch is in memory and in the partition's
+segment files: the store writes each append, roll and drop through to them, and starts
+from what ``LogDisk.open`` read back (the bounds applied again, in case they were lowered).
 
 The store follows huddle's topic registry through ``partitions(topic)`` (the partition
-count, None for no such topic), asked on every access: a deleted topic's log is forgotten,
-partitions past a lowered count too, and a raised count gives new empty partitions. A topic
-deleted and created again between two accesses keeps its log unless the server calls
-``topic_changed`` when the registry changes (which also wakes the Fetches waiting on it).
+count, None for no such topic), asked on every access: a deleted topic's log is forgotten
+(its files too), partitions past a lowered count too, and a raised count gives new empty
+partitions. A topic deleted and created again between two accesses keeps its log unless
+the server calls ``topic_changed`` when the registry changes (which also wakes the Fetches
+waiting on it).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 from kio.schema.errors import ErrorCode
 
 from huddle.coordinator.kafka_log.batches import Batch, LogError, with_base_offset
+from huddle.coordinator.kafka_log.partition import PartitionLog, Read, Segment, StoredBatch
+
+if TYPE_CHECKING:
+    from huddle.coordinator.kafka_log.disk import LogDisk
 
 log = structlog.get_logger("huddle.kafka_log")
 
@@ -33,92 +44,9 @@ MiB = 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1 * MiB + 12  # Kafka's message.max.bytes
 DEFAULT_MAX_PARTITION_BYTES = 8 * MiB
 DEFAULT_MAX_TOTAL_BYTES = 128 * MiB
+SEGMENTS_PER_PARTITION = 4  # the default segment size is the partition bound over this
 
-
-@dataclass(frozen=True, slots=True)
-class StoredBatch:
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    data: bytes
-    sequence: int  # the store's append order, for dropping the oldest across partitions
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """Whole batches from the one holding the fetch offset, and the partition's bounds."""
-
-    batches: tuple[bytes, ...]
-    log_start: int
-    high_watermark: int
-
-    @property
-    def size(self) -> int:
-        return sum(len(batch) for batch in self.batches)
-
-
-class PartitionLog:
-    """One partition's batches; offsets contiguous from ``log_start`` to ``log_end``."""
-
-    def __init__(self) -> None:
-        self._batches: list[StoredBatch] = []
-        self._bases: list[int] = []
-        self._head = 0  # batches before it are dropped (compacted away now and then)
-        self.log_start = 0
-        self.log_end = 0
-        self.bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._batches) - self._head
-
-    def __iter__(self) -> Iterator[StoredBatch]:
-        for index in range(self._head, len(self._batches)):
-            yield self._batches[index]
-
-    def first(self) -> StoredBatch | None:
-        return self._batches[self._head] if len(self) else None
-
-    def append(self, batch: Batch, sequence: int) -> StoredBatch:
-        base = self.log_end
-        stored = StoredBatch(
-            base_offset=base,
-            last_offset=base + batch.record_count - 1,
-            max_timestamp=batch.header.max_timestamp,
-            data=with_base_offset(batch.data, base),
-            sequence=sequence,
-        )
-        self._batches.append(stored)
-        self._bases.append(base)
-        self.log_end = stored.last_offset + 1
-        self.bytes += len(stored.data)
-        return stored
-
-    def drop_oldest(self) -> StoredBatch:
-        dropped = self._batches[self._head]
-        self._head += 1
-        self.bytes -= len(dropped.data)
-        first = self.first()
-        self.log_start = first.base_offset if first is not None else self.log_end
-        if self._head > 64 and self._head * 2 > len(self._batches):
-            del self._batches[: self._head], self._bases[: self._head]
-            self._head = 0
-        return dropped
-
-    def read(self, offset: int, max_bytes: int, *, at_least_one: bool) -> tuple[bytes, ...]:
-        """Whole batches from the one holding ``offset`` while they fit in ``max_bytes``;
-        the first even when it does not fit if ``at_least_one``."""
-        index = max(bisect_right(self._bases, offset, lo=self._head) - 1, self._head)
-        if index < len(self._batches) and self._batches[index].last_offset < offset:
-            index += 1  # the offset is the log end: nothing to read
-        found: list[bytes] = []
-        size = 0
-        for position in range(index, len(self._batches)):
-            data = self._batches[position].data
-            if size + len(data) > max_bytes and not (at_least_one and not found):
-                break
-            found.append(data)
-            size += len(data)
-        return tuple(found)
+__all__ = ["LogStore", "PartitionKey", "PartitionLog", "Read", "StoredBatch"]
 
 
 class LogStore:
@@ -129,6 +57,8 @@ class LogStore:
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
         max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
+        segment_bytes: int | None = None,
+        disk: LogDisk | None = None,
     ) -> None:
         if not 0 < max_batch_bytes <= max_partition_bytes <= max_total_bytes:
             raise ValueError(
@@ -136,19 +66,40 @@ class LogStore:
                 f"<= max_total_bytes, not {max_batch_bytes}, {max_partition_bytes}, "
                 f"{max_total_bytes}"
             )
+        if segment_bytes is None:
+            segment_bytes = max(1, max_partition_bytes // SEGMENTS_PER_PARTITION)
+        if not 0 < segment_bytes <= max_partition_bytes:
+            raise ValueError(
+                f"segment_bytes must be in 1..{max_partition_bytes}, not {segment_bytes}"
+            )
         self._partitions = partitions
         self.max_batch_bytes = max_batch_bytes
         self.max_partition_bytes = max_partition_bytes
         self.max_total_bytes = max_total_bytes
+        self.segment_bytes = segment_bytes
+        self.disk = disk
         self._topics: dict[str, dict[int, PartitionLog]] = {}
         self._counts: dict[str, int] = {}  # each topic's partition count when last asked
-        self._order: deque[tuple[int, PartitionKey]] = deque()  # appends, oldest first
+        self._order: deque[tuple[int, PartitionKey]] = deque()  # segments, oldest first
         self._sequence = 0
-        self._live = 0  # batches kept
+        self._segments = 0  # segments holding batches
         self.total_bytes = 0
         # Called with a partition after every append to it, and after its topic changed
         # (``topic_changed``): what wakes a waiting Fetch.
         self.append_hooks: list[Callable[[PartitionKey], None]] = []
+        if disk is not None:
+            self._restore(disk)
+
+    @property
+    def unkept(self) -> bool:
+        """Whether an append is not on the disk yet (with ``--fsync`` only): a Produce's
+        answer then waits for ``waiting.kept``."""
+        return self.disk is not None and self.disk.unkept
+
+    def close(self) -> None:
+        """Close the data dir's files, once what was handed over is on the disk."""
+        if self.disk is not None:
+            self.disk.close()
 
     def log(self, topic: str, partition: int) -> PartitionLog:
         """The partition's log as the registry has it now; UNKNOWN_TOPIC_OR_PARTITION if
@@ -169,7 +120,8 @@ class LogStore:
 
     def append(self, topic: str, partition: int, batches: Sequence[Batch]) -> int:
         """Append the batches (already checked by ``split_batches``) with offsets from the
-        partition's log end; return the first batch's base offset."""
+        partition's log end; return the first batch's base offset. With a data dir each
+        is written before it is in memory (KAFKA_STORAGE_ERROR if it could not be)."""
         for batch in batches:
             if len(batch.data) > self.max_batch_bytes:
                 raise LogError(
@@ -181,13 +133,26 @@ class LogStore:
         key = (topic, partition)
         first = target.log_end
         for batch in batches:
-            stored = target.append(batch, self._sequence)
-            self._order.append((self._sequence, key))
-            self._sequence += 1
-            self._live += 1
+            if target.needs_roll(len(batch.data), self.segment_bytes):
+                self._roll(key, target)
+            base = target.log_end
+            stored = StoredBatch(
+                base_offset=base,
+                last_offset=base + batch.record_count - 1,
+                max_timestamp=batch.header.max_timestamp,
+                data=with_base_offset(batch.data, base),
+            )
+            active = target.active
+            if self.disk is not None:
+                self.disk.append(key, active.base, stored.data)
+            if active.sequence is None:
+                active.sequence = self._sequence
+                self._order.append((self._sequence, key))
+                self._sequence += 1
+                self._segments += 1
+            target.append(stored)
             self.total_bytes += len(stored.data)
-        while target.bytes > self.max_partition_bytes:
-            self._drop(target)
+        self._bound(key, target)
         self._bound_total()
         for hook in self.append_hooks:
             hook(key)
@@ -231,6 +196,39 @@ class LogStore:
             for hook in self.append_hooks:
                 hook(key)
 
+    def _restore(self, disk: LogDisk) -> None:
+        """Take the partitions the data dir held: those the registry still has, with the
+        bounds applied; the others' files go. Segments count as appended in the order
+        their files were last written."""
+        recovered, disk.recovered = disk.recovered, {}
+        loaded: list[tuple[int, int, PartitionKey, Segment]] = []
+        for key, segments in sorted(recovered.items()):
+            count = self._partitions(key[0])
+            if count is None or key[1] >= count:
+                log.info(
+                    "kafka_log.forgotten",
+                    topic=key[0],
+                    partition=key[1],
+                    reason="no such partition",
+                )
+                disk.remove(key)
+                continue
+            self._counts[key[0]] = count
+            target = self._topics.setdefault(key[0], {})[key[1]] = PartitionLog(segments)
+            self.total_bytes += target.bytes
+            for segment in segments:
+                if segment.batches:
+                    loaded.append((segment.written_ns, segment.base, key, segment))
+        for _, _, key, segment in sorted(loaded):
+            segment.sequence = self._sequence
+            self._order.append((self._sequence, key))
+            self._sequence += 1
+            self._segments += 1
+        for topic, logs in self._topics.items():
+            for index, target in logs.items():
+                self._bound((topic, index), target)
+        self._bound_total()
+
     def _sync(self, topic: str) -> int | None:
         """Ask the registry for the topic's partition count; forget the partitions (or the
         whole topic) it no longer has."""
@@ -246,24 +244,40 @@ class LogStore:
             self._counts[topic] = count
         return count
 
-    def _drop(self, target: PartitionLog) -> None:
+    def _roll(self, key: PartitionKey, target: PartitionLog) -> None:
+        segment = target.roll()
+        if self.disk is not None:
+            self.disk.roll(key, segment.base)
+
+    def _drop(self, key: PartitionKey, target: PartitionLog) -> None:
+        """Drop the partition's oldest segment (an empty active one takes the only one's
+        place, keeping the log end)."""
+        if len(target.segments) == 1:
+            self._roll(key, target)
         dropped = target.drop_oldest()
-        self._live -= 1
-        self.total_bytes -= len(dropped.data)
+        self.total_bytes -= dropped.bytes
+        if dropped.sequence is not None:
+            self._segments -= 1
+        if self.disk is not None:
+            self.disk.delete(key, dropped.base)
+
+    def _bound(self, key: PartitionKey, target: PartitionLog) -> None:
+        while target.bytes > self.max_partition_bytes and len(target.segments) > 1:
+            self._drop(key, target)
 
     def _bound_total(self) -> None:
         while self.total_bytes > self.max_total_bytes and self._order:
-            sequence, (topic, partition) = self._order.popleft()
-            target = self._topics.get(topic, {}).get(partition)
-            first = target.first() if target is not None else None
-            if target is not None and first is not None and first.sequence == sequence:
-                self._drop(target)
-        if len(self._order) > 2 * self._live + 1024:  # entries of batches already gone
+            sequence, key = self._order.popleft()
+            target = self._topics.get(key[0], {}).get(key[1])
+            if target is not None and target.segments[0].sequence == sequence:
+                self._drop(key, target)
+        if len(self._order) > 2 * self._segments + 1024:  # entries of segments already gone
             kept = [
-                (batch.sequence, (topic, index))
+                (segment.sequence, (topic, index))
                 for topic, logs in self._topics.items()
                 for index, target in logs.items()
-                for batch in target
+                for segment in target.segments
+                if segment.sequence is not None
             ]
             self._order = deque(sorted(kept))
 
@@ -272,6 +286,8 @@ class LogStore:
         for index in indexes:
             target = logs.pop(index, None)
             if target is not None:
-                self._live -= len(target)
+                self._segments -= sum(1 for s in target.segments if s.sequence is not None)
                 self.total_bytes -= target.bytes
                 log.info("kafka_log.forgotten", topic=topic, partition=index, bytes=target.bytes)
+            if self.disk is not None:
+                self.disk.remove((topic, index))

@@ -73,3 +73,13 @@ async def fetch(
         final = not woken or loop.time() >= deadline
         answer = handlers.fetch(store, request, version, final=final)
     return answer
+
+
+async def kept(store: LogStore, answer: ResponsePayload) -> ResponsePayload:
+    """A Produce's answer once its batches are on the disk: call it when ``store.unkept``
+    after ``handlers.produce`` gave a response (with ``--fsync`` only; never for an
+    acks=0 ``NoResponse``). Answers ``answer``, or, if they could not be kept, the same
+    with KAFKA_STORAGE_ERROR for each partition that was appended."""
+    if store.disk is None or await store.disk.kept():
+        return answer
+    return handlers.not_kept(answer)

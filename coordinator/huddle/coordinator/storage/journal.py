@@ -24,6 +24,7 @@ tried again until the journal has doubled.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -46,6 +47,21 @@ COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the 
 class DataDirError(HuddleError):
     """The data directory cannot be used: not writable, damaged, or in use by another
     coordinator."""
+
+
+@contextlib.contextmanager
+def opening(what: str, close: Callable[[], None]) -> Iterator[None]:
+    """Opening (part of) a data dir: if it fails, ``close`` what was opened, and an
+    OSError becomes a DataDirError that names ``what``."""
+    try:
+        yield
+    except DataDirError:
+        close()
+        raise
+    except OSError as exc:
+        close()
+        reason = exc.strerror or str(exc)
+        raise DataDirError(f"cannot use {what}: {reason}") from None
 
 
 LEGACY_LOCK: Final = "lock"  # what coordinators before the directory lock locked
@@ -110,15 +126,8 @@ class Journal:
     @classmethod
     def open(cls, directory: str | Path, *, fsync: bool = False) -> Journal:
         journal = cls(Path(directory), fsync=fsync)
-        try:
+        with opening(f"data directory {directory}", journal.close):
             journal._open()
-        except DataDirError:
-            journal.close()
-            raise
-        except OSError as exc:
-            journal.close()
-            reason = exc.strerror or str(exc)
-            raise DataDirError(f"cannot use data directory {directory}: {reason}") from None
         return journal
 
     def _open(self) -> None:
