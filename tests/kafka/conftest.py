@@ -37,6 +37,9 @@ _serial = itertools.count(1)
 TANSU_GAPS: Final = {
     "kcat": "librdkafka 2.0.2 cannot read tansu's ApiVersions v3 response (tagged fields)",
 }
+TANSU_AIOKAFKA_LEAVE: Final = (
+    "its generations start at 0, and aiokafka sends LeaveGroup only from generation 1"
+)
 
 
 def require_client(name: str) -> None:

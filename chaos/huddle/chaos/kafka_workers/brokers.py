@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -166,6 +167,12 @@ def broker(
 
 def create_topic(bootstrap: str, topic: str, partitions: int, wait_s: float = 20.0) -> None:
     """Create ``topic`` with ``partitions`` through the Kafka wire (CreateTopics)."""
+    with warnings.catch_warnings():  # kafka-python's deprecated importlib.resources calls
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _create_topic(bootstrap, topic, partitions, wait_s)
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int, wait_s: float) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
     deadline = time.monotonic() + wait_s
@@ -184,6 +191,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int, wait_s: float = 20
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
     """``per_partition`` records into each of the topic's partitions, acknowledged."""
+    with warnings.catch_warnings():
+        # kafka-python 3.0.12 loads its schemas with importlib.resources calls that Python
+        # 3.11 deprecates: a warning per request, not ours to fix
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _produce(bootstrap, topic, partitions, per_partition)
+
+
+def _produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, client_id="huddle-producer")
