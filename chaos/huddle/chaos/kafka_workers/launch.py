@@ -3,7 +3,7 @@ and why it cannot run here when it cannot (a package or program missing).
 
 kafkajs runs under node with ``NODE_PATH`` naming a ``node_modules`` that holds the pinned
 kafkajs: ``$HUDDLE_KAFKAJS_NODE_MODULES`` if set, else the repository's
-``tests/kafka/js/node_modules`` (``make kafkajs`` installs it there).
+``tests/kafka_clients/js/node_modules`` (``make kafkajs`` installs it there).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def kafkajs_node_modules() -> Path | None:
     """The ``node_modules`` holding kafkajs, or None if there is none."""
     named = os.environ.get(NODE_MODULES_ENV)
     candidates = [Path(named)] if named else []
-    candidates += [p / "tests" / "kafka" / "js" / "node_modules" for p in HERE.parents]
+    candidates += [p / "tests" / "kafka_clients" / "js" / "node_modules" for p in HERE.parents]
     for candidate in candidates:
         if (candidate / "kafkajs" / "package.json").is_file():
             return candidate

@@ -14,7 +14,7 @@ import pytest
 from huddle.chaos.kafka_workers import launch
 from huddle.chaos.kafka_workers.options import COOPERATIVE_STICKY
 from huddle.chaos.kafka_workers.running import Driver
-from tests.kafka.conftest import (
+from tests.kafka_clients.conftest import (
     PARTITIONS,
     TANSU_AIOKAFKA_LEAVE,
     TANSU_GAPS,
