@@ -15,8 +15,8 @@ PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 WORKERS ?= -n 4
 ON_WORKERS := -m "not e2e and not spark and not timing"
 
-# kafkajs for the Kafka-client tests, pinned by tests/kafka_clients/js/package-lock.json (npm ci); without
-# npm the kafkajs tests skip and say why.
+# kafkajs for the Kafka-client tests, pinned by tests/kafka_clients/js/package-lock.json
+# (npm ci); without npm the kafkajs tests skip and say why.
 KAFKAJS_DIR := tests/kafka_clients/js
 KAFKAJS := $(KAFKAJS_DIR)/node_modules/.installed
 
