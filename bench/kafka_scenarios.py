@@ -15,7 +15,7 @@ from typing import Final
 
 from huddle.chaos.kafka_workers import brokers
 from huddle.chaos.kafka_workers.options import COOPERATIVE_STICKY, DriverOptions
-from huddle.chaos.kafka_workers.running import Drivers, DriverTimeout, partitions_of
+from huddle.chaos.kafka_workers.running import Drivers, DriverTimeoutError, partitions_of
 
 PARTITIONS: Final = 6
 SESSION_MS: Final = 6_000
@@ -62,7 +62,7 @@ def _balanced(d: Drivers, names: list[str], topic: str, what: str) -> float:
     wanted = partitions_of(topic, PARTITIONS)
     try:
         return d.wait(lambda: d.balanced(names, wanted), WAIT_S, what)
-    except DriverTimeout as exc:
+    except DriverTimeoutError as exc:
         raise Failed(str(exc)) from None
 
 
@@ -70,7 +70,7 @@ def _started(d: Drivers, name: str) -> float:
     driver = d.all[name]
     try:
         return float(d.wait(lambda: driver.last("started"), WAIT_S, f"{name} started")["mono"])
-    except DriverTimeout as exc:
+    except DriverTimeoutError as exc:
         raise Failed(str(exc)) from None
 
 
@@ -129,7 +129,7 @@ def resume(s: Setup) -> float:
 
         try:
             d.wait(committed_all, WAIT_S, f"m1 committed offset {RECORDS} on every partition")
-        except DriverTimeout as exc:
+        except DriverTimeoutError as exc:
             raise Failed(str(exc)) from None
         first.stop()
         brokers.produce(s.bootstrap, topic, PARTITIONS, RECORDS)
@@ -144,7 +144,7 @@ def resume(s: Setup) -> float:
 
         try:
             found = d.wait(read_all, WAIT_S, "m2 read every partition")
-        except DriverTimeout as exc:
+        except DriverTimeoutError as exc:
             raise Failed(str(exc)) from None
         wrong = [e for e in found if e["offset"] != RECORDS]
         if wrong:
@@ -183,7 +183,7 @@ def static_bounce(s: Setup) -> Bounce:
 
         try:
             d.wait(lambda: back.owned or None, WAIT_S, "the bounced member owns partitions")
-        except DriverTimeout:
+        except DriverTimeoutError:
             return Bounce(None, False, noticed(), "no assignment within the wait")
         seconds = back.owned_since - t0
         # a rebalance the bounce set off may still be under way: let the group settle

@@ -16,7 +16,7 @@ from huddle.chaos.kafka_workers import launch
 from huddle.chaos.kafka_workers.emit import Reporter
 from huddle.chaos.kafka_workers.kcat_driver import Rebalance, parse_rebalance, parse_record
 from huddle.chaos.kafka_workers.options import STRATEGIES, DriverOptions, parse
-from huddle.chaos.kafka_workers.running import Drivers, DriverTimeout, partitions_of
+from huddle.chaos.kafka_workers.running import Drivers, DriverTimeoutError, partitions_of
 
 
 def lines(out: io.StringIO) -> list[dict[str, object]]:
@@ -208,5 +208,6 @@ def test_a_wait_that_runs_out_names_each_drivers_last_line(
     with Drivers(tmp_path) as d:
         a = d.start("a", "x", DriverOptions("h:1", "g", "t", client_id="a"))
         d.wait(lambda: a.events or None, 30, "a's first line")
-        with pytest.raises(DriverTimeout, match=r"balanced: not within 0.2 s; a \(x, running\)"):
+        expected = r"balanced: not within 0.2 s; a \(x, running\)"
+        with pytest.raises(DriverTimeoutError, match=expected):
             d.wait(lambda: d.balanced(["a"], partitions_of("t", 2)), 0.2, "balanced")

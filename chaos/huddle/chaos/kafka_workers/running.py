@@ -3,7 +3,7 @@ their JSON lines collected as they come, waited on with deadlines, stopped by PI
 
 ``Drivers.wait(check, timeout)`` returns as soon as ``check()`` gives something other than
 None or False (checked again after every line any driver prints), or raises
-``DriverTimeout`` saying what each driver last reported.
+``DriverTimeoutError`` saying what each driver last reported.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from huddle.chaos.kafka_workers import launch
 from huddle.chaos.kafka_workers.emit import Partition
 from huddle.chaos.kafka_workers.options import DriverOptions
 from huddle.chaos.procs import die_with_parent
+from huddle.protocol.errors import HuddleError
 
 T = TypeVar("T")
 STOP_S: Final = 20.0  # a driver's clean close (commit, LeaveGroup) before SIGKILL
 OWNERSHIP: Final = frozenset({"assigned", "revoked", "lost", "left"})
 
 
-class DriverTimeout(AssertionError):
+class DriverTimeoutError(HuddleError, AssertionError):
     """What was waited for did not happen in time."""
 
 
@@ -153,7 +154,7 @@ class Drivers:
 
     def wait(self, check: Callable[[], T | None], timeout: float, what: str) -> T:
         """``check()``'s first value that is not None or False, re-checked after each line;
-        DriverTimeout (naming ``what`` and each driver's last line) after ``timeout`` s."""
+        DriverTimeoutError (naming ``what`` and each driver's last line) after ``timeout`` s."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
@@ -162,7 +163,7 @@ class Drivers:
                     return value
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DriverTimeout(f"{what}: not within {timeout} s; {self.summary()}")
+                    raise DriverTimeoutError(f"{what}: not within {timeout} s; {self.summary()}")
                 self._changed.wait(min(left, 0.5))
 
     def summary(self) -> str:
