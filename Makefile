@@ -15,7 +15,12 @@ PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 WORKERS ?= -n 4
 ON_WORKERS := -m "not e2e and not spark and not timing"
 
-.PHONY: run serve test check lint bench clean
+# kafkajs for the Kafka-client tests, pinned by tests/kafka_clients/js/package-lock.json
+# (npm ci); without npm the kafkajs tests skip and say why.
+KAFKAJS_DIR := tests/kafka_clients/js
+KAFKAJS := $(KAFKAJS_DIR)/node_modules/.installed
+
+.PHONY: run serve test check lint bench clean kafkajs
 
 # The demo: rolling bounces under eager, cooperative and deferred protocols, and the report.
 run: $(STAMP)
@@ -24,7 +29,7 @@ run: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/huddle serve
 
-test: $(STAMP)
+test: $(STAMP) $(KAFKAJS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -33,7 +38,7 @@ test: $(STAMP)
 	$(BIN)/pytest -q -m "timing or e2e or spark"
 
 # The fast tier: everything but real processes and PySpark (`make test` runs those too).
-check: $(STAMP)
+check: $(STAMP) $(KAFKAJS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -69,5 +74,14 @@ $(STAMP): pyproject.toml $(PACKAGE_DIRS)
 	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
+kafkajs: $(KAFKAJS)
+
+$(KAFKAJS): $(KAFKAJS_DIR)/package.json $(KAFKAJS_DIR)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(KAFKAJS_DIR) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm is not installed (apt-get install nodejs npm): the kafkajs tests will skip"; \
+	fi
+
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis $(KAFKAJS_DIR)/node_modules

@@ -35,6 +35,9 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+die_with_parent = _die_with_parent  # a Popen's preexec_fn, for children started elsewhere
+
+
 def spawn(
     argv: Sequence[str], *, stdout: Path, stderr: Path | None = None
 ) -> subprocess.Popen[bytes]:

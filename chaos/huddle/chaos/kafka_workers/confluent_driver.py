@@ -1,0 +1,108 @@
+"""The confluent-kafka (librdkafka) consumer driver: ``python -m
+huddle.chaos.kafka_workers.confluent_driver --bootstrap HOST:PORT --group G --topic T [...]``
+(flags: ``options``; lines: the package's docstring). Strategies: range, roundrobin,
+cooperative-sticky; static membership. librdkafka does not tell the generation: ``joined``
+carries the member id with a null generation."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from huddle.chaos.kafka_workers.emit import Partition, Reporter, StopFlag
+from huddle.chaos.kafka_workers.options import (
+    COOPERATIVE_STICKY,
+    RANGE,
+    ROUNDROBIN,
+    DriverOptions,
+    parse,
+)
+
+CLIENT = "confluent-kafka"
+STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
+POLL_S = 0.2
+BATCH = 500
+
+
+def _tps(partitions: list[TopicPartition]) -> list[Partition]:
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+def config(options: DriverOptions) -> dict[str, str | int | bool]:
+    conf: dict[str, str | int | bool] = {
+        "bootstrap.servers": options.bootstrap,
+        "group.id": options.group,
+        "client.id": options.client_id or CLIENT,
+        "session.timeout.ms": options.session_ms,
+        "heartbeat.interval.ms": options.heartbeat_ms,
+        "max.poll.interval.ms": max(options.rebalance_ms, options.session_ms),
+        "partition.assignment.strategy": options.strategy,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    if options.instance_id is not None:
+        conf["group.instance.id"] = options.instance_id
+    return conf
+
+
+def _commit(consumer: Consumer, report: Reporter, positions: dict[Partition, int]) -> None:
+    offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+    try:
+        result = consumer.commit(offsets=offsets, asynchronous=False)
+    except Exception as exc:  # fenced, rebalancing: say so and go on
+        report.commit_failed(repr(exc))
+        return
+    failed = [tp for tp in result if tp.error is not None]
+    if failed:
+        report.commit_failed(repr(failed[0].error))
+    report.committed((tp.topic, tp.partition, tp.offset) for tp in result if tp.error is None)
+
+
+def run(options: DriverOptions, report: Reporter) -> None:
+    stop = StopFlag(options.max_seconds)
+    consumer = Consumer(config(options))
+
+    def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
+        report.joined(c.memberid() or None, None)
+        report.assigned(_tps(partitions))
+
+    def on_revoke(_: Consumer, partitions: list[TopicPartition]) -> None:
+        report.revoked(_tps(partitions))
+
+    def on_lost(_: Consumer, partitions: list[TopicPartition]) -> None:
+        report.lost(_tps(partitions))
+
+    report.started(strategy=options.strategy, instance_id=options.instance_id)
+    consumer.subscribe([options.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    try:
+        while not stop.stopped:
+            messages: list[Message] = consumer.consume(BATCH, timeout=POLL_S)
+            positions: dict[Partition, int] = {}
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        report.error(str(error))
+                    continue
+                topic, partition, offset = message.topic(), message.partition(), message.offset()
+                if topic is None or partition is None or offset is None:
+                    continue
+                report.consumed(topic, partition, offset)
+                positions[(topic, partition)] = offset + 1
+            if options.commit and positions:
+                _commit(consumer, report, positions)
+    finally:
+        consumer.close()
+        report.left()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse(sys.argv[1:] if argv is None else argv, CLIENT, STRATEGIES)
+    run(options, Reporter(CLIENT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The kafka-python consumer driver: ``python -m huddle.chaos.kafka_workers.kafka_python_driver
+--bootstrap HOST:PORT --group G --topic T [...]`` (flags: ``options``; lines: the package's
+docstring). Strategies: range, roundrobin, cooperative-sticky (KIP-429); static membership."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from huddle.chaos.kafka_workers.emit import Partition, Reporter, StopFlag
+from huddle.chaos.kafka_workers.options import (
+    COOPERATIVE_STICKY,
+    RANGE,
+    ROUNDROBIN,
+    DriverOptions,
+    parse,
+)
+
+CLIENT = "kafka-python"
+STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
+POLL_MS = 200
+
+
+def _assignor(name: str) -> Any:
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    return {
+        RANGE: RangePartitionAssignor,
+        ROUNDROBIN: RoundRobinPartitionAssignor,
+        COOPERATIVE_STICKY: CooperativeStickyAssignor,
+    }[name]
+
+
+def _tps(partitions: Any) -> list[Partition]:
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+def run(options: DriverOptions, report: Reporter) -> None:
+    from kafka import KafkaConsumer, OffsetAndMetadata
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+
+    stop = StopFlag(options.max_seconds)
+    consumer = KafkaConsumer(
+        bootstrap_servers=options.bootstrap.split(","),
+        group_id=options.group,
+        client_id=options.client_id or CLIENT,
+        group_instance_id=options.instance_id,
+        session_timeout_ms=options.session_ms,
+        heartbeat_interval_ms=options.heartbeat_ms,
+        max_poll_interval_ms=options.rebalance_ms,
+        partition_assignment_strategy=[_assignor(options.strategy)],
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+
+    def note_generation() -> None:
+        meta = consumer._coordinator.group_metadata()
+        report.joined(meta.member_id or None, meta.generation_id)
+
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            report.revoked(_tps(revoked))
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            note_generation()
+            report.assigned(_tps(assigned))
+
+        def on_partitions_lost(self, lost: Any) -> None:
+            report.lost(_tps(lost))
+
+    report.started(strategy=options.strategy, instance_id=options.instance_id)
+    consumer.subscribe([options.topic], listener=Listener())
+    try:
+        while not stop.stopped:
+            batches = consumer.poll(timeout_ms=POLL_MS)
+            positions = {}
+            for tp, records in batches.items():
+                if records:
+                    report.consumed(tp.topic, tp.partition, records[0].offset)
+                    positions[tp] = records[-1].offset + 1
+            if options.commit and positions:
+                commit = {tp: OffsetAndMetadata(o, "", -1) for tp, o in positions.items()}
+                try:
+                    consumer.commit(commit)
+                except Exception as exc:  # fenced, rebalancing: say so and go on
+                    report.commit_failed(repr(exc))
+                else:
+                    report.committed((tp.topic, tp.partition, o) for tp, o in positions.items())
+    finally:
+        consumer.close()
+        report.left()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse(sys.argv[1:] if argv is None else argv, CLIENT, STRATEGIES)
+    run(options, Reporter(CLIENT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The options every driver takes, as command-line flags, and their validation."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+# The assignors a driver may be asked for (Kafka's names); each client has some of them.
+RANGE: Final = "range"
+ROUNDROBIN: Final = "roundrobin"
+COOPERATIVE_STICKY: Final = "cooperative-sticky"
+STRATEGIES: Final = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverOptions:
+    bootstrap: str  # HOST:PORT[,HOST:PORT...]
+    group: str
+    topic: str
+    strategy: str = RANGE
+    session_ms: int = 6_000
+    heartbeat_ms: int = 1_000
+    rebalance_ms: int = 10_000  # max.poll.interval.ms (the JoinGroup's rebalance timeout)
+    instance_id: str | None = None  # group.instance.id: static membership (KIP-345)
+    commit: bool = True  # commit the positions of what was read, after every batch
+    client_id: str | None = None
+    max_seconds: float = 600.0  # stop by itself after this long (a bound on every run)
+
+    def to_argv(self) -> list[str]:
+        """These options as the flags ``parse`` reads back."""
+        argv = [
+            "--bootstrap",
+            self.bootstrap,
+            "--group",
+            self.group,
+            "--topic",
+            self.topic,
+            "--strategy",
+            self.strategy,
+            "--session-ms",
+            str(self.session_ms),
+            "--heartbeat-ms",
+            str(self.heartbeat_ms),
+            "--rebalance-ms",
+            str(self.rebalance_ms),
+            "--max-seconds",
+            str(self.max_seconds),
+            "--commit" if self.commit else "--no-commit",
+        ]
+        if self.instance_id is not None:
+            argv += ["--instance-id", self.instance_id]
+        if self.client_id is not None:
+            argv += ["--client-id", self.client_id]
+        return argv
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def parser(client: str, strategies: Sequence[str]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{client} driver",
+        description=f"Join a consumer group with {client}; print its events as JSON lines.",
+    )
+    p.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka listener")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--strategy", choices=list(strategies), default=strategies[0])
+    p.add_argument("--session-ms", type=_positive, default=6_000)
+    p.add_argument("--heartbeat-ms", type=_positive, default=1_000)
+    p.add_argument("--rebalance-ms", type=_positive, default=10_000)
+    p.add_argument("--instance-id", default=None, help="group.instance.id (static member)")
+    p.add_argument("--commit", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--client-id", default=None)
+    p.add_argument("--max-seconds", type=float, default=600.0)
+    return p
+
+
+def parse(
+    argv: Sequence[str], client: str, strategies: Sequence[str], *, static: bool = True
+) -> DriverOptions:
+    """The options in ``argv``; exits with status 2 and one line on bad or unsupported ones
+    (``static``: whether the client has static membership)."""
+    p = parser(client, strategies)
+    a = p.parse_args(list(argv))
+    if a.instance_id is not None and not static:
+        p.error(f"{client} has no static membership (group.instance.id)")
+    if a.heartbeat_ms >= a.session_ms:
+        p.error("--heartbeat-ms must be below --session-ms")
+    if a.max_seconds <= 0:
+        p.error("--max-seconds must be positive")
+    return DriverOptions(
+        bootstrap=a.bootstrap,
+        group=a.group,
+        topic=a.topic,
+        strategy=a.strategy,
+        session_ms=a.session_ms,
+        heartbeat_ms=a.heartbeat_ms,
+        rebalance_ms=a.rebalance_ms,
+        instance_id=a.instance_id,
+        commit=a.commit,
+        client_id=a.client_id,
+        max_seconds=a.max_seconds,
+    )
