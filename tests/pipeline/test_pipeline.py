@@ -198,6 +198,28 @@ def test_the_window_starts_when_the_group_settled(spark: SparkSession, tmp_path:
     assert summary.total_unavailable_partition_seconds == 0.75
 
 
+def test_the_window_ends_when_the_scenario_finished(spark: SparkSession, tmp_path: Path) -> None:
+    """Shutdown is not the scenario's cost either: when the harness stops the members, the
+    one that stops first does not count as an outage while another is still processing."""
+    log = Log(tmp_path / "shutdown")
+    log.event("chaos", 0.0, "run_started", scenario="bounce", protocol="range", members=2)
+    for proc, member, part in (("member-1", "a", 0), ("member-2", "b", 1)):
+        log.event(proc, 0.0, "process_started", pid=part + 1, role="member", protocol="range")
+        log.event(proc, 0.5, "assigned", member_id=member, generation=1, partitions=[["t", part]])
+    log.event("chaos", 0.75, "steady", generation=1, members=2, settled=True)
+    log.ticks("member-1", "a", "t", 0, 1.0, 6.5, 0)
+    log.ticks("member-2", "b", "t", 1, 1.0, 8.0, 0)  # slow to act on its SIGTERM
+    log.event("chaos", 6.0, "scenario_finished")
+    log.event("member-1", 6.5625, "revoked", member_id="a", generation=1, partitions=[["t", 0]])
+    log.event("member-1", 6.625, "process_stopped", reason="sigterm")
+    log.event("member-2", 8.0625, "revoked", member_id="b", generation=1, partitions=[["t", 1]])
+    log.event("member-2", 8.125, "process_stopped", reason="sigterm")
+    analysis, summary = run(spark, log)
+    assert (summary.window.start, summary.window.end) == (T0 + 1.0, T0 + 6.0)
+    assert analysis.outages == []
+    assert summary.total_unavailable_partition_seconds == 0.0
+
+
 def test_an_eager_stop_and_restart_by_the_same_member_is_an_outage(
     spark: SparkSession, tmp_path: Path
 ) -> None:
