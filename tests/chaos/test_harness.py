@@ -106,6 +106,9 @@ def test_process_death_run_records_every_process_and_leaves_nothing_running(
     assert [(s["settled"], s["members"]) for s in steady] == [(True, 3)]
     assert steady[0]["ts"] < kill_ts, "the scenario's clock starts once the group settled"
     assert any("group settled at generation" in line for line in lines)
+    finished = [r["ts"] for r in chaos if r["event"] == ev.SCENARIO_FINISHED]
+    assert len(finished) == 1
+    assert finished[0] >= steady[0]["ts"] + settings.duration
 
     victim = read_events(events / "member-2.jsonl")
     assert problems(victim, "member-2") == []
@@ -117,6 +120,7 @@ def test_process_death_run_records_every_process_and_leaves_nothing_running(
         records = read_events(events / f"{name}.jsonl")
         assert problems(records, name) == []
         assert records[-1]["event"] == ev.PROCESS_STOPPED
+        assert records[-1]["ts"] > finished[0], "the scenario is over before members stop"
         assert any(r["event"] == ev.PROCESSED for r in records)
     assert any("fault: kill member-2" in line for line in lines)
     assert any("members 2/3 live" in line for line in lines), "progress shows the death"

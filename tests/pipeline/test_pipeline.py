@@ -198,6 +198,28 @@ def test_the_window_starts_when_the_group_settled(spark: SparkSession, tmp_path:
     assert summary.total_unavailable_partition_seconds == 0.75
 
 
+def test_the_window_ends_when_the_scenario_finished(spark: SparkSession, tmp_path: Path) -> None:
+    """Shutdown is not the scenario's cost either: when the harness stops the members, the
+    one that stops first does not count as an outage while another is still processing."""
+    log = Log(tmp_path / "shutdown")
+    log.event("chaos", 0.0, "run_started", scenario="bounce", protocol="range", members=2)
+    for proc, member, part in (("member-1", "a", 0), ("member-2", "b", 1)):
+        log.event(proc, 0.0, "process_started", pid=part + 1, role="member", protocol="range")
+        log.event(proc, 0.5, "assigned", member_id=member, generation=1, partitions=[["t", part]])
+    log.event("chaos", 0.75, "steady", generation=1, members=2, settled=True)
+    log.ticks("member-1", "a", "t", 0, 1.0, 6.5, 0)
+    log.ticks("member-2", "b", "t", 1, 1.0, 8.0, 0)  # slow to act on its SIGTERM
+    log.event("chaos", 6.0, "scenario_finished")
+    log.event("member-1", 6.5625, "revoked", member_id="a", generation=1, partitions=[["t", 0]])
+    log.event("member-1", 6.625, "process_stopped", reason="sigterm")
+    log.event("member-2", 8.0625, "revoked", member_id="b", generation=1, partitions=[["t", 1]])
+    log.event("member-2", 8.125, "process_stopped", reason="sigterm")
+    analysis, summary = run(spark, log)
+    assert (summary.window.start, summary.window.end) == (T0 + 1.0, T0 + 6.0)
+    assert analysis.outages == []
+    assert summary.total_unavailable_partition_seconds == 0.0
+
+
 def test_an_eager_stop_and_restart_by_the_same_member_is_an_outage(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -361,13 +383,23 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """Real member processes through the same rolling bounce, eager and cooperative: no
-    safety violation in either, and cooperative leaves partitions unprocessed for less time
-    (eager stops every partition at every rebalance)."""
+    safety violation in either, and cooperative stops fewer partitions (eager revokes every
+    partition at every rebalance, cooperative only the ones that move).
+
+    The stops are counted, not timed: on a loaded machine the unavailable partition-seconds
+    are mostly scheduling noise. An eager rebalance here takes 5-40 ms, so a bounce costs
+    eager about 0.25 partition-seconds (about 1 for the four bounces, cooperative about
+    0.25), while one member starved of CPU for half a second leaves its partitions
+    unprocessed for 3 x 0.5 = 1.5 partition-seconds, whichever the protocol. Under load one
+    run measured eager at 15.3 (7.3 of it owners stalled with the partitions in hand) and
+    cooperative at 3.0; a CI run measured the reverse. The number of stops does not depend
+    on how fast the machine is."""
     from huddle.chaos.harness import RunSettings
     from huddle.chaos.harness import run as run_chaos
     from huddle.chaos.scenarios import BUILT_IN, Shape
 
-    unavailable: dict[str, float] = {}
+    stops: dict[str, int] = {}
+    unavailable: dict[str, float | None] = {}
     for protocol in ("range", "cooperative-sticky"):
         run_dir = tmp_path / protocol
         settings = RunSettings(run_dir=run_dir, protocol=protocol, members=4, partitions=12)
@@ -375,11 +407,28 @@ def test_real_rolling_bounce_is_safe_and_cooperative_stops_less_than_eager(
         scenario = BUILT_IN["rolling-bounce"](Shape(duration=10.0, members=4))
         result = run_chaos(settings, scenario)
         assert result.outcome == "completed"
-        summary = summarise(analyse(spark, run_dir, gap_ms=100.0))
+        analysis = analyse(spark, run_dir, gap_ms=100.0)
+        summary = summarise(analysis)
         assert summary.violations == NO_VIOLATIONS, summary.violations
         assert summary.lost == 0
-        unavailable[protocol] = summary.total_unavailable_partition_seconds or 0.0
-    assert unavailable["cooperative-sticky"] < unavailable["range"], unavailable
+        stops[protocol] = _revocations_in_window(analysis)
+        unavailable[protocol] = summary.total_unavailable_partition_seconds
+    # 4 bounces of 12 partitions: eager revokes all 12 at each of the ~8 rebalances (84 to
+    # 96 measured), cooperative the 3 partitions of the member that leaves and the 3 that
+    # move back to it (24 to 34 measured, also under load)
+    assert stops["cooperative-sticky"] < stops["range"], (stops, unavailable)
+
+
+def _revocations_in_window(analysis: RunAnalysis) -> int:
+    """How many times a member revoked a partition (stopped processing it for a rebalance)
+    inside the run's availability window: the ownership intervals that end ``revoked``."""
+    window = analysis.window
+    assert window is not None
+    return sum(
+        1
+        for r in analysis.ownership
+        if r["end_reason"] == "revoked" and window.start <= r["end"] <= window.end
+    )
 
 
 @pytest.mark.e2e

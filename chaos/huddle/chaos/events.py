@@ -69,6 +69,12 @@ class Steady(Event, tag="steady", kw_only=True):
     settled: bool
 
 
+class ScenarioFinished(Event, tag="scenario_finished", kw_only=True):
+    """The scenario's duration is over: the harness stops every member next. The pipeline's
+    availability window ends here, since how the members shut down together is not what a
+    scenario measures. Not written when a run is interrupted or fails."""
+
+
 class ProcessStarted(Event, tag="process_started", kw_only=True):
     pid: int
     role: str
@@ -156,6 +162,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunFinished,
     Fault,
     Steady,
+    ScenarioFinished,
     ProcessStarted,
     ProcessStopped,
     Joined,
@@ -172,6 +179,7 @@ AnyEvent = (
     | RunFinished
     | Fault
     | Steady
+    | ScenarioFinished
     | ProcessStarted
     | ProcessStopped
     | Joined
@@ -194,6 +202,7 @@ RUN_STARTED: Final = tag_of(RunStarted)
 RUN_FINISHED: Final = tag_of(RunFinished)
 FAULT: Final = tag_of(Fault)
 STEADY: Final = tag_of(Steady)
+SCENARIO_FINISHED: Final = tag_of(ScenarioFinished)
 PROCESS_STARTED: Final = tag_of(ProcessStarted)
 PROCESS_STOPPED: Final = tag_of(ProcessStopped)
 JOINED: Final = tag_of(Joined)

@@ -249,6 +249,8 @@ class Harness:
                 await self._report(now - t0)
                 next_progress += 1.0
             if now >= end:
+                assert self.events is not None
+                self.events.write(ev.ScenarioFinished())  # the members are stopped next
                 return
             wake = min([end, next_progress] + ([t0 + steps[0].at] if steps else []))
             await anyio.sleep(max(wake - time.monotonic(), 0))  # pacing the scenario

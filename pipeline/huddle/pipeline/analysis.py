@@ -52,10 +52,19 @@ def known_partitions(events: RunEvents) -> DataFrame:
     return from_processed.unionByName(from_changes).distinct()
 
 
+def _harness_ts(events: RunEvents, event: str) -> float | None:
+    row = events.control.where(F.col("event") == event).agg(F.min("ts").alias("t")).first()
+    return None if row is None or row["t"] is None else float(row["t"])
+
+
 def steady_ts(events: RunEvents) -> float | None:
     """When the harness saw the group settle after start-up (its ``steady`` event)."""
-    row = events.control.where(F.col("event") == "steady").agg(F.min("ts").alias("t")).first()
-    return None if row is None or row["t"] is None else float(row["t"])
+    return _harness_ts(events, "steady")
+
+
+def scenario_end_ts(events: RunEvents) -> float | None:
+    """When the scenario's duration was over (the ``scenario_finished`` event)."""
+    return _harness_ts(events, "scenario_finished")
 
 
 def _first_ts(events: RunEvents) -> float:
@@ -85,7 +94,9 @@ def analyse(
     owned = _keep(ownership.ownership_intervals(events.control, events.processed))
     partitions = _keep(known_partitions(events))
     say("availability")
-    window = availability.measure_window(events.processed, steady_ts(events))
+    window = availability.measure_window(
+        events.processed, steady_ts(events), scenario_end_ts(events)
+    )
     tables: dict[str, DataFrame] = {"ownership": owned}
     if window is not None:
         outage_df = _keep(availability.outages(islands, partitions, window))

@@ -5,7 +5,10 @@ Records are always waiting, so a partition is unavailable whenever no island (se
 partition of a run: from the first moment *all* partitions had been processed once (the
 latest of the partitions' first processed events), or from the harness's ``steady`` event
 if that is later (the group settled after start-up and the scenario's clock started), to
-the last processed event of the run. Start-up and shutdown are left out. A partition
+the last processed event of the run, or to the harness's ``scenario_finished`` event if
+that is earlier (the scenario's duration was over and the harness stopped the members:
+members that stop first would otherwise leave their partitions unprocessed until the last
+one stops). Start-up and shutdown are left out. A partition
 known from ownership events but never processed is unavailable for the whole window.
 Outages are the maximal gaps in the union of islands within the window; unavailable
 seconds are their sum.
@@ -21,7 +24,8 @@ from pyspark.sql import functions as F
 WINDOW_DEFINITION = (
     "from the first moment all partitions had been processed once, or the harness's "
     "steady event (the group settled after start-up) if later, "
-    "to the last processed event of the run"
+    "to the last processed event of the run, or the harness's scenario_finished event "
+    "(the members are stopped next) if earlier"
 )
 
 
@@ -35,9 +39,12 @@ class MeasureWindow:
         return max(self.end - self.start, 0.0)
 
 
-def measure_window(processed: DataFrame, not_before: float | None = None) -> MeasureWindow | None:
+def measure_window(
+    processed: DataFrame, not_before: float | None = None, not_after: float | None = None
+) -> MeasureWindow | None:
     """The window over which availability is measured; ``None`` if nothing was processed.
-    ``not_before``: the ``steady`` event's time, if the run has one."""
+    ``not_before``: the ``steady`` event's time, ``not_after`` the ``scenario_finished``
+    event's, if the run has them."""
     firsts = processed.groupBy("topic", "partition").agg(
         F.min("ts").alias("first"), F.max("ts").alias("last")
     )
@@ -47,7 +54,10 @@ def measure_window(processed: DataFrame, not_before: float | None = None) -> Mea
     start = float(row["start"])
     if not_before is not None:
         start = max(start, not_before)
-    return MeasureWindow(start=start, end=float(row["end"]))
+    end = float(row["end"])
+    if not_after is not None:
+        end = max(min(end, not_after), start)
+    return MeasureWindow(start=start, end=end)
 
 
 def outages(islands: DataFrame, partitions: DataFrame, window: MeasureWindow) -> DataFrame:

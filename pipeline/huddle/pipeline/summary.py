@@ -27,7 +27,8 @@ def partition_key(topic: str, partition: int) -> str:
 
 
 class Window(msgspec.Struct, kw_only=True, frozen=True):
-    """What counts for availability: from the group settling to the last processed record."""
+    """What counts for availability: from the group settling to the end of the scenario
+    (or the last processed record)."""
 
     definition: str
     start: float | None
