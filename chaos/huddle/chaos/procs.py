@@ -25,12 +25,6 @@ HOST: Final = "127.0.0.1"
 _PR_SET_PDEATHSIG: Final = 1
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
     """Linux: the child gets SIGTERM when the harness dies without stopping it."""
     with contextlib.suppress(Exception):
