@@ -67,8 +67,9 @@ RAISE_ALLOWED = {
     # argparse turns ArgumentTypeError from a type= callback into its usage message
     ("huddle.cli.parsing", "ArgumentTypeError"),
     ("huddle.sim.cli", "ArgumentTypeError"),
-    # huddle.logs imports no part of huddle (a contract in pyproject.toml), so not HuddleError;
-    # its ValueError for a bad --log-level or --log-format is caught and said as a usage error
+    # huddle.logs imports no part of huddle (a contract in pyproject.toml), so no HuddleError:
+    # its ValueError is a bad level or format passed to configure_logging by a program (the
+    # command checks --log-level and --log-format, and their environment variables, first)
     ("huddle.logs", "ValueError"),
     # an abstract method, and an invariant that cannot fail unless huddle has a bug
     ("huddle.coordinator.storage.batching", "NotImplementedError"),
