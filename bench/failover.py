@@ -29,6 +29,8 @@ from contextlib import AsyncExitStack, suppress
 from functools import partial
 from pathlib import Path
 
+from huddle.testing import free_port
+
 from bench.common import quiet_logs
 from huddle.client import Admin, Member
 from huddle.client.connection import connect
@@ -53,14 +55,6 @@ class Counting(RebalanceListener):
 
     async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
         self.calls.append("lost")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_etcd(root: Path) -> tuple[subprocess.Popen[bytes], int]:

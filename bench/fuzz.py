@@ -18,9 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from huddle.testing import free_port
+
 from bench.common import cpu_model, quiet_logs
 from bench.fairness import _peak_rss_mib
-from bench.processes import free_port, huddle_command, new_event_loop, wait_listening
+from bench.processes import huddle_command, new_event_loop, wait_listening
 from huddle.chaos.fuzzrun import fuzz
 
 

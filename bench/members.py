@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.abc
+from huddle.testing import wait_settled
 
 from bench.common import quiet_logs
 from bench.processes import huddle_serve, raise_fd_limit, server_process
@@ -35,24 +36,9 @@ class Revocations(RebalanceListener):
         self.count += len(lost)
 
 
-def settled(members: Sequence[Member], everything: frozenset[TopicPartition]) -> bool:
-    if any(m.state.value != "stable" for m in members):
-        return False
-    if len({m.generation for m in members}) != 1:
-        return False
-    owned = [tp for m in members for tp in m.assignment]
-    return len(owned) == len(everything) and set(owned) == everything
-
-
-async def wait_settled(
-    members: Sequence[Member], everything: frozenset[TopicPartition], limit_s: float = 60.0
-) -> float:
-    """Seconds until settled (polled every millisecond)."""
-    started = time.perf_counter()
-    with anyio.fail_after(limit_s):
-        while not settled(members, everything):  # noqa: ASYNC110 - 1 ms polling resolution
-            await anyio.sleep(0.001)
-    return time.perf_counter() - started
+async def settle(members: Sequence[Member], topics: dict[str, int]) -> None:
+    """Until settled, looked at every millisecond (the resolution of the times measured)."""
+    await wait_settled(members, topics, within=60.0, poll_s=0.001)
 
 
 async def measure(
@@ -60,7 +46,7 @@ async def measure(
 ) -> tuple[list[float], list[float], list[int], list[int]]:
     group = f"bench-{assignor}-{size}"
     stopped = Revocations()
-    everything = frozenset(TopicPartition("orders", p) for p in range(partitions))
+    topics = {"orders": partitions}
 
     def new_member() -> Member:
         return Member(
@@ -81,19 +67,19 @@ async def measure(
     async with anyio.create_task_group() as tg:
         running = [await MemberTask(new_member()).start(tg) for _ in range(size)]
         members = [r.member for r in running]
-        await wait_settled(members, everything)
+        await settle(members, topics)
         for _ in range(reps):
             before = members[0].generation
             stopped.count = 0
             started = time.perf_counter()
             newcomer = await MemberTask(new_member()).start(tg)
-            await wait_settled([*members, newcomer.member], everything)
+            await settle([*members, newcomer.member], topics)
             joins.append(time.perf_counter() - started)
             generations.append(members[0].generation - before)
             revoked.append(stopped.count)
             started = time.perf_counter()
             await newcomer.stop()
-            await wait_settled(members, everything)
+            await settle(members, topics)
             leaves.append(time.perf_counter() - started)
         for r in running:
             await r.stop()

@@ -13,12 +13,13 @@ import contextlib
 import threading
 import urllib.request
 
+from huddle.testing import free_port
+
 from bench.common import cpu_model, quiet_logs
 from bench.heartbeat import CLIENT_CPU, SERVER_CPU, Setup, add_compare_arguments, compare
 from bench.processes import (
     cancelled_by_sigterm,
     exit_on_sigterm,
-    free_port,
     huddle_serve,
     new_event_loop,
     pin_to_cpu,

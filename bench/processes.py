@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from huddle.testing import free_port
+
 HOST: Final = "127.0.0.1"
 T = TypeVar("T")
 
@@ -58,12 +60,6 @@ def huddle_serve(*flags: str) -> Callable[[int], list[str]]:
 
 def echo_command(port: int) -> list[str]:
     return [sys.executable, "-m", "bench.echo", "--host", HOST, "--port", str(port)]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def raise_fd_limit(wanted: int) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -29,21 +28,11 @@ from huddle.protocol.errors import (
 )
 from huddle.protocol.messages import JoinGroupResponse
 from tests.client.test_flow import Host
-from tests.helpers import FAST_GROUP, fast_server_config, running_server
+from tests.helpers import FAST_GROUP, fast_server_config, member, running_server
 from tests.security_setup import acl, keep
 
 E = ErrorCode
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
-
-
-def member(bootstrap: str, **kwargs: Any) -> Member:
-    settings: dict[str, Any] = {
-        "group_id": "g",
-        "topics": ["t"],
-        "session_timeout_ms": 2_000,
-        "heartbeat_interval_ms": 100,
-    }
-    return Member(bootstrap, **{**settings, **kwargs})
 
 
 async def stops(m: Member, *, then_start: Member | None = None) -> MemberFailedError:

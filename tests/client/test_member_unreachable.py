@@ -23,7 +23,7 @@ from huddle.client.unreachable import (
     UnreachableWarnings,
 )
 from huddle.logs import library_logger
-from tests.helpers import fast_server_config, running_server, wait_until
+from tests.helpers import fast_server_config, member, running_server, wait_until
 from tests.security_setup import Pki, make_pki
 
 UNREACHABLE = "coordinator_unreachable"
@@ -33,15 +33,9 @@ def warnings_in(logs: list[EventDict]) -> list[EventDict]:
     return [e for e in logs if e["event"] == UNREACHABLE]
 
 
-def member(bootstrap: str, security: Security = NO_SECURITY) -> Member:
-    return Member(
-        bootstrap,
-        group_id="g",
-        topics=["t"],
-        retry_backoff_ms=10,
-        max_retry_backoff_ms=20,
-        security=security,
-    )
+def quick_retrying(bootstrap: str, security: Security = NO_SECURITY) -> Member:
+    """The shared test member, retrying its connection every 10-20 ms."""
+    return member(bootstrap, retry_backoff_ms=10, max_retry_backoff_ms=20, security=security)
 
 
 def test_the_warning_is_logged_at_most_once_every_ten_seconds(logs: list[EventDict]) -> None:
@@ -68,7 +62,7 @@ def test_the_warning_is_logged_at_most_once_every_ten_seconds(logs: list[EventDi
 async def test_a_member_retrying_a_refused_address_warns_once_not_at_each_try(
     logs: list[EventDict],
 ) -> None:
-    async with member("127.0.0.1:1") as lonely:
+    async with quick_retrying("127.0.0.1:1") as lonely:
         tries = lonely._runtime.unreachable
         await wait_until(lambda: tries.attempts >= 5, what="five failed tries")
         assert not lonely.connected
@@ -121,7 +115,7 @@ async def test_a_tls_mismatch_is_named_in_the_warning(
         # a TLS handshake that fails outright stops the member (not retried); one the
         # coordinator cuts short is retried: either way, the warning comes first
         with contextlib.suppress(MemberFailedError):
-            async with member(bootstrap, security):
+            async with quick_retrying(bootstrap, security):
                 await wait_until(lambda: bool(warnings_in(logs)), what="the warning")
     warning = warnings_in(logs)[0]
     assert warning["address"] == bootstrap
@@ -141,7 +135,7 @@ async def test_an_address_that_closes_unanswered_gets_both_causes_in_its_hint(
     server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
     bootstrap = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
-        async with member(bootstrap):
+        async with quick_retrying(bootstrap):
             await wait_until(lambda: bool(warnings_in(logs)), what="the warning")
     finally:
         server.close()

@@ -38,12 +38,13 @@ import anyio
 from huddle.chaos import events as ev
 from huddle.chaos.etcdproc import EtcdError, EtcdProcess
 from huddle.chaos.events import EventLog
-from huddle.chaos.procs import HOST, free_port, signal_pid, spawn
+from huddle.chaos.procs import HOST, signal_pid, spawn
 from huddle.chaos.proxy import FaultProxy, fault_proxy
 from huddle.chaos.scenarios import CLUSTER_LEASE_S, ScenarioError
 from huddle.client.connection import connect
 from huddle.client.discovery import coordinator_of
 from huddle.coordinator.cluster.shards import shard_of
+from huddle.protocol.addresses import free_port
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import OffsetFetchRequest
 

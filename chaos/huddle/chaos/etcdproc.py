@@ -14,7 +14,8 @@ from pathlib import Path
 
 import anyio
 
-from huddle.chaos.procs import HOST, free_port, signal_pid, spawn
+from huddle.chaos.procs import HOST, signal_pid, spawn
+from huddle.protocol.addresses import free_port
 from huddle.protocol.errors import HuddleError
 
 HEALTHY = b'"health":"true"'

@@ -26,6 +26,7 @@ from typing import Any, Final
 import msgspec
 import msgspec.inspect as mi
 
+from huddle.protocol.errors import InvalidArgumentTypeError
 from huddle.protocol.framing import frame_header
 from huddle.protocol.messages import Call, Handshake, Message, Request
 
@@ -99,7 +100,7 @@ class FrameFuzzer:
             case mi.NoneType():
                 return None
             case _:  # pragma: no cover - every field type of a request is above
-                raise TypeError(f"no values for {info!r}")
+                raise InvalidArgumentTypeError(f"no values for {info!r}")
 
     # --- fuzzed frames -----------------------------------------------------------------
 

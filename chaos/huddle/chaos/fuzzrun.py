@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from huddle.chaos.fuzz import FrameFuzzer
-from huddle.protocol.errors import ErrorCode, error_name
+from huddle.protocol.errors import ErrorCode, HuddleError, error_name
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import (
     Call,
@@ -70,6 +70,10 @@ class FuzzReport:
         return sorted(k for k in self.answers if k.startswith(("protocol_error", "error_response")))
 
 
+class BystanderClosedError(HuddleError, ConnectionError):
+    """The coordinator closed the well-behaved bystander's connection (a violation)."""
+
+
 class _Bystander:
     """A one-member group on its own connection, heartbeating every ``interval_s``."""
 
@@ -84,7 +88,7 @@ class _Bystander:
         while True:
             data = await self.reader.read(65_536)
             if not data:
-                raise ConnectionError("the coordinator closed the bystander's connection")
+                raise BystanderClosedError("the coordinator closed the bystander's connection")
             for body in self.frames.feed(data):
                 frame = self.codec.decode(body)
                 if isinstance(frame, Reply) and frame.correlation_id == correlation_id:

@@ -30,7 +30,7 @@ import structlog
 from huddle.chaos import events as ev
 from huddle.chaos.cluster import SHARDS, ChaosCluster
 from huddle.chaos.events import EventLog, events_dir
-from huddle.chaos.procs import HOST, free_port, signal_pid, spawn, stop_all
+from huddle.chaos.procs import HOST, NotListeningError, signal_pid, spawn, stop_all
 from huddle.chaos.progress import EventTail
 from huddle.chaos.protocols import ProtocolOptions
 from huddle.chaos.proxy import FaultProxy, fault_proxy
@@ -38,6 +38,7 @@ from huddle.chaos.scenarios import CLUSTER_ACTIONS, Scenario, ScenarioError, Ste
 from huddle.chaos.worker import WorkerSettings
 from huddle.client.admin import Admin
 from huddle.client.security import NO_SECURITY, security_from_env
+from huddle.protocol.addresses import free_port
 from huddle.protocol.errors import TopicAlreadyExistsError
 
 log = structlog.get_logger("huddle.chaos.harness")
@@ -448,7 +449,7 @@ class Harness:
         with anyio.fail_after(wait_s):
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"coordinator exited with code {proc.returncode}")
+                    raise NotListeningError(f"coordinator exited with code {proc.returncode}")
                 try:
                     stream = await anyio.connect_tcp(HOST, port)
                 except OSError:

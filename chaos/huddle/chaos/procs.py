@@ -19,14 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from huddle.protocol.errors import HuddleError
+
 HOST: Final = "127.0.0.1"
 _PR_SET_PDEATHSIG: Final = 1
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
@@ -98,18 +94,24 @@ def stop_all(procs: Sequence[subprocess.Popen[bytes]], grace_s: float = 5.0) -> 
             proc.wait(timeout=10)
 
 
+class NotListeningError(HuddleError, RuntimeError):
+    """A process exited, or did not listen in time, before it accepted a connection."""
+
+
 def wait_listening(proc: subprocess.Popen[bytes], port: int, wait_s: float) -> None:
-    """Until something accepts on ``port``; RuntimeError if ``proc`` exits or time runs out."""
+    """Until something accepts on ``port``; NotListeningError if ``proc`` exits or time runs out."""
     deadline = time.monotonic() + wait_s
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"process exited with code {proc.returncode} before listening")
+            raise NotListeningError(f"process exited with code {proc.returncode} before listening")
         try:
             with socket.create_connection((HOST, port), timeout=0.2):
                 return
         except OSError as exc:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listening on port {port} within {wait_s} s") from exc
+                raise NotListeningError(
+                    f"nothing listening on port {port} within {wait_s} s"
+                ) from exc
             time.sleep(0.05)  # pacing a startup poll, not a test
 
 

@@ -33,6 +33,7 @@ from huddle.client.member import Member
 from huddle.client.security import NO_SECURITY, security_from_env
 from huddle.logs import configure_logging
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError
 
 log = structlog.get_logger("huddle.chaos.worker")
 TICK_S = 0.02
@@ -64,24 +65,25 @@ class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+                raise InvalidArgumentError(f"{name} must be positive")
         if self.rate <= 0 or self.restore_rate <= 0 or self.max_seconds <= 0:
-            raise ValueError("rate, restore_rate and max_seconds must be positive")
+            raise InvalidArgumentError("rate, restore_rate and max_seconds must be positive")
         if self.commit_interval_ms <= 0:
-            raise ValueError("commit_interval_ms must be positive")
+            raise InvalidArgumentError("commit_interval_ms must be positive")
 
     def to_json(self) -> str:
         return msgspec.json.encode(self).decode()
 
 
 def parse_settings(text: str) -> WorkerSettings:
-    """The settings argument; ValueError with one line saying what is wrong."""
+    """The settings argument; InvalidArgumentError (a ValueError) with one line saying what
+    is wrong."""
     try:
         return msgspec.json.decode(text, type=WorkerSettings)
     except msgspec.ValidationError as exc:
-        raise ValueError(str(exc)) from None
+        raise InvalidArgumentError(str(exc)) from None
     except msgspec.DecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+        raise InvalidArgumentError(f"not JSON: {exc}") from None
 
 
 class Worker(RebalanceListener):

@@ -465,4 +465,4 @@ async def run_admin_command(
                     return to_json(cluster_view(cluster, per_node, accounts))
                 with_shards = bool(args.shards)
                 return render_cluster(cluster, per_node, shards=with_shards, accounts=accounts)
-    raise ValueError(f"unknown command {args.command} {args.action}")
+    raise UsageError(f"unknown command {args.command} {args.action}")

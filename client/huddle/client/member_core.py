@@ -45,7 +45,7 @@ from huddle.protocol.embedded import (
     encode,
     grouped,
 )
-from huddle.protocol.errors import ErrorCode, InvalidArgumentError, to_code
+from huddle.protocol.errors import ErrorCode, HuddleError, InvalidArgumentError, to_code
 from huddle.protocol.messages import (
     NO_GENERATION,
     HeartbeatRequest,
@@ -74,6 +74,10 @@ __all__ = [
     "Step",
     "choose_protocol",
 ]
+
+
+class ProtocolNotOfferedError(HuddleError, ValueError):
+    """The coordinator chose a protocol (an assignor) this member did not offer."""
 
 
 @dataclass
@@ -162,7 +166,9 @@ class MemberCore:
         for a in self.assignors:
             if a.name == name:
                 return a
-        raise ValueError(f"the group chose protocol {name!r}, which this member does not have")
+        raise ProtocolNotOfferedError(
+            f"the group chose protocol {name!r}, which this member does not have"
+        )
 
     # --- joining ---------------------------------------------------------------------
 

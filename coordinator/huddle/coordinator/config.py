@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from huddle.protocol.addresses import host_problem, parse_address, parse_endpoints
+from huddle.protocol.errors import InvalidArgumentError
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+
+class InvalidConfigError(InvalidArgumentError):
+    """Settings that are not valid or do not fit together (every problem, in one message).
+    Also a ``ValueError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,7 @@ class GroupConfig:
         if self.new_member_join_timeout_ms < 1:
             problems.append("new member join timeout must be positive")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise InvalidConfigError("; ".join(problems))
 
 
 _SECURITY_FIELDS = (
@@ -233,4 +239,4 @@ class ServerConfig:
                 "dropped for one answer"
             )
         if problems:
-            raise ValueError("; ".join(problems))
+            raise InvalidConfigError("; ".join(problems))

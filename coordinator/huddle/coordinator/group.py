@@ -26,11 +26,20 @@ from huddle.protocol.embedded import (
     EmbeddedSchemaError,
     subscribed_topics,
 )
+from huddle.protocol.errors import HuddleError
 from huddle.protocol.messages import JoinGroupMember, Protocol
 
 log = structlog.get_logger("huddle.group")
 
 Committed = tuple[int, str | None, int]  # offset, metadata, committed (wall clock ms)
+
+
+class NoSuchProtocolError(HuddleError, KeyError):
+    """A member was asked for its metadata of a protocol it did not join with."""
+
+
+class NoCommonProtocolError(HuddleError, ValueError):
+    """No protocol every member supports (the join screen keeps this from happening)."""
 
 
 class Member:
@@ -104,7 +113,7 @@ class Member:
         for p in self.protocols:
             if p.name == protocol_name:
                 return p.metadata
-        raise KeyError(protocol_name)
+        raise NoSuchProtocolError(protocol_name)
 
     def same_protocols(self, protocols: list[Protocol]) -> bool:
         return self.protocols == protocols
@@ -114,7 +123,9 @@ class Member:
         for p in self.protocols:
             if p.name in candidates:
                 return p.name
-        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+        raise NoCommonProtocolError(
+            f"member {self.member_id} supports none of {sorted(candidates)}"
+        )
 
 
 class Group:
@@ -268,7 +279,9 @@ class Group:
         votes wins, ties going to the name that sorts first."""
         candidates = self.candidate_protocols()
         if not candidates:
-            raise ValueError(f"group {self.group_id} has no protocol every member supports")
+            raise NoCommonProtocolError(
+                f"group {self.group_id} has no protocol every member supports"
+            )
         votes = Counter(m.vote(candidates) for m in self.members.values())
         return min(votes, key=lambda name: (-votes[name], name))
 

@@ -48,7 +48,7 @@ from huddle.coordinator.storage.journal import Journal
 from huddle.coordinator.sweeps import Timers
 from huddle.coordinator.wire import Wire
 from huddle.protocol.addresses import format_address, parse_address
-from huddle.protocol.errors import ErrorCode, HuddleError
+from huddle.protocol.errors import ErrorCode, HuddleError, UsageError
 from huddle.protocol.messages import (
     ClusterNodeInfo,
     DescribeClusterResponse,
@@ -136,7 +136,7 @@ class CoordinatorServer:
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
-            raise RuntimeError("the server is not started")
+            raise UsageError("the server is not started")
         return self._loop
 
     @property
@@ -194,7 +194,7 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         if self._loop is not None:
-            raise RuntimeError("the server is already started")
+            raise UsageError("the server is already started")
         self._loop = loop = asyncio.get_running_loop()
         self.admission.max_connections = connections_allowed(self.config.max_connections)
         self._closed = asyncio.Event()
@@ -395,7 +395,7 @@ class CoordinatorServer:
 
     async def wait_closed(self) -> None:
         if self._closed is None:
-            raise RuntimeError("the server is not started")
+            raise UsageError("the server is not started")
         await self._closed.wait()
 
     async def __aenter__(self) -> CoordinatorServer:

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from huddle.pipeline.schema import EVENT_SCHEMA
+from huddle.protocol.errors import HuddleError
 
 PROCESSED_COLUMNS = ("proc", "member_id", "generation", "topic", "partition", "offset", "count")
 
@@ -38,10 +39,14 @@ class RunEvents:
         self.control.unpersist()
 
 
+class NoEventsError(HuddleError, FileNotFoundError):
+    """A run directory without event files (also a ``FileNotFoundError``)."""
+
+
 def event_files(run_dir: Path) -> list[str]:
     files = sorted((run_dir / "events").glob("*.jsonl"))
     if not files:
-        raise FileNotFoundError(f"no events/*.jsonl under {run_dir}")
+        raise NoEventsError(f"no events/*.jsonl under {run_dir}")
     return [str(f) for f in files]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 
 from huddle.protocol.errors import InvalidArgumentError, InvalidArgumentTypeError
 
@@ -104,3 +105,13 @@ def _require_str(value: object, what: str) -> None:
 def format_address(host: str, port: int) -> str:
     """``(host, port)`` -> ``"HOST:PORT"`` (an IPv6 host in brackets)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick), for a process a test, a bench or
+    the chaos harness starts. Nothing holds it: bind it soon, and start again on a fresh one
+    if another took it. (Here, the lowest layer, so every part uses this one; the public
+    name is ``huddle.testing.free_port``.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from huddle.protocol.errors import InvalidArgumentError
+
 KINDS = (
     "drop",  # a member's connection is reset
     "partition",  # a member and the coordinator cannot reach each other, then heal
@@ -67,7 +69,9 @@ def plan_faults(
     """``count`` faults of the given kinds, in time order."""
     unknown = set(kinds) - set(KINDS)
     if unknown:
-        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+        raise InvalidArgumentError(
+            f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}"
+        )
     rng = random.Random(f"huddle-sim-faults-{seed}")
     span = count * FAULT_SPACING_MS
     times = sorted(FAULTS_START_MS + rng.random() * span for _ in range(count))

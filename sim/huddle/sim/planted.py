@@ -28,6 +28,7 @@ from huddle.client.assignors._rules import ClaimRules
 from huddle.client.assignors.base import GroupAssignment, MemberSubscription
 from huddle.client.heartbeat import Liveness
 from huddle.client.leader import RoundCheck, check_cooperative
+from huddle.protocol.errors import InvalidArgumentError
 from huddle.sim import faulty_offsets as coordinator_switch
 
 BUGS = frozenset(
@@ -46,7 +47,7 @@ def checked(names: Iterable[str]) -> frozenset[str]:
     wanted = frozenset(names)
     unknown = wanted - BUGS
     if unknown:
-        raise ValueError(f"no such planted bug: {sorted(unknown)}; known: {sorted(BUGS)}")
+        raise InvalidArgumentError(f"no such planted bug: {sorted(unknown)}; known: {sorted(BUGS)}")
     return wanted
 
 

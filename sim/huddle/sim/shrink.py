@@ -7,6 +7,7 @@ faults make fewer steps too: each run stops at its first violation.
 
 from __future__ import annotations
 
+from huddle.protocol.errors import InvalidArgumentError
 from huddle.sim.world import Outcome, SimConfig, simulate
 
 MAX_RUNS = 200
@@ -15,7 +16,7 @@ MAX_RUNS = 200
 def shrink(seed: int, config: SimConfig, failed: Outcome, max_runs: int = MAX_RUNS) -> Outcome:
     violation = failed.violation
     if violation is None:
-        raise ValueError("only a failing run can be shrunk")
+        raise InvalidArgumentError("only a failing run can be shrunk")
     best = failed
     kept = list(failed.kept)
     chunk = max(len(kept) // 2, 1)

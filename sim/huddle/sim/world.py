@@ -22,6 +22,7 @@ from huddle.client.assignors.base import ASSIGNORS, RebalanceProtocol
 from huddle.coordinator.config import GroupConfig
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError
 from huddle.sim.application import GROUP_ID
 from huddle.sim.faults import KINDS, Fault, plan_faults
 from huddle.sim.host import CoordinatorHost
@@ -70,9 +71,13 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {self.protocol!r}; known: {', '.join(PROTOCOLS)}")
+            raise InvalidArgumentError(
+                f"unknown protocol {self.protocol!r}; known: {', '.join(PROTOCOLS)}"
+            )
         if self.members < 1 or self.partitions < 1 or self.faults < 0:
-            raise ValueError("members and partitions must be at least 1, faults at least 0")
+            raise InvalidArgumentError(
+                "members and partitions must be at least 1, faults at least 0"
+            )
 
     def liveness_bound_ms(self) -> float:
         """How long after the last fault the group must have converged: a dead member's

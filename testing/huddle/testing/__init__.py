@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from huddle.testing.coordinator import CoordinatorError, CoordinatorProcess, free_port
+    from huddle.testing.coordinator import CoordinatorError, CoordinatorProcess
     from huddle.testing.members import MemberSet
     from huddle.testing.settle import NotSettledError, wait_settled
 
     from huddle.client.events import MemberFailedError
+    from huddle.protocol.addresses import free_port
     from huddle.protocol.errors import HuddleError, InvalidArgumentError
 
 __all__ = [
@@ -50,7 +51,7 @@ _WHERE = {
     "MemberFailedError": "huddle.client.events",
     "MemberSet": "huddle.testing.members",
     "NotSettledError": "huddle.testing.settle",
-    "free_port": "huddle.testing.coordinator",
+    "free_port": "huddle.protocol.addresses",
     "wait_settled": "huddle.testing.settle",
 }
 

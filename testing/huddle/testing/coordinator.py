@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from huddle.protocol.addresses import free_port
 from huddle.protocol.errors import HuddleError
 
 START_TIMEOUT_S = 30.0
@@ -173,11 +173,3 @@ class CoordinatorProcess:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's pick), for a process a test starts.
-    Nothing holds it: bind it soon, and start again on a fresh one if another took it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

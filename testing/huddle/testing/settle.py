@@ -31,12 +31,17 @@ def settled(members: Iterable[Member], expected: frozenset[TopicPartition]) -> b
 
 
 async def wait_settled(
-    members: Iterable[Member], partitions: Mapping[str, int], within: float = 10.0
+    members: Iterable[Member],
+    partitions: Mapping[str, int],
+    within: float = 10.0,
+    *,
+    poll_s: float = POLL_S,
 ) -> None:
     """Wait until the members settle with every partition of ``partitions`` (topic ->
     count) owned exactly once; NotSettledError after ``within`` seconds. A member that
     failed (the coordinator refused it for good, say) will never settle: its
-    ``MemberFailedError`` is raised at once."""
+    ``MemberFailedError`` is raised at once. The members are looked at every ``poll_s``
+    seconds (a benchmark timing the settling asks for a finer grain)."""
     group = list(members)
     expected = frozenset(TopicPartition(t, p) for t, n in partitions.items() for p in range(n))
     with anyio.move_on_after(within):
@@ -45,7 +50,7 @@ async def wait_settled(
             for m in group:
                 if m.failure is not None:
                     raise m.failure
-            await anyio.sleep(POLL_S)
+            await anyio.sleep(poll_s)
         return
     owners = [
         f"{m.member_id or '(no member id)'} {m.state.value}: {sorted(m.assignment)}" for m in group

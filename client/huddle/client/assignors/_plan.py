@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from huddle.protocol.errors import InvalidArgumentError
+
 
 @dataclass(slots=True)
 class Plan:
@@ -27,7 +29,7 @@ def deal(pool: Sequence[int], needs: Sequence[int]) -> list[list[int]]:
     than one pid at a time.
     """
     if sum(needs) != len(pool):
-        raise ValueError(f"needs add up to {sum(needs)}, the pool holds {len(pool)}")
+        raise InvalidArgumentError(f"needs add up to {sum(needs)}, the pool holds {len(pool)}")
     hands: list[list[int]] = [[] for _ in needs]
     active = [i for i, need in enumerate(needs) if need > 0]
     done = 0

@@ -36,6 +36,11 @@ class StoreTimeoutError(StoreUnavailableError):
     """A call to the store got no answer within its deadline."""
 
 
+class CallTimeoutError(HuddleError, TimeoutError):
+    """``bounded``'s call got no answer within its deadline (a ``TimeoutError``, as callers
+    catch it; the store turns it into ``StoreTimeoutError``)."""
+
+
 class CallCancelledError(StoreUnavailableError):
     """gRPC cancelled a call by itself (its connection was closed under it)."""
 
@@ -60,7 +65,7 @@ async def bounded(call: Callable[[], Awaitable[T]], deadline_s: float) -> T:
     if not done:
         task.cancel()
         task.add_done_callback(retrieved)
-        raise TimeoutError(f"no answer within {deadline_s:g} s")
+        raise CallTimeoutError(f"no answer within {deadline_s:g} s")
     if task.cancelled():
         raise CallCancelledError("the call to etcd was cancelled by its connection")
     return task.result()

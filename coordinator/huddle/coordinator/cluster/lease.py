@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from huddle.protocol.errors import InvalidArgumentError
+
 MAX_CLOCK_RATE_ERROR = 1e-3  # the node's clock may run this much fast against etcd's
 
 
@@ -23,7 +25,7 @@ class LeaseGuard:
 
     def __post_init__(self) -> None:
         if not 0 <= self.margin_ms < self.ttl_ms:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the safety margin ({self.margin_ms} ms) must be under the lease TTL "
                 f"({self.ttl_ms} ms)"
             )

@@ -44,7 +44,7 @@ from huddle.coordinator.storage.records import (
     TopicRecord,
 )
 from huddle.protocol.addresses import parse_address
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
     ClusterNodeInfo,
     DeleteGroupsRequest,
@@ -95,6 +95,10 @@ _offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
 
 def _name(text: str) -> str:
     return quote(text, safe="")
+
+
+class FencedWriteError(HuddleError, RuntimeError):
+    """etcd refused a write fenced on a shard's epoch: another node owns the shard now."""
 
 
 class ClusterServing:
@@ -248,7 +252,7 @@ class ClusterServing:
         for i in range(0, len(keys), MAX_TXN_OPS):
             chunk = keys[i : i + MAX_TXN_OPS]
             if not await self.store.write_fenced(owner_key, epoch, {}, deletes=chunk):
-                raise RuntimeError(f"etcd refused a write fenced on epoch {epoch}")
+                raise FencedWriteError(f"etcd refused a write fenced on epoch {epoch}")
 
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)

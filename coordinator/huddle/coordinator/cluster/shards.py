@@ -9,6 +9,8 @@ modulo the shard count. A group therefore lands on the shard whose number is the
 
 from __future__ import annotations
 
+from huddle.protocol.errors import InvalidArgumentError
+
 _MASK = 0xFFFFFFFF
 
 
@@ -25,6 +27,6 @@ def java_string_hash(text: str) -> int:
 def shard_of(group_id: str, shards: int) -> int:
     """The shard of ``group_id`` among ``shards`` (at least 1)."""
     if shards < 1:
-        raise ValueError(f"the shard count must be at least 1, not {shards}")
+        raise InvalidArgumentError(f"the shard count must be at least 1, not {shards}")
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % shards

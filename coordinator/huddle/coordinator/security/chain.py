@@ -97,12 +97,12 @@ def _element(der: bytes, at: int) -> tuple[int, int, int]:
     if length & 0x80:
         size = length & 0x7F
         if not 1 <= size <= 4:
-            raise ValueError("a DER length that is not definite")
+            raise ChainError("a DER length that is not definite")
         length = int.from_bytes(der[start : start + size], "big")
         start += size
     end = start + length
     if end > len(der):
-        raise ValueError("a DER element longer than the certificate")
+        raise ChainError("a DER element longer than the certificate")
     return tag, start, end
 
 
@@ -120,14 +120,14 @@ def _children(der: bytes, start: int, end: int) -> list[tuple[int, int, int, int
 def _names(der: bytes) -> Names:
     tag, start, _ = _element(der, 0)
     if tag != _SEQUENCE:
-        raise ValueError("not a DER certificate")
+        raise ChainError("not a DER certificate")
     tag, tbs_start, tbs_end = _element(der, start)
     fields = _children(der, tbs_start, tbs_end)
     if fields and fields[0][0] == 0xA0:  # [0] version
         fields = fields[1:]
     # serialNumber, signature, issuer, validity, subject, subjectPublicKeyInfo, ...
     if len(fields) < 6:
-        raise ValueError("a certificate without its subject")
+        raise ChainError("a certificate without its subject")
     issuer = der[fields[2][1] : fields[2][3]]
     subject = der[fields[4][1] : fields[4][3]]
     alt_names: frozenset[bytes] = frozenset()

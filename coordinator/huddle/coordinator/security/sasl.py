@@ -26,7 +26,7 @@ from huddle.coordinator.security.credentials import (
     User,
     password_matches,
 )
-from huddle.protocol.errors import HuddleError
+from huddle.protocol.errors import HuddleError, InvalidArgumentError
 
 UserLookup = Callable[[str], User | None]
 
@@ -86,7 +86,7 @@ class SaslSession:
         if mechanism in SCRAM_MECHANISMS:
             self._scram = ScramMechanism(mechanism).make_server(self._scram_credential)
         elif mechanism != PLAIN:
-            raise ValueError(f"not a SASL mechanism huddle serves: {mechanism}")
+            raise InvalidArgumentError(f"not a SASL mechanism huddle serves: {mechanism}")
         self._stage = 0
 
     @property

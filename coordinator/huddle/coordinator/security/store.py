@@ -53,6 +53,12 @@ def with_secret(state: SecurityState) -> SecurityState:
     return msgspec.structs.replace(state, decoy_secret=os.urandom(32))
 
 
+class ReadPendingError(HuddleError, TimeoutError):
+    """The last read of the store has not returned (a hung file system?): no second read is
+    started. A ``TimeoutError``, as a read past its deadline is; not a ``SecurityStoreError``
+    (the store is not known to be unusable)."""
+
+
 class SecurityStoreError(HuddleError):
     """The store cannot be read or written: says which and why."""
 
@@ -167,7 +173,7 @@ class FileStore:
 
     async def _off_loop(self, read: Callable[[], SecurityState | None]) -> SecurityState | None:
         if self._reading is not None and not self._reading.done():
-            raise TimeoutError(
+            raise ReadPendingError(
                 f"the last read of {self.path} has not returned yet (a hung file system?)"
             )
         self._reading = in_thread(read)

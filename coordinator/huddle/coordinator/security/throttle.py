@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from huddle.protocol.errors import InvalidArgumentError
 from huddle.protocol.messages import MAX_LOGIN_HOLD_S
 
 LOOPBACK = "loopback"
@@ -68,7 +69,9 @@ class FailureThrottle:
         max_hosts: int = 10_000,
     ) -> None:
         if max_s > MAX_LOGIN_HOLD_S:  # clients wait for a login's answer only so long
-            raise ValueError(f"max_s must be at most {MAX_LOGIN_HOLD_S:g} s, not {max_s:g}")
+            raise InvalidArgumentError(
+                f"max_s must be at most {MAX_LOGIN_HOLD_S:g} s, not {max_s:g}"
+            )
         self.base_s = base_s
         self.max_s = max_s
         self.forget_s = forget_s
@@ -133,7 +136,7 @@ class ProofTurns:
 
     def take(self, key: int, group: str, turn: Turn) -> bool:
         if key in self._group_of:
-            raise ValueError(f"check {key} is already under way or waiting")
+            raise InvalidArgumentError(f"check {key} is already under way or waiting")
         self._group_of[key] = group
         checking = self._checking.setdefault(group, set())
         if len(checking) < self.per_group:

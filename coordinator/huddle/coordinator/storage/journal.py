@@ -44,6 +44,11 @@ COMPACT_MIN_BYTES: Final = 64 << 20  # nor one of fewer bytes than this
 COMPACT_FACTOR: Final = 4  # compact when the journal holds this many times the state
 
 
+class JournalClosedError(HuddleError, OSError):
+    """A write to a journal already closed. Also an ``OSError``, as every other failed
+    write is (the writer reports them alike)."""
+
+
 class DataDirError(HuddleError):
     """The data directory cannot be used: not writable, damaged, or in use by another
     coordinator."""
@@ -177,7 +182,7 @@ class Journal:
         buffer, so a writer thread hardly needs the interpreter."""
         fd = self._fd
         if fd is None:
-            raise OSError("the journal is closed")
+            raise JournalClosedError("the journal is closed")
         data = memoryview(frames)
         try:
             written = 0

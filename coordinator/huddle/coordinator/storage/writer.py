@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from huddle.protocol.errors import UsageError
+
 # done(upto, error): every batch up to ``upto`` is written (error None), or a write failed.
 Done = Callable[[int, BaseException | None], None]
 Write = Callable[[bytearray, int], None]  # (frames, record count): raises OSError
@@ -113,7 +115,7 @@ class WriterThread:
         future: Future[Any] = Future()
         with self._lock:
             if self._shut:
-                raise RuntimeError("the writer thread is shut down")
+                raise UsageError("the writer thread is shut down")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
