@@ -8,7 +8,9 @@ from collections.abc import Mapping
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.host import CoordinatorServer
+from huddle.coordinator.kafka.log_apis import KafkaLog
 from huddle.coordinator.kafka.wire import KafkaWire
+from huddle.coordinator.kafka_log.disk import LogDisk
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.messages import Call
 
@@ -42,9 +44,31 @@ async def listen_kafka(
 ) -> KafkaWire:
     """Listen for Kafka clients on ``host:port`` (0: a free port); ``advertise`` is the
     ``host:port`` clients are told to use (default: the one listened on). The wire
-    returned names its address in ``advertised``."""
-    limit = server.config.max_response_bytes
-    wire = KafkaWire(_Host(server), (host, port), max_response_bytes=limit)
-    wire.port = await server.listen(wire, host, port)
+    returned names its address in ``advertised``. Call it after the server's ``start``:
+    with a data dir, the log's files are read back then (``DataDirError`` if they cannot
+    be used), and the registry they follow must be loaded first."""
+    cfg = server.config
+    disk = None
+    if cfg.data_dir:  # after the server's start: the topic registry is loaded
+        disk = await asyncio.to_thread(LogDisk.open, cfg.data_dir, fsync=cfg.fsync)
+    kafka_log = KafkaLog(
+        server.core.topics.partitions.get,
+        disk=disk,
+        max_partition_bytes=cfg.kafka_log_partition_bytes,
+        max_total_bytes=cfg.kafka_log_total_bytes,
+    )
+    wire = KafkaWire(
+        _Host(server),
+        (host, port),
+        max_response_bytes=cfg.max_response_bytes,
+        evict_on_close_ms=cfg.kafka_evict_on_close_ms,
+        log=kafka_log,
+    )
+    try:
+        wire.port = await server.listen(wire, host, port)
+    except BaseException:
+        kafka_log.close()
+        raise
+    server.after_close(kafka_log.close)  # once the listener's connections are closed
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
     return wire

@@ -104,16 +104,26 @@ class KafkaWire:
     in_order = False
 
     def __init__(
-        self, server: KafkaHost, advertised: tuple[str, int], *, max_response_bytes: int
+        self,
+        server: KafkaHost,
+        advertised: tuple[str, int],
+        *,
+        max_response_bytes: int,
+        evict_on_close_ms: int = -1,
+        log: KafkaLog | None = None,
     ) -> None:
         self.server = server
+        # Kafka's rule by default: a member whose connection closed stays until its
+        # session timeout (Kafka clients reconnect for ordinary reasons); with
+        # --kafka-evict-on-close-ms, a dynamic one not back within that grace is removed.
+        self.disconnect_grace_ms = evict_on_close_ms
         self.node_id = 0
         self.advertised = advertised
         self.port = advertised[1]  # the port listened on
         self.max_response_bytes = max_response_bytes
         # what a Fetch may ask for: its answer stays within the response limit
         self._fetch_limit = max(max_response_bytes - _FETCH_OVERHEAD, 1)
-        self.log = KafkaLog(server.topic_partitions.get)
+        self.log = log if log is not None else KafkaLog(server.topic_partitions.get)
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
@@ -218,6 +228,10 @@ class KafkaWire:
                 if answer.close:
                     conn.close("a Produce with acks=0 was refused")
                 return
+            kept = log.produce_kept(answer)
+            if kept is not None:  # --fsync: answered once its batches are on the disk
+                self._answer_later(conn, codec, slot, kept)
+                return
         else:
             if request.max_bytes > self._fetch_limit:  # as Kafka's fetch.max.bytes clamps it
                 request = dataclasses.replace(request, max_bytes=self._fetch_limit)
@@ -229,9 +243,15 @@ class KafkaWire:
         conn.send(codec.release(slot))
 
     def _fetch_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
+        self._answer_later(conn, codec, slot, self.log.fetch_later(request, slot.version))
+
+    def _answer_later(
+        self, conn: Connection, codec: KafkaCodec, slot: Slot, answer: asyncio.Future[Any]
+    ) -> None:
+        """The slot is answered when ``answer`` is done (a Fetch that waited, a Produce
+        kept); cancelled if the connection closes first."""
         waits = self._waits.setdefault(conn.conn_id, set())
-        fetch = self.log.fetch_later(request, slot.version)
-        waits.add(fetch)
+        waits.add(answer)
 
         def done(task: asyncio.Future[Any]) -> None:
             waits.discard(task)
@@ -239,14 +259,15 @@ class KafkaWire:
                 return
             error = task.exception()
             if error is not None:
-                conn.log.error("kafka_fetch_failed", error=repr(error))
-                conn.abort("the Fetch failed")
+                api = apis.name(slot.api_key)
+                conn.log.error("kafka_log_failed", api=api, error=repr(error))
+                conn.abort(f"the {api} failed")
                 return
             slot.answer = _answered(task.result())
             conn.send(codec.release(slot))
             self.server.flush()
 
-        fetch.add_done_callback(done)
+        answer.add_done_callback(done)
 
     def _not_served(self, conn: Connection, codec: KafkaCodec, start: header.Start) -> None:
         api = apis.name(start.api_key)

@@ -31,6 +31,11 @@ from typing import TYPE_CHECKING
 import structlog
 from kio.schema.errors import ErrorCode
 
+from huddle.coordinator.config import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_PARTITION_BYTES,
+    DEFAULT_MAX_TOTAL_BYTES,
+)
 from huddle.coordinator.kafka_log.batches import Batch, LogError, with_base_offset
 from huddle.coordinator.kafka_log.partition import PartitionLog, Read, Segment, StoredBatch
 
@@ -40,10 +45,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("huddle.kafka_log")
 
 PartitionKey = tuple[str, int]
-MiB = 1024 * 1024
-DEFAULT_MAX_BATCH_BYTES = 1 * MiB + 12  # Kafka's message.max.bytes
-DEFAULT_MAX_PARTITION_BYTES = 8 * MiB
-DEFAULT_MAX_TOTAL_BYTES = 128 * MiB
 SEGMENTS_PER_PARTITION = 4  # the default segment size is the partition bound over this
 
 __all__ = ["LogStore", "PartitionKey", "PartitionLog", "Read", "StoredBatch"]
