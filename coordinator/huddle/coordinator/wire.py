@@ -78,6 +78,10 @@ class Wire(Protocol[ConnT]):
         before is answered, so that its answers go out in request order."""
 
     @property
+    def listener(self) -> str:
+        """The listener's name in the metrics' ``listener`` label (``huddle``, ``kafka``)."""
+
+    @property
     def disconnect_grace_ms(self) -> int | None:
         """How long a dynamic member whose connection on this wire closed may stay away
         before it is removed: None for the server's ``--disconnect-grace-ms``, below 0 for

@@ -29,6 +29,9 @@ class _Host:
         self._server.greeted(conn)
 
     def call(self, conn: Connection, call: Call) -> None:
+        metrics = self._server.metrics
+        if metrics is not None:  # the intake counts the calls ``take`` returns, not these
+            metrics.calls[conn.wire.listener] += 1
         self._server.requests.call(conn, call, self._server.now_ms())
 
     def flush(self) -> None:

@@ -102,6 +102,7 @@ class KafkaWire:
     # itself (a slot per request, ``answers.KafkaCodec``), including answers the wire
     # makes later (a Fetch that waits), so the server need not take requests one at a time.
     in_order = False
+    listener = "kafka"  # the metrics' label
 
     def __init__(
         self,
