@@ -2,10 +2,11 @@
 
 Each request is read here (``framing``, ``header``, ``schemas``), takes its slot in the
 connection's queue of answers (``answers``), and is translated (``brokers``, ``groups``,
-``offsets``, ``admin``, ``empty_log``) into none, one or several of the core's requests:
-the first is returned to the server's request path, the others (a batch of groups or
-keys) go to it directly. From there everything is what huddle's own wire gets: the
-screening, the core, the held answers, the keeper.
+``offsets``, ``admin``) into none, one or several of the core's requests: the first is
+returned to the server's request path, the others (a batch of groups or keys) go to it
+directly. Produce, Fetch and ListOffsets go to the log instead (``log_apis``). From there
+everything is what huddle's own wire gets: the screening, the core, the held answers, the
+keeper.
 
 Kafka connections have no handshake: a connection is logged in with its first request,
 and its client id is the one its request headers name. Bad input closes the connection

@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from huddle.coordinator.kafka_log.batches import Batch, LogError, with_base_offset
 from huddle.coordinator.kafka_log.partition import PartitionLog, Read, Segment, StoredBatch
+from huddle.protocol.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from huddle.coordinator.kafka_log.disk import LogDisk
@@ -61,7 +62,7 @@ class LogStore:
         disk: LogDisk | None = None,
     ) -> None:
         if not 0 < max_batch_bytes <= max_partition_bytes <= max_total_bytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "the log's bounds must be 0 < max_batch_bytes <= max_partition_bytes "
                 f"<= max_total_bytes, not {max_batch_bytes}, {max_partition_bytes}, "
                 f"{max_total_bytes}"
@@ -69,7 +70,7 @@ class LogStore:
         if segment_bytes is None:
             segment_bytes = max(1, max_partition_bytes // SEGMENTS_PER_PARTITION)
         if not 0 < segment_bytes <= max_partition_bytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"segment_bytes must be in 1..{max_partition_bytes}, not {segment_bytes}"
             )
         self._partitions = partitions
