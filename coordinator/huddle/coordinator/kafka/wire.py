@@ -7,11 +7,13 @@ the first is returned to the server's request path, the others (a batch of group
 keys) go to it directly. From there everything is what huddle's own wire gets: the
 screening, the core, the held answers, the keeper.
 
-Kafka connections have no handshake: a connection is logged in with its first request,
-and its client id is the one its request headers name. Bad input closes the connection
-that sent it, after a log line (Kafka closes it too; a Kafka client cannot be told why):
-a request shorter than its header or that cannot be read, an API or version not served
-(but ApiVersions: answered in v0 with UNSUPPORTED_VERSION and the versions served).
+Kafka connections have no handshake: without SASL a connection is logged in with its
+first request; with SASL once its exchange is complete (``sasl``: SaslHandshake, then
+SaslAuthenticate, over huddle's login). Its client id is the one its request headers
+name. Bad input closes the connection that sent it, after a log line (Kafka closes it
+too; a Kafka client cannot be told why): a request shorter than its header or that cannot
+be read, an API or version not served (but ApiVersions: answered in v0 with
+UNSUPPORTED_VERSION and the versions served).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Final, Protocol, cast
 import msgspec
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
     admin,
     apis,
@@ -32,11 +35,13 @@ from huddle.coordinator.kafka import (
     groups,
     header,
     offsets,
+    sasl,
     schemas,
 )
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
 from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode
@@ -61,6 +66,8 @@ TRANSLATIONS: Final[dict[int, Translation]] = {
     Api.CREATE_TOPICS: admin.create_topics,
     Api.DELETE_TOPICS: admin.delete_topics,
     Api.CREATE_PARTITIONS: admin.create_partitions,
+    Api.SASL_HANDSHAKE: sasl.handshake_refused,  # once authenticated, or without SASL
+    Api.SASL_AUTHENTICATE: sasl.authenticate_refused,
 }
 _LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
 _REASON_CHARS: Final = 300
@@ -84,6 +91,10 @@ class KafkaHost(Protocol):
     def greeted(self, conn: Connection) -> None:
         """``conn`` is logged in: no longer watched for a stalled handshake."""
 
+    def backlogged(self, conn: Connection) -> None:
+        """Frames may wait in ``conn.inbox`` that were not handled yet (after a SASL step
+        answered outside the server's pass)."""
+
     def call(self, conn: Connection, call: Call) -> None:
         """One more request of ``conn`` through the request path (a batch's others)."""
 
@@ -104,9 +115,15 @@ class KafkaWire:
     in_order = False
 
     def __init__(
-        self, server: KafkaHost, advertised: tuple[str, int], *, max_response_bytes: int
+        self,
+        server: KafkaHost,
+        advertised: tuple[str, int],
+        *,
+        max_response_bytes: int,
+        sasl: KafkaSasl | None = None,
     ) -> None:
         self.server = server
+        self.sasl = sasl  # the login, when the listener requires SASL
         self.node_id = 0
         self.advertised = advertised
         self.port = advertised[1]  # the port listened on
@@ -142,8 +159,12 @@ class KafkaWire:
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
         if not conn.handshaken:
-            conn.handshaken = True  # no handshake: its first request logs it in
-            self.server.greeted(conn)
+            if self.sasl is None:
+                conn.handshaken = True  # no handshake: its first request logs it in
+                self.server.greeted(conn)
+            elif conn.sasl is FAILED:
+                conn.inbox.clear()  # its failure is answered after a delay: nothing else
+                return None
         try:
             start = header.start(body)
         except header.RequestReadError as exc:
@@ -163,6 +184,10 @@ class KafkaWire:
         if client_id != conn.client_id:
             conn.client_id = client_id
             conn.peer = replace(conn.peer, client_id=client_id)
+        if not conn.handshaken and self.sasl is not None and not self.sasl.admits(conn, api_key):
+            login = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
+            self.sasl.login(conn, codec, login, request)
+            return None
         if api_key in _LOG_APIS:
             slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
             self._log_api(conn, codec, slot, request)
@@ -184,9 +209,13 @@ class KafkaWire:
         return calls[0]
 
     def overdue(self, conn: Connection, timeout_ms: int) -> tuple[ErrorCode, str] | None:
+        if self.sasl is not None:
+            return self.sasl.overdue(conn, timeout_ms)
         return ErrorCode.INVALID_REQUEST, f"no request within {timeout_ms} ms"
 
     def gone(self, conn: Connection) -> None:
+        if self.sasl is not None:
+            self.sasl.gone(conn)
         for fetch in self._waits.pop(conn.conn_id, ()):
             fetch.cancel()
 
