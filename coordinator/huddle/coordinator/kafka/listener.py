@@ -10,6 +10,7 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
+from huddle.coordinator.security.acls import Authorizer
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.messages import Call
 
@@ -39,6 +40,10 @@ class _Host:
     @property
     def topic_partitions(self) -> Mapping[str, int]:
         return self._server.core.topics.partitions
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        return self._server.core.authorizer
 
 
 async def listen_kafka(

@@ -34,6 +34,7 @@ from huddle.coordinator.kafka import (
     brokers,
     groups,
     header,
+    log_access,
     offsets,
     sasl,
     schemas,
@@ -43,6 +44,7 @@ from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
+from huddle.coordinator.security.acls import Authorizer
 from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import FrameReader
@@ -104,6 +106,10 @@ class KafkaHost(Protocol):
     @property
     def topic_partitions(self) -> Mapping[str, int]:
         """huddle's topic registry: each topic's partition count."""
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """The ACLs (``--authorizer``), which the log's APIs are checked with."""
 
 
 class KafkaWire:
@@ -238,13 +244,16 @@ class KafkaWire:
         """Produce, Fetch or ListOffsets: the log answers, now or (a Fetch) later."""
         codec.open(slot)
         log, version = self.log, slot.version
+        auth, refused = self.server.authorizer, log_access.Refused()
+        if auth is not None:
+            request, refused = log_access.screen(auth, conn.peer, slot.api_key, request)
         if slot.api_key == Api.LIST_OFFSETS:
             answer = log.list_offsets(request, version)
         elif slot.api_key == Api.PRODUCE:
             answer = log.produce(request, version)
             if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
                 conn.send(codec.release(slot, silent=True))
-                if answer.close:
+                if answer.close or refused:
                     conn.close("a Produce with acks=0 was refused")
                 return
         else:
@@ -252,12 +261,19 @@ class KafkaWire:
                 request = dataclasses.replace(request, max_bytes=self._fetch_limit)
             answer = log.fetch_now(request, version)
             if isinstance(answer, Wait):
-                self._fetch_later(conn, codec, slot, request)
+                self._fetch_later(conn, codec, slot, request, refused)
                 return
-        slot.answer = _answered(answer)
+        slot.answer = _answered(log_access.put_back(slot.api_key, version, answer, refused))
         conn.send(codec.release(slot))
 
-    def _fetch_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
+    def _fetch_later(
+        self,
+        conn: Connection,
+        codec: KafkaCodec,
+        slot: Slot,
+        request: Any,
+        refused: log_access.Refused,
+    ) -> None:
         waits = self._waits.setdefault(conn.conn_id, set())
         fetch = self.log.fetch_later(request, slot.version)
         waits.add(fetch)
@@ -271,7 +287,8 @@ class KafkaWire:
                 conn.log.error("kafka_fetch_failed", error=repr(error))
                 conn.abort("the Fetch failed")
                 return
-            slot.answer = _answered(task.result())
+            answer = log_access.put_back(slot.api_key, slot.version, task.result(), refused)
+            slot.answer = _answered(answer)
             conn.send(codec.release(slot))
             self.server.flush()
 
