@@ -4,6 +4,7 @@ confluent-kafka (librdkafka) over SASL_SSL, and raw requests for Kafka's login r
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from huddle.coordinator.security.acls import Operation, ResourceType
 from tests.helpers import fast_server_config, wait_until
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_confluent import PARTITIONS, SETTLE_S, ConfluentConsumer, _shared
+from tests.security.test_tls_reload import der, old_and_new, write_pair
 from tests.security_setup import Pki, acl, keep, make_pki
 
 PASSWORD = "correct horse"
@@ -221,194 +223,31 @@ async def test_an_mtls_principal_is_checked_by_the_acls(tmp_path: Path, logs: ob
             await asyncio.to_thread(alice_s.stop)
 
 
-@pytest.fixture
-async def no_acls(tmp_path: Path, logs: object) -> AsyncIterator[int]:
-    """The authorizer on, and no ACL: User:ANONYMOUS may do nothing."""
-    config = fast_server_config(data_dir=str(tmp_path), authorizer=True)
-    async with CoordinatorServer(config) as server:
-        yield (await listen_kafka(server, "127.0.0.1", 0)).port
+async def _kafka_served(port: int, trust: ssl.SSLContext) -> bytes:
+    """The certificate a new TLS connection to the Kafka listener is served (DER), once an
+    ApiVersions is answered over it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trust)
+    raw = RawKafka(port)
+    raw.reader, raw.writer = reader, writer
+    try:
+        versions = await raw.call(Api.API_VERSIONS, 3, 1, client_software_name="t")
+        assert versions.error_code == 0
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        assert isinstance(der, bytes)
+        return der
+    finally:
+        writer.close()
 
 
-TOPIC_AUTHORIZATION_FAILED = 29
-_PARTITION = {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1}
-_FETCHED = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1000}
-# Kafka's table: each API, a request naming group g or topic t, where its answer says so.
-REFUSALS: list[tuple[Api, int, dict[str, Any], Any, int]] = [
-    (
-        Api.JOIN_GROUP,
-        5,
-        {
-            "group_id": "g",
-            "session_timeout": 6000,
-            "rebalance_timeout": 6000,
-            "member_id": "",
-            "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": b""}],
-        },
-        lambda r: r.error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.SYNC_GROUP,
-        3,
-        {"group_id": "g", "generation_id": 1, "member_id": "m", "assignments": []},
-        lambda r: r.error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.HEARTBEAT,
-        3,
-        {"group_id": "g", "generation_id": 1, "member_id": "m"},
-        lambda r: r.error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.LEAVE_GROUP,
-        3,
-        {"group_id": "g", "members": [{"member_id": "m"}]},
-        lambda r: r.error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.OFFSET_COMMIT,
-        7,
-        {
-            "group_id": "g",
-            "generation_id": -1,
-            "member_id": "",
-            "topics": [{"name": "t", "partitions": [_PARTITION]}],
-        },
-        lambda r: r.topics[0].partitions[0].error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.OFFSET_FETCH,
-        7,
-        {"group_id": "g", "topics": None},
-        lambda r: r.error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.FIND_COORDINATOR,
-        3,
-        {"key": "g", "key_type": 0},
-        lambda r: r.error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.DESCRIBE_GROUPS,
-        5,
-        {"groups": ["g"], "include_authorized_operations": False},
-        lambda r: r.groups[0].error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.DELETE_GROUPS,
-        2,
-        {"groups_names": ["g"]},
-        lambda r: r.results[0].error_code,
-        GROUP_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.METADATA,
-        9,
-        {
-            "topics": [{"name": "t"}],
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        },
-        lambda r: r.topics[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.CREATE_TOPICS,
-        5,
-        {
-            "topics": [
-                {
-                    "name": "t",
-                    "num_partitions": 1,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [],
-                }
-            ],
-            "timeout": 1000,
-        },
-        lambda r: r.topics[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.DELETE_TOPICS,
-        5,
-        {"topic_names": ["t"], "timeout": 1000},
-        lambda r: r.responses[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.CREATE_PARTITIONS,
-        2,
-        {
-            "topics": [{"name": "t", "count": 2, "assignments": None}],
-            "timeout": 1000,
-            "validate_only": False,
-        },
-        lambda r: r.results[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.PRODUCE,
-        8,
-        {
-            "acks": 1,
-            "timeout": 1000,
-            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": None}]}],
-        },
-        lambda r: r.responses[0].partition_responses[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.FETCH,
-        11,
-        {
-            "max_wait": 30_000,  # refused: answered at once all the same
-            "min_bytes": 1,
-            "topics": [{"topic": "t", "partitions": [_FETCHED]}],
-            "forgotten_topics_data": [],
-        },
-        lambda r: r.responses[0].partitions[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-    (
-        Api.LIST_OFFSETS,
-        5,
-        {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}],
-        },
-        lambda r: r.topics[0].partitions[0].error_code,
-        TOPIC_AUTHORIZATION_FAILED,
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("api", "version", "fields", "error_of", "expected"),
-    REFUSALS,
-    ids=[api.name for api, *_ in REFUSALS],
-)
-async def test_an_acl_refusal_per_api(
-    no_acls: int, api: Api, version: int, fields: dict[str, Any], error_of: Any, expected: int
+async def test_a_certificate_reload_serves_the_kafka_listener_too(
+    tmp_path: Path, logs: object
 ) -> None:
-    async with RawKafka(no_acls) as raw:
-        answer = await asyncio.wait_for(raw.call(api, version, 1, **fields), 10)
-        assert error_of(answer) == expected
-
-
-async def test_list_groups_lists_only_the_groups_described(no_acls: int) -> None:
-    async with RawKafka(no_acls) as raw:
-        answer = await raw.call(Api.LIST_GROUPS, 4, 1, states_filter=[])
-        assert answer.error_code == 0
-        assert list(answer.groups) == []
+    pairs = old_and_new(tmp_path)
+    config = fast_server_config(tls_cert=str(pairs.cert), tls_key=str(pairs.key))
+    async with CoordinatorServer(config) as server:
+        assert server.security is not None
+        port = (await listen_kafka(server, "127.0.0.1", 0)).port
+        assert await _kafka_served(port, pairs.trust) == der(pairs.old)
+        write_pair(pairs.new, pairs.cert, pairs.key)
+        server.security.reload_tls()  # what SIGHUP does
+        assert await _kafka_served(port, pairs.trust) == der(pairs.new)
