@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaConnectionError
+from aiokafka.helpers import create_ssl_context
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from structlog.typing import EventDict
 
+from huddle.cli import main
 from huddle.coordinator.config import InvalidConfigError
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
@@ -43,11 +48,14 @@ class Secure:
 
 @pytest.fixture
 async def secure(tmp_path: Path, logs: object) -> AsyncIterator[Secure]:
-    """TLS and SASL (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN) on both listeners; user alice."""
+    """TLS and SASL (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN) on both listeners; user alice,
+    added with ``huddle users add``."""
     pki = make_pki(tmp_path)
     data = tmp_path / "data"
     data.mkdir()
-    await keep(data, {"alice": PASSWORD})
+    (tmp_path / "pw").write_text(f"{PASSWORD}\n")
+    add_alice = ["users", "add", "alice", "--password-file", str(tmp_path / "pw")]
+    assert await asyncio.to_thread(main, [*add_alice, "--data-dir", str(data)], {}) == 0
     config = fast_server_config(
         data_dir=str(data),
         tls_cert=pki.server,
@@ -95,7 +103,7 @@ async def test_confluent_consumers_form_a_group_over_sasl_ssl_scram_sha_512(
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
 async def test_a_wrong_password_is_refused_with_the_clients_auth_error(
-    secure: Secure, mechanism: str
+    secure: Secure, mechanism: str, logs: list[EventDict]
 ) -> None:
     conf = _sasl_ssl(secure, "wrong", mechanism)
     consumer = await asyncio.to_thread(ConfluentConsumer, secure.port, "g", "range", conf)
@@ -109,6 +117,14 @@ async def test_a_wrong_password_is_refused_with_the_clients_auth_error(
         await asyncio.to_thread(consumer.stop)
     assert not consumer.assignment
     assert any("invalid credentials" in e for e in consumer.errors), consumer.errors
+    failed = [e for e in logs if e["event"] == "authentication_failed"]
+    assert failed, "the log says why"
+    assert {(e["username"], e["mechanism"]) for e in failed} == {("alice", mechanism)}
+    reasons = {e["reason"] for e in failed}
+    if mechanism == "PLAIN":
+        assert reasons == {"wrong password"}
+    else:  # scramp's words for a proof no password of alice's makes
+        assert "proof" in str(reasons).lower()
 
 
 @pytest.fixture
@@ -251,3 +267,39 @@ async def test_a_certificate_reload_serves_the_kafka_listener_too(
         write_pair(pairs.new, pairs.cert, pairs.key)
         server.security.reload_tls()  # what SIGHUP does
         assert await _kafka_served(port, pairs.trust) == der(pairs.new)
+
+
+def _aiokafka(secure: Secure, password: str) -> Any:
+    return AIOKafkaConsumer(
+        "t",
+        bootstrap_servers=f"127.0.0.1:{secure.port}",
+        group_id="g",
+        enable_auto_commit=False,
+        heartbeat_interval_ms=200,
+        session_timeout_ms=6_000,
+        security_protocol="SASL_SSL",
+        ssl_context=create_ssl_context(cafile=secure.pki.ca),
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="alice",
+        sasl_plain_password=password,
+    )
+
+
+async def test_aiokafka_joins_over_sasl_ssl_scram_sha_256_and_a_wrong_password_fails(
+    secure: Secure, caplog: pytest.LogCaptureFixture
+) -> None:
+    await asyncio.to_thread(_create_topic, secure.port, _sasl_ssl(secure, PASSWORD))
+    consumer = _aiokafka(secure, PASSWORD)
+    await consumer.start()
+    try:
+        await wait_until(
+            lambda: len(consumer.assignment()) == PARTITIONS, wait_s=SETTLE_S, what="t owned"
+        )
+    finally:
+        await consumer.stop()
+    refused = _aiokafka(secure, "wrong")
+    with pytest.raises(KafkaConnectionError, match="Unable to bootstrap"):
+        await refused.start()  # aiokafka logs why: SASL_AUTHENTICATION_FAILED
+    await refused.stop()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("aiokafka")]
+    assert any("[Error 58] SaslAuthenticationFailed: authentication failed" in m for m in said)
