@@ -9,6 +9,10 @@ client stays to read the answer. A failed authentication is logged with the peer
 and the reason; the client is told one thing whatever was wrong (SASL_AUTHENTICATION_FAILED,
 "invalid credentials"), after a delay that grows with its address group's recent failures,
 and the connection is closed.
+
+The SASL exchange (``exchange_step``) serves every wire: huddle's sends its steps in
+``SaslAuthenticate`` frames and is answered through ``HuddleReplies``; the Kafka listener's
+SaslAuthenticate requests go through the same steps (``huddle.coordinator.kafka.sasl``).
 """
 
 from __future__ import annotations
