@@ -8,11 +8,13 @@ directly. Produce, Fetch and ListOffsets go to the log instead (``log_apis``). F
 everything is what huddle's own wire gets: the screening, the core, the held answers, the
 keeper.
 
-Kafka connections have no handshake: a connection is logged in with its first request,
-and its client id is the one its request headers name. Bad input closes the connection
-that sent it, after a log line (Kafka closes it too; a Kafka client cannot be told why):
-a request shorter than its header or that cannot be read, an API or version not served
-(but ApiVersions: answered in v0 with UNSUPPORTED_VERSION and the versions served).
+Kafka connections have no handshake: without SASL a connection is logged in with its
+first request; with SASL once its exchange is complete (``sasl``: SaslHandshake, then
+SaslAuthenticate, over huddle's login). Its client id is the one its request headers
+name. Bad input closes the connection that sent it, after a log line (Kafka closes it
+too; a Kafka client cannot be told why): a request shorter than its header or that cannot
+be read, an API or version not served (but ApiVersions: answered in v0 with
+UNSUPPORTED_VERSION and the versions served).
 """
 
 from __future__ import annotations
@@ -26,19 +28,24 @@ from typing import Any, Final, Protocol, cast
 import msgspec
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
     admin,
     apis,
     brokers,
     groups,
     header,
+    log_access,
     offsets,
+    sasl,
     schemas,
 )
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
+from huddle.coordinator.security.acls import Authorizer
 from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import FrameReader
@@ -62,6 +69,8 @@ TRANSLATIONS: Final[dict[int, Translation]] = {
     Api.CREATE_TOPICS: admin.create_topics,
     Api.DELETE_TOPICS: admin.delete_topics,
     Api.CREATE_PARTITIONS: admin.create_partitions,
+    Api.SASL_HANDSHAKE: sasl.handshake_refused,  # once authenticated, or without SASL
+    Api.SASL_AUTHENTICATE: sasl.authenticate_refused,
 }
 _LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
 _REASON_CHARS: Final = 300
@@ -85,6 +94,10 @@ class KafkaHost(Protocol):
     def greeted(self, conn: Connection) -> None:
         """``conn`` is logged in: no longer watched for a stalled handshake."""
 
+    def backlogged(self, conn: Connection) -> None:
+        """Frames may wait in ``conn.inbox`` that were not handled yet (after a SASL step
+        answered outside the server's pass)."""
+
     def call(self, conn: Connection, call: Call) -> None:
         """One more request of ``conn`` through the request path (a batch's others)."""
 
@@ -94,6 +107,10 @@ class KafkaHost(Protocol):
     @property
     def topic_partitions(self) -> Mapping[str, int]:
         """huddle's topic registry: each topic's partition count."""
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """The ACLs (``--authorizer``), which the log's APIs are checked with."""
 
 
 class KafkaWire:
@@ -105,9 +122,15 @@ class KafkaWire:
     in_order = False
 
     def __init__(
-        self, server: KafkaHost, advertised: tuple[str, int], *, max_response_bytes: int
+        self,
+        server: KafkaHost,
+        advertised: tuple[str, int],
+        *,
+        max_response_bytes: int,
+        sasl: KafkaSasl | None = None,
     ) -> None:
         self.server = server
+        self.sasl = sasl  # the login, when the listener requires SASL
         self.node_id = 0
         self.advertised = advertised
         self.port = advertised[1]  # the port listened on
@@ -143,8 +166,12 @@ class KafkaWire:
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
         if not conn.handshaken:
-            conn.handshaken = True  # no handshake: its first request logs it in
-            self.server.greeted(conn)
+            if self.sasl is None:
+                conn.handshaken = True  # no handshake: its first request logs it in
+                self.server.greeted(conn)
+            elif conn.sasl is FAILED:
+                conn.inbox.clear()  # its failure is answered after a delay: nothing else
+                return None
         try:
             start = header.start(body)
         except header.RequestReadError as exc:
@@ -164,6 +191,10 @@ class KafkaWire:
         if client_id != conn.client_id:
             conn.client_id = client_id
             conn.peer = replace(conn.peer, client_id=client_id)
+        if not conn.handshaken and self.sasl is not None and not self.sasl.admits(conn, api_key):
+            login = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
+            self.sasl.login(conn, codec, login, request)
+            return None
         if api_key in _LOG_APIS:
             slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
             self._log_api(conn, codec, slot, request)
@@ -185,9 +216,13 @@ class KafkaWire:
         return calls[0]
 
     def overdue(self, conn: Connection, timeout_ms: int) -> tuple[ErrorCode, str] | None:
+        if self.sasl is not None:
+            return self.sasl.overdue(conn, timeout_ms)
         return ErrorCode.INVALID_REQUEST, f"no request within {timeout_ms} ms"
 
     def gone(self, conn: Connection) -> None:
+        if self.sasl is not None:
+            self.sasl.gone(conn)
         for fetch in self._waits.pop(conn.conn_id, ()):
             fetch.cancel()
 
@@ -210,13 +245,16 @@ class KafkaWire:
         """Produce, Fetch or ListOffsets: the log answers, now or (a Fetch) later."""
         codec.open(slot)
         log, version = self.log, slot.version
+        auth, refused = self.server.authorizer, log_access.Refused()
+        if auth is not None:
+            request, refused = log_access.screen(auth, conn.peer, slot.api_key, request)
         if slot.api_key == Api.LIST_OFFSETS:
             answer = log.list_offsets(request, version)
         elif slot.api_key == Api.PRODUCE:
             answer = log.produce(request, version)
             if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
                 conn.send(codec.release(slot, silent=True))
-                if answer.close:
+                if answer.close or refused:
                     conn.close("a Produce with acks=0 was refused")
                 return
         else:
@@ -224,12 +262,19 @@ class KafkaWire:
                 request = dataclasses.replace(request, max_bytes=self._fetch_limit)
             answer = log.fetch_now(request, version)
             if isinstance(answer, Wait):
-                self._fetch_later(conn, codec, slot, request)
+                self._fetch_later(conn, codec, slot, request, refused)
                 return
-        slot.answer = _answered(answer)
+        slot.answer = _answered(log_access.put_back(slot.api_key, version, answer, refused))
         conn.send(codec.release(slot))
 
-    def _fetch_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
+    def _fetch_later(
+        self,
+        conn: Connection,
+        codec: KafkaCodec,
+        slot: Slot,
+        request: Any,
+        refused: log_access.Refused,
+    ) -> None:
         waits = self._waits.setdefault(conn.conn_id, set())
         fetch = self.log.fetch_later(request, slot.version)
         waits.add(fetch)
@@ -243,7 +288,8 @@ class KafkaWire:
                 conn.log.error("kafka_fetch_failed", error=repr(error))
                 conn.abort("the Fetch failed")
                 return
-            slot.answer = _answered(task.result())
+            answer = log_access.put_back(slot.api_key, slot.version, task.result(), refused)
+            slot.answer = _answered(answer)
             conn.send(codec.release(slot))
             self.server.flush()
 
