@@ -151,8 +151,6 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
             parse_address(cfg.kafka_advertise, what="Kafka advertised address")
         except ValueError as exc:
             problems.append(str(exc))
-    if cfg.tls_cert or cfg.sasl:
-        problems.append("the Kafka listener has no TLS or SASL yet: --kafka-port without them")
     if cfg.cluster:
         problems.append("the Kafka listener serves a single coordinator: no --cluster yet")
     return problems

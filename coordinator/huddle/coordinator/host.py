@@ -471,9 +471,17 @@ class CoordinatorServer:
         """Listen on ``host:port`` for another wire too (a Kafka listener, say); return the
         port bound. Its connections share everything but their wire with the others: the
         admission and its limits, the intake, the request path, the held answers, the
-        sweeps; ``close`` closes them with the rest."""
+        sweeps; ``close`` closes them with the rest. With TLS it is served with the huddle
+        listener's context (one certificate, reloaded for both on SIGHUP), and a verified
+        client certificate names its connections' principal (``Admission.admit``)."""
+        context = self.security.context if self.security is not None else None
         listener = await self.loop.create_server(
-            lambda: self._new_connection(wire), host=host, port=port, backlog=1024
+            lambda: self._new_connection(wire),
+            host=host,
+            port=port,
+            backlog=1024,
+            ssl=context,
+            ssl_handshake_timeout=self.config.handshake_timeout_ms / 1000 if context else None,
         )
         self._listeners.append(listener)
         return int(listener.sockets[0].getsockname()[1])

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.log_apis import KafkaLog
+from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
 from huddle.coordinator.kafka_log.disk import LogDisk
+from huddle.coordinator.security.acls import Authorizer
 from huddle.protocol.addresses import parse_address
 from huddle.protocol.messages import Call
 
@@ -28,6 +30,9 @@ class _Host:
     def greeted(self, conn: Connection) -> None:
         self._server.greeted(conn)
 
+    def backlogged(self, conn: Connection) -> None:
+        self._server.backlogged(conn)
+
     def call(self, conn: Connection, call: Call) -> None:
         metrics = self._server.metrics
         if metrics is not None:  # the intake counts the calls ``take`` returns, not these
@@ -41,15 +46,21 @@ class _Host:
     def topic_partitions(self) -> Mapping[str, int]:
         return self._server.core.topics.partitions
 
+    @property
+    def authorizer(self) -> Authorizer | None:
+        return self._server.core.authorizer
+
 
 async def listen_kafka(
     server: CoordinatorServer, host: str, port: int, advertise: str | None = None
 ) -> KafkaWire:
     """Listen for Kafka clients on ``host:port`` (0: a free port); ``advertise`` is the
     ``host:port`` clients are told to use (default: the one listened on). The wire
-    returned names its address in ``advertised``. Call it after the server's ``start``:
-    with a data dir, the log's files are read back then (``DataDirError`` if they cannot
-    be used), and the registry they follow must be loaded first."""
+    returned names its address in ``advertised``. TLS, SASL and the ACLs are the huddle
+    listener's (``server.security``): the same certificate, users and ACLs. Call it after
+    the server's ``start``: with a data dir, the log's files are read back then
+    (``DataDirError`` if they cannot be used), and the registry they follow must be
+    loaded first."""
     cfg = server.config
     disk = None
     if cfg.data_dir:  # after the server's start: the topic registry is loaded
@@ -60,10 +71,14 @@ async def listen_kafka(
         max_partition_bytes=cfg.kafka_log_partition_bytes,
         max_total_bytes=cfg.kafka_log_total_bytes,
     )
+    host_ = _Host(server)
+    security = server.security
+    login = KafkaSasl(host_, security) if security is not None and security.mechanisms else None
     wire = KafkaWire(
-        _Host(server),
+        host_,
         (host, port),
         max_response_bytes=cfg.max_response_bytes,
+        sasl=login,
         evict_on_close_ms=cfg.kafka_evict_on_close_ms,
         log=kafka_log,
     )

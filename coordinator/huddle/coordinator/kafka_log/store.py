@@ -38,6 +38,7 @@ from huddle.coordinator.config import (
 )
 from huddle.coordinator.kafka_log.batches import Batch, LogError, with_base_offset
 from huddle.coordinator.kafka_log.partition import PartitionLog, Read, Segment, StoredBatch
+from huddle.protocol.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from huddle.coordinator.kafka_log.disk import LogDisk
@@ -62,7 +63,7 @@ class LogStore:
         disk: LogDisk | None = None,
     ) -> None:
         if not 0 < max_batch_bytes <= max_partition_bytes <= max_total_bytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "the log's bounds must be 0 < max_batch_bytes <= max_partition_bytes "
                 f"<= max_total_bytes, not {max_batch_bytes}, {max_partition_bytes}, "
                 f"{max_total_bytes}"
@@ -70,7 +71,7 @@ class LogStore:
         if segment_bytes is None:
             segment_bytes = max(1, max_partition_bytes // SEGMENTS_PER_PARTITION)
         if not 0 < segment_bytes <= max_partition_bytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"segment_bytes must be in 1..{max_partition_bytes}, not {segment_bytes}"
             )
         self._partitions = partitions
