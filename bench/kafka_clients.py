@@ -186,20 +186,24 @@ def table(client: str, results: dict[str, Results]) -> list[str]:
     """One client's table: a column per broker, then each broker's ratio to the first."""
     labels = list(results)
     base = labels[0]
-    width = 30
-    head = f"  {'':<40}" + "".join(f"{label:<{width}}" for label in labels)
-    head += "".join(f"{label}/{base}".ljust(16) for label in labels[1:])
-    lines = [f"\n{client}", head]
+    width = max(30, *(len(label) + 2 for label in labels))
+    side = max(40, *(len(f"static bounce on {label}") + 2 for label in labels))
+    ratios = [f"{label}/{base}" for label in labels[1:]]
+    ratio_width = max(16, *(len(r) + 2 for r in ratios)) if ratios else 16
+    head = f"  {'':<{side}}" + "".join(f"{label:<{width}}" for label in labels)
+    head += "".join(f"{r:<{ratio_width}}" for r in ratios)
+    lines = [f"\n{client}", head.rstrip()]
     for key, text in FIGURES:
-        row = f"  {text:<40}"
+        row = f"  {text:<{side}}"
         row += "".join(f"{cell(results[label].figures[key]):<{width}}" for label in labels)
         row += "".join(
-            f"{ratio(results[label].figures[key], results[base].figures[key]):<16}"
+            f"{ratio(results[label].figures[key], results[base].figures[key]):<{ratio_width}}"
             for label in labels[1:]
         )
         lines.append(row.rstrip())
     for label in labels:
-        lines.append(f"  {'static bounce on ' + label:<40}{bounce_cell(results[label].bounces)}")
+        bounce = f"static bounce on {label}"
+        lines.append(f"  {bounce:<{side}}{bounce_cell(results[label].bounces)}")
     return lines
 
 
