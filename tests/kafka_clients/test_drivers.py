@@ -169,11 +169,11 @@ def test_the_kafkajs_driver_refuses_static_membership() -> None:
 
 
 FAKE = """
-import json, time
+import json, signal, time
 for owned in ({owned}):
     print(json.dumps({{"event": "assigned", "mono": time.monotonic(), "owned": owned}}),
           flush=True)
-time.sleep(60)  # until SIGTERM
+signal.pause()  # until the Drivers stop it (SIGTERM); it dies with its parent too
 """
 
 

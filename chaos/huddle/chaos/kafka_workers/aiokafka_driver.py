@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from huddle.chaos.kafka_workers.emit import Partition, Reporter
-from huddle.chaos.kafka_workers.options import RANGE, ROUNDROBIN, DriverOptions, parse
+from huddle.chaos.kafka_workers.options import (
+    RANGE,
+    ROUNDROBIN,
+    DriverOptions,
+    consumer_settings,
+    parse,
+)
 
 CLIENT = "aiokafka"
 STRATEGIES = (RANGE, ROUNDROBIN)
@@ -44,17 +50,9 @@ async def run(options: DriverOptions, report: Reporter) -> None:
         loop.add_signal_handler(signum, stop.set)
     assignor = {RANGE: RangePartitionAssignor, ROUNDROBIN: RoundRobinPartitionAssignor}
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=options.bootstrap.split(","),
-        group_id=options.group,
-        client_id=options.client_id or CLIENT,
-        group_instance_id=options.instance_id,
-        session_timeout_ms=options.session_ms,
-        heartbeat_interval_ms=options.heartbeat_ms,
-        max_poll_interval_ms=options.rebalance_ms,
+        **consumer_settings(options, CLIENT),
         rebalance_timeout_ms=options.rebalance_ms,
         partition_assignment_strategy=(assignor[options.strategy],),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
     )
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

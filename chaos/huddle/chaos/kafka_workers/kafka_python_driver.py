@@ -14,6 +14,7 @@ from huddle.chaos.kafka_workers.options import (
     RANGE,
     ROUNDROBIN,
     DriverOptions,
+    consumer_settings,
     parse,
 )
 
@@ -44,16 +45,8 @@ def run(options: DriverOptions, report: Reporter) -> None:
 
     stop = StopFlag(options.max_seconds)
     consumer = KafkaConsumer(
-        bootstrap_servers=options.bootstrap.split(","),
-        group_id=options.group,
-        client_id=options.client_id or CLIENT,
-        group_instance_id=options.instance_id,
-        session_timeout_ms=options.session_ms,
-        heartbeat_interval_ms=options.heartbeat_ms,
-        max_poll_interval_ms=options.rebalance_ms,
+        **consumer_settings(options, CLIENT),
         partition_assignment_strategy=[_assignor(options.strategy)],
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
     )
 
     def note_generation() -> None:

@@ -108,3 +108,20 @@ def parse(
         client_id=a.client_id,
         max_seconds=a.max_seconds,
     )
+
+
+def consumer_settings(options: DriverOptions, client: str) -> dict[str, object]:
+    """The consumer settings that kafka-python and aiokafka name alike (both take the Java
+    client's names): where to connect, the group, the member and its timeouts. Offsets are
+    committed by the driver, and a new group reads from the earliest record."""
+    return {
+        "bootstrap_servers": options.bootstrap.split(","),
+        "group_id": options.group,
+        "client_id": options.client_id or client,
+        "group_instance_id": options.instance_id,
+        "session_timeout_ms": options.session_ms,
+        "heartbeat_interval_ms": options.heartbeat_ms,
+        "max_poll_interval_ms": options.rebalance_ms,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+    }
