@@ -165,7 +165,10 @@ class KafkaWire:
             conn.peer = replace(conn.peer, client_id=client_id)
         if api_key in _LOG_APIS:
             slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
-            self._log_api(conn, codec, slot, request)
+            try:
+                self._log_api(conn, codec, slot, request)
+            except Exception as exc:  # as a translation that fails, below
+                self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
             return None
         try:
             plan = TRANSLATIONS[api_key](request, version, self)
