@@ -272,12 +272,20 @@ async def blasters_for(
     conns: list[RawConnection],
     blocks: list[list[bytes]],
     window: int,
+    checker: Callable[[], Checker] | None = None,
 ) -> list[Blaster]:
+    """A ``Blaster`` per connection; each answer is checked by ``checker()`` if given, else
+    as a huddle heartbeat's (``name`` "huddle") or an echo's."""
     out: list[Blaster] = []
     for conn, frames in zip(conns, blocks, strict=True):
         block = b"".join(frames)
         bodies = await probe(conn, block, len(frames))
-        check = huddle_checker() if name == "huddle" else echo_checker([f[4:] for f in frames])
+        if checker is not None:
+            check = checker()
+        elif name == "huddle":
+            check = huddle_checker()
+        else:
+            check = echo_checker([f[4:] for f in frames])
         problems = [p for i, body in enumerate(bodies) if (p := check(i, body)) is not None]
         if problems:
             raise RuntimeError(f"{name}: the first frames were answered wrongly: {problems}")

@@ -65,7 +65,7 @@ async def test_the_coordinator_s_metrics_follow_its_groups(logs: list[EventDict]
             assert value(first, "huddle_rebalance_duration_seconds_count") >= 1
             assert value(first, "huddle_join_phase_seconds_count") >= 1
             assert value(first, "huddle_sync_phase_seconds_count") >= 1
-            assert value(first, "huddle_commits_total") >= 1
+            assert value(first, "huddle_commits_total", listener="huddle") >= 1
             async with connect(bootstrap) as conn:  # a heartbeat of nobody: an error answered
                 wrong = HeartbeatRequest(group_id="g", generation_id=1, member_id="nobody")
                 assert isinstance(await conn.request(wrong), HeartbeatResponse)
@@ -73,7 +73,8 @@ async def test_the_coordinator_s_metrics_follow_its_groups(logs: list[EventDict]
             async def moved() -> bool:
                 now = await scrape(port)
                 return (
-                    value(now, "huddle_heartbeats_total") > value(first, "huddle_heartbeats_total")
+                    value(now, "huddle_heartbeats_total", listener="huddle")
+                    > value(first, "huddle_heartbeats_total", listener="huddle")
                     and value(now, "huddle_errors_total", code="UNKNOWN_MEMBER_ID") >= 1
                 )
 

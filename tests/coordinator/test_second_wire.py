@@ -71,6 +71,8 @@ class NoLoginWire:
         return frame
 
     in_order = False  # answers are matched by correlation id, as on huddle's own wire
+    disconnect_grace_ms = None  # the server's
+    listener = "second"
 
     def overdue(self, conn: Connection, timeout_ms: int) -> tuple[ErrorCode, str] | None:
         return None

@@ -166,9 +166,9 @@ async def test_closed_connections_are_reported_to_the_core(
     closed: list[int] = []
     real = server.core.connection_closed
 
-    def record(conn_id: int, now: float) -> list[Outgoing]:
+    def record(conn_id: int, now: float, grace_ms: int | None = None) -> list[Outgoing]:
         closed.append(conn_id)
-        return real(conn_id, now)
+        return real(conn_id, now, grace_ms)
 
     monkeypatch.setattr(server.core, "connection_closed", record)
     async with connect(bootstrap):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError
 
 from huddle.client.admin import Admin
 from tests.helpers import wait_until
@@ -24,9 +25,12 @@ class ConfluentConsumer:
     """A ``confluent_kafka.Consumer`` polling in a thread until stopped (then closed: a
     LeaveGroup)."""
 
-    def __init__(self, port: int, group: str, assignor: str) -> None:
+    def __init__(
+        self, port: int, group: str, assignor: str, extra: Mapping[str, Any] | None = None
+    ) -> None:
         self.assignment: frozenset[tuple[str, int]] = frozenset()
         self.errors: list[str] = []
+        self.codes: list[int] = []
         self._stop = threading.Event()
         self._consumer = Consumer(
             {
@@ -37,12 +41,17 @@ class ConfluentConsumer:
                 "heartbeat.interval.ms": 200,
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 100,
-                "error_cb": lambda error: self.errors.append(str(error)),
+                "error_cb": self._error,
+                **(extra or {}),
             }
         )
         self._consumer.subscribe(["t"])
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def _error(self, error: KafkaError) -> None:
+        self.errors.append(str(error))
+        self.codes.append(error.code())
 
     def _run(self) -> None:
         try:

@@ -29,8 +29,8 @@ async def test_fuzzed_kafka_frames_are_answered_as_kafka_says(
     assert report.frames == FRAMES
     assert report.replies > FRAMES // 3, "most fuzzed requests are answered, not cut off"
     kinds = set(report.failure_kinds)
-    assert {"closed:not-served", "closed:frame-size", "error:unknown_member_id"} <= kinds
-    assert len([k for k in kinds if k.startswith("closed:unreadable:")]) >= 10
+    assert {"closed:not-served", "error:unknown_member_id", "error:invalid_request"} <= kinds
+    assert len([k for k in kinds if k.startswith("closed:unreadable:")]) >= 10, kinds
     assert report.heartbeats >= 1
     assert report.heartbeat_max_ms < 2_000, "the bystander was held up"
     await wait_until(lambda: kafka.server.connection_count == 0, what="every connection closed")

@@ -11,7 +11,9 @@ from huddle.cli import parse_args
 from huddle.cli.serve import serve_settings
 from huddle.cli.usage import UsageError
 from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.server import serve
 from tests.helpers import fast_server_config, wait_until
 from tests.kafka.raw import RawKafka
@@ -31,6 +33,26 @@ def test_the_kafka_flags_set_the_listener() -> None:
     )
 
 
+def test_the_kafka_eviction_and_log_flags_set_their_settings() -> None:
+    default = _settings("--kafka-port=9092")
+    assert default.kafka_evict_on_close_ms == -1  # Kafka's rule: the session timeout
+    assert (default.kafka_log_partition_bytes, default.kafka_log_total_bytes) == (
+        8 << 20,
+        128 << 20,
+    )
+    config = _settings(
+        "--kafka-port=9092",
+        "--kafka-evict-on-close-ms=200",
+        "--kafka-log-partition-bytes=2000000",
+        "--kafka-log-total-bytes=9000000",
+    )
+    assert config.kafka_evict_on_close_ms == 200
+    assert (config.kafka_log_partition_bytes, config.kafka_log_total_bytes) == (
+        2_000_000,
+        9_000_000,
+    )
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -38,6 +60,10 @@ def test_the_kafka_flags_set_the_listener() -> None:
         ["--kafka-port=70000"],
         ["--kafka-port=9092", "--kafka-advertise=nope"],
         ["--kafka-port=9092", "--cluster=etcd://127.0.0.1:2379"],
+        ["--kafka-port=9092", "--kafka-evict-on-close-ms=-5"],
+        ["--kafka-log-partition-bytes=1000"],  # under one batch's bound
+        ["--kafka-log-partition-bytes=9000000", "--kafka-log-total-bytes=8000000"],
+        ["--kafka-log-total-bytes=0"],
     ],
 )
 def test_bad_kafka_settings_are_refused(argv: list[str]) -> None:
@@ -70,3 +96,13 @@ async def test_serve_opens_no_kafka_listener_without_the_flag(logs: list[EventDi
     await task
     assert ports
     assert not [e for e in logs if e["event"] == "kafka_listening"]
+
+
+async def test_the_log_bound_flags_bound_the_listener_s_log() -> None:
+    config = fast_server_config(
+        kafka_log_partition_bytes=2_000_000, kafka_log_total_bytes=5_000_000
+    )
+    async with CoordinatorServer(config) as server:
+        store = (await listen_kafka(server, "127.0.0.1", 0)).log.store
+        assert (store.max_partition_bytes, store.max_total_bytes) == (2_000_000, 5_000_000)
+        assert store.segment_bytes == 500_000  # a quarter of the partition bound

@@ -67,6 +67,7 @@ RAISE_ALLOWED = {
     # argparse turns ArgumentTypeError from a type= callback into its usage message
     ("huddle.cli.parsing", "ArgumentTypeError"),
     ("huddle.sim.cli", "ArgumentTypeError"),
+    ("huddle.chaos.kafka_workers.options", "ArgumentTypeError"),
     # huddle.logs imports no part of huddle (a contract in pyproject.toml), so no HuddleError:
     # its ValueError is a bad level or format passed to configure_logging by a program (the
     # command checks --log-level and --log-format, and their environment variables, first)
@@ -74,6 +75,8 @@ RAISE_ALLOWED = {
     # an abstract method, and an invariant that cannot fail unless huddle has a bug
     ("huddle.coordinator.storage.batching", "NotImplementedError"),
     ("huddle.client.assignors.high_availability.target", "AssertionError"),
+    # the Kafka wire's builder for Produce, Fetch and ListOffsets, which the log answers
+    ("huddle.coordinator.kafka.wire", "AssertionError"),
 }
 
 

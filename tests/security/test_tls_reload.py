@@ -50,14 +50,32 @@ def der(issued: trustme.LeafCert) -> bytes:
     return ssl.PEM_cert_to_DER_cert(issued.cert_chain_pems[0].bytes().decode())
 
 
-async def test_a_half_written_pair_keeps_the_old_one_and_a_whole_one_is_taken(
-    tmp_path: Path, logs: list[EventDict]
-) -> None:
+@dataclass(frozen=True)
+class Pairs:
+    """Two certificates of the same names by one CA: ``old`` in ``cert`` and ``key``, and
+    ``new`` to reload; ``trust`` verifies both."""
+
+    cert: Path
+    key: Path
+    old: trustme.LeafCert
+    new: trustme.LeafCert
+    trust: ssl.SSLContext
+
+
+def old_and_new(directory: Path) -> Pairs:
     ca = trustme.CA()
-    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    cert, key = directory / "server.crt", directory / "server.key"
     old, new = issue(ca), issue(ca)
     write_pair(old, cert, key)
     trust = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    return Pairs(cert, key, old, new, trust)
+
+
+async def test_a_half_written_pair_keeps_the_old_one_and_a_whole_one_is_taken(
+    tmp_path: Path, logs: list[EventDict]
+) -> None:
+    pairs = old_and_new(tmp_path)
+    cert, key, old, new, trust = pairs.cert, pairs.key, pairs.old, pairs.new, pairs.trust
     config = fast_server_config(tls_cert=str(cert), tls_key=str(key))
     async with running_server(config) as server:
         assert server.security is not None

@@ -223,6 +223,8 @@ _MS: Final = datetime.timedelta
 # Values that mean something to the listener, by field name; then odd ones.
 _NAMED: Final[dict[str, Pool]] = {
     "protocol_type": ("consumer", "consumer", "", "connect"),
+    "mechanism": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", ""),
+    "auth_bytes": (b"\x00fuzz\x00secret", b"n,,n=fuzz,r=fuzznonce", b""),
     "protocol_name": (None, "range", "cooperative-sticky"),
     "member_id": ("", "", "m-1", "fuzz-member-0"),
     "group_instance_id": (None, None, None, "static-1"),
@@ -346,6 +348,8 @@ class KafkaSeeds:
             return rng.random() < 0.5
         if kind == "string":
             return rng.choice(("fuzz", ""))
+        if kind == "bytes":
+            return rng.randbytes(rng.choice((0, 8)))
         if kind == "uuid":
             return uuid.UUID(int=0)
         raise TypeError(f"no plain value for {kind}")  # pragma: no cover

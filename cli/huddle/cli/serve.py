@@ -114,6 +114,31 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "HOST:PORT Kafka clients are told to use (Metadata, FindCoordinator; default: the "
         "address the Kafka listener listens on)",
     ),
+    ServeFlag(
+        "kafka-evict-on-close-ms",
+        "int",
+        _S,
+        "kafka_evict_on_close_ms",
+        "remove a dynamic Kafka member whose group connection closed and did not come back "
+        "within this grace (default -1: off, it stays until its session timeout, as Kafka's; "
+        "static members always stay)",
+    ),
+    ServeFlag(
+        "kafka-log-partition-bytes",
+        "int",
+        _S,
+        "kafka_log_partition_bytes",
+        "the Kafka log keeps at most this many bytes per partition, dropping the oldest "
+        "(default 8388608: 8 MiB)",
+    ),
+    ServeFlag(
+        "kafka-log-total-bytes",
+        "int",
+        _S,
+        "kafka_log_total_bytes",
+        "the Kafka log keeps at most this many bytes over all partitions, dropping the "
+        "oldest (default 134217728: 128 MiB)",
+    ),
     ServeFlag("tls-cert", "str", _S, "tls_cert", "TLS on the listener: its certificate (PEM)"),
     ServeFlag("tls-key", "str", _S, "tls_key", "the TLS certificate's private key (PEM)"),
     ServeFlag(

@@ -65,6 +65,13 @@ class GroupConfig:
             raise InvalidConfigError("; ".join(problems))
 
 
+# The Kafka log's bounds (docs/kafka.md, "Bounds"): one batch (Kafka's message.max.bytes,
+# fixed), one partition (--kafka-log-partition-bytes), all partitions (--kafka-log-total-bytes)
+MiB = 1024 * 1024
+DEFAULT_MAX_BATCH_BYTES = 1 * MiB + 12
+DEFAULT_MAX_PARTITION_BYTES = 8 * MiB
+DEFAULT_MAX_TOTAL_BYTES = 128 * MiB
+
 _SECURITY_FIELDS = (
     "tls_cert",
     "tls_key",
@@ -74,7 +81,13 @@ _SECURITY_FIELDS = (
     "authorizer",
     "super_users",
 )
-_OTHER_FIELDS = ("metrics_port", "kafka_port", "kafka_host", "kafka_advertise")
+_OTHER_FIELDS = (
+    "metrics_port",
+    "kafka_port",
+    "kafka_host",
+    "kafka_advertise",
+    "kafka_evict_on_close_ms",
+)
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
@@ -115,11 +128,18 @@ def security_problems(cfg: ServerConfig) -> list[str]:
 
 def kafka_problems(cfg: ServerConfig) -> list[str]:
     """What is wrong with the Kafka listener's settings (nothing when there is none)."""
+    problems = []
+    if cfg.kafka_evict_on_close_ms < -1:
+        problems.append("--kafka-evict-on-close-ms must be 0 or more (or -1: off)")
+    if not DEFAULT_MAX_BATCH_BYTES <= cfg.kafka_log_partition_bytes <= cfg.kafka_log_total_bytes:
+        problems.append(
+            f"the Kafka log's bounds must be {DEFAULT_MAX_BATCH_BYTES} (one batch, Kafka's "
+            "message.max.bytes) <= --kafka-log-partition-bytes <= --kafka-log-total-bytes"
+        )
     if cfg.kafka_port == -1:
         if cfg.kafka_host or cfg.kafka_advertise:
-            return ["--kafka-host and --kafka-advertise need --kafka-port"]
-        return []
-    problems = []
+            problems.append("--kafka-host and --kafka-advertise need --kafka-port")
+        return problems
     if not 0 <= cfg.kafka_port <= 65_535:
         problems.append(f"Kafka port {cfg.kafka_port} is not in 0..65535 (or -1: none)")
     if cfg.kafka_host:
@@ -131,8 +151,6 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
             parse_address(cfg.kafka_advertise, what="Kafka advertised address")
         except ValueError as exc:
             problems.append(str(exc))
-    if cfg.tls_cert or cfg.sasl:
-        problems.append("the Kafka listener has no TLS or SASL yet: --kafka-port without them")
     if cfg.cluster:
         problems.append("the Kafka listener serves a single coordinator: no --cluster yet")
     return problems
@@ -184,6 +202,12 @@ class ServerConfig:
     kafka_port: int = -1
     kafka_host: str = ""
     kafka_advertise: str = ""
+    # A dynamic Kafka member whose connection closed is removed after this grace (-1: never,
+    # it stays until its session timeout, as with Kafka); static members always stay.
+    kafka_evict_on_close_ms: int = -1
+    # The Kafka log's bounds: each partition's bytes and all partitions' (oldest dropped)
+    kafka_log_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    kafka_log_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     group: GroupConfig = field(default_factory=GroupConfig)
 
     def __post_init__(self) -> None:

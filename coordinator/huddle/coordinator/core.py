@@ -239,10 +239,15 @@ class Coordinator:
                 )
         return fx.out
 
-    def connection_closed(self, conn_id: int, now: float) -> list[Outgoing]:
+    def connection_closed(
+        self, conn_id: int, now: float, grace_ms: int | None = None
+    ) -> list[Outgoing]:
+        """``conn_id`` closed; its dynamic members get ``grace_ms`` to come back (None:
+        the configured disconnect grace; below 0: none, they stay until their session
+        timeout)."""
         self._peers.pop(conn_id, None)
         fx = Effects(now)
-        self.sessions.connection_closed(fx, conn_id)
+        self.sessions.connection_closed(fx, conn_id, grace_ms)
         return fx.out
 
     def advance(self, now: float, unread: Callable[[int], bool] | None = None) -> list[Outgoing]:

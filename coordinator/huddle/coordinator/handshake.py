@@ -9,13 +9,17 @@ client stays to read the answer. A failed authentication is logged with the peer
 and the reason; the client is told one thing whatever was wrong (SASL_AUTHENTICATION_FAILED,
 "invalid credentials"), after a delay that grows with its address group's recent failures,
 and the connection is closed.
+
+The SASL exchange (``exchange_step``) serves every wire: huddle's sends its steps in
+``SaslAuthenticate`` frames and is answered through ``HuddleReplies``; the Kafka listener's
+SaslAuthenticate requests go through the same steps (``huddle.coordinator.kafka.sasl``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Protocol
+from typing import Final, Protocol
 
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.connection import Connection
@@ -35,12 +39,8 @@ from huddle.protocol.messages import (
 FAILED = "failed"  # conn.sasl once the exchange failed: the connection only waits to close
 
 
-class HandshakeHost(Protocol):
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def node_id(self) -> str: ...
+class SaslHost(Protocol):
+    """What a SASL exchange needs of the server, whichever wire it comes by."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -50,6 +50,50 @@ class HandshakeHost(Protocol):
 
     def backlogged(self, conn: Connection) -> None:
         """Frames may wait in ``conn.inbox`` that were not handled yet."""
+
+
+class HandshakeHost(SaslHost, Protocol):
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+
+class SaslReplies(Protocol):
+    """How a wire answers the steps of an exchange: huddle's wire sends
+    ``SaslAuthenticateResult`` frames, Kafka's answers its SaslAuthenticate request."""
+
+    def challenge(self, conn: Connection, data: bytes) -> None:
+        """The exchange goes on: ``data`` is the server's next message."""
+
+    def authenticated(self, conn: Connection, data: bytes, principal: str) -> None:
+        """The exchange succeeded as ``principal``; ``data`` is the server's last message."""
+
+    def refused(self, conn: Connection, mechanism: str) -> None:
+        """The exchange failed: the client is told SASL_AUTHENTICATION_FAILED and one
+        message whatever was wrong (the reason is in the log); the connection closes."""
+
+
+class HuddleReplies:
+    """huddle's own wire: ``SaslAuthenticateResult`` frames."""
+
+    def challenge(self, conn: Connection, data: bytes) -> None:
+        conn.send(SaslAuthenticateResult(auth_bytes=data))
+
+    def authenticated(self, conn: Connection, data: bytes, principal: str) -> None:
+        conn.send(SaslAuthenticateResult(auth_bytes=data, complete=True, principal=principal))
+
+    def refused(self, conn: Connection, mechanism: str) -> None:
+        conn.send(
+            SaslAuthenticateResult(
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                error_message=f"{FAILED_MESSAGE} ({mechanism})",
+            )
+        )
+
+
+HUDDLE_REPLIES: Final = HuddleReplies()
 
 
 def handshake(
@@ -92,11 +136,24 @@ def handshake(
 
 
 def sasl_step(
-    host: HandshakeHost,
+    host: SaslHost,
     security: ListenerSecurity | None,
     conn: Connection,
     frame: SaslAuthenticate,
 ) -> None:
+    """A ``SaslAuthenticate`` frame of huddle's wire."""
+    exchange_step(host, security, conn, frame.auth_bytes, HUDDLE_REPLIES)
+
+
+def exchange_step(
+    host: SaslHost,
+    security: ListenerSecurity | None,
+    conn: Connection,
+    data: bytes,
+    replies: SaslReplies,
+) -> None:
+    """One client message of the exchange under way on ``conn`` (``conn.sasl``), from
+    any wire: checked in its turn (a password check), answered through ``replies``."""
     session = conn.sasl
     if security is None or not isinstance(session, SaslSession) or conn.handshaken:
         conn.fail(
@@ -105,7 +162,6 @@ def sasl_step(
             event="handshake_failed",
         )
         return
-    data = frame.auth_bytes
     if session.checks_password:
 
         def turn() -> None:  # later, outside the server's pass
@@ -113,7 +169,7 @@ def sasl_step(
             if conn.closing:  # gone while it waited: no check made, the turn goes on
                 security.check_ended(conn.conn_id)
                 return
-            _step(host, security, conn, session, data)
+            _step(host, security, conn, session, data, replies)
             _resume(host, conn)
 
         if not security.check_turn(conn.conn_id, conn.host, turn):
@@ -122,15 +178,16 @@ def sasl_step(
             # timeout still runs
             conn.sasl_busy = True
             return
-    _step(host, security, conn, session, data)
+    _step(host, security, conn, session, data, replies)
 
 
 def _step(
-    host: HandshakeHost,
+    host: SaslHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
     data: bytes,
+    replies: SaslReplies,
 ) -> None:
     if session.costly:
         # PLAIN derives the key again (PBKDF2): off the event loop, in a small pool, so
@@ -149,25 +206,27 @@ def _step(
             security.check_ended(conn.conn_id)
             conn.sasl_busy = False
             return
-        work.add_done_callback(lambda done: _stepped(host, security, conn, session, done))
+        work.add_done_callback(lambda done: _stepped(host, security, conn, session, done, replies))
         return
     try:
         answer, complete = session.step(data)
     except AuthenticationFailedError as exc:
-        _failed(host, security, conn, session, exc)
+        _failed(host, security, conn, session, exc, replies)
         return
     except Exception as exc:  # a fault in the check: a failure, never a turn kept for ever
-        _failed(host, security, conn, session, AuthenticationFailedError(f"check failed: {exc!r}"))
+        fault = AuthenticationFailedError(f"check failed: {exc!r}")
+        _failed(host, security, conn, session, fault, replies)
         return
-    _answer(host, security, conn, session, answer, complete)
+    _answer(host, security, conn, session, answer, complete, replies)
 
 
 def _stepped(
-    host: HandshakeHost,
+    host: SaslHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
     done: asyncio.Future[tuple[bytes, bool] | None],
+    replies: SaslReplies,
 ) -> None:
     """A PLAIN check is done. One made counts as every check does, even if its client has
     gone meanwhile: a failure keeps its turn until its answer's time (a guesser closing
@@ -178,21 +237,22 @@ def _stepped(
         security.check_ended(conn.conn_id)  # no check made
         return
     if isinstance(exc, AuthenticationFailedError):
-        _failed(host, security, conn, session, exc)
+        _failed(host, security, conn, session, exc, replies)
     elif exc is not None:
-        _failed(host, security, conn, session, AuthenticationFailedError(f"check failed: {exc!r}"))
+        fault = AuthenticationFailedError(f"check failed: {exc!r}")
+        _failed(host, security, conn, session, fault, replies)
     else:
         result = done.result()
         assert result is not None
         if conn.closing:
             security.check_ended(conn.conn_id)  # a success nobody is there to take
             return
-        _answer(host, security, conn, session, *result)
+        _answer(host, security, conn, session, *result, replies)
     if not conn.closing:
         _resume(host, conn)
 
 
-def _resume(host: HandshakeHost, conn: Connection) -> None:
+def _resume(host: SaslHost, conn: Connection) -> None:
     """After a step answered outside the server's pass: write it now, and handle what the
     client sent meanwhile, unless the connection still waits on the coordinator."""
     conn.flush()
@@ -202,15 +262,16 @@ def _resume(host: HandshakeHost, conn: Connection) -> None:
 
 
 def _answer(
-    host: HandshakeHost,
+    host: SaslHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
     answer: bytes,
     complete: bool,
+    replies: SaslReplies,
 ) -> None:
     if not complete:
-        conn.send(SaslAuthenticateResult(auth_bytes=answer))
+        replies.challenge(conn, answer)
         return
     # The check succeeded: its turn goes to the next check of its group now. Its answer
     # waits as long as a failure's would while the group failed lately (a guesser cannot
@@ -218,7 +279,7 @@ def _answer(
     security.check_ended(conn.conn_id)
     wait = security.penalty(conn.host, host.loop.time())
     if wait <= 0:
-        _authenticated(host, conn, session, answer)
+        _authenticated(host, conn, session, answer, replies)
         return
     conn.sasl_busy = True
     conn.hold_input()
@@ -227,7 +288,7 @@ def _answer(
         conn.sasl_busy = False
         if conn.closing:
             return
-        _authenticated(host, conn, session, answer)
+        _authenticated(host, conn, session, answer, replies)
         conn.flush()
         conn.release_input()
         host.backlogged(conn)
@@ -236,14 +297,14 @@ def _answer(
 
 
 def _authenticated(
-    host: HandshakeHost, conn: Connection, session: SaslSession, answer: bytes
+    host: SaslHost, conn: Connection, session: SaslSession, answer: bytes, replies: SaslReplies
 ) -> None:
     conn.sasl = None
     conn.peer = replace(conn.peer, principal=session.principal)
     conn.log = conn.log.bind(principal=session.principal)
     conn.log.info("authenticated", mechanism=session.mechanism)
     _ready(host, conn)
-    conn.send(SaslAuthenticateResult(auth_bytes=answer, complete=True, principal=session.principal))
+    replies.authenticated(conn, answer, session.principal)
 
 
 def in_exchange(conn: Connection) -> bool:
@@ -276,7 +337,7 @@ def timed_out(
     return ErrorCode.INVALID_REQUEST, f"no handshake within {timeout_ms} ms"
 
 
-def _ready(host: HandshakeHost, conn: Connection) -> None:
+def _ready(host: SaslHost, conn: Connection) -> None:
     conn.handshaken = True
     host.greeted(conn)
 
@@ -289,11 +350,12 @@ def _refuse(conn: Connection, code: ErrorCode, message: str, client_id: str) -> 
 
 
 def _failed(
-    host: HandshakeHost,
+    host: SaslHost,
     security: ListenerSecurity,
     conn: Connection,
     session: SaslSession,
     exc: AuthenticationFailedError,
+    replies: SaslReplies,
 ) -> None:
     delay = security.failed(conn.host, host.loop.time())
     security.check_failed(conn.conn_id, delay)  # its turn, until its answer's time
@@ -315,12 +377,7 @@ def _failed(
         if conn.sasl is not FAILED:
             return  # the connection closed meanwhile
         conn.sasl = None
-        message = f"{FAILED_MESSAGE} ({session.mechanism})"
-        conn.send(
-            SaslAuthenticateResult(
-                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message
-            )
-        )
+        replies.refused(conn, session.mechanism)
         conn.close("authentication failed")
 
     host.loop.call_later(delay, answer)

@@ -122,6 +122,7 @@ class CoordinatorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._listeners: list[asyncio.Server] = []  # of other wires (``listen``)
+        self._after_close: list[Callable[[], None]] = []  # ``after_close``
         self._next_conn_id = 1
         self._slices = Slices()  # the data dir's load, with requests answered in between
         self._stopping = False
@@ -380,6 +381,11 @@ class CoordinatorServer:
         for listener in (self._server, *self._listeners):
             if listener is not None:
                 await listener.wait_closed()
+        for close in self._after_close:
+            try:
+                close()
+            except Exception:
+                log.exception("close_failed", operation=getattr(close, "__qualname__", "?"))
         if keeper is not None:
             keeper.close(wait=not stuck)
         if self.journal is not None and not stuck:  # a stuck write still holds the file
@@ -456,13 +462,26 @@ class CoordinatorServer:
         self._next_conn_id += 1
         return Connection(self, conn_id, self.wire if wire is None else wire)
 
+    def after_close(self, close: Callable[[], None]) -> None:
+        """Call ``close`` at shutdown once every listener and connection is closed (what a
+        listener's wire keeps, such as the Kafka log's files)."""
+        self._after_close.append(close)
+
     async def listen(self, wire: Wire[Connection], host: str, port: int) -> int:
         """Listen on ``host:port`` for another wire too (a Kafka listener, say); return the
         port bound. Its connections share everything but their wire with the others: the
         admission and its limits, the intake, the request path, the held answers, the
-        sweeps; ``close`` closes them with the rest."""
+        sweeps; ``close`` closes them with the rest. With TLS it is served with the huddle
+        listener's context (one certificate, reloaded for both on SIGHUP), and a verified
+        client certificate names its connections' principal (``Admission.admit``)."""
+        context = self.security.context if self.security is not None else None
         listener = await self.loop.create_server(
-            lambda: self._new_connection(wire), host=host, port=port, backlog=1024
+            lambda: self._new_connection(wire),
+            host=host,
+            port=port,
+            backlog=1024,
+            ssl=context,
+            ssl_handshake_timeout=self.config.handshake_timeout_ms / 1000 if context else None,
         )
         self._listeners.append(listener)
         return int(listener.sockets[0].getsockname()[1])
@@ -480,7 +499,8 @@ class CoordinatorServer:
         conn.wire.gone(conn)
         if not self._stopping:
             try:
-                out = self.core.connection_closed(conn.conn_id, self.now_ms())
+                grace = None if self.config.cluster else conn.wire.disconnect_grace_ms
+                out = self.core.connection_closed(conn.conn_id, self.now_ms(), grace)
             except Exception:
                 log.exception("core_failed", operation="connection_closed", conn_id=conn.conn_id)
                 out = []

@@ -44,6 +44,8 @@ class HuddleWire:
     __slots__ = ("_codec", "_decode", "host", "security")
 
     in_order = False  # huddle's clients match answers to requests by correlation id
+    disconnect_grace_ms = None  # the server's --disconnect-grace-ms
+    listener = "huddle"
 
     def __init__(self, host: HandshakeHost, security: ListenerSecurity | None) -> None:
         self.host = host

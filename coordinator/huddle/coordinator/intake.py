@@ -78,7 +78,7 @@ class Intake:
         else:
             calls = 0
         if self.metrics is not None:
-            self.metrics.calls += calls
+            self.metrics.calls[conn.wire.listener] += calls
         if conn.inbox and not conn.closing:
             if conn.sasl_busy:
                 # its SASL step is being checked (the login puts it back in the backlog
@@ -122,7 +122,7 @@ class Intake:
                 served = self.serve(conn)
                 calls += served
                 if self.metrics is not None:
-                    self.metrics.calls += served
+                    self.metrics.calls[conn.wire.listener] += served
             if (
                 conn.closing
                 or conn.write_paused

@@ -12,8 +12,9 @@ Names, all under ``huddle_``:
 - ``connections``, ``groups{state}``, ``members`` (gauges, read at scrape);
 - ``rebalances_total{reason}``, ``rebalance_duration_seconds``,
   ``join_phase_seconds``, ``sync_phase_seconds``;
-- ``heartbeats_total``, ``commits_total`` (OffsetCommit requests),
-  ``requests_total{type}``, ``errors_total{code}`` (answers carrying an error code),
+- ``heartbeats_total{listener}``, ``commits_total{listener}`` (OffsetCommit requests),
+  ``requests_total{type,listener}`` (``listener``: ``huddle``, or ``kafka`` for the Kafka
+  listener's requests to the core), ``errors_total{code}`` (answers carrying an error code),
   ``notices_total{type}``;
 - ``journal_write_seconds`` (a batch of changes written to the data dir);
 - ``shards_owned`` (a cluster node);
@@ -62,8 +63,10 @@ class CoordinatorMetrics(Collector):
         self.security_store: Callable[[], tuple[bool, int]] | None = None
         self.liveness: Callable[[], NodeLiveness] | None = None  # a cluster node's
         self.restarts: Callable[[], dict[tuple[str, str], int]] | None = None  # (task, why)
-        self.calls = 0  # every request handled (counted per slice of a connection's input)
-        self.requests: Counter[type] = Counter()  # request class -> handled, but heartbeats
+        # by listener: every request handled (counted per slice of a connection's input)
+        self.calls: Counter[str] = Counter()
+        # (listener, request class) -> handled, but heartbeats
+        self.requests: Counter[tuple[str, type]] = Counter()
         self.errors: Counter[int] = Counter()
         self.notices: Counter[str] = Counter()
         self.rebalances: Counter[str] = Counter()
@@ -175,18 +178,36 @@ class CoordinatorMetrics(Collector):
             for (task, why), count in sorted(list(self.restarts().items())):
                 restarts.add_metric([task, why], count)
             yield restarts
-        requests = {_tag(kind): n for kind, n in list(self.requests.items())}
-        requests["heartbeat"] = max(self.calls - sum(requests.values()), 0)
-        yield _counter("huddle_heartbeats", "Heartbeats answered", requests["heartbeat"])
-        commits = requests.get("offset_commit", 0)
-        yield _counter("huddle_commits", "OffsetCommit requests", commits)
-        yield _labelled("huddle_requests", "Requests handled, by type", "type", requests)
+        yield from self._requests()
         errors = {error_name(code): n for code, n in list(self.errors.items())}
         yield _labelled("huddle_errors", "Answers carrying an error code", "code", errors)
         yield _labelled("huddle_notices", "Notices pushed to members", "type", self.notices)
         yield _labelled(
             "huddle_rebalances", "Rebalances started, by reason", "reason", self.rebalances
         )
+
+    def _requests(self) -> Iterator[Metric]:
+        """Requests handled, by listener: heartbeats are the calls that are not others."""
+        by_listener: dict[str, dict[str, int]] = {"huddle": {}}
+        for (listener, kind), n in list(self.requests.items()):
+            by_listener.setdefault(listener, {})[_tag(kind)] = n
+        for listener in list(self.calls):
+            by_listener.setdefault(listener, {})
+        label = ["listener"]
+        heartbeats = CounterMetricFamily("huddle_heartbeats", "Heartbeats answered", labels=label)
+        commits = CounterMetricFamily("huddle_commits", "OffsetCommit requests", labels=label)
+        requests = CounterMetricFamily(
+            "huddle_requests", "Requests handled, by type", labels=["type", "listener"]
+        )
+        for listener, counts in sorted(by_listener.items()):
+            beats = max(self.calls[listener] - sum(counts.values()), 0)
+            heartbeats.add_metric([listener], beats)
+            commits.add_metric([listener], counts.get("offset_commit", 0))
+            for tag, n in sorted({**counts, "heartbeat": beats}.items()):
+                requests.add_metric([tag, listener], n)
+        yield heartbeats
+        yield commits
+        yield requests
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: nothing to check at registration

@@ -83,7 +83,7 @@ class RequestPath:
             # by the intake) that are not other requests
             request_type = type(call.request)
             if request_type is not HeartbeatRequest:
-                metrics.requests[request_type] += 1
+                metrics.requests[conn.wire.listener, request_type] += 1
         if self.loading or self.gate is not None:
             refusal = self.refusal(conn, call.request)
             if refusal is not None:

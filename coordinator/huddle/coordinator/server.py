@@ -22,6 +22,7 @@ from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.descriptors import FD_RESERVE, connections_allowed, raise_fd_limit
 from huddle.coordinator.host import CoordinatorServer, ListenError
+from huddle.coordinator.storage.journal import DataDirError
 from huddle.protocol.addresses import format_address
 from huddle.protocol.errors import HuddleError
 
@@ -91,6 +92,9 @@ async def _listen_kafka(server: CoordinatorServer) -> None:
     host = cfg.kafka_host or cfg.host
     try:
         wire = await listen_kafka(server, host, cfg.kafka_port, cfg.kafka_advertise or None)
+    except DataDirError:  # the log's files in the data dir
+        await server.close()
+        raise
     except OSError as exc:
         await server.close()
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)

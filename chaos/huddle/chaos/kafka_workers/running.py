@@ -22,7 +22,7 @@ from huddle.chaos.kafka_workers import launch
 from huddle.chaos.kafka_workers.emit import Partition
 from huddle.chaos.kafka_workers.options import DriverOptions
 from huddle.chaos.procs import die_with_parent
-from huddle.protocol.errors import HuddleError
+from huddle.protocol.errors import HuddleError, UsageError
 
 T = TypeVar("T")
 STOP_S: Final = 20.0  # a driver's clean close (commit, LeaveGroup) before SIGKILL
@@ -118,7 +118,7 @@ class Drivers:
     def start(self, name: str, client: str, options: DriverOptions) -> Driver:
         """Client ``client``'s driver as ``name``, with ``options``."""
         if name in self.all and self.all[name].proc.poll() is None:
-            raise ValueError(f"driver {name} is running")
+            raise UsageError(f"driver {name} is running")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_dir / f"{name}.stderr", "a") as err:
             proc = subprocess.Popen(

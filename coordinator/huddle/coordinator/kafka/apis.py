@@ -14,6 +14,9 @@ The ranges are chosen so that every listed client finds what it needs:
   newest of each API is served.
 - Produce 3-9, Fetch 4-12 and ListOffsets 1-9 are the log's (``kafka_log.handlers``);
   Metadata stops at 12 and Fetch at 12 (zero topic ids keep librdkafka there);
+  SaslHandshake is advertised 0-1 (librdkafka's SASL handshake feature needs v0 in the
+  range) but a v0 one is refused (``kafka.sasl``): its token exchange without Kafka's
+  header is not served, and every listed client sends v1;
   ConsumerGroupHeartbeat, GetTelemetrySubscriptions, InitProducerId and the transaction
   APIs are not served, so not advertised.
 """
@@ -44,9 +47,11 @@ class Api(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
 
@@ -66,9 +71,11 @@ SERVED: Final[dict[Api, tuple[int, int]]] = {
     Api.SYNC_GROUP: (0, 5),
     Api.DESCRIBE_GROUPS: (0, 5),
     Api.LIST_GROUPS: (0, 5),
+    Api.SASL_HANDSHAKE: (0, 1),  # v0 answered UNSUPPORTED_VERSION (``kafka.sasl``)
     Api.API_VERSIONS: (0, 4),
     Api.CREATE_TOPICS: (2, 7),
     Api.DELETE_TOPICS: (1, 6),
+    Api.SASL_AUTHENTICATE: (0, 2),
     Api.CREATE_PARTITIONS: (0, 3),
     Api.DELETE_GROUPS: (0, 2),
 }

@@ -6,7 +6,9 @@ slot in the connection's queue like any other answer. A Fetch with nothing to re
 waits in a task (``kafka_log.waiting``) until a partition it reads grows or its
 ``max_wait_ms`` passes, and its slot is answered then; the connection's later answers wait
 behind it, in order. A Produce with ``acks=0`` has no answer: its slot leaves nothing
-(and a refused one closes the connection, as Kafka does).
+(and a refused one closes the connection, as Kafka does). With ``--data-dir`` the log is
+kept there too (``kafka_log.disk``); with ``--fsync`` a Produce is answered, in its slot,
+once its batches are on the disk (``produce_kept``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,36 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from huddle.coordinator.config import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from huddle.coordinator.kafka_log import handlers, waiting
+from huddle.coordinator.kafka_log.disk import LogDisk
 from huddle.coordinator.kafka_log.store import LogStore
 
 
 class KafkaLog:
-    """The log's store and its Fetch waiter, following huddle's topic registry."""
+    """The log's store and its Fetch waiter, following huddle's topic registry; kept in
+    ``disk`` too when given (open it once the registry is loaded: the store removes the
+    partitions the registry lacks)."""
 
-    def __init__(self, partitions: Callable[[str], int | None]) -> None:
-        self.store = LogStore(partitions)
+    def __init__(
+        self,
+        partitions: Callable[[str], int | None],
+        *,
+        disk: LogDisk | None = None,
+        max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
+        max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
+    ) -> None:
+        self.store = LogStore(
+            partitions,
+            disk=disk,
+            max_partition_bytes=max_partition_bytes,
+            max_total_bytes=max_total_bytes,
+        )
         self.waiter = waiting.StoreWaiter(self.store)
+
+    def close(self) -> None:
+        """Close the data dir's files (once no more Produce comes)."""
+        self.store.close()
 
     def topic_changed(self, topic: str) -> None:
         self.store.topic_changed(topic)
@@ -34,6 +56,13 @@ class KafkaLog:
 
     def produce(self, request: Any, version: int) -> Any | handlers.NoResponse:
         return handlers.produce(self.store, request, version)
+
+    def produce_kept(self, answer: Any) -> asyncio.Future[Any] | None:
+        """A Produce's ``answer`` once its batches are on the disk (a task: cancel it to
+        drop it), or None when it can be sent now (no ``--fsync``, or nothing unkept)."""
+        if not self.store.unkept:
+            return None
+        return asyncio.ensure_future(waiting.kept(self.store, answer))
 
     def fetch_now(self, request: Any, version: int) -> Any | handlers.Wait:
         return handlers.fetch(self.store, request, version)

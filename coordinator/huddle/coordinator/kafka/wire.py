@@ -2,16 +2,19 @@
 
 Each request is read here (``framing``, ``header``, ``schemas``), takes its slot in the
 connection's queue of answers (``answers``), and is translated (``brokers``, ``groups``,
-``offsets``, ``admin``, ``empty_log``) into none, one or several of the core's requests:
-the first is returned to the server's request path, the others (a batch of groups or
-keys) go to it directly. From there everything is what huddle's own wire gets: the
-screening, the core, the held answers, the keeper.
+``offsets``, ``admin``) into none, one or several of the core's requests: the first is
+returned to the server's request path, the others (a batch of groups or keys) go to it
+directly. Produce, Fetch and ListOffsets go to the log instead (``log_apis``). From there
+everything is what huddle's own wire gets: the screening, the core, the held answers, the
+keeper.
 
-Kafka connections have no handshake: a connection is logged in with its first request,
-and its client id is the one its request headers name. Bad input closes the connection
-that sent it, after a log line (Kafka closes it too; a Kafka client cannot be told why):
-a request shorter than its header or that cannot be read, an API or version not served
-(but ApiVersions: answered in v0 with UNSUPPORTED_VERSION and the versions served).
+Kafka connections have no handshake: without SASL a connection is logged in with its
+first request; with SASL once its exchange is complete (``sasl``: SaslHandshake, then
+SaslAuthenticate, over huddle's login). Its client id is the one its request headers
+name. Bad input closes the connection that sent it, after a log line (Kafka closes it
+too; a Kafka client cannot be told why): a request shorter than its header or that cannot
+be read, an API or version not served (but ApiVersions: answered in v0 with
+UNSUPPORTED_VERSION and the versions served).
 """
 
 from __future__ import annotations
@@ -25,19 +28,24 @@ from typing import Any, Final, Protocol, cast
 import msgspec
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
     admin,
     apis,
     brokers,
     groups,
     header,
+    log_access,
     offsets,
+    sasl,
     schemas,
 )
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
+from huddle.coordinator.security.acls import Authorizer
 from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import FrameReader
@@ -61,6 +69,8 @@ TRANSLATIONS: Final[dict[int, Translation]] = {
     Api.CREATE_TOPICS: admin.create_topics,
     Api.DELETE_TOPICS: admin.delete_topics,
     Api.CREATE_PARTITIONS: admin.create_partitions,
+    Api.SASL_HANDSHAKE: sasl.handshake_refused,  # once authenticated, or without SASL
+    Api.SASL_AUTHENTICATE: sasl.authenticate_refused,
 }
 _LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
 _REASON_CHARS: Final = 300
@@ -84,6 +94,10 @@ class KafkaHost(Protocol):
     def greeted(self, conn: Connection) -> None:
         """``conn`` is logged in: no longer watched for a stalled handshake."""
 
+    def backlogged(self, conn: Connection) -> None:
+        """Frames may wait in ``conn.inbox`` that were not handled yet (after a SASL step
+        answered outside the server's pass)."""
+
     def call(self, conn: Connection, call: Call) -> None:
         """One more request of ``conn`` through the request path (a batch's others)."""
 
@@ -94,6 +108,10 @@ class KafkaHost(Protocol):
     def topic_partitions(self) -> Mapping[str, int]:
         """huddle's topic registry: each topic's partition count."""
 
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """The ACLs (``--authorizer``), which the log's APIs are checked with."""
+
 
 class KafkaWire:
     """Kafka's wire on one listener, advertised as ``host:port`` (broker ``node_id``)."""
@@ -102,18 +120,31 @@ class KafkaWire:
     # itself (a slot per request, ``answers.KafkaCodec``), including answers the wire
     # makes later (a Fetch that waits), so the server need not take requests one at a time.
     in_order = False
+    listener = "kafka"  # the metrics' label
 
     def __init__(
-        self, server: KafkaHost, advertised: tuple[str, int], *, max_response_bytes: int
+        self,
+        server: KafkaHost,
+        advertised: tuple[str, int],
+        *,
+        max_response_bytes: int,
+        sasl: KafkaSasl | None = None,
+        evict_on_close_ms: int = -1,
+        log: KafkaLog | None = None,
     ) -> None:
         self.server = server
+        self.sasl = sasl  # the login, when the listener requires SASL
+        # Kafka's rule by default: a member whose connection closed stays until its
+        # session timeout (Kafka clients reconnect for ordinary reasons); with
+        # --kafka-evict-on-close-ms, a dynamic one not back within that grace is removed.
+        self.disconnect_grace_ms = evict_on_close_ms
         self.node_id = 0
         self.advertised = advertised
         self.port = advertised[1]  # the port listened on
         self.max_response_bytes = max_response_bytes
         # what a Fetch may ask for: its answer stays within the response limit
         self._fetch_limit = max(max_response_bytes - _FETCH_OVERHEAD, 1)
-        self.log = KafkaLog(server.topic_partitions.get)
+        self.log = log if log is not None else KafkaLog(server.topic_partitions.get)
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
@@ -142,8 +173,12 @@ class KafkaWire:
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
         if not conn.handshaken:
-            conn.handshaken = True  # no handshake: its first request logs it in
-            self.server.greeted(conn)
+            if self.sasl is None:
+                conn.handshaken = True  # no handshake: its first request logs it in
+                self.server.greeted(conn)
+            elif conn.sasl is FAILED:
+                conn.inbox.clear()  # its failure is answered after a delay: nothing else
+                return None
         try:
             start = header.start(body)
         except header.RequestReadError as exc:
@@ -163,6 +198,10 @@ class KafkaWire:
         if client_id != conn.client_id:
             conn.client_id = client_id
             conn.peer = replace(conn.peer, client_id=client_id)
+        if not conn.handshaken and self.sasl is not None and not self.sasl.admits(conn, api_key):
+            login = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
+            self.sasl.login(conn, codec, login, request)
+            return None
         if api_key in _LOG_APIS:
             slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
             try:
@@ -187,9 +226,13 @@ class KafkaWire:
         return calls[0]
 
     def overdue(self, conn: Connection, timeout_ms: int) -> tuple[ErrorCode, str] | None:
+        if self.sasl is not None:
+            return self.sasl.overdue(conn, timeout_ms)
         return ErrorCode.INVALID_REQUEST, f"no request within {timeout_ms} ms"
 
     def gone(self, conn: Connection) -> None:
+        if self.sasl is not None:
+            self.sasl.gone(conn)
         for fetch in self._waits.pop(conn.conn_id, ()):
             fetch.cancel()
 
@@ -212,29 +255,56 @@ class KafkaWire:
         """Produce, Fetch or ListOffsets: the log answers, now or (a Fetch) later."""
         codec.open(slot)
         log, version = self.log, slot.version
+        auth, refused = self.server.authorizer, log_access.Refused()
+        if auth is not None:
+            request, refused = log_access.screen(auth, conn.peer, slot.api_key, request)
         if slot.api_key == Api.LIST_OFFSETS:
             answer = log.list_offsets(request, version)
         elif slot.api_key == Api.PRODUCE:
             answer = log.produce(request, version)
             if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
                 conn.send(codec.release(slot, silent=True))
-                if answer.close:
+                if answer.close or refused:
                     conn.close("a Produce with acks=0 was refused")
+                return
+            kept = log.produce_kept(answer)
+            if kept is not None:  # --fsync: answered once its batches are on the disk
+                self._answer_later(conn, codec, slot, kept, refused)
                 return
         else:
             if request.max_bytes > self._fetch_limit:  # as Kafka's fetch.max.bytes clamps it
                 request = dataclasses.replace(request, max_bytes=self._fetch_limit)
             answer = log.fetch_now(request, version)
             if isinstance(answer, Wait):
-                self._fetch_later(conn, codec, slot, request)
+                self._fetch_later(conn, codec, slot, request, refused)
                 return
-        slot.answer = _answered(answer)
+        slot.answer = _answered(log_access.put_back(slot.api_key, version, answer, refused))
         conn.send(codec.release(slot))
 
-    def _fetch_later(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
-        waits = self._waits.setdefault(conn.conn_id, set())
+    def _fetch_later(
+        self,
+        conn: Connection,
+        codec: KafkaCodec,
+        slot: Slot,
+        request: Any,
+        refused: log_access.Refused,
+    ) -> None:
         fetch = self.log.fetch_later(request, slot.version)
-        waits.add(fetch)
+        self._answer_later(conn, codec, slot, fetch, refused)
+
+    def _answer_later(
+        self,
+        conn: Connection,
+        codec: KafkaCodec,
+        slot: Slot,
+        pending: asyncio.Future[Any],
+        refused: log_access.Refused,
+    ) -> None:
+        """The slot is answered when ``pending`` is done (a Fetch that waited, a Produce
+        kept), with the topics the ACLs refused put back; dropped if the connection
+        closes first."""
+        waits = self._waits.setdefault(conn.conn_id, set())
+        waits.add(pending)
 
         def done(task: asyncio.Future[Any]) -> None:
             waits.discard(task)
@@ -242,14 +312,16 @@ class KafkaWire:
                 return
             error = task.exception()
             if error is not None:
-                conn.log.error("kafka_fetch_failed", error=repr(error))
-                conn.abort("the Fetch failed")
+                api = apis.name(slot.api_key)
+                conn.log.error("kafka_log_failed", api=api, error=repr(error))
+                conn.abort(f"the {api} failed")
                 return
-            slot.answer = _answered(task.result())
+            answer = log_access.put_back(slot.api_key, slot.version, task.result(), refused)
+            slot.answer = _answered(answer)
             conn.send(codec.release(slot))
             self.server.flush()
 
-        fetch.add_done_callback(done)
+        pending.add_done_callback(done)
 
     def _not_served(self, conn: Connection, codec: KafkaCodec, start: header.Start) -> None:
         api = apis.name(start.api_key)

@@ -42,6 +42,7 @@ from huddle.coordinator.kafka_log.shapes import (
     response,
 )
 from huddle.coordinator.kafka_log.store import LogStore, PartitionKey
+from huddle.protocol.errors import InvalidArgumentError
 
 log = structlog.get_logger("huddle.kafka_log")
 
@@ -83,7 +84,7 @@ class Wait:
 
 def _check_version(name: str, version: int, served: range) -> None:
     if version not in served:
-        raise ValueError(f"{name} v{version} is not served (v{served[0]}-{served[-1]})")
+        raise InvalidArgumentError(f"{name} v{version} is not served (v{served[0]}-{served[-1]})")
 
 
 def produce(store: LogStore, request: ProduceRequest, version: int) -> ResponsePayload | NoResponse:

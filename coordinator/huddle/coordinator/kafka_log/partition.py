@@ -15,6 +15,8 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from huddle.protocol.errors import UsageError
+
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
@@ -107,7 +109,7 @@ class PartitionLog:
     def drop_oldest(self) -> Segment:
         """Drop the oldest segment (not the active one: ``roll`` first to drop it)."""
         if len(self.segments) == 1:
-            raise ValueError("the active segment is never dropped")
+            raise UsageError("the active segment is never dropped")
         dropped = self.segments.pop(0)
         self.bytes -= dropped.bytes
         return dropped

@@ -31,8 +31,14 @@ from typing import TYPE_CHECKING
 import structlog
 from kio.schema.errors import ErrorCode
 
+from huddle.coordinator.config import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_PARTITION_BYTES,
+    DEFAULT_MAX_TOTAL_BYTES,
+)
 from huddle.coordinator.kafka_log.batches import Batch, LogError, with_base_offset
 from huddle.coordinator.kafka_log.partition import PartitionLog, Read, Segment, StoredBatch
+from huddle.protocol.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from huddle.coordinator.kafka_log.disk import LogDisk
@@ -40,10 +46,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("huddle.kafka_log")
 
 PartitionKey = tuple[str, int]
-MiB = 1024 * 1024
-DEFAULT_MAX_BATCH_BYTES = 1 * MiB + 12  # Kafka's message.max.bytes
-DEFAULT_MAX_PARTITION_BYTES = 8 * MiB
-DEFAULT_MAX_TOTAL_BYTES = 128 * MiB
 SEGMENTS_PER_PARTITION = 4  # the default segment size is the partition bound over this
 
 __all__ = ["LogStore", "PartitionKey", "PartitionLog", "Read", "StoredBatch"]
@@ -61,7 +63,7 @@ class LogStore:
         disk: LogDisk | None = None,
     ) -> None:
         if not 0 < max_batch_bytes <= max_partition_bytes <= max_total_bytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "the log's bounds must be 0 < max_batch_bytes <= max_partition_bytes "
                 f"<= max_total_bytes, not {max_batch_bytes}, {max_partition_bytes}, "
                 f"{max_total_bytes}"
@@ -69,7 +71,7 @@ class LogStore:
         if segment_bytes is None:
             segment_bytes = max(1, max_partition_bytes // SEGMENTS_PER_PARTITION)
         if not 0 < segment_bytes <= max_partition_bytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"segment_bytes must be in 1..{max_partition_bytes}, not {segment_bytes}"
             )
         self._partitions = partitions
