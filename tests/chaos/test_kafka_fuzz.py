@@ -113,4 +113,11 @@ def test_the_oracle_counts_what_may_rightly_hold_an_answer() -> None:
     fetch = _frame(
         Api.FETCH, 4, 1, max_wait=500, min_bytes=1, max_bytes=1, topics=[], isolation_level=0
     )
-    assert expect(fetch + fetch).wait_ms == 1_000
+    expected = expect(fetch + fetch)
+    assert expected.wait_ms == 1_000
+    answered = struct.pack(">i", 1) + b"\x00" * 8  # not read: only its count matters here
+    short, _ = expected.check([], closed=True)
+    assert short == ["0 of 2 answers, then closed (no request to end the connection)"]
+    assert expected.check([], closed=False, gave_up=True)[0] == []
+    too_many, _ = expected.check([answered] * 3, closed=False)
+    assert "3 responses to 2 requests" in too_many

@@ -82,7 +82,7 @@ async def _one_connection(
     report.connections += 1
     report.mutations.update(f.mutation for f in conn.batch)
     frames = FrameReader(1 << 30)
-    closed = False
+    closed = gave_up = False
     try:
         async with asyncio.timeout(min(wait_s, patience_s)):
             while expected.closes or len(conn.responses) < len(expected.answers):
@@ -102,15 +102,15 @@ async def _one_connection(
             )
             return
         report.held_back += 1
-        closed = True  # it may still rightly be held: what came is checked as a prefix
+        gave_up = True  # it may still rightly be held: what came is checked as a prefix
     finally:
         writer.close()
-    _tally(conn, report, closed)
+    _tally(conn, report, closed, gave_up)
 
 
-def _tally(conn: _Connection, report: KafkaFuzzReport, closed: bool) -> None:
+def _tally(conn: _Connection, report: KafkaFuzzReport, closed: bool, gave_up: bool) -> None:
     expected = conn.expected
-    problems, responses = expected.check(conn.responses, closed)
+    problems, responses = expected.check(conn.responses, closed, gave_up=gave_up)
     for problem in problems:
         report.violations.append(f"{problem} ({conn.describe()})")
     report.replies += len(conn.responses)

@@ -55,10 +55,13 @@ class Expectation:
     wait_ms: int = 0  # how long answers may legitimately be held (JoinGroup, Fetch)
     ended_mid_frame: bool = False  # the stream ends inside a frame
 
-    def check(self, responses: list[bytes], closed: bool) -> tuple[list[str], list[Any]]:
+    def check(
+        self, responses: list[bytes], closed: bool, *, gave_up: bool = False
+    ) -> tuple[list[str], list[Any]]:
         """What is wrong with ``responses`` (frame bodies, in order), received before the
-        connection ``closed`` (or was left open after the last one expected); and the
-        responses that read, as kio read them."""
+        connection ``closed`` (or was left open after the last one expected; or this side
+        ``gave_up`` waiting for answers that may rightly be held); and the responses that
+        read, as kio read them."""
         problems, read = [], []
         if len(responses) > len(self.answers):
             problems.append(f"{len(responses)} responses to {len(self.answers)} requests")
@@ -68,13 +71,14 @@ class Expectation:
                 problems.append(response)
             else:
                 read.append(response)
-        if len(responses) < len(self.answers) and not (closed and (self.closes or self.may_close)):
+        ended = gave_up or (closed and (self.closes or self.may_close))
+        if len(responses) < len(self.answers) and not ended:
             problems.append(
                 f"{len(responses)} of {len(self.answers)} answers, "
                 + ("then closed" if closed else "then nothing")
                 + " (no request to end the connection)"
             )
-        if self.closes and not closed:
+        if self.closes and not (closed or gave_up):
             problems.append(f"left open after {self.closes}")
         return problems, read
 
