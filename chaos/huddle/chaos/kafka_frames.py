@@ -280,6 +280,10 @@ class KafkaSeeds:
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        # The groups requests name: a connection's own (and "", refused at once), so a
+        # JoinGroup waits only for members this connection made, within what it asked for
+        # (a group shared with another connection could rightly hold it for that one's
+        # rebalance timeout: up to 30 minutes).
         self.groups: tuple[str, ...] = ("fuzz-a",)
         self._batches = [record_batch(rng) for _ in range(12)]
 
@@ -308,10 +312,10 @@ class KafkaSeeds:
             return self._entity(field.entity)
         rng = self.rng
         name, kind = field.name, field.kafka_type or ""
+        if name in _GROUP_FIELDS:  # odd ones too are the connection's own (see ``groups``)
+            return rng.choice((*self.groups, *self.groups, ""))
         if rng.random() < ODD:
             return self._odd(kind, field.optional)
-        if name in _GROUP_FIELDS:
-            return rng.choice((*self.groups, *self.groups, ""))
         if name in _TOPIC_FIELDS or (name == "name" and "Topic" in cls.__name__):
             return rng.choice(TOPICS)
         if name == "name" and "Protocol" in cls.__name__:

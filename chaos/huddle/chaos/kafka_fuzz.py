@@ -48,8 +48,6 @@ class KafkaFrameFuzzer:
         self.rng = random.Random(seed)
         self.seeds = KafkaSeeds(self.rng)
         self._ids = 0
-        self._connections = 0
-        self._seed = seed
         mutations: list[tuple[str, Callable[[Encoded], bytes], int]] = [
             ("valid", lambda e: e.body, 3),
             ("bit-flips", self._flip, 3),
@@ -73,10 +71,11 @@ class KafkaFrameFuzzer:
 
     def connection(self) -> None:
         """A new connection: its requests name groups of their own, so a request held by
-        one connection's group (a JoinGroup waiting for its members) holds no other."""
-        self._connections += 1
-        tag = f"fz{self._seed}-{self._connections}"
-        self.seeds.groups = (f"{tag}-a", f"{tag}-b")
+        one connection's group (a JoinGroup waiting for its members) holds no other. A
+        random tag names them: a bit flipped in one names no other connection's group."""
+        tag = f"fz-{self.rng.getrandbits(64):016x}"
+        odd = self.rng.choice(("\u00fc\u4e2d\x00", "x" * 300))
+        self.seeds.groups = (f"{tag}-a", f"{tag}-b", f"{tag}-a", f"{tag}-b", f"{tag}-{odd}")
 
     def valid(self, api_key: int, version: int) -> Encoded:
         self._ids += 1
