@@ -30,6 +30,7 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from huddle.coordinator.kafka.apis import SERVED
 from huddle.coordinator.kafka.walk import Field, fields, uvarint
+from huddle.protocol.errors import InvalidArgumentTypeError
 
 SERVED_VERSIONS: Final = tuple(
     (int(api), version) for api, (low, high) in SERVED.items() for version in range(low, high + 1)
@@ -149,7 +150,7 @@ class _Writer:
         elif kind == "error_code":
             self.out.write(struct.pack(">h", value.value))
         else:  # pragma: no cover - no request of a served API has another type
-            raise TypeError(f"no writer for {kind} ({field.name})")
+            raise InvalidArgumentTypeError(f"no writer for {kind} ({field.name})")
 
 
 def encode(
@@ -356,7 +357,7 @@ class KafkaSeeds:
             return rng.randbytes(rng.choice((0, 8)))
         if kind == "uuid":
             return uuid.UUID(int=0)
-        raise TypeError(f"no plain value for {kind}")  # pragma: no cover
+        raise InvalidArgumentTypeError(f"no plain value for {kind}")  # pragma: no cover
 
     def _odd(self, kind: str, optional: bool) -> Any:
         rng = self.rng
