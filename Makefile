@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.restart_load
 	$(BIN)/python -m bench.fairness
 	$(BIN)/python -m bench.fuzz
+	$(BIN)/python -m bench.fuzz --wire kafka
 	$(BIN)/python -m bench.chaos
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.failover

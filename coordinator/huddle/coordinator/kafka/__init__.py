@@ -8,6 +8,8 @@ one part of what it does (see docs/kafka.md for the mapping to the core):
 - ``apis``: which APIs and versions are served, and so advertised;
 - ``schemas``: kio, Kafka's schemas for every API and version (the only module that
   touches it): decoding requests, building and encoding responses for their version;
+- ``walk``: a request walked by its schema before kio reads it: lengths and nulls checked
+  as Kafka checks them, unknown tagged fields skipped as Kafka skips them;
 - ``answers``: each connection's answers leaving in request order (``KafkaCodec``);
 - ``brokers``: ApiVersions, Metadata and FindCoordinator;
 - ``groups``, ``offsets``, ``admin``: Kafka's requests as the core's, its answers back;

@@ -6,6 +6,10 @@ The registry keeps one copy of each topic, on this listener's one broker: a repl
 factor over 1, or replica assignments naming another broker, are refused with Kafka's
 INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT; topic configs are not kept (an
 answer names none). CreatePartitions only adds partitions, as Kafka's does.
+
+As Kafka's controller does, a request that would make more than 10,000 partitions
+(``MAX_PARTITIONS_PER_REQUEST``) is refused whole with POLICY_VIOLATION (a topic of a
+million partitions made a Metadata answer that held the event loop for seconds).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ _DEFAULT_PARTITIONS: Final = 1  # Kafka's num.partitions, for a topic created wi
 INVALID_REPLICATION_FACTOR: Final = 38
 INVALID_REPLICA_ASSIGNMENT: Final = 39
 _CLASSIC: Final = "classic"
+MAX_PARTITIONS_PER_REQUEST: Final = 10_000  # Kafka's controller: MAX_PARTITIONS_PER_BATCH
+_TOO_MANY_NEW: Final = "Excessively large number of partitions per request."
+_TOO_MANY_ADDED: Final = "Unable to perform excessively large batch operation."
 
 
 def describe_groups(req: Any, version: int, ctx: Context) -> Plan:
@@ -118,8 +125,13 @@ def delete_groups(req: Any, version: int, ctx: Context) -> Plan:
 def create_topics(req: Any, version: int, ctx: Context) -> Plan:
     refused: dict[str, tuple[int, str]] = {}
     specs: list[TopicSpec] = []
+    too_many = _new_partitions(req.topics) > MAX_PARTITIONS_PER_REQUEST
     for t in req.topics:
-        problem = _one_copy(t.replication_factor, t.assignments)
+        problem = (
+            (int(ErrorCode.POLICY_VIOLATION), _TOO_MANY_NEW)
+            if too_many
+            else _one_copy(t.replication_factor, t.assignments)
+        )
         if problem is not None:
             refused[t.name] = problem
             continue
@@ -152,6 +164,19 @@ def create_topics(req: Any, version: int, ctx: Context) -> Plan:
         return {"topics": topics}
 
     return Plan(calls, answer)
+
+
+def _new_partitions(topics: Sequence[Any]) -> int:
+    """The partitions a CreateTopics asks for, counted as Kafka's controller does."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += _DEFAULT_PARTITIONS
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
 
 
 def _one_copy(replication_factor: int, assignments: Sequence[Any]) -> tuple[int, str] | None:
@@ -191,9 +216,12 @@ def delete_topics(req: Any, version: int, ctx: Context) -> Plan:
 def create_partitions(req: Any, version: int, ctx: Context) -> Plan:
     refused: dict[str, tuple[int, str]] = {}
     specs = []
+    added = sum(max(t.count - ctx.topics.get(t.name, 0), 0) for t in req.topics)
     for t in req.topics:
         now = ctx.topics.get(t.name)
-        if now is not None and t.count <= now:
+        if added > MAX_PARTITIONS_PER_REQUEST:
+            refused[t.name] = (int(ErrorCode.POLICY_VIOLATION), _TOO_MANY_ADDED)
+        elif now is not None and t.count <= now:
             refused[t.name] = (
                 int(ErrorCode.INVALID_PARTITIONS),
                 f"topic {t.name!r} has {now} partitions; the new count must be higher",

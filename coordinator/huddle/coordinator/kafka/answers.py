@@ -27,12 +27,13 @@ import structlog
 
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.framing import SIZE_BYTES
+from huddle.coordinator.kafka.translate import Encoded
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ErrorResponse, Reply, Response, ServerFrame
 
 log = structlog.get_logger("huddle.kafka")
 
-Answer = Callable[[Sequence[Response]], Mapping[str, Any]]
+Answer = Callable[[Sequence[Response]], Mapping[str, Any] | Encoded]
 # What ``answered`` sends through the connection: the slot was answered by the wire.
 RELEASE: Final = ErrorResponse(error_code=ErrorCode.NONE, error_message="answered by the wire")
 
@@ -124,11 +125,10 @@ class KafkaCodec:
             values = slot.answer([failed] * len(slot.parts))
         self._encode(slot, values)
 
-    def _encode(self, slot: Slot, values: Mapping[str, Any]) -> None:
-        """``values`` are the response's (``schemas.build``), or the response itself."""
-        cls = schemas.response_class(slot.api_key, slot.version)
-        entity = schemas.build(cls, values) if isinstance(values, Mapping) else values
-        encoded = schemas.encode(slot.api_key, slot.version, slot.correlation_id, entity)
+    def _encode(self, slot: Slot, values: Mapping[str, Any] | Encoded) -> None:
+        """``values`` are the response's (``schemas.build``), the response itself, or its
+        encoding (``Encoded``)."""
+        encoded = self._bytes(slot, values)
         if len(encoded) - SIZE_BYTES > self.max_response_bytes:
             log.warning(
                 "response_too_large",
@@ -140,7 +140,13 @@ class KafkaCodec:
                 error_code=ErrorCode.MESSAGE_TOO_LARGE,
                 error_message=f"the answer is over {self.max_response_bytes} bytes",
             )
-            values = slot.answer([too_large] * max(len(slot.parts), 1))
-            entity = schemas.build(cls, values)
-            encoded = schemas.encode(slot.api_key, slot.version, slot.correlation_id, entity)
+            encoded = self._bytes(slot, slot.answer([too_large] * max(len(slot.parts), 1)))
         slot.encoded = encoded
+
+    @staticmethod
+    def _bytes(slot: Slot, values: Mapping[str, Any] | Encoded) -> bytes:
+        if isinstance(values, Encoded):
+            return schemas.framed(slot.api_key, slot.version, slot.correlation_id, values.body)
+        cls = schemas.response_class(slot.api_key, slot.version)
+        entity = schemas.build(cls, values) if isinstance(values, Mapping) else values
+        return schemas.encode(slot.api_key, slot.version, slot.correlation_id, entity)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from huddle.coordinator.kafka import apis
-from huddle.coordinator.kafka.translate import Context, Plan, Values, get, message
+from huddle.coordinator.kafka import apis, metadata_encoding
+from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get, message
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     FindCoordinatorRequest,
@@ -58,41 +58,32 @@ def metadata(req: Any, version: int, ctx: Context) -> Plan:
     names = None if every else [t.name or "" for t in asked]
     node, host, port = ctx.broker
 
-    def answer(parts: Sequence[Response]) -> Values:
+    def answer(parts: Sequence[Response]) -> Encoded:
         (r,) = parts
         if type(r) is ListTopicsResponse and not r.error_code:
-            topics = [_topic(t.name, t.partitions, t.error_code, node) for t in r.topics]
+            found = [(t.name, t.error_code, 0 if t.error_code else t.partitions) for t in r.topics]
         else:
-            topics = [_topic(n, 0, r.error_code, node) for n in names or ()]
-        return {
+            found = [(n, r.error_code, 0) for n in names or ()]
+        values = {
             "brokers": [{"node_id": node, "host": host, "port": port}],
             "cluster_id": CLUSTER_ID,
             "controller_id": node,
-            "topics": topics,
+            "topics": [_topic(name, code) for name, code, _ in found],
             "cluster_authorized_operations": _NOT_ASKED,
         }
+        counts = [count for *_, count in found]
+        return Encoded(metadata_encoding.encode(version, values, counts, node))
 
     return Plan([ListTopicsRequest(topics=names)], answer)
 
 
-def _topic(name: str, partitions: int, code: int, node: int) -> Values:
+def _topic(name: str, code: int) -> Values:
+    """A topic of a Metadata answer; its partitions are ``metadata_encoding``'s."""
     return {
         "error_code": code,
         "name": name,
         "is_internal": False,
         "topic_authorized_operations": _NOT_ASKED,
-        "partitions": [
-            {
-                "error_code": 0,
-                "partition_index": i,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [],
-            }
-            for i in range(partitions if not code else 0)
-        ],
     }
 
 

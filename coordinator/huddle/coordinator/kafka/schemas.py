@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from huddle.coordinator.kafka import walk
 from huddle.coordinator.kafka.framing import SIZE_BYTES
 
 API_VERSIONS_KEY: Final = 18
@@ -64,8 +65,15 @@ def _reader(cls: Any) -> Callable[[bytes, int], tuple[Any, int]]:
 
 def decode(api_key: int, version: int, body: bytes, offset: int) -> Any:
     """The request in ``body`` from ``offset``. Raises ``ValueError`` (and kio's errors,
-    which the caller takes as unreadable too) when it cannot be read."""
-    request, _ = _reader(request_class(api_key, version))(body, offset)
+    which the caller takes as unreadable too) when it cannot be read: first as Kafka
+    checks it (``walk.check``: lengths, nulls), then by kio. Unknown tagged fields are
+    skipped, as Kafka skips them (kio refuses them)."""
+    cls = request_class(api_key, version)
+    walk.check(cls, body, offset)
+    try:
+        request, _ = _reader(cls)(body, offset)
+    except KeyError:  # kio's "Unknown tagged field tag"
+        request, _ = _reader(cls)(walk.without_unknown(cls, body, offset), offset)
     return request
 
 
@@ -80,6 +88,21 @@ def encode(api_key: int, version: int, correlation_id: int, response: Any) -> by
     data = buffer.getbuffer()
     data[:SIZE_BYTES] = (len(data) - SIZE_BYTES).to_bytes(SIZE_BYTES, "big")
     return bytes(data)
+
+
+def framed(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    """A response already encoded (``body``) with its header, framed, as ``encode``."""
+    header = _CORRELATION.pack(correlation_id)
+    if response_class(api_key, version).__flexible__ and api_key != API_VERSIONS_KEY:
+        header += b"\x00"
+    return (len(header) + len(body)).to_bytes(SIZE_BYTES, "big") + header + body
+
+
+def entity_bytes(entity: Any) -> bytes:
+    """kio's encoding of ``entity`` (a response, or a part of one)."""
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
 
 
 def build(cls: Any, values: Mapping[str, Any]) -> Any:

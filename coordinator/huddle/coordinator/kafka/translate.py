@@ -19,7 +19,16 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ErrorResponse, Request, Response
 
 Values = Mapping[str, Any]
-Answer = Callable[[Sequence[Response]], Values]
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An answer encoded already: the response's body (``metadata_encoding``)."""
+
+    body: bytes
+
+
+Answer = Callable[[Sequence[Response]], Values | Encoded]
 
 
 @dataclass(frozen=True, slots=True)

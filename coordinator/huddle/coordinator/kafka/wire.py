@@ -204,7 +204,10 @@ class KafkaWire:
             return None
         if api_key in _LOG_APIS:
             slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
-            self._log_api(conn, codec, slot, request)
+            try:
+                self._log_api(conn, codec, slot, request)
+            except Exception as exc:  # as a translation that fails, below
+                self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
             return None
         try:
             plan = TRANSLATIONS[api_key](request, version, self)
