@@ -35,6 +35,7 @@ from huddle.coordinator.kafka import (
     brokers,
     groups,
     header,
+    heartbeat_fast,
     log_access,
     offsets,
     sasl,
@@ -172,13 +173,16 @@ class KafkaWire:
         return KafkaCodec(self.max_response_bytes)
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
-        if not conn.handshaken:
-            if self.sasl is None:
-                conn.handshaken = True  # no handshake: its first request logs it in
-                self.server.greeted(conn)
-            elif conn.sasl is FAILED:
-                conn.inbox.clear()  # its failure is answered after a delay: nothing else
-                return None
+        if conn.handshaken:
+            beat = cast(KafkaCodec, conn.codec).heartbeats.read(body)
+            if beat is not None:
+                return self._heartbeat(conn, beat)
+        elif self.sasl is None:
+            conn.handshaken = True  # no handshake: its first request logs it in
+            self.server.greeted(conn)
+        elif conn.sasl is FAILED:
+            conn.inbox.clear()  # its failure is answered after a delay: nothing else
+            return None
         try:
             start = header.start(body)
         except header.RequestReadError as exc:
@@ -237,6 +241,17 @@ class KafkaWire:
             fetch.cancel()
 
     # --- the rest -----------------------------------------------------------------------
+
+    def _heartbeat(self, conn: Connection, beat: heartbeat_fast.Read) -> Call:
+        """A Heartbeat read by hand (``heartbeat_fast``): as ``groups.heartbeat`` makes it,
+        within the bounds ``_checked`` holds requests to already."""
+        version, correlation_id, client_id, request = beat
+        if client_id != conn.client_id:
+            conn.client_id = client_id
+            conn.peer = replace(conn.peer, client_id=client_id)
+        slot = Slot(Api.HEARTBEAT, version, correlation_id, groups.error_only, 1)
+        call_id = cast(KafkaCodec, conn.codec).open_one(slot)
+        return Call(correlation_id=call_id, request=request)
 
     def _checked(self, conn: Connection, call_id: int, request: Request) -> Call | None:
         """The core's request, within the bounds huddle's wire holds every request to; one
