@@ -22,7 +22,7 @@ from typing import Final
 
 from huddle.coordinator.kafka import header, schemas
 from huddle.coordinator.kafka.apis import SERVED, Api
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, HuddleError
 from huddle.protocol.messages import (
     MAX_GROUP_ID,
     MAX_INSTANCE_ID,
@@ -88,8 +88,8 @@ class Reader:
         return beat
 
 
-class _NotPlain(Exception):
-    """What ``read`` leaves to the usual path."""
+class _NotPlainError(HuddleError):
+    """What ``read`` leaves to the usual path (never raised out of it)."""
 
 
 def read(body: bytes) -> Read | None:
@@ -116,7 +116,7 @@ def read(body: bytes) -> Read | None:
             request, at = _flexible(body, at)
         else:
             request, at = _legacy(body, at, version)
-    except (_NotPlain, IndexError, struct.error, UnicodeDecodeError):
+    except (_NotPlainError, IndexError, struct.error, UnicodeDecodeError):
         return None
     if at != len(body):
         return None
@@ -149,10 +149,10 @@ def _string(body: bytes, at: int, bound: int) -> tuple[str, int]:
     start = at + 2
     end = start + length
     if length < 0 or end > len(body):
-        raise _NotPlain
+        raise _NotPlainError
     text = body[start:end].decode()
     if len(text) > bound:
-        raise _NotPlain
+        raise _NotPlainError
     return text, end
 
 
@@ -160,7 +160,7 @@ def _flexible(body: bytes, at: int) -> tuple[HeartbeatRequest, int]:
     """v4: request header v2 (its tagged fields: none), then compact strings (a varint of
     the length plus one; 0 is null, for the instance id only) and no tagged fields."""
     if body[at]:
-        raise _NotPlain  # the header has tagged fields
+        raise _NotPlainError  # the header has tagged fields
     group_id, at = _compact(body, at + 1, MAX_GROUP_ID)
     (generation_id,) = _INT32.unpack_from(body, at)
     member_id, at = _compact(body, at + 4, MAX_MEMBER_ID)
@@ -170,7 +170,7 @@ def _flexible(body: bytes, at: int) -> tuple[HeartbeatRequest, int]:
     else:
         at += 1
     if body[at]:
-        raise _NotPlain  # the request has tagged fields
+        raise _NotPlainError  # the request has tagged fields
     request = HeartbeatRequest(
         group_id=group_id,
         generation_id=generation_id,
@@ -187,16 +187,16 @@ def _compact(body: bytes, at: int, bound: int) -> tuple[str, int]:
         high = body[at]
         at += 1
         if high & 0x80:
-            raise _NotPlain
+            raise _NotPlainError
         length = (length & 0x7F) | high << 7
     if length == 0:
-        raise _NotPlain  # null
+        raise _NotPlainError  # null
     end = at + length - 1
     if end > len(body):
-        raise _NotPlain
+        raise _NotPlainError
     text = body[at:end].decode()
     if len(text) > bound:
-        raise _NotPlain
+        raise _NotPlainError
     return text, end
 
 
