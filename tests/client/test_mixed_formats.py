@@ -182,3 +182,24 @@ def test_bad_kafka_bytes_are_a_clear_error(data: bytes) -> None:
         decode_subscription(data)
     with pytest.raises(EmbeddedSchemaError, match="not a Kafka assignment"):
         decode_assignment(data)
+
+
+def test_huddle_s_assignors_go_by_the_names_kafka_clients_give_theirs() -> None:
+    """The coordinator picks a protocol every member offers, by name: huddle's four that
+    do what Kafka's do are named as kafka-python (and the Java client) name theirs."""
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    kafka_names = [
+        a.name
+        for a in (
+            RangePartitionAssignor,
+            RoundRobinPartitionAssignor,
+            StickyPartitionAssignor,
+            CooperativeStickyAssignor,
+        )
+    ]
+    assert kafka_names == ["range", "roundrobin", "sticky", "cooperative-sticky"]
+    assert all(not ASSIGNORS.create(n).needs_huddle_format for n in kafka_names)
