@@ -19,6 +19,7 @@ from huddle.client.assignors import ASSIGNORS
 from huddle.client.generation import Generation
 from huddle.client.member import Member
 from huddle.client.member_core import MemberConfig, MemberCore, Next
+from huddle.protocol.consumer_protocol import read_sticky_user_data
 from huddle.protocol.embedded import (
     KAFKA,
     Assignment,
@@ -203,3 +204,28 @@ def test_huddle_s_assignors_go_by_the_names_kafka_clients_give_theirs() -> None:
     ]
     assert kafka_names == ["range", "roundrobin", "sticky", "cooperative-sticky"]
     assert all(not ASSIGNORS.create(n).needs_huddle_format for n in kafka_names)
+
+
+def test_a_huddle_sticky_leader_keeps_a_kafka_member_s_partitions_from_its_user_data() -> None:
+    """Kafka's eager ``sticky`` members report nothing owned: what they had is in their
+    StickyAssignorUserData (here as kafka-python writes it)."""
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    from kafka.structs import TopicPartition as KafkaTP
+
+    had = [KafkaTP("t", p) for p in (1, 3, 5)]
+    theirs = StickyPartitionAssignor._metadata(["t"], had, 1).encode()
+    leader = core("sticky")
+    join(leader, [("me", leader.join_request().protocols[0].metadata), ("kafka", theirs)], 2)
+    answers = {a.member_id: a.assignment for a in leader.assign(leader.subscriptions(), SIX, 0)}
+    assert own(answers["kafka"]) == {1, 3, 5}
+    assert own(answers["me"]) == {0, 2, 4}
+
+
+def test_a_huddle_sticky_member_writes_what_it_had_as_kafka_s_sticky_assignor_does() -> None:
+    member = core("sticky", embedded="kafka")
+    join(member, [("me", member.join_request().protocols[0].metadata)], 4)
+    member.assignment_received(
+        member.on_sync(SyncGroupResponse(assignment=kafka_assignment(0, 2)), 0)
+    )
+    user_data = PySubscription.decode(member.join_request().protocols[0].metadata).user_data
+    assert read_sticky_user_data(user_data) == ([("t", [0, 2])], 4)

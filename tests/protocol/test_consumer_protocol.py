@@ -23,9 +23,11 @@ from huddle.protocol.consumer_protocol import (
     KafkaAssignment,
     KafkaSubscription,
     read_assignment,
+    read_sticky_user_data,
     read_subscription,
     read_topics,
     write_assignment,
+    write_sticky_user_data,
     write_subscription,
 )
 
@@ -161,3 +163,20 @@ def test_a_version_out_of_range_is_not_written() -> None:
         write_subscription(_sub(3)._replace(version=4))
     with pytest.raises(EmbeddedSchemaError, match="versions 0-3, not -1"):
         write_assignment(_assignment(0)._replace(version=-1))
+
+
+def test_sticky_user_data_is_read_as_java_and_kafka_python_write_it() -> None:
+    from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
+
+    java_v1 = b"\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x05"
+    assert read_sticky_user_data(java_v1 + b"\x00\x00\x00\x07") == ([("t", [3, 5])], 7)
+    assert read_sticky_user_data(java_v1) == ([("t", [3, 5])], -1)  # v0: no generation
+    assert write_sticky_user_data([("t", [3, 5])], 7) == java_v1 + b"\x00\x00\x00\x07"
+    theirs = StickyAssignorUserData(previous_assignment=[("t", [0, 1])], generation=4)
+    assert read_sticky_user_data(theirs.encode()) == ([("t", [0, 1])], 4)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x01\x02", b"\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x09"])
+def test_bad_sticky_user_data_is_a_clear_error(data: bytes) -> None:
+    with pytest.raises(EmbeddedSchemaError, match="not a Kafka StickyAssignorUserData"):
+        read_sticky_user_data(data)

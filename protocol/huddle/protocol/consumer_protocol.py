@@ -150,6 +150,34 @@ def read_assignment(data: bytes) -> KafkaAssignment:
     return KafkaAssignment(version, assigned, r.nullable_bytes("user data"))
 
 
+def read_sticky_user_data(data: bytes) -> tuple[Partitions, int]:
+    """Kafka's StickyAssignor's user data (StickyAssignorUserData): the member's previous
+    assignment, then in v1 the generation it had it in (v0: none, -1). Java's client and
+    librdkafka write it with no version prefix; kafka-python with an int16 version first:
+    as Kafka's reader tries one version after another, each way is tried in turn, and the
+    one that reads every byte is taken."""
+    failure: EmbeddedSchemaError | None = None
+    for start in (0, 2):
+        r = _Reader(data, "StickyAssignorUserData")
+        r.at = start
+        try:
+            previous = r.partitions("the previous assignment")
+            generation = r.i32("the generation") if r.at < len(data) else NO_GENERATION
+        except EmbeddedSchemaError as exc:
+            failure = failure or exc
+            continue
+        if r.at == len(data):
+            return previous, generation
+        failure = failure or r.fail(f"{len(data) - r.at} bytes are left over")
+    assert failure is not None
+    raise failure
+
+
+def write_sticky_user_data(previous: Partitions, generation: int) -> bytes:
+    """StickyAssignorUserData v1, as Kafka's StickyAssignor writes it."""
+    return _partitions(previous) + _I32.pack(generation)
+
+
 def _string(value: str | None) -> bytes:
     if value is None:
         return _I16.pack(-1)
