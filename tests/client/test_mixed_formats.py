@@ -229,3 +229,26 @@ def test_a_huddle_sticky_member_writes_what_it_had_as_kafka_s_sticky_assignor_do
     )
     user_data = PySubscription.decode(member.join_request().protocols[0].metadata).user_data
     assert read_sticky_user_data(user_data) == ([("t", [0, 2])], 4)
+
+
+def test_describe_reads_kafka_members_as_huddle_s() -> None:
+    from huddle.client.describe import view
+    from huddle.protocol.admin_messages import DescribedGroup, DescribedMember
+
+    group = DescribedGroup(
+        group_id="g",
+        members=[
+            DescribedMember(
+                member_id="kafka",
+                metadata=kafka_sub(1, owned=[2]),
+                assignment=kafka_assignment(2, 3),
+            )
+        ],
+    )
+    (member,) = view(group).members
+    assert member.readable
+    assert (member.topics, member.claimed, member.owned) == (
+        ["t"],
+        [TP("t", 2)],
+        [TP("t", 2), TP("t", 3)],
+    )
