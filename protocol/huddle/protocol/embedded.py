@@ -145,8 +145,8 @@ def format_of(data: bytes) -> EmbeddedFormat:
 
 
 def spoken(metadata: bytes) -> Speaks:
-    """The format and version of a member's subscription (bytes that are neither read as
-    huddle's: whatever answers such a member, it cannot be worse off)."""
+    """The format and version of a member's subscription, read from its first bytes only
+    (one that cannot be read whole subscribes to nothing, so its answer is empty anyway)."""
     if format_of(metadata) == HUDDLE:
         return HUDDLE_SPEAKS
     (version,) = struct.unpack_from(">h", metadata.ljust(2, b"\x00"))
@@ -158,9 +158,10 @@ def encode_subscription(sub: Subscription, fmt: EmbeddedFormat = HUDDLE) -> byte
     if fmt == HUDDLE:
         return encode(sub)
     owned = [(t.topic, t.partitions) for t in sub.owned_partitions]
-    version = kafka.HIGHEST_VERSION
     return kafka.write_subscription(
-        kafka.KafkaSubscription(version, list(sub.topics), sub.user_data, owned, sub.generation)
+        kafka.KafkaSubscription(
+            kafka.HIGHEST_VERSION, list(sub.topics), sub.user_data, owned, sub.generation
+        )
     )
 
 
