@@ -15,6 +15,7 @@ from huddle.pipeline.summary import RunSummary
 COMPARISON_COLUMNS = (
     "run",
     "protocol",
+    "client",
     "scenario",
     "total_unavailable_partition_seconds",
     "max_outage_seconds",
@@ -31,6 +32,7 @@ COMPARISON_COLUMNS = (
 COLUMN_LABELS = (
     "run",
     "protocol",
+    "members",
     "scenario",
     "unavailable partition-s",
     "longest outage s",
@@ -57,7 +59,7 @@ def write_comparison(
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
     (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     plot = out_dir / "unavailability_by_protocol.png"
-    names = [s.protocol or s.run for s in summaries]
+    names = [_name(s) for s in summaries]
     if len(set(names)) < len(names):  # runs of one protocol: told apart by their run
         names = [f"{n} ({s.run})" for n, s in zip(names, summaries, strict=True)]
     plots.comparison(
@@ -113,6 +115,12 @@ def write_comparison(
     )
     (out_dir / "comparison.html").write_text(page, encoding="utf-8")
     return table
+
+
+def _name(s: RunSummary) -> str:
+    """A run in the plot: its protocol, and its client when the members were Kafka's."""
+    name = s.protocol or s.run
+    return name if s.client in (None, "huddle") else f"{name} ({s.client})"
 
 
 def _figure(value: float | None) -> float | None:
