@@ -196,12 +196,15 @@ class Harness:
         shards = int(self.scenario.extra.get("shards", SHARDS))
         cluster = ChaosCluster(
             self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started,
-            shards=shards, events=self.events, progress=self.progress,
+            shards=shards, events=self.events, progress=self.progress, kafka=self.kafka,
         )  # fmt: skip
         self.cluster = cluster
         async with cluster.running(self.s.group, self.s.disconnect_grace_ms):
             self.bootstrap = cluster.bootstrap
             await self._create_topic(self.bootstrap)
+            if self.kafka:  # not yet: clients.check refuses cluster scenarios for Kafka clients
+                self.bootstrap = cluster.kafka_bootstrap
+                self._start_producer()
             for _ in range(self.s.members):
                 await self._start_member(self._new_name(), fault=False)
             self.progress(
