@@ -50,10 +50,14 @@ def comparison_rows(summaries: list[RunSummary]) -> list[list[Any]]:
 
 
 def write_comparison(
-    summaries: list[RunSummary], out_dir: Path, run_dirs: Sequence[Path] = ()
+    summaries: list[RunSummary],
+    out_dir: Path,
+    run_dirs: Sequence[Path] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """``comparison.md``, ``comparison.json``, ``unavailability_by_protocol.png`` and
-    ``comparison.html`` (the plot inline: one file to open)."""
+    ``comparison.html`` (the plot inline: one file to open). ``notes``: lines said under
+    the table (e.g. a run that was left out, and why)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(list(COMPARISON_COLUMNS), comparison_rows(summaries))
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
@@ -85,8 +89,11 @@ def write_comparison(
         plot,
     )
     text = (
-        "# Comparison\n\n" + table + "\n\n![unavailability per protocol]"
-        "(unavailability_by_protocol.png)\n"
+        "# Comparison\n\n"
+        + table
+        + "\n\n"
+        + "".join(f"Note: {n}.\n\n" for n in notes)
+        + "![unavailability per protocol](unavailability_by_protocol.png)\n"
     )
     (out_dir / "comparison.md").write_text(text, encoding="utf-8")
     page = html.page(
@@ -98,6 +105,7 @@ def write_comparison(
             ),
             html.image(plot, "unavailability, longest outage and rebalance time per protocol"),
             html.table(list(COLUMN_LABELS), comparison_rows(summaries)),
+            *[html.paragraph(f"Note: {n}.") for n in notes],
             *(
                 [
                     html.links(
