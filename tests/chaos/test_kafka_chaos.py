@@ -86,6 +86,8 @@ def test_a_kill_run_with_kafka_clients_writes_the_workers_events(
         # gap (confluent-kafka's consume() waited up to 200 ms for a batch to fill)
         assert _spacing(records) < DEFAULT_GAP_MS / 1000, name
     survivor = read_events(events / "member-1.jsonl")
+    # stopped by the harness's SIGTERM at the end: the client closed, the line was written
+    assert (survivor[-1]["event"], survivor[-1]["reason"]) == (ev.PROCESS_STOPPED, "signal")
     processed = [r for r in survivor if r["event"] == ev.PROCESSED]
     assert {r["member_id"] for r in processed} <= {
         r["member_id"] for r in survivor if r["event"] == ev.ASSIGNED

@@ -28,6 +28,7 @@ import inspect
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -175,10 +176,13 @@ def run(args: WorkerSettings, options: DriverOptions) -> None:
                 instance_id=args.instance_id,
             )
         )
+        started = time.monotonic()
         outcome = driver.run(options, EventSink(args.client, events))
         if inspect.iscoroutine(outcome):  # aiokafka's driver is a coroutine
             asyncio.run(outcome)
-        events.write(ev.ProcessStopped(reason="closed"))
+        # the driver closes on SIGTERM or SIGINT, or by itself after max_seconds
+        late = time.monotonic() - started >= args.max_seconds
+        events.write(ev.ProcessStopped(reason="deadline" if late else "signal"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
