@@ -92,3 +92,26 @@ def test_a_kill_run_with_kafka_clients_writes_the_workers_events(
     assert {r["member_id"] for r in processed} <= {
         r["member_id"] for r in survivor if r["event"] == ev.ASSIGNED
     }, "every batch is stamped with a member id the member was assigned under"
+
+
+def test_network_faults_reach_kafka_clients_through_the_proxy(tmp_path: Path) -> None:
+    """The Kafka listener advertises the fault proxy, so the clients' connections after
+    bootstrap (to the broker Metadata names) go through it too: a drop finds every member's
+    connections (without the advertised address it found none), and the run stays safe
+    enough to end cleanly."""
+    require("kafka-python")
+    settings = RunSettings(run_dir=tmp_path, client="kafka-python", duration=DURATION_S)
+    lines: list[str] = []
+    result = run(settings, built_in("network-faults", Shape(DURATION_S, 3)), lines.append)
+
+    assert result.outcome == "completed", lines[-5:]
+    assert any("connected to the fault proxy" in line for line in lines)
+    chaos = read_events(tmp_path / "events" / "chaos.jsonl")
+    assert chaos[0]["settings"]["proxy"] is True
+    drops = [r["detail"] for r in chaos if r["event"] == ev.FAULT and r["action"] == "net_drop"]
+    [detail] = drops
+    assert int(detail.split()[1]) >= 3, detail  # "dropped N connections"
+    for name in ("member-1", "member-2", "member-3"):
+        records = read_events(tmp_path / "events" / f"{name}.jsonl")
+        assert problems(records, name) == [], name
+        assert any(r["event"] == ev.PROCESSED for r in records), name

@@ -162,7 +162,6 @@ def test_the_process_refuses_bad_settings_with_one_line(
         ({"client": "kafkajs"}, "process-death", "unknown client 'kafkajs'"),
         ({"protocol": "cooperative-sticky"}, "process-death", "no protocol"),
         ({}, "coordinator-failover", "does not run in a coordinator cluster"),
-        ({}, "network-faults", "fault proxy"),
         ({"stateful": True}, "process-death", "--stateful"),
         ({"bootstrap": "127.0.0.1:9"}, "process-death", "--bootstrap"),
     ],
@@ -175,12 +174,12 @@ def test_a_kafka_client_run_refuses_what_it_cannot_do(
     settings = dataclasses.replace(settings, **change)  # type: ignore[arg-type]
     s = built_in(scenario, SHAPE)
     with pytest.raises(ScenarioError, match=why):
-        clients.check(settings, s, proxy=s.network_faults)
+        clients.check(settings, s)
 
 
 def test_huddle_members_are_not_checked_against_a_kafka_client(tmp_path: Path) -> None:
     settings = RunSettings(run_dir=tmp_path, protocol="cooperative-deferred")
-    clients.check(settings, built_in("coordinator-failover", SHAPE), proxy=False)
+    clients.check(settings, built_in("coordinator-failover", SHAPE))
     assert clients.member_argv(settings, _worker())[2] == "huddle.chaos.worker"
     kafka = dataclasses.replace(settings, client="kafka-python")
     assert clients.member_argv(kafka, _worker())[2] == "huddle.chaos.kafka_member"

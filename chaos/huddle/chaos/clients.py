@@ -7,9 +7,8 @@ Kafka listener, reading real records that a producer process
 (``huddle.chaos.kafka_workers.producer``) appends to the topic on huddle's small log. Both
 write the same event file (``huddle.chaos.events``).
 
-``check`` refuses, with one line, what a Kafka-client run cannot do (yet): the fault proxy
-(Kafka clients connect to the brokers Metadata names, not to the address they were given),
-a coordinator cluster (``huddle serve`` refuses ``--kafka-port`` with ``--cluster`` until the
+``check`` refuses, with one line, what a Kafka-client run cannot do (yet): a coordinator
+cluster (``huddle serve`` refuses ``--kafka-port`` with ``--cluster`` until the
 Kafka listener runs in one), ``--bootstrap``, stateful tasks, and a protocol the client does
 not have.
 """
@@ -21,6 +20,7 @@ from typing import Final
 
 from huddle.chaos.kafka_workers import launch
 from huddle.chaos.procs import HOST
+from huddle.chaos.proxy import FaultProxy
 from huddle.chaos.runsettings import HUDDLE_CLIENT, RunSettings
 from huddle.chaos.scenarios import Scenario, ScenarioError
 from huddle.chaos.worker import WorkerSettings
@@ -36,17 +36,13 @@ CLUSTER_REFUSAL: Final = (
     "the Kafka listener does not run in a coordinator cluster yet "
     "(huddle serve refuses --kafka-port with --cluster)"
 )
-PROXY_REFUSAL: Final = (
-    "the fault proxy is not in front of the Kafka listener (Kafka clients connect to the "
-    "brokers that Metadata names)"
-)
 
 
 def is_kafka(client: str) -> bool:
     return client != HUDDLE_CLIENT
 
 
-def check(settings: RunSettings, scenario: Scenario, *, proxy: bool) -> None:
+def check(settings: RunSettings, scenario: Scenario) -> None:
     """ScenarioError (one line) if this run cannot have ``settings.client`` as its members."""
     client = settings.client
     if client not in CLIENT_NAMES:
@@ -63,7 +59,6 @@ def check(settings: RunSettings, scenario: Scenario, *, proxy: bool) -> None:
         )
     refusals = [
         (scenario.cluster, f"scenario {scenario.name!r}: {CLUSTER_REFUSAL}"),
-        (proxy, f"scenario {scenario.name!r}: {PROXY_REFUSAL}"),
         (settings.bootstrap is not None, "--bootstrap: a Kafka-client run starts its own"),
         (settings.stateful, "--stateful: Kafka clients have no standby tasks"),
         (scenario.static and not launch.CLIENTS[client].static, "no static membership"),
@@ -73,9 +68,11 @@ def check(settings: RunSettings, scenario: Scenario, *, proxy: bool) -> None:
             raise ScenarioError(f"client {client}: {why}")
 
 
-def listener_flags(kafka_port: int) -> list[str]:
-    """``huddle serve``'s flags for a Kafka-client run: the Kafka listener."""
-    return ["--kafka-host", HOST, "--kafka-port", str(kafka_port)]
+def listener_flags(kafka_port: int, proxy: FaultProxy | None = None) -> list[str]:
+    """``huddle serve``'s flags for a Kafka-client run: the Kafka listener, advertising the
+    fault proxy in front of it if there is one (Kafka clients go where Metadata says)."""
+    flags = ["--kafka-host", HOST, "--kafka-port", str(kafka_port)]
+    return flags if proxy is None else [*flags, "--kafka-advertise", f"{HOST}:{proxy.port}"]
 
 
 def member_argv(settings: RunSettings, worker: WorkerSettings) -> list[str]:

@@ -97,7 +97,7 @@ class Harness:
                 "it needs the harness's own coordinator, not --bootstrap"
             )
         self.kafka = clients.is_kafka(settings.client)  # real Kafka clients as members
-        clients.check(settings, scenario, proxy=self.use_proxy)
+        clients.check(settings, scenario)
         self.kafka_port = 0  # the coordinator's Kafka listener (a Kafka-client run)
         self.producer: subprocess.Popen[bytes] | None = None  # feeds a Kafka-client run
         self.bootstrap = ""  # where members connect: the proxy or the coordinator
@@ -164,8 +164,9 @@ class Harness:
         if self.s.bootstrap is None:
             self.coordinator_port = free_port()
             self.kafka_port = free_port() if self.kafka else 0
-            await self._start_coordinator()
-            upstream = (HOST, self.coordinator_port)
+            if not (self.kafka and self.use_proxy):  # else: it advertises the proxy, below
+                await self._start_coordinator()
+            upstream = (HOST, self.kafka_port or self.coordinator_port)
         else:
             host, _, port = self.s.bootstrap.rpartition(":")
             upstream = (host, int(port))
@@ -174,9 +175,13 @@ class Harness:
             if self.use_proxy:
                 self.proxy = await stack.enter_async_context(fault_proxy(*upstream))
                 self.bootstrap = f"{HOST}:{self.proxy.port}"
-            await self._create_topic(f"{upstream[0]}:{upstream[1]}")
+            if self.coordinator is None and self.s.bootstrap is None:
+                await self._start_coordinator()
+            admin = (
+                f"{HOST}:{self.coordinator_port}" if self.kafka else f"{upstream[0]}:{upstream[1]}"
+            )
+            await self._create_topic(admin)
             if self.kafka:
-                self.bootstrap = f"{HOST}:{self.kafka_port}"
                 self._start_producer()
             for _ in range(self.s.members):
                 await self._start_member(self._new_name(), fault=False)
@@ -413,7 +418,7 @@ class Harness:
             # topics and committed offsets survive a coordinator kill and restart
             "--data-dir",
             str(self.run_dir / "coordinator-data"),
-            *(clients.listener_flags(self.kafka_port) if self.kafka else []),
+            *(clients.listener_flags(self.kafka_port, self.proxy) if self.kafka else []),
         ]
         proc = spawn(
             argv,
