@@ -58,7 +58,7 @@ class Slot:
 class KafkaCodec:
     """One connection's queue of slots; a ``huddle.coordinator.wire.Codec``."""
 
-    __slots__ = ("_calls", "_next_call", "_queue", "max_response_bytes")
+    __slots__ = ("_calls", "_next_call", "_queue", "_then", "ending", "max_response_bytes")
     # each answer is kept within the limit here: several may leave in one call
     limits_size: Final = True
 
@@ -67,6 +67,17 @@ class KafkaCodec:
         self._queue: deque[Slot] = deque()
         self._calls: dict[int, tuple[Slot, int]] = {}  # call id -> its slot, which part
         self._next_call = 1
+        self.ending = False  # the connection closes once its answers have left
+        self._then: Callable[[], None] | None = None
+
+    def when_answered(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once every slot queued so far has left (now, if none waits); no
+        request is to be read after this (``ending``)."""
+        self.ending = True
+        if self._queue:
+            self._then = then
+        else:
+            then()
 
     @property
     def waiting(self) -> int:
@@ -112,6 +123,9 @@ class KafkaCodec:
         while queue and (encoded := queue[0].encoded) is not None:
             queue.popleft()
             buffer += encoded
+        if not queue and self._then is not None:
+            then, self._then = self._then, None
+            then()
 
     def _finish(self, slot: Slot) -> None:
         parts = [p for p in slot.parts if p is not None]
