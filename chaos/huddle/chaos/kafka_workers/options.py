@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from huddle.protocol.errors import InvalidArgumentError
+
 # The assignors a driver may be asked for (Kafka's names); each client has some of them.
 RANGE: Final = "range"
 ROUNDROBIN: Final = "roundrobin"
@@ -48,7 +50,7 @@ class DriverOptions:
     def sasl_password(self) -> str:
         """The first line of the password file."""
         if self.sasl_password_file is None:
-            raise ValueError("no --sasl-password-file")
+            raise InvalidArgumentError("no --sasl-password-file")
         with open(self.sasl_password_file, encoding="utf-8") as f:
             return f.readline().rstrip("\r\n")
 
