@@ -15,15 +15,19 @@ import datetime
 import enum
 import io
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any, Final
 
-import kafka.protocol.admin
-import kafka.protocol.consumer
-import kafka.protocol.metadata
-import kafka.protocol.producer
-import kafka.protocol.sasl  # noqa: F401  (each defines its classes on import)
-from kafka.protocol.api_message import ApiMessage
+with warnings.catch_warnings():  # kafka-python 3.0.12 reads its schemas with importlib
+    # calls Python 3.11 deprecates: a warning per message class, not ours to fix
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka.protocol.admin
+    import kafka.protocol.consumer
+    import kafka.protocol.metadata
+    import kafka.protocol.producer
+    import kafka.protocol.sasl  # noqa: F401  (each defines its classes on import)
+    from kafka.protocol.api_message import ApiMessage
 
 from huddle.coordinator.kafka.walk import fields as kio_fields
 
