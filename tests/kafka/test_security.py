@@ -1,5 +1,6 @@
 """TLS, mTLS and SASL on the Kafka listener, with huddle's certificate, users and login:
-confluent-kafka (librdkafka) over SASL_SSL, and raw requests for Kafka's login rules."""
+confluent-kafka (librdkafka), aiokafka, kcat and kafkajs over SASL_SSL, and raw requests
+for Kafka's login rules."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from structlog.typing import EventDict
 
+from huddle.chaos.kafka_workers import launch
+from huddle.chaos.kafka_workers.options import DriverOptions
+from huddle.chaos.kafka_workers.running import Drivers, partitions_of
 from huddle.cli import main
 from huddle.coordinator.config import InvalidConfigError
 from huddle.coordinator.host import CoordinatorServer
@@ -28,6 +32,7 @@ from huddle.coordinator.security.acls import Operation, ResourceType
 from tests.helpers import fast_server_config, wait_until
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_confluent import PARTITIONS, SETTLE_S, ConfluentConsumer, _shared
+from tests.kafka_clients.conftest import require_client
 from tests.security.test_tls_reload import der, old_and_new, write_pair
 from tests.security_setup import Pki, acl, keep, make_pki
 
@@ -303,3 +308,89 @@ async def test_aiokafka_joins_over_sasl_ssl_scram_sha_256_and_a_wrong_password_f
     await refused.stop()
     said = [r.getMessage() for r in caplog.records if r.name.startswith("aiokafka")]
     assert any("[Error 58] SaslAuthenticationFailed: authentication failed" in m for m in said)
+
+
+def _driver_options(
+    secure: Secure, client: str, group: str, mechanism: str, password: Path
+) -> DriverOptions:
+    """A driver of ``client`` (``huddle.chaos.kafka_workers``) logging in as alice over TLS."""
+    return DriverOptions(
+        bootstrap=f"127.0.0.1:{secure.port}",
+        group=group,
+        topic="t",
+        strategy=launch.CLIENTS[client].eager,
+        commit=False,
+        max_seconds=120.0,
+        tls_ca=secure.pki.ca,
+        sasl_mechanism=mechanism,
+        sasl_username="alice",
+        sasl_password_file=str(password),
+    )
+
+
+async def _refusal(drivers: Drivers, name: str) -> str:
+    """The first error line of driver ``name`` that says the credentials were refused."""
+    driver = drivers.all[name]
+
+    def said() -> str | None:
+        for event in driver.of("error"):
+            if "invalid credentials" in event["message"]:
+                return str(event["message"])
+        return None
+
+    return await asyncio.to_thread(drivers.wait, said, SETTLE_S, f"{name} is refused")
+
+
+# kcat (Debian's librdkafka 2.0.2) logs in with PLAIN: its SCRAM is refused, as below
+@pytest.mark.parametrize(("client", "mechanism"), [("kcat", "PLAIN"), ("kafkajs", "SCRAM-SHA-256")])
+async def test_kcat_and_kafkajs_join_over_sasl_ssl_and_a_wrong_password_is_refused(
+    secure: Secure, client: str, mechanism: str, tmp_path: Path, logs: list[EventDict]
+) -> None:
+    """alice's consumer owns the topic's partitions; with a wrong password, the client
+    reports the listener's refusal and is given nothing."""
+    require_client(client)
+    await asyncio.to_thread(_create_topic, secure.port, _sasl_ssl(secure, PASSWORD))
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_text(f"{PASSWORD}\n")
+    wrong.write_text("not alice's\n")
+    everything = partitions_of("t", PARTITIONS)
+    drivers = Drivers(tmp_path / "drivers")
+    try:
+        alice = drivers.start(
+            "alice", client, _driver_options(secure, client, "g", mechanism, right)
+        )
+        await asyncio.to_thread(
+            drivers.wait, lambda: alice.owned == everything, SETTLE_S, "alice owns t"
+        )
+        assert {c.peer.principal for c in secure.server.connections()} == {"User:alice"}
+
+        drivers.start("refused", client, _driver_options(secure, client, "g2", mechanism, wrong))
+        said = await _refusal(drivers, "refused")
+        assert f"authentication failed: invalid credentials ({mechanism})" in said
+        assert not drivers.all["refused"].of("assigned")
+    finally:
+        await asyncio.to_thread(drivers.close)  # off the loop: the listener answers the leave
+    assert alice.of("left")
+    assert not [e for e in alice.of("error") if "timed out" in e["message"]]
+    failed = [e for e in logs if e["event"] == "authentication_failed"]
+    assert {(e["username"], e["mechanism"]) for e in failed} == {("alice", mechanism)}
+
+
+async def test_kcat_s_scram_is_refused_as_kafka_4_refuses_it(
+    secure: Secure, tmp_path: Path, logs: list[EventDict]
+) -> None:
+    """librdkafka before 2.6.1 (kcat on Debian is 2.0.2) writes the client nonce twice in
+    its SCRAM client-final-message; RFC 5802 and Kafka 4 (CVE-2024-56128) refuse it, and so
+    does huddle, with the right password too (docs/kafka.md, "Security")."""
+    require_client("kcat")
+    right = tmp_path / "right"
+    right.write_text(f"{PASSWORD}\n")
+    drivers = Drivers(tmp_path / "drivers")
+    try:
+        drivers.start("kcat", "kcat", _driver_options(secure, "kcat", "g", "SCRAM-SHA-512", right))
+        said = await _refusal(drivers, "kcat")
+    finally:
+        await asyncio.to_thread(drivers.close)
+    assert "authentication failed: invalid credentials (SCRAM-SHA-512)" in said
+    reasons = {e["reason"] for e in logs if e["event"] == "authentication_failed"}
+    assert reasons == {"SCRAM: Server nonce doesn't match.: other-error"}

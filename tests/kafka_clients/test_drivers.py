@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from huddle.chaos.kafka_workers import launch
+from huddle.chaos.kafka_workers import kcat_driver, launch
 from huddle.chaos.kafka_workers.emit import Reporter
 from huddle.chaos.kafka_workers.kcat_driver import Rebalance, parse_rebalance, parse_record
 from huddle.chaos.kafka_workers.options import STRATEGIES, DriverOptions, parse
@@ -39,21 +39,56 @@ def test_options_come_back_from_their_flags() -> None:
     assert parse(options.to_argv(), "x", STRATEGIES) == options
 
 
+def test_tls_and_sasl_options_come_back_from_their_flags(tmp_path: Path) -> None:
+    password = tmp_path / "pw"
+    password.write_text("correct horse\nignored\n")
+    options = DriverOptions(
+        bootstrap="127.0.0.1:9092",
+        group="g",
+        topic="t",
+        tls_ca="/ca.pem",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="alice",
+        sasl_password_file=str(password),
+    )
+    assert parse(options.to_argv(), "x", STRATEGIES, secure=True) == options
+    assert options.security_protocol == "SASL_SSL"
+    assert options.sasl_password() == "correct horse"
+    conf = kcat_driver.security_conf(options)
+    assert conf == {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": "/ca.pem",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "correct horse",
+    }
+    argv = kcat_driver.command("kcat", options, "/tmp/k.conf")
+    assert argv[argv.index("-F") + 1] == "/tmp/k.conf"
+    assert "correct horse" not in " ".join(argv)  # the password stays off the command line
+
+
+_SASL = ["--sasl-mechanism", "PLAIN", "--sasl-username", "a", "--sasl-password-file", "p"]
+
+
 @pytest.mark.parametrize(
-    ("argv", "static", "message"),
+    ("argv", "kw", "message"),
     [
-        (["--heartbeat-ms", "6000"], True, "--heartbeat-ms must be below --session-ms"),
-        (["--instance-id", "a"], False, "has no static membership"),
-        (["--strategy", "sticky"], True, "invalid choice"),
-        (["--session-ms", "0"], True, "must be positive"),
+        (["--heartbeat-ms", "6000"], {}, "--heartbeat-ms must be below --session-ms"),
+        (["--instance-id", "a"], {"static": False}, "has no static membership"),
+        (["--strategy", "sticky"], {}, "invalid choice"),
+        (["--session-ms", "0"], {}, "must be positive"),
+        (["--tls-ca", "ca.pem"], {}, "the x driver takes no TLS or SASL options"),
+        (_SASL, {}, "the x driver takes no TLS or SASL options"),
+        (_SASL[:4], {"secure": True}, "SASL needs --sasl-mechanism, --sasl-username and --sasl"),
+        (["--sasl-mechanism", "GSSAPI"], {"secure": True}, "invalid choice"),
     ],
 )
 def test_bad_options_are_refused_with_one_line(
-    argv: list[str], static: bool, message: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], kw: dict[str, bool], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["--bootstrap", "h:1", "--group", "g", "--topic", "t"]
     with pytest.raises(SystemExit) as exit_info:
-        parse(base + argv, "x", STRATEGIES, static=static)
+        parse(base + argv, "x", STRATEGIES, **kw)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 

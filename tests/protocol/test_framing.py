@@ -87,6 +87,21 @@ def test_oversize_after_good_frames_in_the_same_read() -> None:
         reader.feed(framed(b"ok") + frame_header(1_000_000))
 
 
+@pytest.mark.parametrize(
+    ("bad", "kind"),
+    [(frame_header(1_000_000), MessageTooLargeError), (bytes(4), CorruptMessageError)],
+)
+def test_split_gives_the_frames_before_a_bad_header_with_its_error(
+    bad: bytes, kind: type[Exception]
+) -> None:
+    reader = FrameReader(max_frame_bytes=8)
+    frames, error = reader.split(framed(b"one") + framed(b"two") + bad + framed(b"lost"))
+    assert frames == [b"one", b"two"]
+    assert isinstance(error, kind)
+    assert not reader.mid_frame  # nothing after a bad header is kept
+    assert reader.split(framed(b"ok")) == ([b"ok"], None)
+
+
 def test_zero_length_frame_is_corrupt() -> None:
     reader = FrameReader()
     with pytest.raises(CorruptMessageError, match="empty frame"):

@@ -76,6 +76,7 @@ class Connection(asyncio.Protocol):
     """One client connection: bytes -> frames -> the server; frames -> bytes."""
 
     __slots__ = (
+        "bad_frame",
         "bad_requests",
         "client_id",
         "close_reason",
@@ -141,6 +142,8 @@ class Connection(asyncio.Protocol):
         self.last_active = 0.0  # loop time of the last read
         self.partial = 0  # bytes of an unfinished frame, as counted by the server
         self.peer_done = False  # the peer shut its side with frames still to handle
+        # a bad frame header read behind whole frames: those are handled, then it closes
+        self.bad_frame: MessageTooLargeError | CorruptMessageError | None = None
         self.held = 0  # answers to its requests waiting for the data dir
         # a wire that answers in request order (``Wire.in_order``): the correlation id of
         # the request being handled, and whether it is answered later (its connection
@@ -170,16 +173,19 @@ class Connection(asyncio.Protocol):
         self.server.connection_made(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.closing or self.bad_frame is not None:
             return
         server = self.server
         reader = self.reader
         self.last_active = server.loop.time()
-        try:
-            bodies = reader.feed(data)
-        except (MessageTooLargeError, CorruptMessageError) as exc:
-            self.fail(exc.code, exc.message, event="bad_frame")
-            return
+        bodies, bad = reader.split(data)
+        if bad is not None:
+            if not bodies and not self.inbox:
+                self.fail(bad.code, bad.message, event="bad_frame")
+                return
+            # the whole frames before it are handled first, then it closes (``input_done``)
+            self.bad_frame = bad
+            self.hold_input()
         if reader.buffered != self.partial:
             change, self.partial = reader.buffered - self.partial, reader.buffered
             if not server.partial_frame(self, change):
@@ -188,6 +194,10 @@ class Connection(asyncio.Protocol):
             self.inbox.extend(bodies)
             server.frames_received(self)
         if self.closing:
+            return
+        if self.bad_frame is not None:
+            if not self.inbox and not self.held:
+                self.input_done()
             return
         if self.reader.mid_frame:
             if bodies or self.frame_started is None:
@@ -206,6 +216,20 @@ class Connection(asyncio.Protocol):
             self.peer_done = True  # answer what it sent first; the server closes after
             return True
         return False  # close our side too
+
+    @property
+    def ends_after_input(self) -> bool:
+        """It closes once what it sent is handled and no answer is held: the peer shut its
+        side, or a bad frame header came behind whole frames."""
+        return self.peer_done or self.bad_frame is not None
+
+    def input_done(self) -> None:
+        """What it sent is handled and no answer is held: close it if it ends so."""
+        if self.bad_frame is not None:
+            bad, self.bad_frame = self.bad_frame, None
+            self.fail(bad.code, bad.message, event="bad_frame")
+        elif self.peer_done:
+            self.close("closed by peer")
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and not self.closing:

@@ -108,8 +108,8 @@ class HeldAnswers:
                 continue
             if conn.inbox:
                 self._backlogged(conn)
-            elif conn.peer_done and not conn.held:
-                conn.close("closed by peer")
+            elif conn.ends_after_input and not conn.held:
+                conn.input_done()
             else:
                 conn.release_input()  # its reading was held while its answers waited
 

@@ -187,8 +187,8 @@ class Intake:
             self._spend(time.perf_counter() - began)
         if conn.closing:
             inbox.clear()
-        elif conn.peer_done and not inbox and not conn.held:
-            conn.close("closed by peer")
+        elif conn.ends_after_input and not inbox and not conn.held:
+            conn.input_done()
         return calls
 
     def _spend(self, seconds: float) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
 from huddle.protocol.messages import Call, ServerFrame
 
 ConnT = TypeVar("ConnT", contravariant=True)
@@ -48,9 +48,12 @@ class Framing(Protocol):
     def mid_frame(self) -> bool:
         """Whether a frame was begun and not finished."""
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Take bytes read; return the frame bodies they completed. Raises a
-        ``MessageTooLargeError`` or ``CorruptMessageError``: the connection is closed."""
+    def split(
+        self, data: bytes
+    ) -> tuple[list[bytes], MessageTooLargeError | CorruptMessageError | None]:
+        """Take bytes read; return the frame bodies they completed, and the error of a
+        bad frame header after them, if any: those frames are handled, then the
+        connection is closed."""
 
 
 class Codec(Protocol):

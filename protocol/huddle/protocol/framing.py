@@ -52,9 +52,22 @@ class FrameReader:
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add bytes; return every complete frame body now available, in order.
 
-        Raises MessageTooLargeError when a header announces a frame over the limit; the
-        stream cannot be resynchronised after that and the connection should close.
+        Raises MessageTooLargeError when a header announces a frame over the limit (and
+        CorruptMessageError for an empty frame); the stream cannot be resynchronised after
+        that and the connection should close.
         """
+        frames, bad = self.split(data)
+        if bad is not None:
+            raise bad
+        return frames
+
+    def split(
+        self, data: bytes | bytearray | memoryview
+    ) -> tuple[list[bytes], MessageTooLargeError | CorruptMessageError | None]:
+        """As ``feed``, but a bad header does not take the frames before it with it: the
+        frames complete before it come back with the error (None: no bad header), so that
+        a server answers them before it closes the connection. After a bad header nothing
+        is buffered: the rest of the stream cannot be read."""
         buf = self._buffer
         buf += data
         frames: list[bytes] = []
@@ -62,12 +75,16 @@ class FrameReader:
         end = len(buf)
         while end - start >= HEADER_SIZE:
             length = int.from_bytes(buf[start : start + HEADER_SIZE], "big")
+            bad: MessageTooLargeError | CorruptMessageError | None = None
             if length > self._max:
-                raise MessageTooLargeError(
+                bad = MessageTooLargeError(
                     f"frame of {length} bytes is over the limit of {self._max} bytes"
                 )
-            if length == 0:
-                raise CorruptMessageError("empty frame")
+            elif length == 0:
+                bad = CorruptMessageError("empty frame")
+            if bad is not None:
+                buf.clear()
+                return frames, bad
             stop = start + HEADER_SIZE + length
             if stop > end:
                 break
@@ -75,7 +92,7 @@ class FrameReader:
             start = stop
         if start:
             del buf[:start]
-        return frames
+        return frames, None
 
 
 class _Codec:

@@ -3,9 +3,14 @@
 // sets it; `make kafkajs` installs the pinned kafkajs). Same flags and JSON lines as the Python
 // drivers (see huddle/chaos/kafka_workers/__init__.py). kafkajs is eager only, with its round-robin
 // assignor, and has no static membership; it does not tell the generation on joining.
+// TLS (--tls-ca FILE) and SASL (--sasl-mechanism, --sasl-username, --sasl-password-file: the
+// password is the file's first line) as the Python drivers name them.
 'use strict'
 
+const fs = require('fs')
 const { Kafka, logLevel, PartitionAssigners } = require('kafkajs')
+
+const SASL_MECHANISMS = ['SCRAM-SHA-256', 'SCRAM-SHA-512', 'PLAIN']
 
 const CLIENT = 'kafkajs'
 const STRATEGIES = ['roundrobin']
@@ -24,7 +29,11 @@ function parseArgs (argv) {
     instanceId: null,
     commit: true,
     clientId: CLIENT,
-    maxSeconds: 600
+    maxSeconds: 600,
+    tlsCa: null,
+    saslMechanism: null,
+    saslUsername: null,
+    saslPasswordFile: null
   }
   const valued = {
     '--bootstrap': 'bootstrap',
@@ -36,7 +45,11 @@ function parseArgs (argv) {
     '--rebalance-ms': 'rebalanceMs',
     '--instance-id': 'instanceId',
     '--client-id': 'clientId',
-    '--max-seconds': 'maxSeconds'
+    '--max-seconds': 'maxSeconds',
+    '--tls-ca': 'tlsCa',
+    '--sasl-mechanism': 'saslMechanism',
+    '--sasl-username': 'saslUsername',
+    '--sasl-password-file': 'saslPasswordFile'
   }
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]
@@ -57,7 +70,25 @@ function parseArgs (argv) {
   if (!STRATEGIES.includes(o.strategy)) fail(`kafkajs has no ${o.strategy} strategy (only roundrobin)`)
   if (o.instanceId !== null) fail('kafkajs has no static membership (group.instance.id)')
   if (o.heartbeatMs >= o.sessionMs) fail('--heartbeat-ms must be below --session-ms')
+  const sasl = [o.saslMechanism, o.saslUsername, o.saslPasswordFile]
+  if (sasl.some((v) => v !== null) && sasl.includes(null)) {
+    fail('SASL needs --sasl-mechanism, --sasl-username and --sasl-password-file')
+  }
+  if (o.saslMechanism !== null && !SASL_MECHANISMS.includes(o.saslMechanism)) {
+    fail(`--sasl-mechanism must be one of ${SASL_MECHANISMS.join(', ')}`)
+  }
   return o
+}
+
+// kafkajs's ssl and sasl settings for the options (undefined: plaintext, no login)
+function security (o) {
+  const settings = {}
+  if (o.tlsCa !== null) settings.ssl = { ca: [fs.readFileSync(o.tlsCa, 'utf8')] }
+  if (o.saslMechanism !== null) {
+    const password = fs.readFileSync(o.saslPasswordFile, 'utf8').split(/\r?\n/)[0]
+    settings.sasl = { mechanism: o.saslMechanism.toLowerCase(), username: o.saslUsername, password }
+  }
+  return settings
 }
 
 function emit (event, fields) {
@@ -81,7 +112,12 @@ async function main () {
   const owned = new Set()
   const read = new Set()
 
-  const kafka = new Kafka({ clientId: o.clientId, brokers: o.bootstrap.split(','), logLevel: logLevel.ERROR })
+  const kafka = new Kafka({
+    clientId: o.clientId,
+    brokers: o.bootstrap.split(','),
+    logLevel: logLevel.ERROR,
+    ...security(o)
+  })
   const consumer = kafka.consumer({
     groupId: o.group,
     sessionTimeout: o.sessionMs,

@@ -8,7 +8,9 @@ rebalance protocol): t [0], t [1]``), and prints ``topic partition offset`` per 
 stdout (``-f``). It commits with librdkafka's auto-commit every second (``--no-commit`` turns
 that off) and does not say when: no ``committed`` lines. ``joined`` carries the member id only.
 SIGTERM is passed on to kcat, which closes its consumer (leaving the group).
-Strategies: range, roundrobin, cooperative-sticky; static membership.
+Strategies: range, roundrobin, cooperative-sticky; static membership; TLS and SASL
+(``--tls-ca``, ``--sasl-*``: handed to kcat in a settings file, ``-F``, that only this user
+can read, removed when kcat exits).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,7 +83,23 @@ def parse_record(line: str) -> tuple[str, int, int] | None:
     return match["topic"], int(match["partition"]), int(match["offset"])
 
 
-def command(binary: str, options: DriverOptions) -> list[str]:
+def security_conf(options: DriverOptions) -> dict[str, str]:
+    """librdkafka's TLS and SASL settings for ``options`` (none for PLAINTEXT)."""
+    conf: dict[str, str] = {}
+    if options.security_protocol != "PLAINTEXT":
+        conf["security.protocol"] = options.security_protocol
+    if options.tls_ca is not None:
+        conf["ssl.ca.location"] = options.tls_ca
+    if options.sasl_mechanism is not None:
+        conf["sasl.mechanism"] = options.sasl_mechanism
+        conf["sasl.username"] = options.sasl_username or ""
+        conf["sasl.password"] = options.sasl_password()
+    return conf
+
+
+def command(binary: str, options: DriverOptions, config_file: str | None = None) -> list[str]:
+    """kcat's command line; ``config_file``: a file of more settings (``-F``: the TLS and
+    SASL ones, which keeps the password off the command line)."""
     conf = {
         "client.id": options.client_id or CLIENT,
         "session.timeout.ms": options.session_ms,
@@ -94,6 +113,8 @@ def command(binary: str, options: DriverOptions) -> list[str]:
     if options.instance_id is not None:
         conf["group.instance.id"] = options.instance_id
     argv = [binary, "-b", options.bootstrap, "-G", options.group, "-u", "-f", r"%t %p %o\n"]
+    if config_file is not None:
+        argv += ["-F", config_file]
     for key, value in conf.items():
         argv += ["-X", f"{key}={value}"]
     return [*argv, options.topic]
@@ -122,10 +143,21 @@ def _read_stdout(stream: IO[str], report: Reporter) -> None:
 
 
 def run(options: DriverOptions, report: Reporter, binary: str) -> int:
+    secure = security_conf(options)
+    if not secure:
+        return _run(options, report, binary, None)
+    # only this user may read it (mkstemp's mode); removed when kcat is done
+    with tempfile.NamedTemporaryFile("w", prefix="kcat-", suffix=".conf") as conf:
+        conf.write("".join(f"{key}={value}\n" for key, value in secure.items()))
+        conf.flush()
+        return _run(options, report, binary, conf.name)
+
+
+def _run(options: DriverOptions, report: Reporter, binary: str, config_file: str | None) -> int:
     stop = StopFlag(options.max_seconds)
     report.started(strategy=options.strategy, instance_id=options.instance_id)
     child = subprocess.Popen(
-        command(binary, options),
+        command(binary, options, config_file),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -159,7 +191,7 @@ def run(options: DriverOptions, report: Reporter, binary: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse(sys.argv[1:] if argv is None else argv, CLIENT, STRATEGIES)
+    options = parse(sys.argv[1:] if argv is None else argv, CLIENT, STRATEGIES, secure=True)
     binary = shutil.which("kcat")
     if binary is None:
         print("kcat is not installed (apt-get install kcat)", file=sys.stderr)

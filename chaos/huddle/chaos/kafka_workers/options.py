@@ -7,11 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from huddle.protocol.errors import InvalidArgumentError
+
 # The assignors a driver may be asked for (Kafka's names); each client has some of them.
 RANGE: Final = "range"
 ROUNDROBIN: Final = "roundrobin"
 COOPERATIVE_STICKY: Final = "cooperative-sticky"
 STRATEGIES: Final = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
+# SASL mechanisms a driver may log in with (Kafka's names; huddle's listener serves these)
+SASL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,28 @@ class DriverOptions:
     commit: bool = True  # commit the positions of what was read, after every batch
     client_id: str | None = None
     max_seconds: float = 600.0  # stop by itself after this long (a bound on every run)
+    # TLS (the CA file that signs the listener's certificate) and SASL; the password is read
+    # from a file (its first line), so that it is not on a command line
+    tls_ca: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password_file: str | None = None
+
+    @property
+    def security_protocol(self) -> str:
+        """Kafka's name for how the driver connects: PLAINTEXT, SSL, SASL_PLAINTEXT or
+        SASL_SSL."""
+        tls = self.tls_ca is not None
+        if self.sasl_mechanism is None:
+            return "SSL" if tls else "PLAINTEXT"
+        return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+
+    def sasl_password(self) -> str:
+        """The first line of the password file."""
+        if self.sasl_password_file is None:
+            raise InvalidArgumentError("no --sasl-password-file")
+        with open(self.sasl_password_file, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
 
     def to_argv(self) -> list[str]:
         """These options as the flags ``parse`` reads back."""
@@ -53,6 +79,14 @@ class DriverOptions:
             argv += ["--instance-id", self.instance_id]
         if self.client_id is not None:
             argv += ["--client-id", self.client_id]
+        for flag, value in (
+            ("--tls-ca", self.tls_ca),
+            ("--sasl-mechanism", self.sasl_mechanism),
+            ("--sasl-username", self.sasl_username),
+            ("--sasl-password-file", self.sasl_password_file),
+        ):
+            if value is not None:
+                argv += [flag, value]
         return argv
 
 
@@ -79,18 +113,34 @@ def parser(client: str, strategies: Sequence[str]) -> argparse.ArgumentParser:
     p.add_argument("--commit", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--client-id", default=None)
     p.add_argument("--max-seconds", type=float, default=600.0)
+    p.add_argument("--tls-ca", default=None, help="connect over TLS, trusting this CA file")
+    p.add_argument("--sasl-mechanism", choices=SASL_MECHANISMS, default=None)
+    p.add_argument("--sasl-username", default=None)
+    p.add_argument("--sasl-password-file", default=None, help="the password: its first line")
     return p
 
 
 def parse(
-    argv: Sequence[str], client: str, strategies: Sequence[str], *, static: bool = True
+    argv: Sequence[str],
+    client: str,
+    strategies: Sequence[str],
+    *,
+    static: bool = True,
+    secure: bool = False,
 ) -> DriverOptions:
     """The options in ``argv``; exits with status 2 and one line on bad or unsupported ones
-    (``static``: whether the client has static membership)."""
+    (``static``: whether the client has static membership; ``secure``: whether the driver
+    takes the TLS and SASL options)."""
     p = parser(client, strategies)
     a = p.parse_args(list(argv))
     if a.instance_id is not None and not static:
         p.error(f"{client} has no static membership (group.instance.id)")
+    security = (a.tls_ca, a.sasl_mechanism, a.sasl_username, a.sasl_password_file)
+    if not secure and any(v is not None for v in security):
+        p.error(f"the {client} driver takes no TLS or SASL options")
+    sasl = (a.sasl_mechanism, a.sasl_username, a.sasl_password_file)
+    if any(v is not None for v in sasl) and None in sasl:
+        p.error("SASL needs --sasl-mechanism, --sasl-username and --sasl-password-file")
     if a.heartbeat_ms >= a.session_ms:
         p.error("--heartbeat-ms must be below --session-ms")
     if a.max_seconds <= 0:
@@ -107,6 +157,10 @@ def parse(
         commit=a.commit,
         client_id=a.client_id,
         max_seconds=a.max_seconds,
+        tls_ca=a.tls_ca,
+        sasl_mechanism=a.sasl_mechanism,
+        sasl_username=a.sasl_username,
+        sasl_password_file=a.sasl_password_file,
     )
 
 

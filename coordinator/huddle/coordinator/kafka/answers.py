@@ -58,7 +58,15 @@ class Slot:
 class KafkaCodec:
     """One connection's queue of slots; a ``huddle.coordinator.wire.Codec``."""
 
-    __slots__ = ("_calls", "_next_call", "_queue", "heartbeats", "max_response_bytes")
+    __slots__ = (
+        "_calls",
+        "_next_call",
+        "_queue",
+        "_then",
+        "ending",
+        "heartbeats",
+        "max_response_bytes",
+    )
     # each answer is kept within the limit here: several may leave in one call
     limits_size: Final = True
 
@@ -68,6 +76,17 @@ class KafkaCodec:
         self._calls: dict[int, tuple[Slot, int]] = {}  # call id -> its slot, which part
         self._next_call = 1
         self.heartbeats = heartbeat_fast.Reader()  # the connection's, read by hand
+        self.ending = False  # the connection closes once its answers have left
+        self._then: Callable[[], None] | None = None
+
+    def when_answered(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once every slot queued so far has left (now, if none waits); no
+        request is to be read after this (``ending``)."""
+        self.ending = True
+        if self._queue:
+            self._then = then
+        else:
+            then()
 
     @property
     def waiting(self) -> int:
@@ -116,6 +135,9 @@ class KafkaCodec:
         while queue and (encoded := queue[0].encoded) is not None:
             queue.popleft()
             buffer += encoded
+        if not queue and self._then is not None:
+            then, self._then = self._then, None
+            then()
 
     def open_one(self, slot: Slot) -> int:
         """``open`` for a slot of one core part (a Heartbeat's): its call id."""

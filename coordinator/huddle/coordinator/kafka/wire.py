@@ -175,8 +175,11 @@ class KafkaWire:
         return KafkaCodec(self.max_response_bytes)
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
+        codec = cast(KafkaCodec, conn.codec)
+        if codec.ending:  # it closes once its answers have left: nothing more is read
+            conn.inbox.clear()
+            return None
         if conn.handshaken:
-            codec = cast(KafkaCodec, conn.codec)
             beat = codec.heartbeats.read(body)
             if beat is not None:
                 return self._heartbeat(conn, codec, beat)
@@ -192,7 +195,6 @@ class KafkaWire:
             self._unreadable(conn, str(exc))
             return None
         api_key, version = start.api_key, start.version
-        codec = cast(KafkaCodec, conn.codec)
         if not apis.served(api_key, version):
             self._not_served(conn, codec, start)
             return None
@@ -283,7 +285,7 @@ class KafkaWire:
             if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
                 conn.send(codec.release(slot, silent=True))
                 if answer.close or refused:
-                    conn.close("a Produce with acks=0 was refused")
+                    self._close_when_answered(conn, codec, "a Produce with acks=0 was refused")
                 return
             kept = log.produce_kept(answer)
             if kept is not None:  # --fsync: answered once its batches are on the disk
@@ -298,6 +300,20 @@ class KafkaWire:
                 return
         slot.answer = _answered(log_access.put_back(slot.api_key, version, answer, refused))
         conn.send(codec.release(slot))
+
+    def _close_when_answered(self, conn: Connection, codec: KafkaCodec, reason: str) -> None:
+        """Close ``conn`` as Kafka does after a request it cannot answer (a refused Produce
+        with acks=0), but only once the answers owed for its earlier requests have left (a
+        held JoinGroup, a Fetch that waits): Kafka reads a connection's requests one at a
+        time, so those have left before it reads the one that closes. Nothing more is read."""
+        conn.inbox.clear()
+        conn.hold_input()
+        loop = self.server.loop
+
+        def close() -> None:
+            loop.call_soon(conn.close, reason)  # after the server writes the last answers
+
+        codec.when_answered(close)
 
     def _fetch_later(
         self,

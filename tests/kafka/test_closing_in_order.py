@@ -1,0 +1,45 @@
+"""A connection the Kafka listener closes still gets, first, the answers it is owed for
+the requests it sent before the one that closed it: Kafka reads a connection's requests
+one at a time, so every earlier answer has left before the closing request is even read."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from huddle.coordinator.host import CoordinatorServer
+from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.listener import listen_kafka
+from tests.helpers import FAST_GROUP, fast_server_config
+from tests.kafka.raw import RawKafka, parse, request, request_bytes
+from tests.kafka_log.records import batch, produce_request
+
+_JOIN = {
+    "group_id": "g",
+    "session_timeout": 10_000,
+    "rebalance_timeout": 10_000,
+    "member_id": "",
+    "protocol_type": "consumer",
+    "protocols": [{"name": "range", "metadata": b"\x00\x01"}],
+}
+
+
+async def test_an_acks_0_produce_refused_behind_a_held_join_closes_after_the_join_s_answer() -> (
+    None
+):
+    """A JoinGroup held by the group's initial delay, then a Produce with acks=0 to a topic
+    that does not exist, then an ApiVersions, pipelined: the JoinGroup is answered, then
+    the connection closed (the Produce has no answer; the ApiVersions is not read)."""
+    group = replace(FAST_GROUP, initial_rebalance_delay_ms=300)
+    async with CoordinatorServer(fast_server_config(group=group)) as server:
+        wire = await listen_kafka(server, "127.0.0.1", 0)
+        async with RawKafka(wire.port) as conn:
+            join = request_bytes(Api.JOIN_GROUP, 3, 1, request(Api.JOIN_GROUP, 3, **_JOIN))
+            refused = produce_request(9, {("no-such-topic", 0): batch()}, acks=0)
+            after = request_bytes(Api.API_VERSIONS, 0, 3, request(Api.API_VERSIONS, 0))
+            conn.write(join + request_bytes(Api.PRODUCE, 9, 2, refused) + after)
+            correlation_id, body = await conn.read()
+            assert correlation_id == 1
+            joined = parse(Api.JOIN_GROUP, 3, body)
+            assert joined.error_code == 0
+            assert joined.member_id == joined.leader
+            assert await conn.closed()
