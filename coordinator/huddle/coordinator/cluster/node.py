@@ -49,19 +49,7 @@ from huddle.protocol.messages import NodeLiveness
 log = structlog.get_logger("huddle.cluster")
 
 
-OURS = frozenset(
-    {
-        b"config",
-        b"nodes",
-        b"addresses",
-        b"shards",
-        b"topics",
-        b"groups",
-        b"offsets",
-        b"security",
-        b"kafka",
-    }
-)
+OURS = frozenset(b"config nodes addresses shards topics groups offsets security kafka".split())
 
 
 class ClusterConfigError(HuddleError):
