@@ -6,6 +6,7 @@ through the new coordinator; the partitions the dead node led are led by the oth
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -23,10 +24,11 @@ from huddle.chaos.kafka_workers.options import DriverOptions
 from huddle.chaos.kafka_workers.running import Drivers, partitions_of
 from huddle.chaos.procs import HOST, spawn, stop, wait_listening
 from huddle.client import Admin
+from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.kafka.apis import Api
 from huddle.protocol.addresses import free_port
 from huddle.protocol.admin_messages import DescribedGroup
-from tests.cluster.test_failover import node_flags
+from tests.cluster.test_failover import SHARDS, node_flags
 from tests.etcd import Etcd, etcd
 from tests.kafka.raw import RawKafka
 from tests.kafka_clients.conftest import require_client
@@ -47,22 +49,38 @@ class Node:
         self.kafka = kafka
 
 
+class KafkaCluster:
+    """``huddle serve --cluster`` nodes on one etcd, each with a Kafka listener (node ids
+    1, 2, ...: their Kafka broker ids); each stopped by PID when the block ends."""
+
+    def __init__(self, etcd: Etcd, log_dir: Path, stack: ExitStack) -> None:
+        self.etcd = etcd
+        self.log_dir = log_dir
+        self.stack = stack
+        self.nodes: list[Node] = []
+
+    def add(self) -> Node:
+        i = len(self.nodes) + 1
+        port, kafka = free_port(), free_port()
+        argv = [sys.executable, "-m", "huddle", "serve", "--host", HOST, "--port", str(port)]
+        argv += ["--kafka-port", str(kafka), "--node-id", str(i), "--log-format", "json"]
+        argv += ["--initial-rebalance-delay-ms", "0"]
+        argv += node_flags(f"{self.etcd.host}:{self.etcd.port}")
+        out, log = self.log_dir / f"node-{i}.out", self.log_dir / f"node-{i}.log"
+        proc = spawn(argv, stdout=out, stderr=log)
+        self.stack.callback(stop, proc)
+        wait_listening(proc, kafka, WAIT_S)
+        self.nodes.append(Node(str(i), proc, port, kafka))
+        return self.nodes[-1]
+
+
 @contextmanager
-def kafka_cluster(etcd: Etcd, log_dir: Path) -> Iterator[list[Node]]:
-    """Three ``huddle serve --cluster`` nodes, each with a Kafka listener; stopped by PID."""
+def kafka_cluster(etcd: Etcd, log_dir: Path, count: int = NODES) -> Iterator[KafkaCluster]:
     with ExitStack() as stack:
-        nodes = []
-        for i in range(1, NODES + 1):
-            port, kafka = free_port(), free_port()
-            argv = [sys.executable, "-m", "huddle", "serve", "--host", HOST, "--port", str(port)]
-            argv += ["--kafka-port", str(kafka), "--node-id", str(i), "--log-format", "json"]
-            argv += ["--initial-rebalance-delay-ms", "0"]
-            argv += node_flags(f"{etcd.host}:{etcd.port}")
-            proc = spawn(argv, stdout=log_dir / f"node-{i}.out", stderr=log_dir / f"node-{i}.log")
-            stack.callback(stop, proc)
-            wait_listening(proc, kafka, WAIT_S)
-            nodes.append(Node(str(i), proc, port, kafka))
-        yield nodes
+        cluster = KafkaCluster(etcd, log_dir, stack)
+        for _ in range(count):
+            cluster.add()
+        yield cluster
 
 
 async def _call(port: int, api: int, version: int, **fields: Any) -> Any:
@@ -116,27 +134,21 @@ def describe(nodes: list[Node], group: str) -> DescribedGroup:
     return asyncio.run(ask())
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka", "aiokafka"])
-def test_the_coordinator_of_kafka_consumers_killed_they_keep_their_partitions(
-    etcd: Etcd, tmp_path: Path, client: str
-) -> None:
-    require_client(client)
-    require_client("kafka-python")  # the topic is made and written with its clients
-    topic, group = f"t-{os.getpid()}", f"g-{client}"
-    with kafka_cluster(etcd, tmp_path / "nodes") as nodes, Drivers(tmp_path / "drivers") as drv:
-        ports = {n.kafka: n for n in nodes}
-        bootstrap = ",".join(f"{HOST}:{n.kafka}" for n in nodes)
-        brokers.create_topic(bootstrap, topic, PARTITIONS)
-        every = frozenset(int(n.name) for n in nodes)  # the node ids are the broker ids
+def agreed(nodes: list[Node], topic: str) -> tuple[int, ...] | None:
+    """The leader of each partition, once every node in ``nodes`` names exactly them as
+    the brokers and the same leaders."""
+    every = frozenset(int(n.name) for n in nodes)  # the node ids are the broker ids
+    seen = {leaders(n.kafka, topic) for n in nodes}
+    (view,) = seen if len(seen) == 1 else (None,)
+    return view[1] if view is not None and view[0] == every else None
 
-        def agreed() -> tuple[int, ...] | None:
-            seen = {leaders(n.kafka, topic) for n in nodes}
-            (view,) = seen if len(seen) == 1 else (None,)
-            return view[1] if view is not None and view[0] == every else None
 
-        before = drv.wait(agreed, WAIT_S, "every node names the 3 brokers and the same leaders")
-        assert set(before) <= every
+class Group:
+    """Two consumers of ``client`` in one group, committing what they read."""
+
+    def __init__(self, drv: Drivers, client: str, bootstrap: str, topic: str, group: str):
+        self.drv = drv
+        self.group = group
         options = DriverOptions(
             bootstrap=bootstrap,
             group=group,
@@ -147,14 +159,66 @@ def test_the_coordinator_of_kafka_consumers_killed_they_keep_their_partitions(
             commit=True,
             max_seconds=240.0,
         )
-        members = [drv.start(name, client, options) for name in ("m1", "m2")]
-        every_partition = partitions_of(topic, PARTITIONS)
-        drv.wait(lambda: drv.balanced(("m1", "m2"), every_partition), WAIT_S, "the group forms")
-        had = {m.name: m.owned for m in members}
+        self.members = [drv.start(name, client, options) for name in ("m1", "m2")]
+        every = partitions_of(topic, PARTITIONS)
+        drv.wait(lambda: drv.balanced(("m1", "m2"), every), WAIT_S, "the group forms")
+        self.owned = {m.name: m.owned for m in self.members}
+        self.joined = {m.name: m.last("joined") for m in self.members}
+
+    def committed_since(self, since: float, what: str) -> None:
+        """Until every partition has a commit made after ``since``: records read and
+        committed through the group's coordinator, in the members' generation (a member
+        dropped from the group would fail to commit)."""
+
+        def done() -> bool | None:
+            tps = {
+                (t, p)
+                for m in self.members
+                for e in m.of("committed", since)
+                if not e.get("error")
+                for t, p, _ in e["offsets"]
+            }
+            return len(tps) == PARTITIONS or None
+
+        self.drv.wait(done, WAIT_S, what)
+
+    def kept_since(self, since: float, before: DescribedGroup, nodes: list[Node]) -> None:
+        """No rebalance since ``since``: the same partitions, nothing revoked, lost,
+        assigned or joined, and the group in the same generation with the same members."""
+        assert {m.name: m.owned for m in self.members} == self.owned
+        for m in self.members:
+            later = [e for e in m.events if e["mono"] >= since]
+            changes = ("revoked", "lost", "assigned", "joined")
+            assert [e for e in later if e["event"] in changes] == [], m.name
+            assert m.last("joined") == self.joined[m.name]
+        after = describe(nodes, self.group)
+        assert after.generation_id == before.generation_id
+        assert sorted(x.member_id for x in after.members) == sorted(
+            x.member_id for x in before.members
+        )
+
+
+CLIENTS = ["kafka-python", "confluent-kafka", "aiokafka"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_coordinator_of_kafka_consumers_killed_they_keep_their_partitions(
+    etcd: Etcd, tmp_path: Path, client: str
+) -> None:
+    require_client(client)
+    require_client("kafka-python")  # the topic is made and written with its clients
+    topic, group = f"t-{os.getpid()}", f"g-{client}"
+    with kafka_cluster(etcd, tmp_path / "nodes") as cluster, Drivers(tmp_path / "drivers") as drv:
+        nodes = cluster.nodes
+        ports = {n.kafka: n for n in nodes}
+        bootstrap = ",".join(f"{HOST}:{n.kafka}" for n in nodes)
+        brokers.create_topic(bootstrap, topic, PARTITIONS)
+        before = drv.wait(lambda: agreed(nodes, topic), WAIT_S, "the nodes agree on leaders")
+        consumers = Group(drv, client, bootstrap, topic, group)
         described = describe(nodes, group)
         assert len(described.members) == 2
 
-        joined = {m.name: m.last("joined") for m in members}
         owner = drv.wait(lambda: coordinator(nodes[0].kafka, group), WAIT_S, "a coordinator")
         killed_at = time.monotonic()
         ports[owner].proc.send_signal(signal.SIGKILL)  # by its PID
@@ -166,41 +230,48 @@ def test_the_coordinator_of_kafka_consumers_killed_they_keep_their_partitions(
             return found if found is not None and found != owner else None
 
         drv.wait(moved, WAIT_S, "another node coordinates the group")
-        alive = frozenset(int(n.name) for n in survivors)
-
-        def agreed_again() -> tuple[int, ...] | None:
-            seen = {leaders(n.kafka, topic) for n in survivors}
-            (view,) = seen if len(seen) == 1 else (None,)
-            return view[1] if view is not None and view[0] == alive else None
-
-        after = drv.wait(agreed_again, WAIT_S, "the survivors name themselves as the brokers")
-        # only the dead node's partitions moved
-        dead = int(ports[owner].name)
+        after = drv.wait(lambda: agreed(survivors, topic), WAIT_S, "the survivors agree")
+        dead = int(ports[owner].name)  # only the dead node's partitions moved
         assert all(b == a for a, b in zip(before, after, strict=True) if a != dead)
-        # records written now are read and committed through the new coordinator, in the
-        # members' generation: a member that had been dropped would fail to commit
         brokers.produce(",".join(f"{HOST}:{n.kafka}" for n in survivors), topic, PARTITIONS, 3)
+        consumers.committed_since(killed_at, "every partition committed after the failover")
+        consumers.kept_since(killed_at, described, survivors)
 
-        def committed() -> bool | None:
-            done = {
-                (t, p)
-                for m in members
-                for e in m.of("committed")
-                if not e.get("error")
-                for t, p, o in e["offsets"]
-                if o >= 3
-            }
-            return len(done) == PARTITIONS or None
 
-        drv.wait(committed, WAIT_S, "every partition's records committed after the failover")
-        assert {m.name: m.owned for m in members} == had
-        for m in members:  # no rebalance: nothing revoked, lost, assigned or joined since
-            since = [e for e in m.events if e["mono"] >= killed_at]
-            changes = ("revoked", "lost", "assigned", "joined")
-            assert [e for e in since if e["event"] in changes] == [], m.name
-            assert m.last("joined") == joined[m.name]
-        again = describe(survivors, group)
-        assert again.generation_id == described.generation_id
-        assert sorted(x.member_id for x in again.members) == sorted(
-            x.member_id for x in described.members
-        )
+@pytest.mark.e2e
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_kafka_group_handed_to_a_joining_node_carries_on_without_a_rebalance(
+    etcd: Etcd, tmp_path: Path, client: str
+) -> None:
+    """A clean hand-off: the old coordinator, still up, answers the members NOT_COORDINATOR
+    (the new one COORDINATOR_LOAD_IN_PROGRESS while it loads the group); they find the new
+    one and carry on in their generation."""
+    require_client(client)
+    require_client("kafka-python")
+    topic = f"t-{os.getpid()}"
+    # one node holds the 6 shards; a second takes shards 3-5 from it (``target_owners``)
+    group = next(g for i in itertools.count() if shard_of(g := f"g{i}", SHARDS) >= SHARDS // 2)
+    with (
+        kafka_cluster(etcd, tmp_path / "nodes", count=1) as cluster,
+        Drivers(tmp_path / "drivers") as drv,
+    ):
+        first = cluster.nodes[0]
+        bootstrap = f"{HOST}:{first.kafka}"
+        # the listener opens before the node joins the cluster (CreateTopics is refused
+        # COORDINATOR_NOT_AVAILABLE until then)
+        drv.wait(lambda: coordinator(first.kafka, group) == first.kafka, WAIT_S, "served")
+        brokers.create_topic(bootstrap, topic, PARTITIONS)
+        consumers = Group(drv, client, bootstrap, topic, group)
+        brokers.produce(bootstrap, topic, PARTITIONS, 3)
+        consumers.committed_since(0.0, "every partition committed")
+        described = describe(cluster.nodes, group)
+
+        joined_at = time.monotonic()
+        second = cluster.add()
+        drv.wait(lambda: coordinator(first.kafka, group) == second.kafka, WAIT_S, "handed over")
+        drv.wait(lambda: agreed(cluster.nodes, topic), WAIT_S, "the two nodes agree on leaders")
+        # more than the 3 read before: a partition whose leader changed starts empty, and a
+        # consumer's position 3 is then out of range (it resets) or at the end (it reads on)
+        brokers.produce(bootstrap, topic, PARTITIONS, 6)
+        consumers.committed_since(joined_at, "every partition committed after the hand-off")
+        consumers.kept_since(joined_at, described, [second])
