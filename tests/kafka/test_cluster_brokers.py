@@ -251,3 +251,15 @@ async def test_a_partition_whose_leadership_moved_away_is_forgotten(kafka: Liste
     ends = {p.partition_index: p.high_watermark for p in fetched.responses[0].partitions}
     assert moved
     assert ends == {p: 0 if p in moved else 1 for p in range(PARTITIONS)}
+
+
+async def test_an_acks_0_produce_to_a_partition_led_elsewhere_closes_the_connection(
+    kafka: Listening,
+) -> None:
+    """Its client reads no answer: the closed connection makes it read Metadata again, as
+    Kafka closes it."""
+    _create_topic(kafka.server, PARTITIONS)
+    _clustered(kafka, {"b": 19092})
+    async with RawKafka(kafka.port) as conn:
+        conn.send(Api.PRODUCE, 8, 1, **{**_produce(), "acks": 0})
+        assert await conn.closed()
