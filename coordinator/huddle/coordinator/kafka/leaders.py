@@ -12,19 +12,14 @@ one partition in N+1 from the others, and no other partition moves.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Final
 
 _MASK: Final = (1 << 64) - 1
 _GOLDEN: Final = 0x9E3779B97F4A7C15
 _BROKER: Final = 0xC2B2AE3D27D4EB4F
-
-
-def _mix(x: int) -> int:
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
+_MIX1: Final = 0xBF58476D1CE4E5B9
+_MIX2: Final = 0x94D049BB133111EB
 
 
 def _seed(topic: str) -> int:
@@ -32,21 +27,25 @@ def _seed(topic: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=512)  # a table per topic and set of live brokers
 def table(topic: str, count: int, brokers: tuple[int, ...]) -> tuple[int, ...]:
     """The leader of each of ``topic``'s ``count`` partitions among ``brokers`` (their
     ids; at least one)."""
     if len(brokers) == 1:
         return brokers * count
     seed = _seed(topic)
-    keyed = [(b, (b * _BROKER) & _MASK) for b in brokers]
+    keyed = [((b * _BROKER) & _MASK, b) for b in brokers]
     leaders = []
     for partition in range(count):
         base = seed ^ ((partition * _GOLDEN) & _MASK)
-        leaders.append(max(keyed, key=lambda k: (_mix(base ^ k[1]), k[0]))[0])
+        best = (-1, -1)
+        for key, broker in keyed:  # SplitMix64's finaliser, inlined: this runs N x P times
+            x = base ^ key
+            x = ((x ^ (x >> 30)) * _MIX1) & _MASK
+            x = ((x ^ (x >> 27)) * _MIX2) & _MASK
+            scored = (x ^ (x >> 31), broker)
+            if scored > best:
+                best = scored
+        leaders.append(best[1])
     return tuple(leaders)
 
-
-def leader(topic: str, partition: int, count: int, brokers: Sequence[int]) -> int:
-    """The leader of one partition (``table``'s entry)."""
-    return table(topic, count, tuple(brokers))[partition]
