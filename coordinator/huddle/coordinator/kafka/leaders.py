@@ -48,4 +48,3 @@ def table(topic: str, count: int, brokers: tuple[int, ...]) -> tuple[int, ...]:
                 best = scored
         leaders.append(best[1])
     return tuple(leaders)
-
