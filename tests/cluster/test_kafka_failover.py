@@ -261,6 +261,7 @@ def test_a_kafka_group_handed_to_a_joining_node_carries_on_without_a_rebalance(
         # COORDINATOR_NOT_AVAILABLE until then)
         drv.wait(lambda: coordinator(first.kafka, group) == first.kafka, WAIT_S, "served")
         brokers.create_topic(bootstrap, topic, PARTITIONS)
+        drv.wait(lambda: agreed([first], topic), WAIT_S, "the topic is listed")
         consumers = Group(drv, client, bootstrap, topic, group)
         brokers.produce(bootstrap, topic, PARTITIONS, 3)
         consumers.committed_since(0.0, "every partition committed")
