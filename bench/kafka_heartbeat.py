@@ -19,6 +19,7 @@ import io
 import statistics
 import struct
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from huddle.testing import free_port
@@ -118,7 +119,7 @@ async def _join(calls: KafkaCalls, member_id: str = "") -> Any:
     )
 
 
-async def _member(calls: KafkaCalls) -> tuple[str, int]:
+async def kafka_member(calls: KafkaCalls) -> tuple[str, int]:
     """Join (two rounds) and sync: the member id and generation."""
     first = await _join(calls)
     if first.error_code != MEMBER_ID_REQUIRED:
@@ -156,7 +157,7 @@ def kafka_checker() -> Checker:
 async def kafka_blasters(port: int, members: int, window: int) -> list[Blaster]:
     """A Kafka group of ``members``, one connection each, and a ``Blaster`` per connection."""
     conns = [await open_connection(port, handshake=False) for _ in range(members)]
-    formed = await asyncio.gather(*(_member(KafkaCalls(c)) for c in conns))
+    formed = await asyncio.gather(*(kafka_member(KafkaCalls(c)) for c in conns))
     blocks = [
         [
             kafka_frame(
@@ -182,23 +183,31 @@ async def compare(args: argparse.Namespace, server: ServerProcess, kafka_port: i
         "huddle wire": await blasters_for("huddle", huddle_conns, blocks, args.window),
         "Kafka wire": await kafka_blasters(kafka_port, args.members, args.window),
     }
-    results: dict[str, list[Round]] = {name: [] for name in targets}
     try:
-        for index in range(args.hb_rounds):
-            order = list(targets) if index % 2 == 0 else list(targets)[::-1]
-            for name in order:
-                r = await measure(targets[name], server, args.hb_seconds, 0.5, 20_000_000)
-                results[name].append(r)
-                print(
-                    f"# heartbeats round {index + 1} {name}: {r.rate:,.0f}/s, server CPU "
-                    f"{r.server_cpu:.0%}, errors {r.errors} {r.by_code or ''}, "
-                    f"unanswered {r.lost}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        results = await alternate(targets, server, args, "heartbeats")
     finally:
         await close_all(huddle_conns + [b.conn for b in targets["Kafka wire"]])
     return summary(results, args)
+
+
+async def alternate(
+    targets: dict[str, list[Blaster]], server: ServerProcess, args: argparse.Namespace, what: str
+) -> dict[str, list[Round]]:
+    """``args.hb_rounds`` rounds of each target, in alternating order; each round's line
+    (``what`` names the requests) on stderr."""
+    results: dict[str, list[Round]] = {name: [] for name in targets}
+    for index in range(args.hb_rounds):
+        order = list(targets) if index % 2 == 0 else list(targets)[::-1]
+        for name in order:
+            r = await measure(targets[name], server, args.hb_seconds, 0.5, 20_000_000)
+            results[name].append(r)
+            print(
+                f"# {what} round {index + 1} {name}: {r.rate:,.0f}/s, server CPU "
+                f"{r.server_cpu:.0%}, errors {r.errors} {r.by_code or ''}, unanswered {r.lost}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return results
 
 
 def summary(results: dict[str, list[Round]], args: argparse.Namespace) -> list[str]:
@@ -236,6 +245,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def heartbeats(args: argparse.Namespace, *, pin: bool = True) -> list[str]:
     """Run the comparison (its own ``huddle serve``) and return the summary lines."""
+    return on_both_listeners(args, compare, pin=pin)
+
+
+Compare = Callable[[argparse.Namespace, ServerProcess, int], Coroutine[Any, Any, list[str]]]
+
+
+def on_both_listeners(args: argparse.Namespace, run: Compare, *, pin: bool = True) -> list[str]:
+    """``run(args, server, kafka_port)`` against its own ``huddle serve`` with a Kafka
+    listener (the server on one CPU, this process on the other): its summary lines."""
     kafka_port = free_port()
     flags: tuple[str, ...] = ("--initial-rebalance-delay-ms", "300")
     flags += ("--kafka-port", str(kafka_port), "--kafka-host", "127.0.0.1")
@@ -245,19 +263,25 @@ def heartbeats(args: argparse.Namespace, *, pin: bool = True) -> list[str]:
         server_process("huddle", huddle_serve(*flags), cpu=SERVER_CPU if pin else None) as hs,
         asyncio.Runner(loop_factory=new_event_loop) as runner,
     ):
-        return runner.run(cancelled_by_sigterm(compare(args, hs, kafka_port)))
+        return runner.run(cancelled_by_sigterm(run(args, hs, kafka_port)))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def command(doc: str | None, run: Compare) -> None:
+    """A benchmark's command line (``doc``'s first line describes it): ``run`` on both
+    listeners, then the CPU and its summary lines printed."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     add_arguments(parser)
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     args = parser.parse_args()
     quiet_logs()
     exit_on_sigterm()
-    lines = heartbeats(args, pin=not args.no_pin)
+    lines = on_both_listeners(args, run, pin=not args.no_pin)
     print(f"CPU: {cpu_model()}")
     print("\n".join(lines))
+
+
+def main() -> None:
+    command(__doc__, compare)
 
 
 if __name__ == "__main__":

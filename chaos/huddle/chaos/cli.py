@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from huddle.chaos.clients import CLIENT_NAMES
 from huddle.chaos.harness import RunSettings
 from huddle.chaos.harness import run as run_scenario
 from huddle.chaos.protocols import ProtocolOptions, protocol_names
@@ -31,7 +32,18 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
     )
     r.add_argument("scenario", nargs="?", help=f"built-in: {', '.join(BUILT_IN)}")
     r.add_argument("--file", type=Path, help="a JSON scenario file instead")
-    r.add_argument("--protocol", default="cooperative-sticky", choices=protocol_names())
+    r.add_argument(
+        "--client",
+        default="huddle",
+        choices=CLIENT_NAMES,
+        help="the members: huddle's Member, or a real Kafka consumer on the Kafka listener",
+    )
+    r.add_argument(
+        "--protocol",
+        default="cooperative-sticky",
+        choices=protocol_names(),
+        help="huddle's assignors; a Kafka client: range, roundrobin or cooperative-sticky",
+    )
     r.add_argument("--delay-ms", type=int, help="cooperative-deferred: max scheduled delay")
     r.add_argument("--acceptable-recovery-lag", type=int, help="high-availability")
     r.add_argument("--num-standby-replicas", type=int, help="high-availability")
@@ -84,7 +96,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print("huddle: --members, --partitions and --duration must be positive", file=sys.stderr)
         return 2
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = args.run_dir or Path("runs") / f"{stamp}-{scenario.name}-{args.protocol}"
+    name = f"{stamp}-{scenario.name}-{args.protocol}"
+    if args.client != "huddle":
+        name += f"-{args.client}"
+    run_dir = args.run_dir or Path("runs") / name
     run_dir.mkdir(parents=True, exist_ok=True)
     log_file = open(run_dir / "harness.log", "a", encoding="utf-8")  # noqa: SIM115
     configure_logging("json", "info", stream=log_file)
@@ -109,6 +124,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         commit_interval_ms=args.commit_interval_ms,
         proxy=args.proxy,
+        client=args.client,
     )
     try:
         result = run_scenario(settings, scenario, _print)

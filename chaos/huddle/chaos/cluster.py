@@ -74,6 +74,7 @@ class Node:
     port: int  # where it listens
     store: FaultProxy  # its link to etcd
     client: FaultProxy  # its link to clients: the address it advertises
+    kafka_port: int = 0  # its Kafka listener (a run with Kafka clients), else 0
 
 
 def probe_groups(shards: int) -> dict[int, str]:
@@ -98,8 +99,10 @@ class ChaosCluster:
         lease_s: float = CLUSTER_LEASE_S,
         events: EventLog | None = None,
         progress: Callable[[str], None] | None = None,
+        kafka: bool = False,
     ) -> None:
         self.run_dir = run_dir
+        self.kafka = kafka  # every node opens a Kafka listener too (not through a proxy)
         self.events_dir = events_dir
         self.huddle_argv = huddle_argv
         self.shards = shards
@@ -119,6 +122,11 @@ class ChaosCluster:
     def bootstrap(self) -> str:
         return ",".join(f"{HOST}:{port}" for port in self.nodes)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The nodes' Kafka listeners (a run with ``kafka``)."""
+        return ",".join(f"{HOST}:{n.kafka_port}" for n in self.nodes.values() if n.kafka_port)
+
     @asynccontextmanager
     async def running(self, group: str, disconnect_grace_ms: int) -> AsyncIterator[ChaosCluster]:
         """etcd and the nodes started, their proxies relaying, until the block is left."""
@@ -134,6 +142,10 @@ class ChaosCluster:
                 store = await stack.enter_async_context(fault_proxy(HOST, self.etcd.port))
                 port = free_port()
                 client = await stack.enter_async_context(fault_proxy(HOST, port))
+                kafka_port = free_port() if self.kafka else 0
+                kafka = (
+                    ["--kafka-host", HOST, "--kafka-port", str(kafka_port)] if self.kafka else []
+                )
                 proc = self._spawn(
                     [
                         *self.huddle_argv, "serve", "--host", HOST, "--port", str(port),
@@ -142,12 +154,13 @@ class ChaosCluster:
                         "--cluster", f"etcd://{HOST}:{store.port}", "--cluster-prefix", "/chaos",
                         "--shards", str(self.shards), "--lease-ttl-s", str(int(self.lease_s)),
                         "--initial-rebalance-delay-ms", "0", "--min-session-timeout-ms", "500",
-                        "--disconnect-grace-ms", str(disconnect_grace_ms),
+                        "--disconnect-grace-ms", str(disconnect_grace_ms), *kafka,
                     ],
                     f"coordinator-node-{i}",
                 )  # fmt: skip
-                self.nodes[client.port] = Node(f"node-{i}", proc, port, store, client)
-                await _listening(port, 20.0)
+                self.nodes[client.port] = Node(f"node-{i}", proc, port, store, client, kafka_port)
+                for listening in (port, kafka_port) if self.kafka else (port,):
+                    await _listening(listening, 20.0)
             with anyio.fail_after(30.0):
                 while await self.owner(group) is None:  # noqa: ASYNC110 - other processes
                     await anyio.sleep(POLL_S)

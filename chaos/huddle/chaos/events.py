@@ -46,6 +46,8 @@ class RunStarted(Event, tag="run_started", kw_only=True):
     members: int
     partitions: int
     settings: dict[str, Any]
+    # who the members were: huddle's Member, or a Kafka client (huddle.chaos.clients)
+    client: str = "huddle"
 
 
 class RunFinished(Event, tag="run_finished", kw_only=True):

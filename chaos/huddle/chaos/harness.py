@@ -20,20 +20,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
 import anyio
 import structlog
 
+from huddle.chaos import clients
 from huddle.chaos import events as ev
 from huddle.chaos.cluster import SHARDS, ChaosCluster
 from huddle.chaos.events import EventLog, events_dir
 from huddle.chaos.procs import HOST, NotListeningError, signal_pid, spawn, stop_all
 from huddle.chaos.progress import EventTail
-from huddle.chaos.protocols import ProtocolOptions
 from huddle.chaos.proxy import FaultProxy, fault_proxy
+from huddle.chaos.runsettings import RunResult, RunSettings
 from huddle.chaos.scenarios import CLUSTER_ACTIONS, Scenario, ScenarioError, Step
 from huddle.chaos.worker import WorkerSettings
 from huddle.client.admin import Admin
@@ -41,49 +42,14 @@ from huddle.client.security import NO_SECURITY, security_from_env
 from huddle.protocol.addresses import free_port
 from huddle.protocol.errors import TopicAlreadyExistsError
 
+__all__ = ["Harness", "RunResult", "RunSettings", "run"]
+
 log = structlog.get_logger("huddle.chaos.harness")
 SETUP_ALLOWANCE_S: Final = 45.0  # on top of the duration: starting, settling, stopping
 STOP_GRACE_S: Final = 5.0
 POLL_S: Final = 0.05
 STEADY_WAIT_S: Final = 15.0  # at most this long for the group to settle after start-up
 STEADY_QUIET_S: Final = 1.0  # settled: no member joined a generation for this long
-
-
-@dataclass(frozen=True, slots=True)
-class RunSettings:
-    run_dir: Path
-    protocol: str = "cooperative-sticky"
-    options: ProtocolOptions = field(default_factory=ProtocolOptions)
-    members: int = 3
-    partitions: int = 6
-    duration: float = 30.0
-    rate: float = 50.0
-    seed: int = 0
-    stateful: bool = False
-    restore_rate: float = 1_000.0
-    bootstrap: str | None = None  # a running coordinator; None: start one
-    group: str = "chaos"
-    topic: str = "chaos"
-    session_timeout_ms: int = 3_000
-    heartbeat_interval_ms: int = 500
-    rebalance_timeout_ms: int = 10_000
-    commit_interval_ms: int = 1_000
-    disconnect_grace_ms: int = 1_000
-    # members connect through the fault proxy: None means only when the scenario injects
-    # network faults (the extra hop is not what other scenarios measure)
-    proxy: bool | None = None
-
-
-@dataclass(slots=True)
-class RunResult:
-    run_dir: Path
-    outcome: str  # completed, interrupted, deadline, failed
-    pids: list[int] = field(default_factory=list)  # every process started
-    faults: int = 0
-
-    @property
-    def exit_code(self) -> int:
-        return {"completed": 0, "interrupted": 130}.get(self.outcome, 1)
 
 
 def _huddle_argv() -> list[str]:
@@ -130,6 +96,10 @@ class Harness:
                 f"scenario {scenario.name!r} kills and starts the coordinator: "
                 "it needs the harness's own coordinator, not --bootstrap"
             )
+        self.kafka = clients.is_kafka(settings.client)  # real Kafka clients as members
+        clients.check(settings, scenario)
+        self.kafka_port = 0  # the coordinator's Kafka listener (a Kafka-client run)
+        self.producer: subprocess.Popen[bytes] | None = None  # feeds a Kafka-client run
         self.bootstrap = ""  # where members connect: the proxy or the coordinator
 
     # --- entry point -----------------------------------------------------------------
@@ -155,6 +125,7 @@ class Harness:
             ev.RunStarted(
                 scenario=self.scenario.name,
                 protocol=self.s.protocol,
+                client=self.s.client,
                 members=self.s.members,
                 partitions=self.s.partitions,
                 settings=settings,
@@ -192,8 +163,10 @@ class Harness:
             return
         if self.s.bootstrap is None:
             self.coordinator_port = free_port()
-            await self._start_coordinator()
-            upstream = (HOST, self.coordinator_port)
+            self.kafka_port = free_port() if self.kafka else 0
+            if not (self.kafka and self.use_proxy):  # else: it advertises the proxy, below
+                await self._start_coordinator()
+            upstream = (HOST, self.kafka_port or self.coordinator_port)
         else:
             host, _, port = self.s.bootstrap.rpartition(":")
             upstream = (host, int(port))
@@ -202,30 +175,41 @@ class Harness:
             if self.use_proxy:
                 self.proxy = await stack.enter_async_context(fault_proxy(*upstream))
                 self.bootstrap = f"{HOST}:{self.proxy.port}"
-            await self._create_topic(f"{upstream[0]}:{upstream[1]}")
+            if self.coordinator is None and self.s.bootstrap is None:
+                await self._start_coordinator()
+            admin = (
+                f"{HOST}:{self.coordinator_port}" if self.kafka else f"{upstream[0]}:{upstream[1]}"
+            )
+            await self._create_topic(admin)
+            if self.kafka:
+                self._start_producer()
             for _ in range(self.s.members):
                 await self._start_member(self._new_name(), fault=False)
             via = "the fault proxy" if self.use_proxy else "the coordinator directly"
+            via += " (its Kafka listener)" if self.kafka else ""
             self.progress(
-                f"started {self.s.members} members, scenario {self.scenario.name}, "
-                f"protocol {self.s.protocol}, connected to {via}, run dir {self.run_dir}"
+                f"started {self.s.members} {self.s.client} members, scenario "
+                f"{self.scenario.name}, protocol {self.s.protocol}, connected to {via}, "
+                f"run dir {self.run_dir}"
             )
             await self._wait_steady()
             await self._apply_steps(time.monotonic())
             await self._stop_members()
-        if self.coordinator is not None:
-            await self._stop(self.coordinator)
+        await self._stop_many([p for p in (self.producer, self.coordinator) if p is not None])
 
     async def _run_on_cluster(self) -> None:
         shards = int(self.scenario.extra.get("shards", SHARDS))
         cluster = ChaosCluster(
             self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started,
-            shards=shards, events=self.events, progress=self.progress,
+            shards=shards, events=self.events, progress=self.progress, kafka=self.kafka,
         )  # fmt: skip
         self.cluster = cluster
         async with cluster.running(self.s.group, self.s.disconnect_grace_ms):
             self.bootstrap = cluster.bootstrap
             await self._create_topic(self.bootstrap)
+            if self.kafka:  # not yet: clients.check refuses cluster scenarios for Kafka clients
+                self.bootstrap = cluster.kafka_bootstrap
+                self._start_producer()
             for _ in range(self.s.members):
                 await self._start_member(self._new_name(), fault=False)
             self.progress(
@@ -400,8 +384,9 @@ class Harness:
             restore_rate=s.restore_rate,
             max_seconds=s.duration + SETUP_ALLOWANCE_S,
             secure_from_env=s.bootstrap is not None,
+            client=s.client,
         )
-        return [sys.executable, "-m", "huddle.chaos.worker", settings.to_json()]
+        return clients.member_argv(s, settings)
 
     async def _start_member(self, name: str, *, fault: bool) -> None:
         old = self.members.get(name)
@@ -433,6 +418,7 @@ class Harness:
             # topics and committed offsets survive a coordinator kill and restart
             "--data-dir",
             str(self.run_dir / "coordinator-data"),
+            *(clients.listener_flags(self.kafka_port, self.proxy) if self.kafka else []),
         ]
         proc = spawn(
             argv,
@@ -442,6 +428,14 @@ class Harness:
         self.coordinator = proc
         self.started.append(proc)
         await self._wait_listening(proc, self.coordinator_port, 20.0)
+        if self.kafka:
+            await self._wait_listening(proc, self.kafka_port, 20.0)
+
+    def _start_producer(self) -> None:
+        """The records of a Kafka-client run: ``rate`` per second into every partition."""
+        argv = clients.producer_argv(self.s, self.bootstrap, self.s.duration + SETUP_ALLOWANCE_S)
+        self.producer = spawn(argv, stdout=self.run_dir / "logs" / "producer.log")
+        self.started.append(self.producer)
 
     async def _wait_listening(
         self, proc: subprocess.Popen[bytes], port: int, wait_s: float

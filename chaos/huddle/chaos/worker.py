@@ -61,6 +61,8 @@ class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # TLS and SASL settings from HUDDLE_CLIENT_TLS_* and HUDDLE_USERNAME/PASSWORD (a
     # secured coordinator given with --bootstrap): huddle.client.security.security_from_env
     secure_from_env: bool = False
+    # huddle: this worker; a Kafka client's name: huddle.chaos.kafka_member runs that client
+    client: str = "huddle"
 
     def __post_init__(self) -> None:
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms"):

@@ -12,12 +12,15 @@ from huddle.client.assignors.base import (
 )
 from huddle.logs import library_logger
 from huddle.protocol.embedded import (
+    HUDDLE_SPEAKS,
     Assignment,
     EmbeddedSchemaError,
+    Speaks,
     TopicPartition,
     decode_subscription,
-    encode,
+    encode_assignment,
     grouped,
+    spoken,
 )
 from huddle.protocol.errors import HuddleError
 
@@ -51,6 +54,12 @@ def decode_members(
             lags=sub.lags,
         )
     return subscriptions
+
+
+def speaking(members: Sequence[tuple[str, str | None, bytes]]) -> dict[str, Speaks]:
+    """The format each member of the leader's JoinGroup member list spoke: huddle's, or
+    Kafka's in some version (a Kafka client's, or a huddle member's with ``embedded="kafka"``)."""
+    return {member_id: spoken(metadata) for member_id, _, metadata in members}
 
 
 def subscribed_topics(subscriptions: Mapping[str, MemberSubscription]) -> set[str]:
@@ -101,9 +110,13 @@ def assign(
     partitions_per_topic: Mapping[str, int],
     subscriptions: Mapping[str, MemberSubscription],
     check: RoundCheck = check_cooperative,
+    speaks: Mapping[str, Speaks] | None = None,
 ) -> dict[str, bytes]:
     """Run the assignor and encode every member's Assignment. A cooperative round is
-    vetted by ``check`` first (``check_cooperative``: it raises ``AssignmentError``)."""
+    vetted by ``check`` first (``check_cooperative``: it raises ``AssignmentError``). Each
+    member's goes in the format it spoke (``speaks``, from ``speaking``; huddle's if not
+    named): a Kafka member gets a ConsumerProtocolAssignment, which carries the assigned
+    partitions and the user data only (it works out what it revokes itself, KIP-429)."""
     result = assignor.assign(partitions_per_topic, subscriptions)
     missing = set(subscriptions) - set(result)
     if missing:
@@ -115,7 +128,7 @@ def assign(
     for member_id, sub in subscriptions.items():
         a = result[member_id]
         revoked = a.revoked or (sub.owned - a.partitions)
-        encoded[member_id] = encode(
+        encoded[member_id] = encode_assignment(
             Assignment(
                 assigned=grouped(a.partitions),
                 revoked=grouped(revoked),
@@ -123,6 +136,7 @@ def assign(
                 user_data=a.user_data,
                 standby=grouped(a.standby),
                 warmup=grouped(a.warmup),
-            )
+            ),
+            (speaks or {}).get(member_id, HUDDLE_SPEAKS),
         )
     return encoded

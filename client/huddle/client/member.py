@@ -47,7 +47,7 @@ from huddle.client.metrics import MemberStats, collector_for
 from huddle.client.security import NO_SECURITY, Security
 from huddle.client.subscription import Subscription
 from huddle.logs import library_logger
-from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.embedded import HUDDLE, EmbeddedFormat, TopicPartition
 from huddle.protocol.errors import (
     ErrorCode,
     UsageError,
@@ -88,6 +88,7 @@ class Member:
         lags: Callable[[], Mapping[TopicPartition, int]] | None = None,
         security: Security = NO_SECURITY,
         metrics_registry: CollectorRegistry | None = None,
+        embedded: EmbeddedFormat = HUDDLE,
     ) -> None:
         # every bad argument is an InvalidArgumentError (a ValueError), raised here and now
         check_member(
@@ -126,6 +127,7 @@ class Member:
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 rebalance_timeout_ms=rebalance_timeout_ms,
                 client_id=client_id,
+                embedded=embedded,
             ),
             resolved,
         )

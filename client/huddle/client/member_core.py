@@ -25,7 +25,7 @@ from huddle.client.assignors.base import (
 )
 from huddle.client.generation import NOT_JOINED, Generation
 from huddle.client.heartbeat import HeartbeatTimer
-from huddle.client.leader import RoundCheck, assign, check_cooperative, decode_members
+from huddle.client.leader import RoundCheck, assign, check_cooperative, decode_members, speaking
 from huddle.client.steps import (
     FATAL,
     FELL_OUT,
@@ -34,6 +34,7 @@ from huddle.client.steps import (
     MemberState,
     Next,
     Step,
+    check_embedded,
     choose_protocol,
 )
 from huddle.protocol.embedded import (
@@ -42,7 +43,7 @@ from huddle.protocol.embedded import (
     TaskLag,
     TopicPartition,
     decode_assignment,
-    encode,
+    encode_subscription,
     grouped,
 )
 from huddle.protocol.errors import ErrorCode, HuddleError, InvalidArgumentError, to_code
@@ -107,6 +108,7 @@ class MemberCore:
 
     def __post_init__(self) -> None:
         self.rebalance_protocol = choose_protocol(self.assignors)
+        check_embedded(self.config.embedded, self.assignors)
         names = [a.name for a in self.assignors]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"assignors repeat: {names}")
@@ -224,7 +226,8 @@ class MemberCore:
                 user_data=a.subscription_user_data(frozenset(topics), owned),
                 task_lags=task_lags,
             )
-            protocols.append(Protocol(name=a.name, metadata=encode(subscription)))
+            metadata = encode_subscription(subscription, self.config.embedded)
+            protocols.append(Protocol(name=a.name, metadata=metadata))
         self.state = MemberState.JOINING
         return JoinGroupRequest(
             group_id=self.config.group_id,
@@ -281,7 +284,7 @@ class MemberCore:
             return Step(next=Next.JOIN)
         if code != E.NONE:
             return self._on_error(to_code(code), response.error_message or "")
-        assignment = decode_assignment(response.assignment)
+        assignment = decode_assignment(response.assignment, self.joined_claims)
         assigned = assignment.partitions
         wanted = frozenset(self.config.topics)
         if any(tp.topic not in wanted for tp in assigned):
@@ -388,7 +391,8 @@ class MemberCore:
         """The leader runs the group's assignor: each member's encoded assignment."""
         self.tick(now_ms)
         assignor = self.assignor(self.protocol_name)
-        encoded = assign(assignor, partitions_per_topic, subscriptions, self.round_check)
+        speaks = speaking(self.join_members)
+        encoded = assign(assignor, partitions_per_topic, subscriptions, self.round_check, speaks)
         return [SyncGroupAssignment(member_id=m, assignment=a) for m, a in encoded.items()]
 
     # --- deadlines -------------------------------------------------------------------

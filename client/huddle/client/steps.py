@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from huddle.client.assignors.base import Assignor, MemberAssignment, RebalanceProtocol
-from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.embedded import FORMATS, HUDDLE, KAFKA, EmbeddedFormat, TopicPartition
 from huddle.protocol.errors import ErrorCode, InvalidArgumentError
 from huddle.protocol.messages import MAX_CLIENT_ID, MAX_GROUP_ID, MAX_INSTANCE_ID
 
@@ -85,8 +85,14 @@ class MemberConfig:
     heartbeat_interval_ms: int = 1_000
     rebalance_timeout_ms: int = 30_000
     client_id: str = "huddle-member"
+    # the format of its subscription: huddle's, or Kafka's (a Kafka client may lead)
+    embedded: EmbeddedFormat = HUDDLE
 
     def __post_init__(self) -> None:
+        if self.embedded not in FORMATS:
+            raise InvalidArgumentError(
+                f"embedded must be one of {', '.join(FORMATS)}, not {self.embedded!r}"
+            )
         bounds = (
             ("group id", self.group_id, MAX_GROUP_ID),
             ("group instance id", self.instance_id or "", MAX_INSTANCE_ID),
@@ -110,3 +116,16 @@ def choose_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:
         names = ", ".join(a.name for a in assignors)
         raise InvalidArgumentError(f"the assignors {names} share no rebalance protocol")
     return max(common)
+
+
+def check_embedded(embedded: EmbeddedFormat, assignors: Sequence[Assignor]) -> None:
+    """Kafka's format has no room for what some assignors need (task lags, revoked
+    partitions, a scheduled rebalance delay, standbys): those refuse it."""
+    if embedded != KAFKA:
+        return
+    needing = [a.name for a in assignors if a.needs_huddle_format]
+    if needing:
+        raise InvalidArgumentError(
+            f"embedded='kafka' cannot carry what {', '.join(needing)} needs: "
+            "use Kafka's assignors (range, roundrobin, sticky, cooperative-sticky)"
+        )

@@ -22,6 +22,7 @@ class RunAnalysis:
     protocol: str | None
     scenario: str | None
     gap_ms: float
+    client: str | None  # huddle, or the Kafka client the members ran (None: not told)
     window: availability.MeasureWindow | None
     ownership: list[Row]
     unavailability: list[Row]
@@ -33,17 +34,19 @@ class RunAnalysis:
     first_ts: float
 
 
-def run_metadata(events: RunEvents) -> tuple[str | None, str | None]:
+def run_metadata(events: RunEvents) -> tuple[str | None, str | None, str | None]:
+    """The run's protocol, scenario and client (the harness's ``run_started``; a run
+    written before ``client`` was logged ran huddle's members)."""
     row = (
         events.control.where(F.col("event") == "run_started")
         .orderBy("ts")
-        .select("protocol", "scenario")
+        .select("protocol", "scenario", "client")
         .first()
     )
     if row is None:
         proto = events.control.where(F.col("protocol").isNotNull()).select("protocol").first()
-        return (None if proto is None else str(proto["protocol"])), None
-    return row["protocol"], row["scenario"]
+        return (None if proto is None else str(proto["protocol"])), None, None
+    return row["protocol"], row["scenario"], row["client"] or "huddle"
 
 
 def known_partitions(events: RunEvents) -> DataFrame:
@@ -86,7 +89,7 @@ def analyse(
     say = progress or (lambda _: None)
     say("loading events")
     events = load_run(spark, run_dir)
-    protocol, scenario = run_metadata(events)
+    protocol, scenario, client = run_metadata(events)
     stops = coverage.stops(ownership.partition_changes(events.control))
     annotated = _keep(coverage.annotate(events.processed, gap_ms / 1000.0, stops))
     islands = _keep(coverage.islands(annotated))
@@ -120,6 +123,7 @@ def analyse(
         protocol=protocol,
         scenario=scenario,
         gap_ms=gap_ms,
+        client=client,
         window=window,
         ownership=rows("ownership", "topic", "partition", "start", "proc"),
         unavailability=rows("unavailability", "topic", "partition"),

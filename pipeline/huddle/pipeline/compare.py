@@ -15,6 +15,7 @@ from huddle.pipeline.summary import RunSummary
 COMPARISON_COLUMNS = (
     "run",
     "protocol",
+    "client",
     "scenario",
     "total_unavailable_partition_seconds",
     "max_outage_seconds",
@@ -31,6 +32,7 @@ COMPARISON_COLUMNS = (
 COLUMN_LABELS = (
     "run",
     "protocol",
+    "members",
     "scenario",
     "unavailable partition-s",
     "longest outage s",
@@ -48,16 +50,20 @@ def comparison_rows(summaries: list[RunSummary]) -> list[list[Any]]:
 
 
 def write_comparison(
-    summaries: list[RunSummary], out_dir: Path, run_dirs: Sequence[Path] = ()
+    summaries: list[RunSummary],
+    out_dir: Path,
+    run_dirs: Sequence[Path] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """``comparison.md``, ``comparison.json``, ``unavailability_by_protocol.png`` and
-    ``comparison.html`` (the plot inline: one file to open)."""
+    ``comparison.html`` (the plot inline: one file to open). ``notes``: lines said under
+    the table (e.g. a run that was left out, and why)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(list(COMPARISON_COLUMNS), comparison_rows(summaries))
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
     (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     plot = out_dir / "unavailability_by_protocol.png"
-    names = [s.protocol or s.run for s in summaries]
+    names = [_name(s) for s in summaries]
     if len(set(names)) < len(names):  # runs of one protocol: told apart by their run
         names = [f"{n} ({s.run})" for n, s in zip(names, summaries, strict=True)]
     plots.comparison(
@@ -83,8 +89,11 @@ def write_comparison(
         plot,
     )
     text = (
-        "# Comparison\n\n" + table + "\n\n![unavailability per protocol]"
-        "(unavailability_by_protocol.png)\n"
+        "# Comparison\n\n"
+        + table
+        + "\n\n"
+        + "".join(f"Note: {n}.\n\n" for n in notes)
+        + "![unavailability per protocol](unavailability_by_protocol.png)\n"
     )
     (out_dir / "comparison.md").write_text(text, encoding="utf-8")
     page = html.page(
@@ -96,6 +105,7 @@ def write_comparison(
             ),
             html.image(plot, "unavailability, longest outage and rebalance time per protocol"),
             html.table(list(COLUMN_LABELS), comparison_rows(summaries)),
+            *[html.paragraph(f"Note: {n}.") for n in notes],
             *(
                 [
                     html.links(
@@ -113,6 +123,12 @@ def write_comparison(
     )
     (out_dir / "comparison.html").write_text(page, encoding="utf-8")
     return table
+
+
+def _name(s: RunSummary) -> str:
+    """A run in the plot: its protocol, and its client when the members were Kafka's."""
+    name = s.protocol or s.run
+    return name if s.client in (None, "huddle") else f"{name} ({s.client})"
 
 
 def _figure(value: float | None) -> float | None:

@@ -73,7 +73,8 @@ def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
     out = [
         f"# Run `{a.run}`",
         "",
-        f"Protocol **{a.protocol}**, scenario **{a.scenario}**, tick gap {a.gap_ms:g} ms. "
+        f"Protocol **{a.protocol}**, members **{a.client or 'huddle'}**, "
+        f"scenario **{a.scenario}**, tick gap {a.gap_ms:g} ms. "
         f"Times are seconds since the run's first event. Availability window: "
         f"{s.window.definition} ({s.window.seconds} s).",
         "",
@@ -160,7 +161,8 @@ def render_html(a: RunAnalysis, s: RunSummary, t0: float, out: Path) -> str:
     parts = [
         html.heading(f"Run {a.run}", 1),
         html.paragraph(
-            f"Protocol {a.protocol}, scenario {a.scenario}, tick gap {a.gap_ms:g} ms. Times are "
+            f"Protocol {a.protocol}, members {a.client or 'huddle'}, scenario {a.scenario}, "
+            f"tick gap {a.gap_ms:g} ms. Times are "
             f"seconds since the run's first event. Availability window: "
             f"{s.window.definition} ({s.window.seconds} s).",
             "lead",

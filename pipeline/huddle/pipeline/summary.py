@@ -48,6 +48,7 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     scenario: str | None
     gap_ms: float
     window: Window
+    client: str | None = None  # huddle, or the Kafka client the members ran
     partitions: int
     total_unavailable_partition_seconds: float | None
     max_outage_seconds: float | None
@@ -90,6 +91,7 @@ def summarise(a: RunAnalysis) -> RunSummary:
     return RunSummary(
         run=a.run,
         protocol=a.protocol,
+        client=a.client,
         scenario=a.scenario,
         gap_ms=a.gap_ms,
         window=Window(

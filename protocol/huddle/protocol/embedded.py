@@ -3,9 +3,20 @@
 The coordinator carries these as opaque bytes (JoinGroup protocol metadata, SyncGroup
 assignments); it reads only the subscribed topics of a ``consumer`` group, for offset
 retention, as Kafka's coordinator does (``subscribed_topics``, which reads Kafka clients'
-subscriptions too). Both are msgpack maps with a ``version``: a newer
+subscriptions too). huddle's own are msgpack maps with a ``version``: a newer
 member may add fields, an older one ignores fields it does not know and gets defaults for
 fields it does not send, so mixed versions interoperate.
+
+Two formats travel in one ``consumer`` group: huddle's (``HUDDLE``) and Kafka's
+ConsumerProtocolSubscription and ConsumerProtocolAssignment (``KAFKA``, versions 0-3, in
+``huddle.protocol.consumer_protocol``), which Kafka clients speak. ``decode_subscription``
+and ``decode_assignment`` read either (a Kafka one starts with the high byte of its int16
+version, 0; a msgpack map never does); ``spoken`` says which a member sent, so a leader
+answers each member in its own (``encode_assignment``); ``encode_subscription`` writes a
+member's in the format it is configured to speak. Kafka's format has no room for huddle's
+extras: a subscription's task lags and an assignment's revoked partitions, scheduled
+rebalance delay, standbys and warm-ups are left out of it; a member reading a Kafka
+assignment takes as revoked what it claimed and was not assigned (KIP-429).
 """
 
 from __future__ import annotations
@@ -13,17 +24,25 @@ from __future__ import annotations
 import struct
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import msgspec
 
-from huddle.protocol.errors import HuddleError
+from huddle.protocol import consumer_protocol as kafka
+from huddle.protocol.consumer_protocol import EmbeddedSchemaError
+
+__all__ = ["EmbeddedSchemaError"]  # re-exported: defined with the reader of Kafka's format
 
 SUBSCRIPTION_VERSION = 2
 ASSIGNMENT_VERSION = 2
 # The protocol type of groups whose members send a ``Subscription`` (as Kafka's consumer
 # protocol type): the coordinator reads their subscribed topics, for offset retention.
 CONSUMER_PROTOCOL_TYPE = "consumer"
+
+EmbeddedFormat = Literal["huddle", "kafka"]
+HUDDLE: EmbeddedFormat = "huddle"
+KAFKA: EmbeddedFormat = "kafka"
+FORMATS: tuple[EmbeddedFormat, ...] = (HUDDLE, KAFKA)
 
 
 class TopicPartition(NamedTuple):
@@ -102,12 +121,15 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
         return flatten(self.revoked)
 
 
-class EmbeddedSchemaError(HuddleError, ValueError):
-    """Bytes that are not a Subscription or Assignment this member can read."""
+class Speaks(NamedTuple):
+    """The format a member's subscription came in, and its version: its assignment goes
+    back in the same (a Kafka member gets the version it sent, at most 3)."""
+
+    format: EmbeddedFormat
+    version: int
 
 
-_KAFKA_COUNT = struct.Struct(">i")
-_KAFKA_LENGTH = struct.Struct(">h")
+HUDDLE_SPEAKS = Speaks(HUDDLE, ASSIGNMENT_VERSION)
 _encoder = msgspec.msgpack.Encoder()
 _subscription = msgspec.msgpack.Decoder(Subscription)
 _assignment = msgspec.msgpack.Decoder(Assignment)
@@ -117,7 +139,57 @@ def encode(value: Subscription | Assignment) -> bytes:
     return _encoder.encode(value)
 
 
+def format_of(data: bytes) -> EmbeddedFormat:
+    """Which format ``data`` is in (empty bytes, an empty assignment, are huddle's)."""
+    return KAFKA if data[:1] == b"\x00" else HUDDLE
+
+
+def spoken(metadata: bytes) -> Speaks:
+    """The format and version of a member's subscription, read from its first bytes only
+    (one that cannot be read whole subscribes to nothing, so its answer is empty anyway)."""
+    if format_of(metadata) == HUDDLE:
+        return HUDDLE_SPEAKS
+    (version,) = struct.unpack_from(">h", metadata.ljust(2, b"\x00"))
+    return Speaks(KAFKA, min(max(version, 0), kafka.HIGHEST_VERSION))
+
+
+def encode_subscription(sub: Subscription, fmt: EmbeddedFormat = HUDDLE) -> bytes:
+    """``sub`` in ``fmt``; Kafka's is version 3, without task lags and with no rack."""
+    if fmt == HUDDLE:
+        return encode(sub)
+    owned = [(t.topic, t.partitions) for t in sub.owned_partitions]
+    return kafka.write_subscription(
+        kafka.KafkaSubscription(
+            kafka.HIGHEST_VERSION, list(sub.topics), sub.user_data, owned, sub.generation
+        )
+    )
+
+
+def encode_assignment(assignment: Assignment, speaks: Speaks = HUDDLE_SPEAKS) -> bytes:
+    """``assignment`` in the format (and, Kafka's, the version) its member speaks; Kafka's
+    keeps the assigned partitions and the user data only."""
+    if speaks.format == HUDDLE:
+        return encode(assignment)
+    assigned = [(t.topic, t.partitions) for t in assignment.assigned]
+    return kafka.write_assignment(
+        kafka.KafkaAssignment(speaks.version, assigned, assignment.user_data)
+    )
+
+
+def _grouped(partitions: kafka.Partitions) -> list[TopicPartitions]:
+    return grouped(TopicPartition(t, p) for t, ps in partitions for p in ps)
+
+
 def decode_subscription(data: bytes) -> Subscription:
+    """huddle's Subscription, or Kafka's in any version (as one of huddle's)."""
+    if format_of(data) == KAFKA:
+        k = kafka.read_subscription(data)
+        return Subscription(
+            topics=k.topics,
+            owned_partitions=_grouped(k.owned_partitions),
+            generation=k.generation_id,
+            user_data=k.user_data or b"",
+        )
     try:
         return _subscription.decode(data)
     except msgspec.MsgspecError as exc:
@@ -129,30 +201,23 @@ def subscribed_topics(data: bytes) -> list[str]:
     (msgpack, a map), or from Kafka's ConsumerProtocolSubscription, which Kafka clients
     send (a big-endian int16 version, then an int32 count of int16-length UTF-8 topic
     names; what follows them is not read)."""
-    if data[:1] != b"\x00":
+    if format_of(data) == HUDDLE:
         return list(decode_subscription(data).topics)
-    try:
-        (count,) = _KAFKA_COUNT.unpack_from(data, 2)
-        if not 0 <= count <= len(data):
-            raise EmbeddedSchemaError(f"not a subscription: {count} topics")
-        topics, offset = [], 6
-        for _ in range(count):
-            (size,) = _KAFKA_LENGTH.unpack_from(data, offset)
-            offset += 2
-            if size < 0 or offset + size > len(data):
-                raise EmbeddedSchemaError("not a subscription: a topic name runs past the end")
-            topics.append(data[offset : offset + size].decode("utf-8"))
-            offset += size
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise EmbeddedSchemaError(f"not a subscription: {exc}") from exc
-    return topics
+    return kafka.read_topics(data)
 
 
-def decode_assignment(data: bytes) -> Assignment:
+def decode_assignment(data: bytes, claimed: frozenset[TopicPartition] = frozenset()) -> Assignment:
     """Empty bytes are an empty assignment (what the coordinator gives members the
-    leader left out)."""
+    leader left out). Kafka's names nothing revoked: its revoked partitions are those of
+    ``claimed`` (what the member's join said it owned) not assigned, as KIP-429's members
+    work them out."""
     if not data:
         return Assignment()
+    if format_of(data) == KAFKA:
+        k = kafka.read_assignment(data)
+        assigned = _grouped(k.assigned_partitions)
+        revoked = grouped(claimed - flatten(assigned))
+        return Assignment(assigned=assigned, revoked=revoked, user_data=k.user_data or b"")
     try:
         return _assignment.decode(data)
     except msgspec.MsgspecError as exc:

@@ -70,18 +70,22 @@ async def run(options: DriverOptions, report: Reporter) -> None:
     try:
         while not stop.is_set() and time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=POLL_MS)
+            member_id, generation = _membership(consumer)
+            if generation >= 0:  # a generation that called no listener is told here
+                report.joined(member_id, generation)
             positions = {}
             for tp, records in batches.items():
                 if records:
-                    report.consumed(tp.topic, tp.partition, records[0].offset)
                     positions[tp] = records[-1].offset + 1
+                    report.read(tp.topic, tp.partition, records[0].offset, positions[tp])
             if options.commit and positions:
+                triples = [(tp.topic, tp.partition, o) for tp, o in positions.items()]
                 try:
                     await consumer.commit(positions)
                 except Exception as exc:  # fenced, rebalancing: say so and go on
-                    report.commit_failed(repr(exc))
+                    report.commit_failed(repr(exc), triples)
                 else:
-                    report.committed((tp.topic, tp.partition, o) for tp, o in positions.items())
+                    report.committed(triples)
     finally:
         await consumer.stop()
         report.left()

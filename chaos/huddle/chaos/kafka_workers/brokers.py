@@ -15,6 +15,7 @@ same on both brokers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import subprocess
@@ -52,6 +53,7 @@ class Broker:
     pid: int  # 0: not a process started here
     port: int  # the Kafka listener's
     host: str = HOST
+    huddle_port: int = 0  # huddle serve's own listener (its Members'); 0: none (tansu)
 
     @property
     def bootstrap(self) -> str:
@@ -146,14 +148,15 @@ def _huddle() -> list[str]:
 
 @contextlib.contextmanager
 def huddle(log_dir: Path, *flags: str) -> Iterator[Broker]:
-    """``huddle serve`` with a Kafka listener on a free 127.0.0.1 port (plus ``flags``)."""
+    """``huddle serve`` with a Kafka listener on a free 127.0.0.1 port (plus ``flags``); the
+    ``Broker`` names its huddle listener too (``huddle_port``), for huddle's own Members."""
     if not huddle_has_kafka_listener():
         raise BrokerError("this huddle serve has no Kafka listener (--kafka-port)")
     port, kafka_port = free_port(), free_port()
     argv = [*_huddle(), "serve", "--host", HOST, "--port", str(port)]
     argv += ["--kafka-host", HOST, "--kafka-port", str(kafka_port), "--log-level", "warning"]
     with _started("huddle", [*argv, *flags], kafka_port, log_dir / "huddle.log") as b:
-        yield b
+        yield dataclasses.replace(b, huddle_port=port)
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """The confluent-kafka (librdkafka) consumer driver: ``python -m
 huddle.chaos.kafka_workers.confluent_driver --bootstrap HOST:PORT --group G --topic T [...]``
 (flags: ``options``; lines: the package's docstring). Strategies: range, roundrobin,
-cooperative-sticky; static membership. librdkafka does not tell the generation: ``joined``
-carries the member id with a null generation."""
+cooperative-sticky; static membership. librdkafka tells the generation only inside its
+serialized group metadata (``generation``); where that cannot be read, ``joined`` carries a
+null generation."""
 
 from __future__ import annotations
 
@@ -22,8 +23,27 @@ from huddle.chaos.kafka_workers.options import (
 
 CLIENT = "confluent-kafka"
 STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
-POLL_S = 0.2
+POLL_S = 0.05  # consume() waits for BATCH records or this long: how long a read record waits
 BATCH = 500
+
+
+CGMD_MAGIC = b"CGMDv2:"  # librdkafka's serialized consumer group metadata, version 2
+
+
+def generation(consumer: Consumer) -> int | None:
+    """The consumer's generation, or None (between generations, or not readable).
+
+    confluent-kafka has no accessor for it; ``consumer_group_metadata()`` gives librdkafka's
+    serialization (``rd_kafka_consumer_group_metadata_write``): the magic ``CGMDv2:``, then
+    the generation as a 32-bit integer in the machine's byte order, then the ids."""
+    raw = consumer.consumer_group_metadata()
+    if not isinstance(raw, bytes) or not raw.startswith(CGMD_MAGIC):
+        return None
+    field = raw[len(CGMD_MAGIC) : len(CGMD_MAGIC) + 4]
+    if len(field) != 4:
+        return None
+    value = int.from_bytes(field, sys.byteorder, signed=True)
+    return value if value >= 0 else None
 
 
 def _tps(partitions: list[TopicPartition]) -> list[Partition]:
@@ -52,11 +72,12 @@ def _commit(consumer: Consumer, report: Reporter, positions: dict[Partition, int
     try:
         result = consumer.commit(offsets=offsets, asynchronous=False)
     except Exception as exc:  # fenced, rebalancing: say so and go on
-        report.commit_failed(repr(exc))
+        report.commit_failed(repr(exc), ((t, p, o) for (t, p), o in positions.items()))
         return
     failed = [tp for tp in result if tp.error is not None]
     if failed:
-        report.commit_failed(repr(failed[0].error))
+        tried = ((tp.topic, tp.partition, tp.offset) for tp in failed)
+        report.commit_failed(repr(failed[0].error), tried)
     report.committed((tp.topic, tp.partition, tp.offset) for tp in result if tp.error is None)
 
 
@@ -65,7 +86,7 @@ def run(options: DriverOptions, report: Reporter) -> None:
     consumer = Consumer(config(options))
 
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
-        report.joined(c.memberid() or None, None)
+        report.joined(c.memberid() or None, generation(c))
         report.assigned(_tps(partitions))
 
     def on_revoke(_: Consumer, partitions: list[TopicPartition]) -> None:
@@ -79,6 +100,10 @@ def run(options: DriverOptions, report: Reporter) -> None:
     try:
         while not stop.stopped:
             messages: list[Message] = consumer.consume(BATCH, timeout=POLL_S)
+            current = generation(consumer)
+            if current is not None:  # a generation that called no callback is told here
+                report.joined(consumer.memberid() or None, current)
+            firsts: dict[Partition, int] = {}
             positions: dict[Partition, int] = {}
             for message in messages:
                 error = message.error()
@@ -89,8 +114,10 @@ def run(options: DriverOptions, report: Reporter) -> None:
                 topic, partition, offset = message.topic(), message.partition(), message.offset()
                 if topic is None or partition is None or offset is None:
                     continue
-                report.consumed(topic, partition, offset)
+                firsts.setdefault((topic, partition), offset)
                 positions[(topic, partition)] = offset + 1
+            for (topic, partition), first in firsts.items():
+                report.read(topic, partition, first, positions[(topic, partition)])
             if options.commit and positions:
                 _commit(consumer, report, positions)
     finally:

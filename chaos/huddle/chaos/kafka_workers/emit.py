@@ -82,12 +82,19 @@ class Reporter:
         self._read.add(key)
         self.emit("consumed", topic=topic, partition=partition, offset=offset)
 
+    def read(self, topic: str, partition: int, offset: int, end: int) -> None:
+        """A batch of records read from one partition, offsets ``offset`` up to ``end``
+        (exclusive). Here: a ``consumed`` line if it is the first since the assignment
+        (``huddle.chaos.kafka_member``'s sink writes every batch)."""
+        self.consumed(topic, partition, offset)
+
     def committed(self, offsets: Iterable[tuple[str, int, int]]) -> None:
         triples = [[t, p, o] for t, p, o in sorted(offsets)]
         if triples:
             self.emit("committed", offsets=triples)
 
-    def commit_failed(self, error: str) -> None:
+    def commit_failed(self, error: str, offsets: Iterable[tuple[str, int, int]] = ()) -> None:
+        """A refused commit; ``offsets``: what it tried to commit (not printed here)."""
         self.emit("committed", offsets=[], error=error)
 
     def error(self, message: str) -> None:
@@ -112,6 +119,11 @@ class StopFlag:
 
     def set(self) -> None:
         self._event.set()
+
+    def wait(self, seconds: float) -> None:
+        """Until stopped or ``seconds`` passed, whichever is first."""
+        left = self._deadline - time.monotonic()
+        self._event.wait(max(min(seconds, left), 0.0))
 
     @property
     def stopped(self) -> bool:

@@ -51,7 +51,8 @@ def run(options: DriverOptions, report: Reporter) -> None:
 
     def note_generation() -> None:
         meta = consumer.group_metadata()
-        report.joined(meta.member_id or None, meta.generation_id)
+        if meta.generation_id >= 0:  # -1: between generations (a join under way)
+            report.joined(meta.member_id or None, meta.generation_id)
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         def on_partitions_revoked(self, revoked: Any) -> None:
@@ -69,19 +70,22 @@ def run(options: DriverOptions, report: Reporter) -> None:
     try:
         while not stop.stopped:
             batches = consumer.poll(timeout_ms=POLL_MS)
+            # a generation without new partitions (KIP-429's second round) calls no listener
+            note_generation()
             positions = {}
             for tp, records in batches.items():
                 if records:
-                    report.consumed(tp.topic, tp.partition, records[0].offset)
                     positions[tp] = records[-1].offset + 1
+                    report.read(tp.topic, tp.partition, records[0].offset, positions[tp])
             if options.commit and positions:
                 commit = {tp: OffsetAndMetadata(o, "", -1) for tp, o in positions.items()}
+                triples = [(tp.topic, tp.partition, o) for tp, o in positions.items()]
                 try:
                     consumer.commit(commit)
                 except Exception as exc:  # fenced, rebalancing: say so and go on
-                    report.commit_failed(repr(exc))
+                    report.commit_failed(repr(exc), triples)
                 else:
-                    report.committed((tp.topic, tp.partition, o) for tp, o in positions.items())
+                    report.committed(triples)
     finally:
         consumer.close()
         report.left()

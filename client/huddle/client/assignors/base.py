@@ -73,6 +73,9 @@ class Assignor(ABC):
     supported_protocols: ClassVar[tuple[RebalanceProtocol, ...]] = (RebalanceProtocol.EAGER,)
     now_ms: Callable[[], float] = staticmethod(monotonic_ms)
     claim_rules: ClaimRules = CLAIM_RULES
+    # whether it needs what only huddle's embedded format carries (task lags, revoked
+    # partitions, a scheduled rebalance delay, standbys): such a one refuses Kafka's
+    needs_huddle_format: ClassVar[bool] = False
 
     def subscription_user_data(
         self, topics: frozenset[str], owned: frozenset[TopicPartition]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from huddle.client.assignors._sticky import sticky_assign
@@ -9,27 +10,67 @@ from huddle.client.assignors.base import (
     ASSIGNORS,
     Assignor,
     GroupAssignment,
+    MemberAssignment,
     MemberSubscription,
     RebalanceProtocol,
 )
+from huddle.protocol.consumer_protocol import (
+    NO_GENERATION,
+    read_sticky_user_data,
+    write_sticky_user_data,
+)
+from huddle.protocol.embedded import EmbeddedSchemaError, TopicPartition, grouped
 
 
 @ASSIGNORS.register
 class StickyAssignor(Assignor):
     """Kafka's StickyAssignor for the eager protocol. Members revoke everything before
-    joining but still report what they owned (``owned``, ``generation``), so it needs no
-    user data: each member gets its balanced share, its previous partitions first."""
+    joining but still report what they owned (``owned``, ``generation``): each member gets
+    its balanced share, its previous partitions first.
+
+    Kafka's eager members report nothing owned in the subscription: Kafka's StickyAssignor
+    keeps a member's previous assignment and its generation in the user data
+    (StickyAssignorUserData). This one writes that user data too, and reads it from a member
+    whose subscription claims nothing, so the group stays sticky whichever kind leads."""
 
     name = "sticky"
+
+    def __init__(self) -> None:
+        self._generation = NO_GENERATION  # of the last assignment this member received
+
+    def subscription_user_data(
+        self, topics: frozenset[str], owned: frozenset[TopicPartition]
+    ) -> bytes:
+        if not owned:
+            return b""
+        previous = [(t.topic, t.partitions) for t in grouped(owned)]
+        return write_sticky_user_data(previous, self._generation)
+
+    def on_assignment(self, assignment: MemberAssignment, generation: int) -> None:
+        self._generation = generation
 
     def assign(
         self,
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, MemberSubscription],
     ) -> GroupAssignment:
+        claims = {m: _with_user_data_claim(s) for m, s in subscriptions.items()}
         return sticky_assign(
-            partitions_per_topic, subscriptions, cooperative=False, rules=self.claim_rules
+            partitions_per_topic, claims, cooperative=False, rules=self.claim_rules
         )
+
+
+def _with_user_data_claim(sub: MemberSubscription) -> MemberSubscription:
+    """``sub``, with what its StickyAssignorUserData says it owned if it claims nothing
+    else (a Kafka member's; user data that is not one is left alone)."""
+    if sub.owned or not sub.user_data:
+        return sub
+    try:
+        previous, generation = read_sticky_user_data(sub.user_data)
+    except EmbeddedSchemaError:
+        return sub
+    owned = frozenset(TopicPartition(t, p) for t, ps in previous for p in ps)
+    return dataclasses.replace(sub, owned=owned, generation=generation)
 
 
 @ASSIGNORS.register

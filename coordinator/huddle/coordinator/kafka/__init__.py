@@ -10,6 +10,9 @@ one part of what it does (see docs/kafka.md for the mapping to the core):
   touches it): decoding requests, building and encoding responses for their version;
 - ``walk``: a request walked by its schema before kio reads it: lengths and nulls checked
   as Kafka checks them, unknown tagged fields skipped as Kafka skips them;
+- ``heartbeat_fast``: Heartbeat requests read and answered by hand, kio's bytes exactly
+  (a member's most frequent request; what it cannot read plainly goes through kio);
+- ``offset_commit_encoding``: OffsetCommit answers written by hand, kio's bytes exactly;
 - ``answers``: each connection's answers leaving in request order (``KafkaCodec``);
 - ``brokers``: ApiVersions, Metadata and FindCoordinator;
 - ``groups``, ``offsets``, ``admin``: Kafka's requests as the core's, its answers back;

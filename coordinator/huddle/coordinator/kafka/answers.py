@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import structlog
 
-from huddle.coordinator.kafka import schemas
+from huddle.coordinator.kafka import heartbeat_fast, schemas
 from huddle.coordinator.kafka.framing import SIZE_BYTES
 from huddle.coordinator.kafka.translate import Encoded
 from huddle.protocol.errors import ErrorCode
@@ -58,7 +58,7 @@ class Slot:
 class KafkaCodec:
     """One connection's queue of slots; a ``huddle.coordinator.wire.Codec``."""
 
-    __slots__ = ("_calls", "_next_call", "_queue", "max_response_bytes")
+    __slots__ = ("_calls", "_next_call", "_queue", "heartbeats", "max_response_bytes")
     # each answer is kept within the limit here: several may leave in one call
     limits_size: Final = True
 
@@ -67,6 +67,7 @@ class KafkaCodec:
         self._queue: deque[Slot] = deque()
         self._calls: dict[int, tuple[Slot, int]] = {}  # call id -> its slot, which part
         self._next_call = 1
+        self.heartbeats = heartbeat_fast.Reader()  # the connection's, read by hand
 
     @property
     def waiting(self) -> int:
@@ -107,11 +108,30 @@ class KafkaCodec:
             slot.parts[index] = frame.response
             slot.waiting -= 1
             if slot.waiting == 0:
-                self._finish(slot)
+                if slot.api_key == heartbeat_fast.HEARTBEAT:
+                    self._heartbeat(slot, frame.response)
+                else:
+                    self._finish(slot)
         queue = self._queue
         while queue and (encoded := queue[0].encoded) is not None:
             queue.popleft()
             buffer += encoded
+
+    def open_one(self, slot: Slot) -> int:
+        """``open`` for a slot of one core part (a Heartbeat's): its call id."""
+        self._queue.append(slot)
+        call_id = self._next_call
+        self._next_call = call_id + 1
+        self._calls[call_id] = (slot, 0)
+        return call_id
+
+    def _heartbeat(self, slot: Slot, response: Response) -> None:
+        """A Heartbeat's answer, its error code alone, written by hand (``heartbeat_fast``)."""
+        encoded = heartbeat_fast.response(slot.version, slot.correlation_id, response.error_code)
+        if len(encoded) - SIZE_BYTES > self.max_response_bytes:
+            self._finish(slot)  # too large for the limit: answered so, as any other
+            return
+        slot.encoded = encoded
 
     def _finish(self, slot: Slot) -> None:
         parts = [p for p in slot.parts if p is not None]

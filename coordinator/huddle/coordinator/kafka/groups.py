@@ -111,10 +111,10 @@ def heartbeat(req: Any, version: int, ctx: Context) -> Plan:
         member_id=req.member_id,
         group_instance_id=get(req, "group_instance_id"),
     )
-    return Plan([call], _error_only)
+    return Plan([call], error_only)
 
 
-def _error_only(parts: Sequence[Response]) -> Values:
+def error_only(parts: Sequence[Response]) -> Values:
     return {"error_code": parts[0].error_code}
 
 

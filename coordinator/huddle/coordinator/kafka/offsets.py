@@ -4,6 +4,7 @@
   answer for every partition of the request, as Kafka's coordinator gives it; the core
   answers it once, for the group. Leader epochs, commit timestamps and retention times
   are read and not kept (Kafka 2.1+ ignores the last two as well).
+- OffsetCommit's answer is written by hand (``offset_commit_encoding``), kio's bytes.
 - OffsetFetch v8+ asks for several groups in one request: one core request per group,
   answered together. A null topic list asks for every committed offset of the group.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from huddle.coordinator.kafka.translate import Context, Plan, Values, get
+from huddle.coordinator.kafka import offset_commit_encoding
+from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get
 from huddle.protocol.messages import (
     NO_GENERATION,
     OffsetCommitPartition,
@@ -51,7 +53,7 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
         ],
     )
 
-    def answer(parts: Sequence[Response]) -> Values:
+    def answer(parts: Sequence[Response]) -> Encoded:
         (r,) = parts
         group_code = r.error_code
         found: dict[tuple[str, int], int] = {}
@@ -59,21 +61,17 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
             for topic in r.topics:
                 for p in topic.partitions:
                     found[topic.name, p.partition] = p.error_code
-        return {
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": [
-                        {
-                            "partition_index": p.partition_index,
-                            "error_code": group_code or found.get((t.name, p.partition_index), 0),
-                        }
-                        for p in t.partitions
-                    ],
-                }
-                for t in req.topics
-            ]
-        }
+        topics = [
+            (
+                t.name,
+                [
+                    (p.partition_index, group_code or found.get((t.name, p.partition_index), 0))
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ]
+        return Encoded(offset_commit_encoding.encode(version, topics))
 
     return Plan([call], answer)
 

@@ -117,6 +117,12 @@ def build(cls: Any, values: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+@cache
+def error_codes() -> frozenset[int]:
+    """The error codes kio knows: ``kafka_error`` makes any other UNKNOWN_SERVER_ERROR."""
+    return frozenset(int(code) for code in KafkaErrorCode)
+
+
 def kafka_error(code: int) -> KafkaErrorCode:
     try:
         return KafkaErrorCode(code)

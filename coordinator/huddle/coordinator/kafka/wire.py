@@ -4,7 +4,9 @@ Each request is read here (``framing``, ``header``, ``schemas``), takes its slot
 connection's queue of answers (``answers``), and is translated (``brokers``, ``groups``,
 ``offsets``, ``admin``) into none, one or several of the core's requests: the first is
 returned to the server's request path, the others (a batch of groups or keys) go to it
-directly. Produce, Fetch and ListOffsets go to the log instead (``log_apis``). From there
+directly. Produce, Fetch and ListOffsets go to the log instead (``log_apis``). A Heartbeat
+on a logged-in connection is read and answered by hand (``heartbeat_fast``), unless it is
+not plain (then it goes the usual way: the same answer, bad input included). From there
 everything is what huddle's own wire gets: the screening, the core, the held answers, the
 keeper.
 
@@ -35,6 +37,7 @@ from huddle.coordinator.kafka import (
     brokers,
     groups,
     header,
+    heartbeat_fast,
     leaders,
     leadership,
     log_access,
@@ -216,13 +219,17 @@ class KafkaWire:
         return KafkaCodec(self.max_response_bytes)
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
-        if not conn.handshaken:
-            if self.sasl is None:
-                conn.handshaken = True  # no handshake: its first request logs it in
-                self.server.greeted(conn)
-            elif conn.sasl is FAILED:
-                conn.inbox.clear()  # its failure is answered after a delay: nothing else
-                return None
+        if conn.handshaken:
+            codec = cast(KafkaCodec, conn.codec)
+            beat = codec.heartbeats.read(body)
+            if beat is not None:
+                return self._heartbeat(conn, codec, beat)
+        elif self.sasl is None:
+            conn.handshaken = True  # no handshake: its first request logs it in
+            self.server.greeted(conn)
+        elif conn.sasl is FAILED:
+            conn.inbox.clear()  # its failure is answered after a delay: nothing else
+            return None
         try:
             start = header.start(body)
         except header.RequestReadError as exc:
@@ -281,6 +288,17 @@ class KafkaWire:
             fetch.cancel()
 
     # --- the rest -----------------------------------------------------------------------
+
+    def _heartbeat(self, conn: Connection, codec: KafkaCodec, beat: heartbeat_fast.Read) -> Call:
+        """A Heartbeat read by hand (``heartbeat_fast``): as ``groups.heartbeat`` makes it,
+        within the bounds ``_checked`` holds requests to already."""
+        version, correlation_id, client_id, request = beat
+        if client_id != conn.client_id:
+            conn.client_id = client_id
+            conn.peer = replace(conn.peer, client_id=client_id)
+        slot = Slot(Api.HEARTBEAT, version, correlation_id, groups.error_only, 1)
+        call_id = codec.open_one(slot)
+        return Call(correlation_id=call_id, request=request)
 
     def _checked(self, conn: Connection, call_id: int, request: Request) -> Call | None:
         """The core's request, within the bounds huddle's wire holds every request to; one

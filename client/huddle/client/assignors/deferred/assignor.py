@@ -48,6 +48,7 @@ class DeferredAssignor(Assignor):
 
     name = "cooperative-deferred"
     supported_protocols = (RebalanceProtocol.COOPERATIVE,)
+    needs_huddle_format = True  # revoked partitions and a scheduled rebalance delay
 
     def __init__(
         self,

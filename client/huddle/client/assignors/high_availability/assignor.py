@@ -37,6 +37,7 @@ from huddle.protocol.embedded import TopicPartition
 class HighAvailabilityAssignor(Assignor):
     name = "high-availability"
     supported_protocols = (RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE)
+    needs_huddle_format = True  # task lags, standbys and warm-ups
 
     def __init__(
         self,
