@@ -161,7 +161,6 @@ def test_the_process_refuses_bad_settings_with_one_line(
     [
         ({"client": "kafkajs"}, "process-death", "unknown client 'kafkajs'"),
         ({"protocol": "cooperative-sticky"}, "process-death", "no protocol"),
-        ({}, "coordinator-failover", "does not run in a coordinator cluster"),
         ({"stateful": True}, "process-death", "--stateful"),
         ({"bootstrap": "127.0.0.1:9"}, "process-death", "--bootstrap"),
     ],
@@ -175,6 +174,14 @@ def test_a_kafka_client_run_refuses_what_it_cannot_do(
     s = built_in(scenario, SHAPE)
     with pytest.raises(ScenarioError, match=why):
         clients.check(settings, s)
+
+
+def test_a_kafka_client_run_may_be_a_cluster_scenario(tmp_path: Path) -> None:
+    """Every node of the cluster then has a Kafka listener (docs/kafka.md, "In a cluster")."""
+    pytest.importorskip("aiokafka")
+    settings = RunSettings(run_dir=tmp_path, client="aiokafka", protocol="range")
+    for scenario in ("coordinator-failover", "etcd-faults"):
+        clients.check(settings, built_in(scenario, SHAPE))
 
 
 def test_huddle_members_are_not_checked_against_a_kafka_client(tmp_path: Path) -> None:

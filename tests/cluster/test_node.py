@@ -138,3 +138,47 @@ async def test_a_node_restarted_under_its_id_waits_for_its_old_registration(
     assert old.lease is not None
     assert again.lease.id != old.lease.id
     await again.leave()
+
+
+async def test_a_node_s_kafka_address_is_known_to_the_others_with_the_node(
+    stores: Connect,
+) -> None:
+    a = node(await stores(), "na", kafka_advertise="127.0.0.1:19092")
+    b = node(await stores(), "nb")  # no Kafka listener
+    await a.register()
+    await b.register()
+    await b.reconcile()
+    assert b.kafka_addresses == {"na": "127.0.0.1:19092"}
+    assert set(b.addresses) == {"na", "nb"}
+    # nobody else may advertise that Kafka address, on either listener
+    taken = [
+        node(await stores(), "nc", kafka_advertise="127.0.0.1:19092"),
+        ClusterNode(
+            await stores(),
+            node_id="nd",
+            advertise="127.0.0.1:19092",
+            shards=SHARDS,
+            prefix="/huddle-test",
+            ttl_s=TTL_S,
+        ),
+    ]
+    for refused in taken:
+        with pytest.raises(ClusterConfigError, match=r"already advertises 127\.0\.0\.1:19092"):
+            await refused.register()
+    await a.leave()  # its lease revoked: its Kafka address goes with it
+    await b.reconcile()
+    assert b.kafka_addresses == {}
+    await b.leave()
+
+
+async def test_two_nodes_with_one_kafka_broker_id_cannot_both_run(stores: Connect) -> None:
+    a = node(await stores(), "7", kafka_advertise="127.0.0.1:19092")
+    await a.register()
+    same_id = ClusterNode(
+        await stores(), node_id="007", advertise="127.0.0.1:9300", shards=SHARDS,
+        prefix="/huddle-test", ttl_s=TTL_S, kafka_advertise="127.0.0.1:19093",
+    )  # fmt: skip
+    with pytest.raises(ClusterConfigError, match="node 7 has Kafka broker id 7 too"):
+        await same_id.register()
+    assert same_id.lease is None
+    await a.leave()

@@ -105,7 +105,8 @@ def test_metadata_s_own_encoding_is_parsed_by_kafka_python(version: int) -> None
     )
     for topic in kio_values["topics"]:
         del topic["partitions"]
-    body = metadata_encoding.encode(version, kio_values, counts, leader)
+    leaders = [[leader] * count for count in counts]
+    body = metadata_encoding.encode(version, kio_values, leaders)
 
     frame = _answered(Api.METADATA, version, 7, lambda parts: Encoded(body))
     correlation_id, response = second_codec.parse_response(cls, version, frame)
@@ -115,7 +116,7 @@ def test_metadata_s_own_encoding_is_parsed_by_kafka_python(version: int) -> None
 
 
 def _partition_value(name: str, index: int, leader: int) -> Any:
-    """A partition as Metadata's encoding writes every one: led by the one broker."""
+    """A partition as Metadata's encoding writes it: led by ``leader``, its only replica."""
     return {
         "error_code": 0,
         "partition_index": index,

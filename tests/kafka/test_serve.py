@@ -33,6 +33,11 @@ def test_the_kafka_flags_set_the_listener() -> None:
     )
 
 
+def test_a_cluster_node_takes_a_kafka_listener() -> None:
+    settings = _settings("--kafka-port=9092", "--cluster=etcd://127.0.0.1:2379")
+    assert (settings.kafka_port, settings.cluster) == (9092, "etcd://127.0.0.1:2379")
+
+
 def test_the_kafka_eviction_and_log_flags_set_their_settings() -> None:
     default = _settings("--kafka-port=9092")
     assert default.kafka_evict_on_close_ms == -1  # Kafka's rule: the session timeout
@@ -59,7 +64,8 @@ def test_the_kafka_eviction_and_log_flags_set_their_settings() -> None:
         ["--kafka-advertise=k:1"],  # without --kafka-port
         ["--kafka-port=70000"],
         ["--kafka-port=9092", "--kafka-advertise=nope"],
-        ["--kafka-port=9092", "--cluster=etcd://127.0.0.1:2379"],
+        # a cluster node's Kafka listener on every address: which one to tell clients?
+        ["--kafka-port=9092", "--kafka-host=0.0.0.0", "--cluster=etcd://127.0.0.1:2379"],
         ["--kafka-port=9092", "--kafka-evict-on-close-ms=-5"],
         ["--kafka-log-partition-bytes=1000"],  # under one batch's bound
         ["--kafka-log-partition-bytes=9000000", "--kafka-log-total-bytes=8000000"],

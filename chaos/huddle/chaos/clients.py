@@ -7,10 +7,9 @@ Kafka listener, reading real records that a producer process
 (``huddle.chaos.kafka_workers.producer``) appends to the topic on huddle's small log. Both
 write the same event file (``huddle.chaos.events``).
 
-``check`` refuses, with one line, what a Kafka-client run cannot do (yet): a coordinator
-cluster (``huddle serve`` refuses ``--kafka-port`` with ``--cluster`` until the
-Kafka listener runs in one), ``--bootstrap``, stateful tasks, and a protocol the client does
-not have.
+``check`` refuses, with one line, what a Kafka-client run cannot do (yet): ``--bootstrap``,
+stateful tasks, and a protocol the client does not have. A cluster scenario runs every node
+with a Kafka listener, and the members bootstrap from all of them.
 """
 
 from __future__ import annotations
@@ -31,11 +30,6 @@ WORKER_MODULES: Final = {HUDDLE_CLIENT: "huddle.chaos.worker"} | dict.fromkeys(
     KAFKA_CLIENTS, "huddle.chaos.kafka_member"
 )
 PRODUCER_MODULE: Final = "huddle.chaos.kafka_workers.producer"
-# scenarios that need what a Kafka-client run does not have yet, and why
-CLUSTER_REFUSAL: Final = (
-    "the Kafka listener does not run in a coordinator cluster yet "
-    "(huddle serve refuses --kafka-port with --cluster)"
-)
 
 
 def is_kafka(client: str) -> bool:
@@ -58,7 +52,6 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
             f"client {client} has no protocol {settings.protocol!r}: one of {', '.join(strategies)}"
         )
     refusals = [
-        (scenario.cluster, f"scenario {scenario.name!r}: {CLUSTER_REFUSAL}"),
         (settings.bootstrap is not None, "--bootstrap: a Kafka-client run starts its own"),
         (settings.stateful, "--stateful: Kafka clients have no standby tasks"),
         (scenario.static and not launch.CLIENTS[client].static, "no static membership"),

@@ -207,7 +207,7 @@ class Harness:
         async with cluster.running(self.s.group, self.s.disconnect_grace_ms):
             self.bootstrap = cluster.bootstrap
             await self._create_topic(self.bootstrap)
-            if self.kafka:  # not yet: clients.check refuses cluster scenarios for Kafka clients
+            if self.kafka:  # every node's Kafka listener
                 self.bootstrap = cluster.kafka_bootstrap
                 self._start_producer()
             for _ in range(self.s.members):

@@ -71,6 +71,7 @@ MiB = 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1 * MiB + 12
 DEFAULT_MAX_PARTITION_BYTES = 8 * MiB
 DEFAULT_MAX_TOTAL_BYTES = 128 * MiB
+_ANY_HOST = ("0.0.0.0", "::", "")  # listening on every address: nothing to tell a client
 
 _SECURITY_FIELDS = (
     "tls_cert",
@@ -151,8 +152,11 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
             parse_address(cfg.kafka_advertise, what="Kafka advertised address")
         except ValueError as exc:
             problems.append(str(exc))
-    if cfg.cluster:
-        problems.append("the Kafka listener serves a single coordinator: no --cluster yet")
+    if cfg.cluster and not cfg.kafka_advertise and (cfg.kafka_host or cfg.host) in _ANY_HOST:
+        problems.append(
+            f"a cluster node's Kafka listener on {cfg.kafka_host or cfg.host!r} needs "
+            "--kafka-advertise HOST:PORT (the address other nodes send Kafka clients to)"
+        )
     return problems
 
 
@@ -243,7 +247,7 @@ class ServerConfig:
                 problems.append(str(exc))
             if not self.cluster_prefix.startswith("/") or self.cluster_prefix.rstrip("/") == "":
                 problems.append(f"cluster prefix {self.cluster_prefix!r} must be /NAME")
-            if not self.advertise and self.host in ("0.0.0.0", "::", ""):
+            if not self.advertise and self.host in _ANY_HOST:
                 problems.append(
                     f"a cluster node listening on {self.host!r} needs --advertise HOST:PORT "
                     "(the address other nodes send clients to)"

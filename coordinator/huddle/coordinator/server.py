@@ -28,6 +28,7 @@ from huddle.protocol.errors import HuddleError
 
 if TYPE_CHECKING:
     from huddle.coordinator.cluster.running import ClusterRun
+    from huddle.coordinator.kafka.wire import KafkaWire
 
 log = structlog.get_logger("huddle.server")
 
@@ -49,11 +50,10 @@ async def serve(
     raise_fd_limit()
     server = CoordinatorServer(config, core=core)
     await server.start()
-    if config.kafka_port >= 0:
-        await _listen_kafka(server)
+    kafka = await _listen_kafka(server) if config.kafka_port >= 0 else None
     cluster = None
     if config.cluster:
-        cluster = await _join_cluster(server)
+        cluster = await _join_cluster(server, kafka)
     installed: list[signal.Signals] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         try:
@@ -85,7 +85,7 @@ async def serve(
         raise StorageFailedError(server.storage_failure)
 
 
-async def _listen_kafka(server: CoordinatorServer) -> None:
+async def _listen_kafka(server: CoordinatorServer) -> KafkaWire:
     from huddle.coordinator.kafka.listener import listen_kafka
 
     cfg = server.config
@@ -103,10 +103,14 @@ async def _listen_kafka(server: CoordinatorServer) -> None:
         ) from exc
     advertised = format_address(*wire.advertised)
     log.info("kafka_listening", host=host, port=wire.port, advertised=advertised)
+    return wire
 
 
-async def _join_cluster(server: CoordinatorServer) -> ClusterRun:
+async def _join_cluster(server: CoordinatorServer, kafka: KafkaWire | None) -> ClusterRun:
+    """Join the cluster; a Kafka listener is registered with the node, and names the
+    cluster's brokers from then on."""
     try:
+        from huddle.coordinator.cluster.kafka_nodes import ClusterKafkaNodes
         from huddle.coordinator.cluster.node import ClusterConfigError
         from huddle.coordinator.cluster.running import ClusterRun
         from huddle.coordinator.cluster.store import StoreUnavailableError
@@ -116,11 +120,15 @@ async def _join_cluster(server: CoordinatorServer) -> ClusterRun:
             f"--cluster needs the etcd client: pip install 'huddle[cluster]' ({exc})"
         ) from exc
 
+    kafka_advertise = format_address(*kafka.advertised) if kafka is not None else ""
     try:
-        return await ClusterRun.start(server)
+        run = await ClusterRun.start(server, kafka_advertise)
     except (ClusterConfigError, StoreUnavailableError) as exc:
         await server.close()
         raise ClusterStartError(str(exc)) from exc
+    if kafka is not None:
+        kafka.nodes = ClusterKafkaNodes(run.node, kafka.advertised)
+    return run
 
 
 class ClusterStartError(HuddleError):

@@ -8,6 +8,8 @@ Keys under the cluster's prefix ``P``:
 - ``P/shards/<n>``: the node that owns shard ``n``, under that node's lease; the key's
   revision is the shard's *epoch*.
 - ``P/security``: the users and ACLs (``huddle users``, ``huddle acls``), read by every node.
+- ``P/kafka/<node id>``: the node's Kafka address, with ``--kafka-port``
+  (``huddle.coordinator.cluster.kafka_nodes``).
 
 A node keeps its lease alive and judges it by its own clock (``LeaseGuard``): past the
 guard's deadline it serves nothing. Every third of the TTL it reads the nodes and owners,
@@ -36,6 +38,7 @@ from urllib.parse import quote
 import anyio
 import structlog
 
+from huddle.coordinator.cluster import kafka_nodes
 from huddle.coordinator.cluster.layout import target_owners
 from huddle.coordinator.cluster.lease import LeaseGuard
 from huddle.coordinator.cluster.store import WATCH_IDLE_S, EtcdStore, Lease
@@ -46,9 +49,7 @@ from huddle.protocol.messages import NodeLiveness
 log = structlog.get_logger("huddle.cluster")
 
 
-OURS = frozenset(
-    {b"config", b"nodes", b"addresses", b"shards", b"topics", b"groups", b"offsets", b"security"}
-)
+OURS = frozenset(b"config nodes addresses shards topics groups offsets security kafka".split())
 
 
 class ClusterConfigError(HuddleError):
@@ -94,12 +95,14 @@ class ClusterNode:
         margin_ms: float | None = None,
         clock: Callable[[], float] = _ms,
         listener: ShardListener | None = None,
+        kafka_advertise: str = "",
     ) -> None:
         if shards < 1:
             raise ClusterConfigError(f"the shard count must be at least 1, not {shards}")
         self.store = store
         self.node_id = node_id
         self.advertise = advertise
+        self.kafka_advertise = kafka_advertise  # "": no Kafka listener
         self.shards = shards
         self.prefix = prefix.rstrip("/")
         self.ttl_s = ttl_s
@@ -118,6 +121,7 @@ class ClusterNode:
         self._poke = anyio.Event()  # set: reconcile now
         # the cluster as last read: live nodes' addresses, and each shard's owner
         self.addresses: dict[str, str] = {}
+        self.kafka_addresses: dict[str, str] = {}  # of the live nodes that have a listener
         self.owners: dict[int, str] = {}
         self.epochs: dict[int, int] = {}
         self.lease_refreshed_at: float | None = None  # on its clock
@@ -220,6 +224,13 @@ class ClusterNode:
             await anyio.sleep(0.1)
         granted_at = self.clock()  # etcd counts the lease from its grant: so does the guard
         lease = await self.store.grant(self.ttl_s)
+        if self.kafka_advertise:  # before the node's key: whoever finds the node finds it
+            why = await kafka_nodes.claim(
+                self.store, self.prefix, self.node_id, self.kafka_advertise, lease
+            )
+            if why:
+                await self.store.revoke(lease)
+                raise ClusterConfigError(why)
         if await self.store.claim(me, self.advertise.encode(), lease) is None:
             await self.store.revoke(lease)
             raise ClusterConfigError(f"a live node is already registered as {self.node_id}")
@@ -376,6 +387,8 @@ class ClusterNode:
             name.decode().rsplit("/", 1)[-1]: entry.value.decode(errors="replace")
             for name, entry in registered.items()
         }
+        kafka = await kafka_nodes.read(self.store, self.prefix)
+        self.kafka_addresses = {n: a for n, a in kafka.items() if n in self.addresses}
         nodes = set(self.addresses)
         current: dict[int, str] = {}
         epochs: dict[int, int] = {}

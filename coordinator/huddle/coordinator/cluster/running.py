@@ -72,10 +72,11 @@ class ClusterRun:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    async def start(cls, server: ClusterHost) -> ClusterRun:
-        """Connect to etcd, register the node and begin serving. Raises StoreUnavailableError
-        (no etcd endpoint answers) or ClusterConfigError (the cluster's configuration or
-        another node conflicts with this one)."""
+    async def start(cls, server: ClusterHost, kafka_advertise: str = "") -> ClusterRun:
+        """Connect to etcd, register the node (with its Kafka listener's advertised
+        address, if it has one) and begin serving. Raises StoreUnavailableError (no etcd
+        endpoint answers) or ClusterConfigError (the cluster's configuration or another
+        node conflicts with this one)."""
         cfg = server.config
         store = await EtcdStore.connect(parse_endpoints(cfg.cluster), timeout_s=STORE_DEADLINE_S)
         try:
@@ -86,6 +87,7 @@ class ClusterRun:
                 shards=cfg.shards,
                 prefix=cfg.cluster_prefix,
                 ttl_s=cfg.lease_ttl_s,
+                kafka_advertise=kafka_advertise,
             )
             serving = ClusterServing(
                 server.core,

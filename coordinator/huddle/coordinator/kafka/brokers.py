@@ -4,15 +4,19 @@ and FindCoordinator.
 - ApiVersions is answered by the listener itself, from ``apis.SERVED``; a version it does
   not serve gets a v0 answer with UNSUPPORTED_VERSION and the ranges (clients retry with a
   version in them), as Kafka answers.
-- Metadata names this listener's advertised address as the one broker (node 0), leader
-  and only replica of every partition, with a zero topic id (clients then keep to the
-  versions of Fetch without topic ids). Its topics are huddle's topic registry, read
+- Metadata names the brokers: this listener's advertised address as node 0 without a
+  cluster; in a cluster, every live node's Kafka address with its broker id, and this node
+  as the controller (any node serves the admin APIs). Each partition has one leader, its
+  only replica (``leaders``: the same on every node), and a zero topic id (clients then
+  keep to the versions of Fetch without topic ids). Its topics are huddle's topic registry, read
   through the core (a ListTopics: screened by the ACLs like any other request); a topic
   it does not hold is UNKNOWN_TOPIC_OR_PARTITION: nothing is created by asking for it.
 - FindCoordinator asks the core where each group is (the ACLs and a loading data dir
-  answer as for huddle's wire), and names this listener as the coordinator: one node
-  serves every group. v4+ batches keys. Only group keys are served: a transaction or
-  share coordinator is INVALID_REQUEST.
+  answer as for huddle's wire), and names the Kafka listener of the node the core names:
+  this one without a cluster; in a cluster, the node that owns the group's shard
+  (COORDINATOR_NOT_AVAILABLE, which clients retry, while no node does or while that node
+  has no Kafka listener this node knows of). v4+ batches keys. Only group keys are
+  served: a transaction or share coordinator is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, g
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     FindCoordinatorRequest,
+    FindCoordinatorResponse,
     ListTopicsRequest,
     ListTopicsResponse,
     Request,
@@ -56,7 +61,7 @@ def metadata(req: Any, version: int, ctx: Context) -> Plan:
     asked = req.topics
     every = asked is None or (version == 0 and not asked)  # v0: an empty list is every topic
     names = None if every else [t.name or "" for t in asked]
-    node, host, port = ctx.broker
+    node = ctx.broker[0]
 
     def answer(parts: Sequence[Response]) -> Encoded:
         (r,) = parts
@@ -65,14 +70,14 @@ def metadata(req: Any, version: int, ctx: Context) -> Plan:
         else:
             found = [(n, r.error_code, 0) for n in names or ()]
         values = {
-            "brokers": [{"node_id": node, "host": host, "port": port}],
+            "brokers": [{"node_id": n, "host": h, "port": p} for n, h, p in ctx.brokers()],
             "cluster_id": CLUSTER_ID,
             "controller_id": node,
             "topics": [_topic(name, code) for name, code, _ in found],
             "cluster_authorized_operations": _NOT_ASKED,
         }
-        counts = [count for *_, count in found]
-        return Encoded(metadata_encoding.encode(version, values, counts, node))
+        leaders = [ctx.leaders(name, count) for name, _, count in found]
+        return Encoded(metadata_encoding.encode(version, values, leaders))
 
     return Plan([ListTopicsRequest(topics=names)], answer)
 
@@ -92,7 +97,6 @@ def find_coordinator(req: Any, version: int, ctx: Context) -> Plan:
     keys: list[str] = list(batch) if batch is not None else [get(req, "key", "")]
     served = get(req, "key_type", _GROUP_KEY) == _GROUP_KEY
     calls: list[Request] = [FindCoordinatorRequest(group_id=k) for k in keys] if served else []
-    node, host, port = ctx.broker
 
     def located(part: Response | None) -> Values:
         if part is None:
@@ -103,15 +107,21 @@ def find_coordinator(req: Any, version: int, ctx: Context) -> Plan:
                 "host": "",
                 "port": -1,
             }
-        if part.error_code:
-            text = message(part)
+        owner = part.node_id if type(part) is FindCoordinatorResponse else ""
+        found = None if part.error_code else ctx.coordinator(owner)
+        if found is None:
+            code, text = part.error_code, message(part)
+            if not code:
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                text = f"node {owner} has no Kafka listener known here yet"
             return {
-                "error_code": part.error_code,
+                "error_code": int(code),
                 "error_message": text,
                 "node_id": -1,
                 "host": "",
                 "port": -1,
             }
+        node, host, port = found
         return {"error_code": 0, "node_id": node, "host": host, "port": port}
 
     def answer(parts: Sequence[Response]) -> Values:

@@ -108,7 +108,7 @@ def put_back(api_key: int, version: int, response: Any, refused: Refused) -> Any
     if not refused:
         return response
     shape = SHAPES[api_key]
-    entry = _entry_class(api_key, version)
+    entry = entry_class(api_key, version)
     added = tuple(
         schemas.build(
             entry,
@@ -124,7 +124,7 @@ def put_back(api_key: int, version: int, response: Any, refused: Refused) -> Any
 
 
 @cache
-def _entry_class(api_key: int, version: int) -> Any:
+def entry_class(api_key: int, version: int) -> Any:
     cls = schemas.response_class(api_key, version)
     hint = typing.get_type_hints(cls)[SHAPES[api_key].answers]
     return typing.get_args(hint)[0]

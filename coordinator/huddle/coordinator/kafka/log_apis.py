@@ -20,7 +20,7 @@ from typing import Any
 from huddle.coordinator.config import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from huddle.coordinator.kafka_log import handlers, waiting
 from huddle.coordinator.kafka_log.disk import LogDisk
-from huddle.coordinator.kafka_log.store import LogStore
+from huddle.coordinator.kafka_log.store import LogStore, PartitionKey
 
 
 class KafkaLog:
@@ -50,6 +50,14 @@ class KafkaLog:
 
     def topic_changed(self, topic: str) -> None:
         self.store.topic_changed(topic)
+
+    def partitions(self) -> list[PartitionKey]:
+        """The partitions the log holds records (or an offset) for."""
+        return self.store.partitions()
+
+    def forget(self, keys: list[PartitionKey]) -> None:
+        """Drop what the log holds of ``keys`` (another node leads them now)."""
+        self.store.forget(keys)
 
     def list_offsets(self, request: Any, version: int) -> Any:
         return handlers.list_offsets(self.store, request, version)

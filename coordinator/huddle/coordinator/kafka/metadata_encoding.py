@@ -23,23 +23,27 @@ METADATA: Final = 3
 _INDEX: Final = struct.Struct(">i")
 
 
-def encode(version: int, values: Mapping[str, Any], counts: Sequence[int], leader: int) -> bytes:
+def encode(version: int, values: Mapping[str, Any], leaders: Sequence[Sequence[int]]) -> bytes:
     """The Metadata response body of ``version``: ``values`` as ``schemas.build`` takes
-    them, each topic's ``partitions`` left out; ``counts[i]`` partitions in the i-th topic,
-    each led by node ``leader``, its only replica."""
+    them, each topic's ``partitions`` left out; the i-th topic has ``len(leaders[i])``
+    partitions, partition ``p`` led by node ``leaders[i][p]``, its only replica."""
     cls = schemas.response_class(METADATA, version)
     topic_cls = _entity(cls, "topics")
     flexible = bool(cls.__flexible__)
     topics = values.get("topics", ())
     head, end = _around(cls, "topics", {**values, "topics": []})
-    template, at = _template(version, leader)
     out = [head, _count(len(topics), flexible)]
-    for topic, count in zip(topics, counts, strict=True):
+    for topic, led in zip(topics, leaders, strict=True):
         topic_head, topic_end = _around(topic_cls, "partitions", {**topic, "partitions": []})
         out.append(topic_head)
-        out.append(_count(count, flexible))
-        before, after = template[:at], template[at + _INDEX.size :]
-        out.extend(before + _INDEX.pack(i) + after for i in range(count))
+        out.append(_count(len(led), flexible))
+        if len(set(led)) <= 1:  # one leader (or none): the same template throughout
+            before, after = _split(version, led[0]) if led else (b"", b"")
+            out.extend(before + _INDEX.pack(i) + after for i in range(len(led)))
+        else:
+            for i, leader in enumerate(led):
+                before, after = _split(version, leader)
+                out.append(before + _INDEX.pack(i) + after)
         out.append(topic_end)
     out.append(end)
     return b"".join(out)
@@ -70,6 +74,13 @@ def _after(cls: Any, array: str) -> int:
     later = [f for f in fields(cls)[names.index(array) + 1 :] if f.tag is None]
     size = sum(FIXED_SIZES[f.kafka_type or ""] for f in later)
     return size + (1 if cls.__flexible__ else 0)
+
+
+@cache
+def _split(version: int, leader: int) -> tuple[bytes, bytes]:
+    """A partition led by ``leader``: its bytes before its index, and after."""
+    template, at = _template(version, leader)
+    return template[:at], template[at + _INDEX.size :]
 
 
 @cache

@@ -42,7 +42,16 @@ class Context(Protocol):
 
     @property
     def broker(self) -> tuple[int, str, int]:
-        """This listener as the one broker: node id, advertised host and port."""
+        """This listener's broker: node id, advertised host and port."""
+
+    def brokers(self) -> Sequence[tuple[int, str, int]]:
+        """Every live broker (this one alone without a cluster), by node id."""
+
+    def coordinator(self, node_id: str) -> tuple[int, str, int] | None:
+        """The broker of the huddle node ``node_id``, if it has a Kafka listener."""
+
+    def leaders(self, topic: str, count: int) -> Sequence[int]:
+        """The leader of each of ``topic``'s ``count`` partitions (``leaders``)."""
 
     @property
     def topics(self) -> Mapping[str, int]:

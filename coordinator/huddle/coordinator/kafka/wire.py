@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final, Protocol, cast
 
@@ -38,6 +38,8 @@ from huddle.coordinator.kafka import (
     groups,
     header,
     heartbeat_fast,
+    leaders,
+    leadership,
     log_access,
     offsets,
     sasl,
@@ -46,6 +48,7 @@ from huddle.coordinator.kafka import (
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.nodes import Broker, KafkaNodes
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
 from huddle.coordinator.security.acls import Authorizer
@@ -86,6 +89,19 @@ def _by_the_log(parts: Any) -> Any:
 
 def _answered(response: Any) -> Callable[[Any], Any]:
     return lambda parts: response
+
+
+def _put_back(
+    api_key: int,
+    version: int,
+    answer: Any,
+    refused: log_access.Refused,
+    not_led: log_access.Refused,
+) -> Any:
+    """The log's answer with the topics the ACLs refused and the partitions another node
+    leads answered too."""
+    answer = log_access.put_back(api_key, version, answer, refused)
+    return leadership.put_back(api_key, version, answer, not_led)
 
 
 class KafkaHost(Protocol):
@@ -143,6 +159,9 @@ class KafkaWire:
         self.disconnect_grace_ms = evict_on_close_ms
         self.node_id = 0
         self.advertised = advertised
+        # a cluster's brokers (set by the server once the node joined); None: this one alone
+        self.nodes: KafkaNodes | None = None
+        self._led_by: tuple[int, ...] = ()  # the brokers the log's partitions were led among
         self.port = advertised[1]  # the port listened on
         self.max_response_bytes = max_response_bytes
         # what a Fetch may ask for: its answer stays within the response limit
@@ -156,8 +175,33 @@ class KafkaWire:
     # --- Context: what the translations read -------------------------------------------
 
     @property
-    def broker(self) -> tuple[int, str, int]:
-        return self.node_id, *self.advertised
+    def broker(self) -> Broker:
+        return self.nodes.me if self.nodes is not None else (self.node_id, *self.advertised)
+
+    def brokers(self) -> Sequence[Broker]:
+        return self.nodes.live() if self.nodes is not None else (self.broker,)
+
+    def coordinator(self, node_id: str) -> Broker | None:
+        return self.nodes.of(node_id) if self.nodes is not None else self.broker
+
+    def leaders(self, topic: str, count: int) -> Sequence[int]:
+        return leaders.table(topic, count, tuple(b[0] for b in self.brokers()))
+
+    def _leads(self, topic: str, partition: int) -> bool:
+        count = self.server.topic_partitions.get(topic)
+        if count is None or not 0 <= partition < count:
+            return True  # the log answers UNKNOWN_TOPIC_OR_PARTITION
+        return self.leaders(topic, count)[partition] == self.broker[0]
+
+    def _follow_leaders(self) -> None:
+        """Forget the log of the partitions another node leads now (the brokers changed):
+        if this node leads one again later, it starts empty rather than with records
+        older than the ones its clients were given meanwhile (see docs/kafka.md)."""
+        led_by = tuple(b[0] for b in self.brokers())
+        if led_by == self._led_by:
+            return
+        self._led_by = led_by
+        self.log.forget([key for key in self.log.partitions() if not self._leads(*key)])
 
     @property
     def topics(self) -> Mapping[str, int]:
@@ -278,27 +322,33 @@ class KafkaWire:
         auth, refused = self.server.authorizer, log_access.Refused()
         if auth is not None:
             request, refused = log_access.screen(auth, conn.peer, slot.api_key, request)
+        not_led: log_access.Refused = []
+        if self.nodes is not None:
+            self._follow_leaders()
+            request, not_led = leadership.screen(slot.api_key, request, self._leads)
         if slot.api_key == Api.LIST_OFFSETS:
             answer = log.list_offsets(request, version)
         elif slot.api_key == Api.PRODUCE:
             answer = log.produce(request, version)
             if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
                 conn.send(codec.release(slot, silent=True))
-                if answer.close or refused:
+                if answer.close or refused or not_led:
                     self._close_when_answered(conn, codec, "a Produce with acks=0 was refused")
                 return
             kept = log.produce_kept(answer)
             if kept is not None:  # --fsync: answered once its batches are on the disk
-                self._answer_later(conn, codec, slot, kept, refused)
+                self._answer_later(conn, codec, slot, kept, refused, not_led)
                 return
         else:
             if request.max_bytes > self._fetch_limit:  # as Kafka's fetch.max.bytes clamps it
                 request = dataclasses.replace(request, max_bytes=self._fetch_limit)
             answer = log.fetch_now(request, version)
             if isinstance(answer, Wait):
-                self._fetch_later(conn, codec, slot, request, refused)
+                self._answer_later(
+                    conn, codec, slot, log.fetch_later(request, version), refused, not_led
+                )
                 return
-        slot.answer = _answered(log_access.put_back(slot.api_key, version, answer, refused))
+        slot.answer = _answered(_put_back(slot.api_key, version, answer, refused, not_led))
         conn.send(codec.release(slot))
 
     def _close_when_answered(self, conn: Connection, codec: KafkaCodec, reason: str) -> None:
@@ -315,17 +365,6 @@ class KafkaWire:
 
         codec.when_answered(close)
 
-    def _fetch_later(
-        self,
-        conn: Connection,
-        codec: KafkaCodec,
-        slot: Slot,
-        request: Any,
-        refused: log_access.Refused,
-    ) -> None:
-        fetch = self.log.fetch_later(request, slot.version)
-        self._answer_later(conn, codec, slot, fetch, refused)
-
     def _answer_later(
         self,
         conn: Connection,
@@ -333,10 +372,11 @@ class KafkaWire:
         slot: Slot,
         pending: asyncio.Future[Any],
         refused: log_access.Refused,
+        not_led: log_access.Refused,
     ) -> None:
         """The slot is answered when ``pending`` is done (a Fetch that waited, a Produce
-        kept), with the topics the ACLs refused put back; dropped if the connection
-        closes first."""
+        kept), with the topics the ACLs refused and the partitions another node leads put
+        back; dropped if the connection closes first."""
         waits = self._waits.setdefault(conn.conn_id, set())
         waits.add(pending)
 
@@ -350,7 +390,7 @@ class KafkaWire:
                 conn.log.error("kafka_log_failed", api=api, error=repr(error))
                 conn.abort(f"the {api} failed")
                 return
-            answer = log_access.put_back(slot.api_key, slot.version, task.result(), refused)
+            answer = _put_back(slot.api_key, slot.version, task.result(), refused, not_led)
             slot.answer = _answered(answer)
             conn.send(codec.release(slot))
             self.server.flush()

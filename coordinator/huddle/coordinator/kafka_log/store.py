@@ -198,6 +198,18 @@ class LogStore:
             for hook in self.append_hooks:
                 hook(key)
 
+    def partitions(self) -> list[PartitionKey]:
+        """Every partition the store holds a log for."""
+        return [(topic, index) for topic, logs in self._topics.items() for index in logs]
+
+    def forget(self, keys: list[PartitionKey]) -> None:
+        """Drop the logs of ``keys``; a partition written again starts empty at offset 0.
+        The Fetches waiting on them are woken."""
+        for topic, index in keys:
+            self._forget(topic, [index])
+            for hook in self.append_hooks:
+                hook((topic, index))
+
     def _restore(self, disk: LogDisk) -> None:
         """Take the partitions the data dir held: those the registry still has, with the
         bounds applied; the others' files go. Segments count as appended in the order
