@@ -10,6 +10,8 @@ from typing import Any
 
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
+from huddle.chaos.kafka_workers.kafka_python_driver import rescue_stranded_join
+
 Partition = tuple[str, int]
 log = logging.getLogger(__name__)
 
@@ -42,10 +44,12 @@ class PythonConsumer:
         consumer = self._consumer
         try:
             while not self._stop.is_set():
-                # not much shorter: kafka-python 3.0 can drop a SyncGroup answer that
-                # arrives after the poll that sent its JoinGroup ran out of time
                 for batch in consumer.poll(timeout_ms=500).values():
                     self.records.extend((r.topic, r.partition, r.offset, r.value) for r in batch)
+                # kafka-python 3.0 can leave a leader's rejoin unread (docs/kafka.md, "Client
+                # notes"): ask it to rejoin, as the driver does
+                if rescue_stranded_join(consumer):
+                    log.warning("kafka_python_join_stranded")
                 self.assignment = frozenset(
                     (tp.topic, tp.partition) for tp in consumer.assignment()
                 )

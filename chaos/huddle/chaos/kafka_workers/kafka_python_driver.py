@@ -1,12 +1,25 @@
 """The kafka-python consumer driver: ``python -m huddle.chaos.kafka_workers.kafka_python_driver
 --bootstrap HOST:PORT --group G --topic T [...]`` (flags: ``options``; lines: the package's
-docstring). Strategies: range, roundrobin, cooperative-sticky (KIP-429); static membership."""
+docstring). Strategies: range, roundrobin, cooperative-sticky (KIP-429); static membership.
+
+kafka-python 3.0 (3.0.12, and its main branch in August 2026) can strand a rejoin: when its
+leader rejoins because a subscribed topic's partitions changed and ``poll`` gives up while
+the SyncGroup is in flight, the assignment it made has already taken the new metadata as the
+assigned one, so ``need_rejoin()`` turns false and no later ``poll`` reads the finished join
+(``join_group_async`` keeps it in ``_join_task`` only for a ``poll`` that rejoins). The
+consumer then never applies its assignment and never heartbeats again (heartbeats stay off
+during a join), and the coordinator removes it when its session expires. The driver notices
+that state after each ``poll`` (``rescue_stranded_join``), says so in an ``error`` line and
+asks for a rejoin (the Java client's ``rejoinNeededOrPending`` counts a pending join, and
+its metadata check asks for the rejoin, so it has no such state). docs/kafka.md, "Client
+notes", has the sequence.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from huddle.chaos.kafka_workers.emit import Partition, Reporter, StopFlag
 from huddle.chaos.kafka_workers.options import (
@@ -37,6 +50,23 @@ def _assignor(name: str) -> Any:
 
 def _tps(partitions: Any) -> list[Partition]:
     return [(tp.topic, tp.partition) for tp in partitions]
+
+
+STRANDED: Final = (
+    "kafka-python left a finished JoinGroup/SyncGroup unread (need_rejoin() is false, "
+    "heartbeats are off): asking it to rejoin"
+)
+
+
+def rescue_stranded_join(consumer: Any) -> bool:
+    """Whether ``consumer``'s coordinator holds a finished join that no ``poll`` will read
+    (see the module's docstring); if so, it is asked to rejoin, which the next ``poll`` does."""
+    coordinator: Any = getattr(consumer, "_coordinator", None)
+    task = getattr(coordinator, "_join_task", None)
+    if task is None or not task.is_done or coordinator.need_rejoin():
+        return False
+    coordinator.request_rejoin()
+    return True
 
 
 def run(options: DriverOptions, report: Reporter) -> None:
@@ -70,6 +100,8 @@ def run(options: DriverOptions, report: Reporter) -> None:
     try:
         while not stop.stopped:
             batches = consumer.poll(timeout_ms=POLL_MS)
+            if rescue_stranded_join(consumer):
+                report.error(STRANDED)
             # a generation without new partitions (KIP-429's second round) calls no listener
             note_generation()
             positions = {}
