@@ -355,13 +355,16 @@ def test_comparison_across_runs(
     _, eager = run(spark, base_log(tmp_path / "eager", m2_offset=700, protocol="eager"))
     table = write_comparison([cooperative, eager], tmp_path / "comparison")
     lines = table.splitlines()
-    assert lines[0].startswith("| run | protocol | scenario | total_unavailable_partition_seconds")
-    assert (
-        lines[2]
-        == "| clean | cooperative | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 0 | 0 |"
+    assert lines[0].startswith(
+        "| run | protocol | client | scenario | total_unavailable_partition_seconds"
     )
     assert (
-        lines[3] == "| eager | eager | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 50 | 1 |"
+        lines[2]
+        == "| clean | cooperative | huddle | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 0 | 0 |"
+    )
+    assert (
+        lines[3]
+        == "| eager | eager | huddle | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 50 | 1 |"
     )
     rows = json.loads((tmp_path / "comparison" / "comparison.json").read_text())
     assert [r["protocol"] for r in rows] == ["cooperative", "eager"]
