@@ -223,6 +223,12 @@ class KafkaWire:
         if codec.ending:  # it closes once its answers have left: nothing more is read
             conn.inbox.clear()
             return None
+        if codec.full:  # read on once answers left (a client that pipelines is held back)
+            conn.inbox.appendleft(body)
+            conn.muted = True
+            conn.hold_input()
+            codec.when_drained(conn.unmute)
+            return None
         if conn.handshaken:
             beat = codec.heartbeats.read(body)
             if beat is not None:
