@@ -225,8 +225,7 @@ class _Walk:
             self.items += max(count, 0)
             if self.items > MAX_ITEMS:
                 raise RequestShapeError(
-                    f"more than {MAX_ITEMS} items in one request (at {field.name}): "
-                    "ask in several"
+                    f"more than {MAX_ITEMS} items in one request (at {field.name}): ask in several"
                 )
             for _ in range(count):
                 self.item(field, flexible)
