@@ -200,7 +200,7 @@ def _offset(
     name the log start or end; any other is a search by time, answered from the batches'
     max timestamps (the first batch with one at or after it: its base offset and its max
     timestamp; none: -1, -1)."""
-    target = store.log(topic, partition)
+    target = store.log(topic, partition, create=False)
     if timestamp == EARLIEST or (timestamp == EARLIEST_LOCAL and version >= 8):
         return NO_TIMESTAMP, target.log_start
     if timestamp == LATEST:
