@@ -8,7 +8,9 @@
   after a log line (the exception reached the event loop);
 - a CreateTopics or CreatePartitions of more than 10,000 partitions is refused with
   POLICY_VIOLATION, as Kafka's controller refuses it (a Metadata answer listing a
-  million partitions held the event loop for seconds).
+  million partitions held the event loop for seconds);
+- a request of more than ``walk.MAX_ITEMS`` array items closes that connection (a
+  FindCoordinator of 100,000 keys, 690 kB, held every connection for 4 s).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from structlog.typing import EventDict
 
 from huddle.chaos.kafka_frames import encode
 from huddle.coordinator.kafka.apis import Api
-from huddle.coordinator.kafka.walk import uvarint
+from huddle.coordinator.kafka.walk import MAX_ITEMS, uvarint
 from huddle.protocol.errors import ErrorCode
 from tests.helpers import error_events, wait_until
 from tests.kafka.conftest import Listening
@@ -155,3 +157,24 @@ async def test_more_than_10000_partitions_in_one_request_are_refused_as_kafka_do
         )
         assert grown.results[0].error_code == 0
         assert kafka.server.core.topics.partitions["a"] == 20_000
+
+
+async def test_more_items_than_a_request_may_hold_close_that_connection_only(
+    kafka: Listening, logs: list[EventDict]
+) -> None:
+    keys = [f"g{i}" for i in range(MAX_ITEMS + 1)]
+    find = request(Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=keys)
+    data = _frame(encode(Api.FIND_COORDINATOR, 4, 1, find, "c").body)
+    await _closed_after_a_bad_request(kafka, logs, data, f"{MAX_ITEMS + 1} keys")
+    (line,) = [e for e in logs if e["event"] == "kafka_bad_request"]
+    assert f"more than {MAX_ITEMS} items" in line["error_message"]
+
+
+async def test_a_request_of_as_many_items_as_allowed_is_read(kafka: Listening) -> None:
+    groups = [f"g{i}" for i in range(MAX_ITEMS)]
+    async with RawKafka(kafka.port) as conn:
+        described = await conn.call(
+            Api.DESCRIBE_GROUPS, 5, 1, groups=groups, include_authorized_operations=False
+        )
+        assert len(described.groups) == MAX_ITEMS
+        assert (await conn.call(Api.API_VERSIONS, 0, 2)).error_code == 0

@@ -3,10 +3,15 @@ that change the group protocol, batched requests."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.host import CoordinatorServer
+from huddle.coordinator.kafka import metadata_encoding
 from huddle.coordinator.kafka.apis import SERVED, Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.protocol.errors import ErrorCode
@@ -262,3 +267,40 @@ async def test_answers_released_together_may_pass_the_response_limit_together() 
     for _, body in answers[1:]:
         assert 0.5 * limit < len(body) < limit
         assert len(parse(Api.METADATA, 1, body).topics) == 150
+
+
+_NOT_ASKED = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"name": name, "topic_id": uuid.UUID(int=0)}
+
+
+async def test_a_metadata_answer_over_the_limit_is_not_built_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A registry too large for one Metadata answer is answered as an answer over
+    --max-response-bytes is (no topics listed: Metadata has no error of its own) without
+    encoding the answer first: a million partitions took 2 s of the event loop that every
+    connection shares, to be thrown away."""
+    encoded: list[int] = []
+    encode = metadata_encoding.encode
+
+    def counting(version: int, values: Any, leaders: Any) -> bytes:
+        encoded.append(sum(len(led) for led in leaders))
+        return encode(version, values, leaders)
+
+    monkeypatch.setattr(metadata_encoding, "encode", counting)
+    config = fast_server_config(max_response_bytes=64 * 1024)
+    async with CoordinatorServer(config) as server:
+        wire = await listen_kafka(server, "127.0.0.1", 0)
+        _create(server, TopicSpec(name="big", partitions=10_000))
+        async with RawKafka(wire.port) as conn:
+            every = await conn.call(Api.METADATA, 12, 1, topics=None, **_NOT_ASKED)
+            named = await conn.call(Api.METADATA, 12, 2, topics=[_named("big")], **_NOT_ASKED)
+            _create(server, TopicSpec(name="small", partitions=2))
+            small = await conn.call(Api.METADATA, 12, 3, topics=[_named("small")], **_NOT_ASKED)
+    assert every.topics == ()
+    assert [(t.name, t.error_code) for t in named.topics] == [("big", ErrorCode.MESSAGE_TOO_LARGE)]
+    assert len(small.topics[0].partitions) == 2
+    assert max(encoded) == 2, "an answer of 10,000 partitions was built"

@@ -101,6 +101,13 @@ def test_old_message_formats_are_refused() -> None:
     assert answer.error_code == ErrorCode.unsupported_for_message_format
 
 
+def test_a_refused_produce_keeps_no_partition() -> None:
+    store = store_of({"t": 1000})
+    refused = produce(store, {("t", p): with_magic(batch(), 1) for p in range(1000)})
+    assert {a.error_code for a in refused.values()} == {ErrorCode.unsupported_for_message_format}
+    assert store.partitions() == []
+
+
 def test_invalid_acks_are_refused() -> None:
     store = store_of({"t": 1})
     assert produce(store, {T0: batch()}, acks=2)[T0].error_code == ErrorCode.invalid_required_acks

@@ -134,12 +134,13 @@ def test_the_store_follows_the_registry() -> None:
 def test_topic_changed_forgets_a_deleted_topic_at_once_and_wakes_its_readers() -> None:
     registry = {"t": 1}
     store = store_of(registry)
-    woken: list[PartitionKey] = []
+    woken: list[PartitionKey | str] = []
     store.append_hooks.append(woken.append)
+    store.topic_hooks.append(woken.append)
     append(store, "t", 0, b"a")
     del registry["t"]
     store.topic_changed("t")  # the server says so when the registry deletes it
-    assert woken == [("t", 0), ("t", 0)]  # the append, then the change
+    assert woken == [("t", 0), "t"]  # the append, then the change
     assert store.total_bytes == 0
     registry["t"] = 1  # created again before the log is read: empty
     assert store.log("t", 0).log_end == 0
@@ -195,3 +196,19 @@ def test_offsets_stay_contiguous_and_reads_start_at_the_offsets_batch(
         assert first.base_offset <= offset <= first.base_offset + first.last_offset_delta
         assert read.size <= max_bytes or len(read.batches) == 1
     assert store.total_bytes <= 6000
+
+
+def test_reading_a_partition_never_written_keeps_nothing() -> None:
+    """A Fetch or ListOffsets of a partition never appended to reads an empty log without
+    keeping one: a Fetch of a million untouched partitions grew the server by 440 MB that
+    no bound counted."""
+    store = store_of({"t": 10_000})
+    for index in range(10_000):
+        read = store.read("t", index, 0, 1024, at_least_one=True)
+        assert (read.log_start, read.high_watermark) == (0, 0)
+        assert store.offset_for_timestamp("t", index, 0) is None
+        assert store.max_timestamp_batch("t", index) is None
+    assert store.partitions() == []
+    append(store, "t", 3, b"a")
+    assert store.partitions() == [("t", 3)]
+    assert store.read("t", 3, 0, 1024, at_least_one=True).high_watermark == 1

@@ -149,7 +149,7 @@ class Connection(asyncio.Protocol):
         # the request being handled, and whether it is answered later (its connection
         # muted: nothing more of it is handled, or read, until it is)
         self.in_flight: int | None = None
-        self.muted = False
+        self.muted = False  # also set by a wire whose answers wait, too many (``unmute``)
         self.bad_requests = 0  # requests it sent that could not be read
         self.log = log.bind(conn_id=conn_id)
 
@@ -331,11 +331,17 @@ class Connection(asyncio.Protocol):
             return
         self.in_flight = None
         if self.muted:
-            self.muted = False
-            if self.inbox:
-                self.server.backlogged(self)
-            else:
-                self.release_input()
+            self.unmute()
+
+    def unmute(self) -> None:
+        """It may be served again (it was ``muted``): the frames it sent meanwhile first."""
+        self.muted = False
+        if self.closing:
+            return
+        if self.inbox:
+            self.server.backlogged(self)
+        else:
+            self.release_input()
 
     def _queue(self, frame: ServerFrame) -> None:
         self.outbox.append(frame)

@@ -10,8 +10,10 @@ is read no further until it is).
 
 A connection is served no further while its answers are not read (its write buffer is
 full), while an authentication step of it is being checked, while ``HeldAnswers.limit``
-of its answers wait for the data dir, or, on a wire that answers in request order
-(``Wire.in_order``), while the request it sent last is not answered yet (muted).
+of its answers wait for the data dir, on a wire that answers in request order
+(``Wire.in_order``) while the request it sent last is not answered yet (muted), or while
+too many of its answers wait behind one not made yet (muted by its wire: a Kafka
+connection's, ``KafkaCodec.full``).
 
 Each frame goes to its connection's wire (``Wire.take``) and the request that comes back
 to the ``RequestPath``: direct calls, one frame after the other.
@@ -166,7 +168,7 @@ class Intake:
         limit = self.held.limit
         in_order = conn.wire.in_order
         try:
-            while inbox and not conn.closing and not conn.write_paused:
+            while inbox and not conn.closing and not conn.write_paused and not conn.muted:
                 if conn.sasl_busy:
                     break  # its SASL step is being checked: handled once it is
                 if conn.held >= limit:

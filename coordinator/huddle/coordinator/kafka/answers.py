@@ -15,6 +15,12 @@ leave, in order, as soon as they are all answered.
 notice of huddle's own wire has no Kafka form and is dropped), and the wire answers its
 own slots through ``release``: the connection then sends a ``Reply`` naming the slot's
 call id, which releases it in turn.
+
+A connection's queue is bounded: once ``MAX_WAITING`` requests wait in it, or answers of
+``max_response_bytes`` in all wait behind one not made yet (a held JoinGroup, a Fetch that
+waits), it is ``full`` and its wire reads no more of it until it drains (Kafka reads one
+request of a connection at a time; a client pipelining behind a slow answer is held back,
+not given a queue of answers without bound).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ log = structlog.get_logger("huddle.kafka")
 Answer = Callable[[Sequence[Response]], Mapping[str, Any] | Encoded]
 # What ``answered`` sends through the connection: the slot was answered by the wire.
 RELEASE: Final = ErrorResponse(error_code=ErrorCode.NONE, error_message="answered by the wire")
+MAX_WAITING: Final = 1024  # requests of one connection read and not yet answered, at most
 
 
 class Slot:
@@ -60,9 +67,11 @@ class KafkaCodec:
 
     __slots__ = (
         "_calls",
+        "_drained",
         "_next_call",
         "_queue",
         "_then",
+        "answered_bytes",
         "ending",
         "heartbeats",
         "max_response_bytes",
@@ -78,6 +87,8 @@ class KafkaCodec:
         self.heartbeats = heartbeat_fast.Reader()  # the connection's, read by hand
         self.ending = False  # the connection closes once its answers have left
         self._then: Callable[[], None] | None = None
+        self.answered_bytes = 0  # of the answers made that wait behind one that is not
+        self._drained: Callable[[], None] | None = None
 
     def when_answered(self, then: Callable[[], None]) -> None:
         """Call ``then`` once every slot queued so far has left (now, if none waits); no
@@ -87,6 +98,15 @@ class KafkaCodec:
             self._then = then
         else:
             then()
+
+    @property
+    def full(self) -> bool:
+        """Whether no more requests are to be read until answers leave (``when_drained``)."""
+        return len(self._queue) >= MAX_WAITING or self.answered_bytes >= self.max_response_bytes
+
+    def when_drained(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once it is no longer ``full``."""
+        self._drained = then
 
     @property
     def waiting(self) -> int:
@@ -108,7 +128,7 @@ class KafkaCodec:
         returned frame, sent through the connection, lets it leave in its turn.
         ``silent``: the request has no answer (a Produce with acks=0)."""
         if silent:
-            slot.encoded = b""
+            self._encoded(slot, b"")
         else:
             self._finish(slot)
         call_id = self._next_call
@@ -134,10 +154,14 @@ class KafkaCodec:
         queue = self._queue
         while queue and (encoded := queue[0].encoded) is not None:
             queue.popleft()
+            self.answered_bytes -= len(encoded)
             buffer += encoded
         if not queue and self._then is not None:
             then, self._then = self._then, None
             then()
+        if self._drained is not None and not self.full:
+            drained, self._drained = self._drained, None
+            drained()
 
     def open_one(self, slot: Slot) -> int:
         """``open`` for a slot of one core part (a Heartbeat's): its call id."""
@@ -153,7 +177,7 @@ class KafkaCodec:
         if len(encoded) - SIZE_BYTES > self.max_response_bytes:
             self._finish(slot)  # too large for the limit: answered so, as any other
             return
-        slot.encoded = encoded
+        self._encoded(slot, encoded)
 
     def _finish(self, slot: Slot) -> None:
         parts = [p for p in slot.parts if p is not None]
@@ -183,7 +207,11 @@ class KafkaCodec:
                 error_message=f"the answer is over {self.max_response_bytes} bytes",
             )
             encoded = self._bytes(slot, slot.answer([too_large] * max(len(slot.parts), 1)))
+        self._encoded(slot, encoded)
+
+    def _encoded(self, slot: Slot, encoded: bytes) -> None:
         slot.encoded = encoded
+        self.answered_bytes += len(encoded)
 
     @staticmethod
     def _bytes(slot: Slot, values: Mapping[str, Any] | Encoded) -> bytes:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import structlog
+
 from huddle.coordinator.kafka import apis, metadata_encoding
 from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get, message
 from huddle.protocol.errors import ErrorCode
@@ -35,6 +37,8 @@ from huddle.protocol.messages import (
     Request,
     Response,
 )
+
+log = structlog.get_logger("huddle.kafka")
 
 CLUSTER_ID: Final = "huddle"
 _GROUP_KEY: Final = 0
@@ -67,6 +71,17 @@ def metadata(req: Any, version: int, ctx: Context) -> Plan:
         (r,) = parts
         if type(r) is ListTopicsResponse and not r.error_code:
             found = [(t.name, t.error_code, 0 if t.error_code else t.partitions) for t in r.topics]
+            size = metadata_encoding.partitions_bytes(version, sum(c for _, _, c in found))
+            if size > ctx.max_response_bytes:
+                # answered as an answer over the limit is (``answers``), without first
+                # making it: a million partitions took 2 s of the event loop to encode
+                log.warning(
+                    "response_too_large",
+                    api_key=metadata_encoding.METADATA,
+                    size=size,
+                    at_least=True,
+                )
+                found = [(n, ErrorCode.MESSAGE_TOO_LARGE, 0) for n in names or ()]
         else:
             found = [(n, r.error_code, 0) for n in names or ()]
         values = {

@@ -49,6 +49,12 @@ def encode(version: int, values: Mapping[str, Any], leaders: Sequence[Sequence[i
     return b"".join(out)
 
 
+def partitions_bytes(version: int, count: int) -> int:
+    """What ``count`` partitions take in a Metadata answer of ``version`` (each the same)."""
+    template, _ = _template(version, 0)
+    return count * len(template)
+
+
 def _count(n: int, flexible: bool) -> bytes:
     return uvarint(n + 1) if flexible else _INDEX.pack(n)
 

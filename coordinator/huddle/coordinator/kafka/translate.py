@@ -57,6 +57,10 @@ class Context(Protocol):
     def topics(self) -> Mapping[str, int]:
         """huddle's topic registry: each topic's partition count."""
 
+    @property
+    def max_response_bytes(self) -> int:
+        """The largest answer sent (``--max-response-bytes``)."""
+
     def topic_changed(self, topic: str) -> None:
         """The registry changed ``topic`` (created, resized, deleted): the log follows."""
 

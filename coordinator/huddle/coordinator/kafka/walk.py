@@ -13,6 +13,13 @@ unknown tagged field (Kafka skips it: KIP-482). So, before kio reads a request:
 - ``without_unknown`` gives a flexible request without its unknown tagged fields, for kio
   to read again when it refused one.
 
+Both refuse a request of more than ``MAX_ITEMS`` array items in all (nested ones counted):
+every item costs the listener tens of microseconds on the event loop every connection
+shares (read, translated, answered), so a frame of 16 MB naming a million groups or
+partitions held every other group's heartbeats for over a minute. Kafka's controller
+refuses more than 10,000 partitions per request; twice that lets a Fetch, an OffsetFetch
+or an OffsetCommit name every partition of a 10,000-partition topic.
+
 ``fields`` describes a kio class's fields by their wire form; the fuzzer writes requests
 with it too (``huddle.chaos.kafka_frames``).
 """
@@ -47,6 +54,7 @@ FIXED_SIZES: Final = {
     "datetime_i64": 8,
 }
 _VARINT_BYTES: Final = 5
+MAX_ITEMS: Final = 20_000  # array items in one request, nested ones counted
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 
@@ -140,6 +148,7 @@ class _Walk:
         self.position = offset
         self.copying = copy
         self.out = bytearray()
+        self.items = 0  # array items so far
 
     def skip(self, size: int) -> None:
         end = self.position + size
@@ -213,6 +222,11 @@ class _Walk:
                 raise RequestShapeError(f"{field.name} is null, and not nullable")
             if count > len(self.body) - self.position:  # each item takes a byte at least
                 raise RequestShapeError(f"{field.name} claims {count} items in fewer bytes")
+            self.items += max(count, 0)
+            if self.items > MAX_ITEMS:
+                raise RequestShapeError(
+                    f"more than {MAX_ITEMS} items in one request (at {field.name}): ask in several"
+                )
             for _ in range(count):
                 self.item(field, flexible)
             return

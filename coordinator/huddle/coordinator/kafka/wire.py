@@ -81,6 +81,10 @@ TRANSLATIONS: Final[dict[int, Translation]] = {
 _LOG_APIS: Final = frozenset({Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS})
 _REASON_CHARS: Final = 300
 _FETCH_OVERHEAD: Final = 64 * 1024  # a Fetch answer's bytes besides its records, at most
+# Fetches waiting (and Produces waiting for the disk) of one connection, at most: Kafka's
+# clients keep one Fetch in flight per broker; a connection that leaves its answers unread
+# is read no further, so even a dead one holds no more than this until the idle timeout
+MAX_WAITS: Final = 16
 
 
 def _by_the_log(parts: Any) -> Any:
@@ -222,6 +226,13 @@ class KafkaWire:
         codec = cast(KafkaCodec, conn.codec)
         if codec.ending:  # it closes once its answers have left: nothing more is read
             conn.inbox.clear()
+            return None
+        if codec.full or len(self._waits.get(conn.conn_id, ())) >= MAX_WAITS:
+            # read on once answers left (a client that pipelines is held back)
+            conn.inbox.appendleft(body)
+            conn.muted = True
+            conn.hold_input()
+            codec.when_drained(conn.unmute)
             return None
         if conn.handshaken:
             beat = codec.heartbeats.read(body)

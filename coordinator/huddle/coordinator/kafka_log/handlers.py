@@ -144,10 +144,11 @@ def _append(
         raise LogError(ErrorCode.invalid_required_acks, f"acks={request.acks} (use -1, 0 or 1)")
     if request.transactional_id is not None:
         raise LogError(ErrorCode.invalid_record, "transactions are not supported")
-    target = store.log(topic, data.index)  # UNKNOWN_TOPIC_OR_PARTITION before the batches
+    # UNKNOWN_TOPIC_OR_PARTITION before the batches (a refused one keeps no partition)
+    store.log(topic, data.index, create=False)
     batches = split_batches(data.records or b"", zstd_allowed=version >= 7)
     base_offset = store.append(topic, data.index, batches)
-    return base_offset, target.log_start
+    return base_offset, store.log(topic, data.index).log_start
 
 
 def list_offsets(store: LogStore, request: ListOffsetsRequest, version: int) -> ResponsePayload:
@@ -200,7 +201,7 @@ def _offset(
     name the log start or end; any other is a search by time, answered from the batches'
     max timestamps (the first batch with one at or after it: its base offset and its max
     timestamp; none: -1, -1)."""
-    target = store.log(topic, partition)
+    target = store.log(topic, partition, create=False)
     if timestamp == EARLIEST or (timestamp == EARLIEST_LOCAL and version >= 8):
         return NO_TIMESTAMP, target.log_start
     if timestamp == LATEST:

@@ -86,9 +86,11 @@ class LogStore:
         self._sequence = 0
         self._segments = 0  # segments holding batches
         self.total_bytes = 0
-        # Called with a partition after every append to it, and after its topic changed
-        # (``topic_changed``): what wakes a waiting Fetch.
+        # Called with a partition after every append to it, and with a topic after it
+        # changed (``topic_changed``: any of its partitions, kept or not): what wakes a
+        # waiting Fetch.
         self.append_hooks: list[Callable[[PartitionKey], None]] = []
+        self.topic_hooks: list[Callable[[str], None]] = []
         if disk is not None:
             self._restore(disk)
 
@@ -103,9 +105,12 @@ class LogStore:
         if self.disk is not None:
             self.disk.close()
 
-    def log(self, topic: str, partition: int) -> PartitionLog:
+    def log(self, topic: str, partition: int, *, create: bool = True) -> PartitionLog:
         """The partition's log as the registry has it now; UNKNOWN_TOPIC_OR_PARTITION if
-        the registry has no such topic or partition."""
+        the registry has no such topic or partition. A partition never appended to is
+        kept only once it is (``create``): reading one gives an empty log, not kept (a
+        Fetch of a million untouched partitions grew the server by 440 MB, counted by no
+        bound)."""
         count = self._sync(topic)
         if count is None:
             raise LogError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
@@ -114,10 +119,12 @@ class LogStore:
                 ErrorCode.unknown_topic_or_partition,
                 f"topic {topic!r} has no partition {partition} ({count} partitions)",
             )
-        logs = self._topics.setdefault(topic, {})
-        found = logs.get(partition)
+        logs = self._topics.get(topic)
+        found = logs.get(partition) if logs is not None else None
         if found is None:
-            found = logs[partition] = PartitionLog()
+            found = PartitionLog()
+            if create:
+                self._topics.setdefault(topic, {})[partition] = found
         return found
 
     def append(self, topic: str, partition: int, batches: Sequence[Batch]) -> int:
@@ -165,7 +172,7 @@ class LogStore:
     ) -> Read:
         """Whole batches from the one holding ``offset`` up to ``max_bytes`` (the first one
         even over it if ``at_least_one``): OFFSET_OUT_OF_RANGE outside [log start, log end]."""
-        target = self.log(topic, partition)
+        target = self.log(topic, partition, create=False)
         if not target.log_start <= offset <= target.log_end:
             raise LogError(
                 ErrorCode.offset_out_of_range,
@@ -179,12 +186,13 @@ class LogStore:
     ) -> StoredBatch | None:
         """The first batch whose max timestamp is at or after ``timestamp`` (its base offset
         is the answer: the batch may hold earlier records, it is never decompressed)."""
-        return next((b for b in self.log(topic, partition) if b.max_timestamp >= timestamp), None)
+        batches = self.log(topic, partition, create=False)
+        return next((b for b in batches if b.max_timestamp >= timestamp), None)
 
     def max_timestamp_batch(self, topic: str, partition: int) -> StoredBatch | None:
         """The first batch with the largest max timestamp, None if the log is empty."""
         found: StoredBatch | None = None
-        for batch in self.log(topic, partition):
+        for batch in self.log(topic, partition, create=False):
             if found is None or batch.max_timestamp > found.max_timestamp:
                 found = batch
         return found
@@ -192,11 +200,9 @@ class LogStore:
     def topic_changed(self, topic: str) -> None:
         """The registry changed ``topic`` (deleted, resized): forget what it no longer has,
         and wake the Fetches waiting on the topic's partitions."""
-        keys = [(topic, index) for index in self._topics.get(topic, {})]
         self._sync(topic)
-        for key in keys:
-            for hook in self.append_hooks:
-                hook(key)
+        for hook in self.topic_hooks:
+            hook(topic)
 
     def partitions(self) -> list[PartitionKey]:
         """Every partition the store holds a log for."""

@@ -25,11 +25,16 @@ class StoreWaiter:
         self._waiting: dict[PartitionKey, set[asyncio.Future[None]]] = {}
         self.started = 0  # waits begun, ever
         store.append_hooks.append(self._grown)
+        store.topic_hooks.append(self._topic_changed)
 
     def _grown(self, key: PartitionKey) -> None:
         for future in self._waiting.get(key, ()):
             if not future.done():
                 future.set_result(None)
+
+    def _topic_changed(self, topic: str) -> None:
+        for key in [key for key in self._waiting if key[0] == topic]:
+            self._grown(key)
 
     @property
     def waiting(self) -> int:
