@@ -80,3 +80,37 @@ async def test_sync_group_v5_without_protocol_type_or_name_is_inconsistent(
     # named in full, the member gets its assignment as before
     assert named.error_code == ErrorCode.NONE
     assert named.assignment == b"\x00\x01"
+
+
+async def test_api_versions_v3_with_a_software_name_kafka_refuses_is_invalid(
+    kafka: Listening,
+) -> None:
+    """KafkaApis.handleApiVersionsRequest: a v3+ request whose client software name or
+    version breaks ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN is INVALID_REQUEST,
+    with no ranges; the names real clients send are fine."""
+    async with RawKafka(kafka.port) as conn:
+        refused = [
+            await conn.call(
+                Api.API_VERSIONS,
+                3,
+                cid,
+                client_software_name=name,
+                client_software_version=version,
+            )
+            for cid, (name, version) in enumerate(
+                (("bad name", "1.0"), ("kafka-python", "3.0+local"), ("", "1"), ("-x", "1"))
+            )
+        ]
+        fine = [
+            await conn.call(
+                Api.API_VERSIONS,
+                version,
+                10 + version,
+                client_software_name="confluent-kafka-python",
+                client_software_version="2.16.1-rdkafka-2.16.0",
+            )
+            for version in (3, 4)
+        ]
+    assert [(a.error_code, a.api_keys) for a in refused] == [(ErrorCode.INVALID_REQUEST, ())] * 4
+    assert [a.error_code for a in fine] == [ErrorCode.NONE] * 2
+    assert all(a.api_keys for a in fine)
