@@ -114,3 +114,50 @@ async def test_api_versions_v3_with_a_software_name_kafka_refuses_is_invalid(
     assert [(a.error_code, a.api_keys) for a in refused] == [(ErrorCode.INVALID_REQUEST, ())] * 4
     assert [a.error_code for a in fine] == [ErrorCode.NONE] * 2
     assert all(a.api_keys for a in fine)
+
+
+async def test_describe_groups_answers_as_kafka_s_coordinator(kafka: Listening) -> None:
+    """GroupMetadataManager.describeGroups: a group not known is no error but Dead; a group
+    that is not Stable names no protocol and no member's metadata or assignment."""
+    async with RawKafka(kafka.port) as conn:
+        await _stable_member(conn, "stable")
+        joining = await conn.call(
+            Api.JOIN_GROUP,
+            3,
+            3,
+            group_id="completing",
+            session_timeout=10_000,
+            rebalance_timeout=10_000,
+            member_id="",
+            protocol_type="consumer",
+            protocols=_PROTOCOLS,
+        )
+        described = await conn.call(
+            Api.DESCRIBE_GROUPS,
+            5,
+            4,
+            groups=["absent", "completing", "stable"],
+            include_authorized_operations=False,
+        )
+    absent, completing, stable = described.groups
+    assert (absent.error_code, absent.group_state, absent.members) == (ErrorCode.NONE, "Dead", ())
+    assert completing.group_state == "CompletingRebalance"
+    assert completing.protocol_data == ""
+    assert [(m.member_id, m.member_metadata) for m in completing.members] == [
+        (joining.member_id, b"")
+    ]
+    assert (stable.group_state, stable.protocol_data) == ("Stable", "range")
+    assert [(m.member_metadata, m.member_assignment) for m in stable.members] == [
+        (b"\x00\x01", b"\x00\x01")
+    ]
+
+
+async def test_list_groups_reads_its_states_filter_as_kafka(kafka: Listening) -> None:
+    """GroupMetadataManager.listGroups: the states filter is trimmed and compared in lower
+    case; a name that is no state matches no group and is no error."""
+    async with RawKafka(kafka.port) as conn:
+        await _stable_member(conn, "g")
+        mixed = await conn.call(Api.LIST_GROUPS, 4, 3, states_filter=[" STABLE ", "bogus"])
+        bogus = await conn.call(Api.LIST_GROUPS, 4, 4, states_filter=["bogus"])
+    assert (mixed.error_code, [g.group_id for g in mixed.groups]) == (ErrorCode.NONE, ["g"])
+    assert (bogus.error_code, bogus.groups) == (ErrorCode.NONE, ())
