@@ -161,3 +161,35 @@ async def test_list_groups_reads_its_states_filter_as_kafka(kafka: Listening) ->
         bogus = await conn.call(Api.LIST_GROUPS, 4, 4, states_filter=["bogus"])
     assert (mixed.error_code, [g.group_id for g in mixed.groups]) == (ErrorCode.NONE, ["g"])
     assert (bogus.error_code, bogus.groups) == (ErrorCode.NONE, ())
+
+
+async def test_an_empty_group_id_is_invalid_for_sync_heartbeat_and_leave(
+    kafka: Listening,
+) -> None:
+    """GroupCoordinatorService.syncGroup/heartbeat/leaveGroup: an empty group id is
+    INVALID_GROUP_ID, before any group is looked at (not UNKNOWN_MEMBER_ID)."""
+    async with RawKafka(kafka.port) as conn:
+        synced = await conn.call(
+            Api.SYNC_GROUP,
+            3,
+            1,
+            group_id="",
+            generation_id=1,
+            member_id="m",
+            group_instance_id=None,
+            assignments=[],
+        )
+        beat = await conn.call(Api.HEARTBEAT, 0, 2, group_id="", generation_id=1, member_id="m")
+        beat_v4 = await conn.call(
+            Api.HEARTBEAT, 4, 3, group_id="", generation_id=1, member_id="m", group_instance_id=None
+        )
+        left = await conn.call(Api.LEAVE_GROUP, 0, 4, group_id="", member_id="m")
+        left_v3 = await conn.call(
+            Api.LEAVE_GROUP,
+            3,
+            5,
+            group_id="",
+            members=[{"member_id": "m", "group_instance_id": None}],
+        )
+    codes = [a.error_code for a in (synced, beat, beat_v4, left, left_v3)]
+    assert codes == [ErrorCode.INVALID_GROUP_ID] * 5
