@@ -33,14 +33,20 @@ async def test_an_acks_0_produce_refused_behind_a_held_join_closes_after_the_joi
     """A JoinGroup held by the group's initial delay, then a Produce with acks=0 to a topic
     that does not exist, then an ApiVersions, pipelined: the JoinGroup is answered, then
     the connection closed (the Produce has no answer; the ApiVersions is not read)."""
+    refused = produce_request(9, {("no-such-topic", 0): batch()}, acks=0)
+    await _join_answered_then_closed(request_bytes(Api.PRODUCE, 9, 2, refused))
+
+
+async def _join_answered_then_closed(middle: bytes) -> None:
+    """A held JoinGroup, ``middle``, an ApiVersions, pipelined: the JoinGroup's answer
+    arrives (its member in the group), then the connection closes."""
     group = replace(FAST_GROUP, initial_rebalance_delay_ms=300)
     async with CoordinatorServer(fast_server_config(group=group)) as server:
         wire = await listen_kafka(server, "127.0.0.1", 0)
         async with RawKafka(wire.port) as conn:
             join = request_bytes(Api.JOIN_GROUP, 3, 1, request(Api.JOIN_GROUP, 3, **_JOIN))
-            refused = produce_request(9, {("no-such-topic", 0): batch()}, acks=0)
             after = request_bytes(Api.API_VERSIONS, 0, 3, request(Api.API_VERSIONS, 0))
-            conn.write(join + request_bytes(Api.PRODUCE, 9, 2, refused) + after)
+            conn.write(join + middle + after)
             correlation_id, body = await conn.read()
             assert correlation_id == 1
             joined = parse(Api.JOIN_GROUP, 3, body)
@@ -75,17 +81,5 @@ async def test_bad_input_behind_a_held_join_closes_after_the_join_s_answer(
     pipelined: the JoinGroup is answered (its member is in the group), then the connection
     is closed after a log line; the ApiVersions is not read."""
     bad, event = BAD_BEHIND[case]
-    group = replace(FAST_GROUP, initial_rebalance_delay_ms=300)
-    async with CoordinatorServer(fast_server_config(group=group)) as server:
-        wire = await listen_kafka(server, "127.0.0.1", 0)
-        async with RawKafka(wire.port) as conn:
-            join = request_bytes(Api.JOIN_GROUP, 3, 1, request(Api.JOIN_GROUP, 3, **_JOIN))
-            after = request_bytes(Api.API_VERSIONS, 0, 3, request(Api.API_VERSIONS, 0))
-            conn.write(join + bad + after)
-            correlation_id, body = await conn.read()
-            assert correlation_id == 1
-            joined = parse(Api.JOIN_GROUP, 3, body)
-            assert joined.error_code == 0
-            assert joined.member_id == joined.leader
-            assert await conn.closed()
+    await _join_answered_then_closed(bad)
     assert [e for e in logs if e["event"] == event], f"{case}: no {event} line"
