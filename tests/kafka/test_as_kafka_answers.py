@@ -193,3 +193,28 @@ async def test_an_empty_group_id_is_invalid_for_sync_heartbeat_and_leave(
         )
     codes = [a.error_code for a in (synced, beat, beat_v4, left, left_v3)]
     assert codes == [ErrorCode.INVALID_GROUP_ID] * 5
+
+
+async def test_an_offset_fetch_refused_for_its_group_names_no_partitions_from_v2(
+    kafka: Listening,
+) -> None:
+    """OffsetFetchRequest.getErrorResponse: a group-level error (here: more partitions
+    asked than one request may name) is each partition's in v1, which has no group error
+    code; from v2 it is the group's error code alone, with no topics (v8+: per group)."""
+    too_many = [{"name": "t", "partition_indexes": list(range(20_001))}]
+    async with RawKafka(kafka.port) as conn:
+        v1 = await conn.call(Api.OFFSET_FETCH, 1, 1, group_id="g", topics=too_many)
+        v3 = await conn.call(Api.OFFSET_FETCH, 3, 2, group_id="g", topics=too_many)
+        v8 = await conn.call(
+            Api.OFFSET_FETCH,
+            8,
+            3,
+            groups=[{"group_id": "g", "topics": too_many}],
+            require_stable=False,
+        )
+    (topic,) = v1.topics
+    assert len(topic.partitions) == 20_001
+    assert {p.error_code for p in topic.partitions} == {ErrorCode.INVALID_REQUEST}
+    assert (v3.error_code, v3.topics) == (ErrorCode.INVALID_REQUEST, ())
+    ((group),) = v8.groups
+    assert (group.error_code, group.topics) == (ErrorCode.INVALID_REQUEST, ())
