@@ -4,7 +4,11 @@ one at a time, so every earlier answer has left before the closing request is ev
 
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
+
+import pytest
+from structlog.typing import EventDict
 
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
@@ -29,17 +33,53 @@ async def test_an_acks_0_produce_refused_behind_a_held_join_closes_after_the_joi
     """A JoinGroup held by the group's initial delay, then a Produce with acks=0 to a topic
     that does not exist, then an ApiVersions, pipelined: the JoinGroup is answered, then
     the connection closed (the Produce has no answer; the ApiVersions is not read)."""
+    refused = produce_request(9, {("no-such-topic", 0): batch()}, acks=0)
+    await _join_answered_then_closed(request_bytes(Api.PRODUCE, 9, 2, refused))
+
+
+async def _join_answered_then_closed(middle: bytes) -> None:
+    """A held JoinGroup, ``middle``, an ApiVersions, pipelined: the JoinGroup's answer
+    arrives (its member in the group), then the connection closes."""
     group = replace(FAST_GROUP, initial_rebalance_delay_ms=300)
     async with CoordinatorServer(fast_server_config(group=group)) as server:
         wire = await listen_kafka(server, "127.0.0.1", 0)
         async with RawKafka(wire.port) as conn:
             join = request_bytes(Api.JOIN_GROUP, 3, 1, request(Api.JOIN_GROUP, 3, **_JOIN))
-            refused = produce_request(9, {("no-such-topic", 0): batch()}, acks=0)
             after = request_bytes(Api.API_VERSIONS, 0, 3, request(Api.API_VERSIONS, 0))
-            conn.write(join + request_bytes(Api.PRODUCE, 9, 2, refused) + after)
+            conn.write(join + middle + after)
             correlation_id, body = await conn.read()
             assert correlation_id == 1
             joined = parse(Api.JOIN_GROUP, 3, body)
             assert joined.error_code == 0
             assert joined.member_id == joined.leader
             assert await conn.closed()
+
+
+def _framed(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+_HEARTBEAT = request_bytes(
+    Api.HEARTBEAT, 0, 2, request(Api.HEARTBEAT, 0, group_id="g", generation_id=1, member_id="m")
+)
+BAD_BEHIND = {
+    "a version not served": (_framed(struct.pack(">hhi", Api.HEARTBEAT, 99, 2)), "kafka_closed"),
+    "an unknown API key": (_framed(struct.pack(">hhi", 999, 0, 2)), "kafka_closed"),
+    "a request shorter than its header": (_framed(b"\x00\x0c\x00"), "kafka_bad_request"),
+    "a truncated request body": (
+        struct.pack(">i", len(_HEARTBEAT) - 7) + _HEARTBEAT[4:-3],
+        "kafka_bad_request",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BEHIND))
+async def test_bad_input_behind_a_held_join_closes_after_the_join_s_answer(
+    logs: list[EventDict], case: str
+) -> None:
+    """A JoinGroup held by the group's initial delay, then bad input, then an ApiVersions,
+    pipelined: the JoinGroup is answered (its member is in the group), then the connection
+    is closed after a log line; the ApiVersions is not read."""
+    bad, event = BAD_BEHIND[case]
+    await _join_answered_then_closed(bad)
+    assert [e for e in logs if e["event"] == event], f"{case}: no {event} line"

@@ -144,7 +144,9 @@ async def sasl_plaintext(tmp_path: Path, logs: object) -> AsyncIterator[int]:
 
 async def test_a_request_before_authentication_closes_the_connection(sasl_plaintext: int) -> None:
     async with RawKafka(sasl_plaintext) as raw:
-        versions = await raw.call(Api.API_VERSIONS, 3, 1, client_software_name="t")
+        versions = await raw.call(
+            Api.API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1"
+        )
         assert versions.error_code == 0  # ApiVersions may come first
         raw.send(Api.LIST_GROUPS, 3, 2)
         assert await raw.closed()
@@ -251,7 +253,9 @@ async def _kafka_served(port: int, trust: ssl.SSLContext) -> bytes:
     raw = RawKafka(port)
     raw.reader, raw.writer = reader, writer
     try:
-        versions = await raw.call(Api.API_VERSIONS, 3, 1, client_software_name="t")
+        versions = await raw.call(
+            Api.API_VERSIONS, 3, 1, client_software_name="t", client_software_version="1"
+        )
         assert versions.error_code == 0
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         assert isinstance(der, bytes)

@@ -18,6 +18,12 @@ class Leaves:
 
     def leave(self, fx: Effects, conn: Peer, cid: int, req: LeaveGroupRequest) -> None:
         waiter = (conn.conn_id, cid)
+        if not req.group_id:  # as Kafka's GroupCoordinatorService, before the group
+            refusal = LeaveGroupResponse(
+                error_code=E.INVALID_GROUP_ID, error_message="group id must not be empty"
+            )
+            fx.reply(waiter, refusal)
+            return
         if not req.members:
             fx.reply(
                 waiter,

@@ -154,6 +154,8 @@ class Sessions:
     def check_member(
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
     ) -> tuple[Group, Member] | Refusal:
+        if not group_id:  # as Kafka's GroupCoordinatorService, before the group
+            return Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
         group = self.groups.get(group_id)
         if group is None:
             return Refusal(E.UNKNOWN_MEMBER_ID, f"no group {group_id!r}")

@@ -2,6 +2,12 @@
 DeleteGroups, and CreateTopics, DeleteTopics, CreatePartitions over huddle's topic
 registry (the core's CreateTopics, DeleteTopics and AlterTopics).
 
+DescribeGroups answers as Kafka's coordinator does (``GroupMetadataManager.describeGroups``):
+a group it does not know is no error but a group in state Dead, and a group that is not
+Stable is described without its protocol and its members without metadata or assignment.
+ListGroups' states filter is read as Kafka reads it: trimmed and in any case, and a state
+that is not one lists nothing rather than being an error.
+
 The registry keeps one copy of each topic, on this listener's one broker: a replication
 factor over 1, or replica assignments naming another broker, are refused with Kafka's
 INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT; topic configs are not kept (an
@@ -18,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from huddle.coordinator.kafka.translate import Context, Plan, Values, get, message
+from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -25,6 +32,7 @@ from huddle.protocol.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
+    DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
@@ -39,6 +47,8 @@ _DEFAULT_PARTITIONS: Final = 1  # Kafka's num.partitions, for a topic created wi
 INVALID_REPLICATION_FACTOR: Final = 38
 INVALID_REPLICA_ASSIGNMENT: Final = 39
 _CLASSIC: Final = "classic"
+_DEAD: Final = GroupState.DEAD.value
+_STABLE: Final = GroupState.STABLE.value
 MAX_PARTITIONS_PER_REQUEST: Final = 10_000  # Kafka's controller: MAX_PARTITIONS_PER_BATCH
 _TOO_MANY_NEW: Final = "Excessively large number of partitions per request."
 _TOO_MANY_ADDED: Final = "Unable to perform excessively large batch operation."
@@ -51,47 +61,50 @@ def describe_groups(req: Any, version: int, ctx: Context) -> Plan:
         (r,) = parts
         if type(r) is not DescribeGroupsResponse:
             groups: list[Values] = [
-                {"group_id": g, "error_code": r.error_code, "group_state": "Dead"} for g in names
+                {"group_id": g, "error_code": r.error_code, "group_state": _DEAD} for g in names
             ]
             return {"groups": groups}
-        return {
-            "groups": [
-                {
-                    "error_code": g.error_code,
-                    "group_id": g.group_id,
-                    "group_state": g.state,
-                    "protocol_type": g.protocol_type,
-                    "protocol_data": g.protocol_name,
-                    "authorized_operations": _NOT_ASKED,
-                    "members": [
-                        {
-                            "member_id": m.member_id,
-                            "group_instance_id": m.group_instance_id,
-                            "client_id": m.client_id,
-                            "client_host": m.client_host,
-                            "member_metadata": m.metadata,
-                            "member_assignment": m.assignment,
-                        }
-                        for m in g.members
-                    ],
-                }
-                for g in r.groups
-            ]
-        }
+        return {"groups": [_described(g) for g in r.groups]}
 
     return Plan([DescribeGroupsRequest(groups=names)], answer)
 
 
+def _described(g: DescribedGroup) -> Values:
+    if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:  # Kafka: no error, a Dead group
+        return {"group_id": g.group_id, "error_code": 0, "group_state": _DEAD}
+    stable = g.state == _STABLE  # else Kafka names no protocol and no member's metadata
+    return {
+        "error_code": g.error_code,
+        "group_id": g.group_id,
+        "group_state": g.state,
+        "protocol_type": g.protocol_type,
+        "protocol_data": g.protocol_name if stable else "",
+        "authorized_operations": _NOT_ASKED,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            }
+            for m in g.members
+        ],
+    }
+
+
 def list_groups(req: Any, version: int, ctx: Context) -> Plan:
-    states = list(get(req, "states_filter", ()))
+    asked = {s.strip().lower() for s in get(req, "states_filter", ())}
+    states = [s for s in asked if s in STATES_BY_NAME]
     kinds = {k.lower() for k in get(req, "types_filter", ())}
     call = ListGroupsRequest(states=states or None)
 
     def answer(parts: Sequence[Response]) -> Values:
         (r,) = parts
         listed = r.groups if type(r) is ListGroupsResponse else []
-        if kinds and _CLASSIC not in kinds:
-            listed = []  # every group of huddle is a classic group
+        if (kinds and _CLASSIC not in kinds) or (asked and not states):
+            listed = []  # every group of huddle is a classic group; no state is asked
         return {
             "error_code": r.error_code,
             "groups": [

@@ -3,7 +3,9 @@ and FindCoordinator.
 
 - ApiVersions is answered by the listener itself, from ``apis.SERVED``; a version it does
   not serve gets a v0 answer with UNSUPPORTED_VERSION and the ranges (clients retry with a
-  version in them), as Kafka answers.
+  version in them), as Kafka answers. From v3 the client names its software and version
+  (KIP-511): a name or version Kafka's ``ApiVersionsRequest.isValid`` refuses is answered
+  INVALID_REQUEST with no ranges, as Kafka answers it.
 - Metadata names the brokers: this listener's advertised address as node 0 without a
   cluster; in a cluster, every live node's Kafka address with its broker id, and this node
   as the controller (any node serves the admin APIs). Each partition has one leader, its
@@ -21,6 +23,7 @@ and FindCoordinator.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -43,6 +46,9 @@ log = structlog.get_logger("huddle.kafka")
 CLUSTER_ID: Final = "huddle"
 _GROUP_KEY: Final = 0
 _NOT_ASKED: Final = -(2**31)
+_NAMES_SOFTWARE_FROM: Final = 3  # ApiVersions' version from which the client names itself
+# Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN
+_SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def api_version_ranges() -> list[Values]:
@@ -53,6 +59,12 @@ def api_version_ranges() -> list[Values]:
 
 
 def api_versions(req: Any, version: int, ctx: Context) -> Plan:
+    if version >= _NAMES_SOFTWARE_FROM and not (
+        _SOFTWARE.fullmatch(req.client_software_name)
+        and _SOFTWARE.fullmatch(req.client_software_version)
+    ):
+        refused = {"error_code": int(ErrorCode.INVALID_REQUEST), "api_keys": []}
+        return Plan([], lambda parts: refused)
     return Plan([], lambda parts: {"error_code": 0, "api_keys": api_version_ranges()})
 
 

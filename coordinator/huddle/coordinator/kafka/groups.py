@@ -8,6 +8,9 @@ by version is handled here, as Kafka's own coordinator does:
   MEMBER_ID_REQUIRED round (KIP-394, v4+): a new member gets its id in the answer that
   lets it in (the core is told so by ``require_known_member_id``). Instance ids come
   with v5 (static membership), reasons with v8.
+- SyncGroup v5+ must name the protocol type and name: one that leaves either null is
+  answered INCONSISTENT_GROUP_PROTOCOL before the group is looked at, as Kafka's
+  ``KafkaApis.handleSyncGroupRequest`` does.
 - LeaveGroup v0-2 name one member and answer with one error code; v3+ name a batch.
 """
 
@@ -34,6 +37,7 @@ from huddle.protocol.messages import (
 )
 
 _MEMBER_ID_REQUIRED_FROM = 4  # JoinGroup's version that brought the MEMBER_ID_REQUIRED round
+_SYNC_NAMES_PROTOCOL_FROM = 5  # SyncGroup's version from which protocol type and name are due
 
 
 def join_group(req: Any, version: int, ctx: Context) -> Plan:
@@ -77,13 +81,17 @@ def join_group(req: Any, version: int, ctx: Context) -> Plan:
 
 
 def sync_group(req: Any, version: int, ctx: Context) -> Plan:
+    protocol_type, protocol_name = get(req, "protocol_type"), get(req, "protocol_name")
+    if version >= _SYNC_NAMES_PROTOCOL_FROM and (protocol_type is None or protocol_name is None):
+        refused = {"error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "assignment": b""}
+        return Plan([], lambda parts: refused)
     call = SyncGroupRequest(
         group_id=req.group_id,
         generation_id=req.generation_id,
         member_id=req.member_id,
         group_instance_id=get(req, "group_instance_id"),
-        protocol_type=get(req, "protocol_type"),
-        protocol_name=get(req, "protocol_name"),
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
         assignments=[
             SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
             for a in req.assignments

@@ -7,6 +7,9 @@
 - OffsetCommit's answer is written by hand (``offset_commit_encoding``), kio's bytes.
 - OffsetFetch v8+ asks for several groups in one request: one core request per group,
   answered together. A null topic list asks for every committed offset of the group.
+  A group-level error is the group's error code with no topics from v2 (v8+: per group),
+  and each partition asked with that error in v1, which has no group error code, as
+  Kafka's ``OffsetFetchRequest.getErrorResponse`` answers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from huddle.protocol.messages import (
 )
 
 _NO_EPOCH = -1
+_GROUP_ERROR_FROM = 2  # OffsetFetch's version that brought the group-level error code
 
 
 def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
@@ -83,13 +87,19 @@ def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
     else:
         calls = [_fetch_call(g.group_id, g.topics) for g in groups]
 
+    per_partition = version < _GROUP_ERROR_FROM
+
     def answer(parts: Sequence[Response]) -> Values:
         if groups is None:
             (r,) = parts
-            return {"error_code": r.error_code, "topics": _fetched(r, calls[0])}
+            return {"error_code": r.error_code, "topics": _fetched(r, calls[0], per_partition)}
         return {
             "groups": [
-                {"group_id": c.group_id, "error_code": r.error_code, "topics": _fetched(r, c)}
+                {
+                    "group_id": c.group_id,
+                    "error_code": r.error_code,
+                    "topics": _fetched(r, c, per_partition),
+                }
                 for c, r in zip(calls, parts, strict=True)
             ]
         }
@@ -104,9 +114,10 @@ def _fetch_call(group_id: str, topics: Any) -> OffsetFetchRequest:
     return OffsetFetchRequest(group_id=group_id, topics=asked)
 
 
-def _fetched(r: Response, call: OffsetFetchRequest) -> list[Values]:
-    """The offsets answered, or (a group-level error) each partition asked with no offset
-    and that error, as Kafka's coordinator answers versions without a group error code."""
+def _fetched(r: Response, call: OffsetFetchRequest, per_partition: bool) -> list[Values]:
+    """The offsets answered, or (a group-level error) none, or, ``per_partition`` (a
+    version without a group error code), each partition asked with no offset and that
+    error."""
     if type(r) is OffsetFetchResponse and not r.error_code:
         return [
             {
@@ -124,6 +135,8 @@ def _fetched(r: Response, call: OffsetFetchRequest) -> list[Values]:
             }
             for t in r.topics
         ]
+    if not per_partition:
+        return []
     return [
         {
             "name": t.name,

@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, Final, Protocol, cast
 
 import msgspec
@@ -270,8 +271,9 @@ class KafkaWire:
             slot = Slot(api_key, version, start.correlation_id, _by_the_log, 0)
             try:
                 self._log_api(conn, codec, slot, request)
-            except Exception as exc:  # as a translation that fails, below
-                self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
+            except Exception as exc:  # as a translation that fails, below; its slot is open
+                reason = f"{apis.name(api_key)} v{version}: {exc!r}"
+                self._unreadable(conn, reason, start, at_once=True)
             return None
         try:
             plan = TRANSLATIONS[api_key](request, version, self)
@@ -344,7 +346,8 @@ class KafkaWire:
             if isinstance(answer, NoResponse):  # acks=0: the client reads no answer
                 conn.send(codec.release(slot, silent=True))
                 if answer.close or refused or not_led:
-                    self._close_when_answered(conn, codec, "a Produce with acks=0 was refused")
+                    reason = "a Produce with acks=0 was refused"
+                    self._close_when_answered(conn, codec, partial(conn.close, reason))
                 return
             kept = log.produce_kept(answer)
             if kept is not None:  # --fsync: answered once its batches are on the disk
@@ -362,19 +365,34 @@ class KafkaWire:
         slot.answer = _answered(_put_back(slot.api_key, version, answer, refused, not_led))
         conn.send(codec.release(slot))
 
-    def _close_when_answered(self, conn: Connection, codec: KafkaCodec, reason: str) -> None:
-        """Close ``conn`` as Kafka does after a request it cannot answer (a refused Produce
-        with acks=0), but only once the answers owed for its earlier requests have left (a
-        held JoinGroup, a Fetch that waits): Kafka reads a connection's requests one at a
-        time, so those have left before it reads the one that closes. Nothing more is read."""
+    def _close_when_answered(
+        self, conn: Connection, codec: KafkaCodec, close: Callable[[], None]
+    ) -> None:
+        """Close ``conn`` (``close``) as Kafka does after a request it cannot answer (a
+        refused Produce with acks=0, bad input), but only once the answers owed for its
+        earlier requests have left (a held JoinGroup, a Fetch that waits): Kafka reads a
+        connection's requests one at a time, so those have left before it reads the one
+        that closes. Nothing more is read."""
         conn.inbox.clear()
         conn.hold_input()
         loop = self.server.loop
 
-        def close() -> None:
-            loop.call_soon(conn.close, reason)  # after the server writes the last answers
+        def then() -> None:
+            loop.call_soon(close)  # after the server writes the last answers
 
-        codec.when_answered(close)
+        codec.when_answered(then)
+
+    def _fail(
+        self, conn: Connection, code: ErrorCode, text: str, *, at_once: bool, **details: Any
+    ) -> None:
+        """``conn.fail`` (a log line, then the close) for bad input, after the answers owed
+        for its earlier requests (``_close_when_answered``), or ``at_once`` (the bad
+        request's own slot is open: it will never be answered)."""
+        codec = cast(KafkaCodec, conn.codec)
+        if at_once or not codec.waiting:
+            conn.fail(code, text, **details)
+            return
+        self._close_when_answered(conn, codec, partial(conn.fail, code, text, **details))
 
     def _answer_later(
         self,
@@ -424,20 +442,33 @@ class KafkaWire:
             codec.open(slot)
             conn.send(codec.release(slot))
             return
-        conn.fail(
+        self._fail(
+            conn,
             ErrorCode.UNSUPPORTED_VERSION,
             f"{api} v{start.version} is not served (ApiVersions lists what is)",
+            at_once=False,
             event="kafka_closed",
         )
 
-    def _unreadable(self, conn: Connection, reason: str, start: header.Start | None = None) -> None:
+    def _unreadable(
+        self,
+        conn: Connection,
+        reason: str,
+        start: header.Start | None = None,
+        *,
+        at_once: bool = False,
+    ) -> None:
         text = f"unreadable request: {printable(reason, _REASON_CHARS)}"
         if start is None:
-            conn.fail(ErrorCode.CORRUPT_MESSAGE, text, event="kafka_bad_request")
+            self._fail(
+                conn, ErrorCode.CORRUPT_MESSAGE, text, at_once=at_once, event="kafka_bad_request"
+            )
             return
-        conn.fail(
+        self._fail(
+            conn,
             ErrorCode.CORRUPT_MESSAGE,
             text,
+            at_once=at_once,
             event="kafka_bad_request",
             api_key=start.api_key,
             version=start.version,
