@@ -358,9 +358,8 @@ def test_comparison_across_runs(
     assert lines[0].startswith(
         "| run | protocol | client | scenario | total_unavailable_partition_seconds"
     )
-    assert (
-        lines[2]
-        == "| clean | cooperative | huddle | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 0 | 0 |"
+    assert lines[2] == (
+        "| clean | cooperative | huddle | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 0 | 0 |"
     )
     assert (
         lines[3]
