@@ -14,6 +14,9 @@ PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
 # latency bound, a cluster, a chaos campaign, a JVM).
 WORKERS ?= -n 4
 ON_WORKERS := -m "not e2e and not spark and not timing"
+# The real Kafka clients' e2e tests (`clients`) wait on the clients' heartbeats and session
+# timeouts, not on the CPU: three run at a time.
+CLIENT_WORKERS ?= -n 3
 
 # kafkajs for the Kafka-client tests, pinned by tests/kafka_clients/js/package-lock.json
 # (npm ci); without npm the kafkajs tests skip and say why.
@@ -35,7 +38,8 @@ test: $(STAMP) $(KAFKAJS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q $(WORKERS) $(ON_WORKERS)
-	$(BIN)/pytest -q -m "timing or e2e or spark"
+	$(BIN)/pytest -q $(CLIENT_WORKERS) -m "clients"
+	$(BIN)/pytest -q -m "(timing or e2e or spark) and not clients"
 
 # The fast tier: everything but real processes and PySpark (`make test` runs those too).
 check: $(STAMP) $(KAFKAJS)

@@ -29,6 +29,18 @@ from huddle.chaos.kafka_workers.emit import Partition
 from huddle.chaos.kafka_workers.options import DriverOptions
 from huddle.chaos.kafka_workers.running import Driver, Drivers, partitions_of
 
+
+HERE: Final = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """This folder's e2e tests (real Kafka clients, each against its own broker) are
+    marked ``clients``: they wait on the clients' timers (heartbeats, session timeouts),
+    not on the CPU, so ``make test`` runs them on workers beside each other."""
+    for item in items:
+        if HERE in item.path.parents and item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.clients)
+
 PARTITIONS: Final = 6
 WAIT_S: Final = 40.0
 _serial = itertools.count(1)
