@@ -178,10 +178,26 @@ def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, RunSumm
     assert summary.window.start == T0 + 1.0
     assert summary.window.end == T0 + 10.0
     assert summary.total_unavailable_partition_seconds == 1.5
+    # t-0: nobody owned it from member-1's revocation (5.125) to member-2's assignment (6.375)
     assert summary.per_partition == {
-        "t-0": PartitionFigures(unavailable_seconds=1.5, max_outage_seconds=1.5, outages=1),
-        "t-1": PartitionFigures(unavailable_seconds=0.0, max_outage_seconds=0.0, outages=0),
+        "t-0": PartitionFigures(
+            unavailable_seconds=1.5,
+            max_outage_seconds=1.5,
+            outages=1,
+            unowned_seconds=1.25,
+            restoring_seconds=0.0,
+        ),
+        "t-1": PartitionFigures(
+            unavailable_seconds=0.0,
+            max_outage_seconds=0.0,
+            outages=0,
+            unowned_seconds=0.0,
+            restoring_seconds=0.0,
+        ),
     }
+    assert (summary.partitions_moved, summary.partitions_returned) == (1, 0)
+    assert (summary.records_restored, summary.restore_seconds) == (0, 0.0)  # stateless
+    assert summary.stopped_partition_seconds == summary.unowned_partition_seconds == 1.25
     assert [(o["topic"], o["partition"], o["start"], o["end"]) for o in analysis.outages] == [
         ("t", 0, T0 + 5.0, T0 + 6.5)
     ]
@@ -290,7 +306,11 @@ def test_unowned_processing_detected(spark: SparkSession, tmp_path: Path) -> Non
     assert (v["proc"], v["partition"], v["ts"], v["records"]) == ("member-2", 0, T0 + 6.3125, 10)
     assert summary.duplicates == 10  # re-processing from the committed offset: allowed
     assert summary.per_partition["t-0"] == PartitionFigures(
-        unavailable_seconds=1.5, max_outage_seconds=1.3125, outages=2
+        unavailable_seconds=1.5,
+        max_outage_seconds=1.3125,
+        outages=2,
+        unowned_seconds=1.25,
+        restoring_seconds=0.0,
     )
 
 
