@@ -111,7 +111,7 @@ def analyse(
         tables["outages"] = outage_df
         tables["unavailability"] = availability.unavailability(outage_df, partitions, window)
     say("what moved")
-    restore_rows = _keep(moves.restores(events.control, events.processed))
+    restore_rows = _keep(moves.restores(events.control, owned))
     tables["handovers"], tables["restores"] = moves.moves_in_window(owned, restore_rows, window)
     if window is not None:
         tables["stopped"] = moves.stopped(owned, restore_rows, partitions, window)

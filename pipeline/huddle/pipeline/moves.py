@@ -30,7 +30,6 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from huddle.pipeline import ownership
 from huddle.pipeline.availability import MeasureWindow, outages
 
 HANDOVER_COLUMNS = ("topic", "partition", "start", "proc", "previous_proc", "kind")
@@ -60,20 +59,12 @@ def handovers(owned: DataFrame) -> DataFrame:
     )
 
 
-def _restore_ends(control: DataFrame) -> DataFrame:
-    """The events that end a restore (``restored``, and a revocation, loss or another
-    assignment of the partition): ``proc, topic, partition, ts, seq, event``."""
-    columns = ("proc", "topic", "partition", "ts", "seq", "event")
-    done = control.where(F.col("event") == "restored").select(*columns)
-    return done.unionByName(ownership.partition_changes(control).select(*columns))
-
-
-def restores(control: DataFrame, processed: DataFrame) -> DataFrame:
+def restores(control: DataFrame, owned: DataFrame) -> DataFrame:
     """``proc, member_id, topic, partition, start, end, seconds, offset, from_offset,
-    records, finished``: one row per ``restore_started`` event."""
-    incs = ownership.incarnations(control)
-    ends = ownership.incarnation_ends(control, processed, incs)
-    started = control.where(F.col("event") == "restore_started").select(
+    records, finished``: one row per ``restore_started`` event. It ends at the process's
+    next ``restored`` of the partition, unless the ownership interval it is in (``owned``)
+    ended first (``finished`` false)."""
+    marks = control.where(F.col("event").isin("restore_started", "restored")).select(
         "proc",
         "ts",
         "seq",
@@ -85,16 +76,31 @@ def restores(control: DataFrame, processed: DataFrame) -> DataFrame:
         "from_offset",
         "records",
     )
-    ends_of = _restore_ends(control)
-    marks = ownership.in_incarnation(started.unionByName(ends_of, allowMissingColumns=True), incs)
-    w = Window.partitionBy("proc", "incarnation", "topic", "partition").orderBy("ts", "seq")
-    nexts = marks.select(
+    w = Window.partitionBy("proc", "topic", "partition").orderBy("ts", "seq")
+    started = marks.select(
         "*",
-        F.lead("ts").over(w).alias("next_ts"),
-        F.lead("event").over(w).alias("next_event"),
+        F.when(F.lead("event").over(w) == "restored", F.lead("ts").over(w)).alias("done"),
     ).where(F.col("event") == "restore_started")
-    end = F.coalesce(F.col("next_ts"), F.col("inc_end"), F.col("ts"))
-    return nexts.join(F.broadcast(ends), ["proc", "incarnation"], "left").select(
+    r = started.alias("r")
+    o = F.broadcast(owned.select("proc", "topic", "partition", "start", "end")).alias("o")
+    within = (
+        (F.col("r.proc") == F.col("o.proc"))
+        & (F.col("r.topic") == F.col("o.topic"))
+        & (F.col("r.partition") == F.col("o.partition"))
+        & (F.col("r.ts") >= F.col("o.start"))
+        & (F.col("r.ts") <= F.col("o.end"))
+    )
+    latest = Window.partitionBy("r.proc", "r.topic", "r.partition", "r.seq").orderBy(
+        F.col("o.start").desc_nulls_last()
+    )
+    joined = r.join(o, within, "left").select(
+        "r.*", F.col("o.end").alias("owned_until"), F.row_number().over(latest).alias("rank")
+    )
+    finished = F.col("done").isNotNull() & (
+        F.col("owned_until").isNull() | (F.col("done") <= F.col("owned_until"))
+    )
+    end = F.when(finished, F.col("done")).otherwise(F.coalesce("owned_until", "ts"))
+    return joined.where(F.col("rank") == 1).select(
         "proc",
         "member_id",
         "topic",
@@ -105,7 +111,7 @@ def restores(control: DataFrame, processed: DataFrame) -> DataFrame:
         "offset",
         "from_offset",
         "records",
-        F.coalesce(F.col("next_event") == "restored", F.lit(False)).alias("finished"),
+        finished.alias("finished"),
     )
 
 
