@@ -96,3 +96,21 @@ def test_the_event_file_checker_knows_every_event_and_checks_its_fields() -> Non
     assert problems([{**good, "event": "teleported"}], "m") == [
         "line 1: unknown event 'teleported'"
     ]
+
+
+def test_restore_events_carry_their_offsets_and_old_restored_lines_still_read() -> None:
+    """``restore_started`` says up to which offset a task's state is rebuilt, from where,
+    and how many records (the pipeline's restore figures and its restore check); a
+    ``restored`` line written before it carried those still reads (None)."""
+    started = ev.RestoreStarted(
+        member_id="m", generation=2, topic="t", partition=1, offset=40, from_offset=10, records=30
+    )
+    assert ev.decode_event(msgspec.json.encode(started)) == started
+    old = (
+        b'{"event":"restored","ts":1.0,"proc":"member-1","member_id":"m","topic":"t","partition":1}'
+    )
+    restored = ev.decode_event(old)
+    assert isinstance(restored, ev.Restored)
+    assert (restored.offset, restored.records) == (None, None)
+    columns = {f.name: f.dataType for f in EVENT_SCHEMA.fields}
+    assert (columns["from_offset"], columns["records"]) == (LongType(), LongType())

@@ -130,6 +130,57 @@ async def test_stateful_worker_restores_before_processing(
     assert (tmp_path / "state" / "member-1.json").exists()
 
 
+async def test_a_stateful_worker_without_its_state_restores_up_to_the_commit(
+    server: CoordinatorServer, tmp_path: Path
+) -> None:
+    """A member that lost its local state (a new machine) rebuilds it from 0 up to the
+    committed offset before it processes: the log says from where, up to where, and how
+    many records (the pipeline's restore figures and its restore safety check read them)."""
+    bootstrap = f"127.0.0.1:{server.port}"
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("chaos", 1)
+    path = tmp_path / "events" / "member-1.jsonl"
+
+    def accepted() -> list[dict[str, object]]:
+        return [r for r in of(read_events(path), ev.COMMITTED) if r["accepted"]]
+
+    first = start_worker(bootstrap, tmp_path, stateful=True, restore_rate=1_000.0)
+    try:
+        await wait_until(
+            lambda: any(int(str(c["offset"])) > 20 for c in accepted()),
+            wait_s=WAIT_S,
+            what="a commit past offset 20",
+        )
+    finally:
+        assert await stop_worker(first) == 0
+    run1 = read_events(path)
+    (fresh,) = of(run1, ev.RESTORE_STARTED)
+    assert (fresh["offset"], fresh["from_offset"], fresh["records"]) == (0, 0, 0)
+    committed = int(str(accepted()[-1]["offset"]))
+    (tmp_path / "state" / "member-1.json").unlink()  # the local state is gone
+    second = start_worker(bootstrap, tmp_path, stateful=True, restore_rate=1_000.0)
+    try:
+        await wait_until(
+            lambda: bool(of(read_events(path)[len(run1) :], ev.PROCESSED)),
+            wait_s=WAIT_S,
+            what="the restarted worker processing",
+        )
+    finally:
+        assert await stop_worker(second) == 0
+    run2 = read_events(path)[len(run1) :]
+    kinds = [r["event"] for r in run2 if r["event"] not in (ev.JOINED, ev.COMMITTED)]
+    assert kinds[1:5] == [ev.ASSIGNED, ev.RESTORE_STARTED, ev.RESTORED, ev.PROCESSED]
+    (started,) = of(run2, ev.RESTORE_STARTED)
+    assert (started["offset"], started["from_offset"], started["records"]) == (
+        committed,
+        0,
+        committed,
+    )
+    (restored,) = of(run2, ev.RESTORED)
+    assert (restored["offset"], restored["records"]) == (committed, committed)
+    assert of(run2, ev.PROCESSED)[0]["offset"] == committed
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [

@@ -153,6 +153,7 @@ NO_VIOLATIONS = {
     "commit_backwards": 0,
     "lost": 0,
     "duplicate_below_commit": 0,
+    "restore_not_from_commit": 0,
 }
 
 
@@ -177,10 +178,26 @@ def test_unavailability_of_a_handover_is_exact(clean: tuple[RunAnalysis, RunSumm
     assert summary.window.start == T0 + 1.0
     assert summary.window.end == T0 + 10.0
     assert summary.total_unavailable_partition_seconds == 1.5
+    # t-0: nobody owned it from member-1's revocation (5.125) to member-2's assignment (6.375)
     assert summary.per_partition == {
-        "t-0": PartitionFigures(unavailable_seconds=1.5, max_outage_seconds=1.5, outages=1),
-        "t-1": PartitionFigures(unavailable_seconds=0.0, max_outage_seconds=0.0, outages=0),
+        "t-0": PartitionFigures(
+            unavailable_seconds=1.5,
+            max_outage_seconds=1.5,
+            outages=1,
+            unowned_seconds=1.25,
+            restoring_seconds=0.0,
+        ),
+        "t-1": PartitionFigures(
+            unavailable_seconds=0.0,
+            max_outage_seconds=0.0,
+            outages=0,
+            unowned_seconds=0.0,
+            restoring_seconds=0.0,
+        ),
     }
+    assert (summary.partitions_moved, summary.partitions_returned) == (1, 0)
+    assert (summary.records_restored, summary.restore_seconds) == (0, 0.0)  # stateless
+    assert summary.stopped_partition_seconds == summary.unowned_partition_seconds == 1.25
     assert [(o["topic"], o["partition"], o["start"], o["end"]) for o in analysis.outages] == [
         ("t", 0, T0 + 5.0, T0 + 6.5)
     ]
@@ -289,7 +306,11 @@ def test_unowned_processing_detected(spark: SparkSession, tmp_path: Path) -> Non
     assert (v["proc"], v["partition"], v["ts"], v["records"]) == ("member-2", 0, T0 + 6.3125, 10)
     assert summary.duplicates == 10  # re-processing from the committed offset: allowed
     assert summary.per_partition["t-0"] == PartitionFigures(
-        unavailable_seconds=1.5, max_outage_seconds=1.3125, outages=2
+        unavailable_seconds=1.5,
+        max_outage_seconds=1.3125,
+        outages=2,
+        unowned_seconds=1.25,
+        restoring_seconds=0.0,
     )
 
 
@@ -378,6 +399,112 @@ def test_cli_parser() -> None:
         "spark://h:7077",
     )
     assert run_report(parse_args(["report", "/nonexistent-run"])) == 2
+
+
+def stateful_log(run_dir: Path) -> Log:
+    """A stateful run with a move, a return and restores, one from the wrong offset.
+
+    member-1 owns ``t-0`` and ``t-1`` from 0.25 s (restoring nothing), processes both from
+    1.0 s; ``t-1``: commits 170, revoked at 2.0625; member-2 gets it at 2.25 (a move) and
+    restores its state up to offset 160, not the committed 170 (the violation), until 2.5,
+    then processes from 160. ``t-0``: member-1 commits 330, revoked at 3.0625; member-2
+    gets it at 3.5 (a move) and restores 330 records until 4.0. member-2 is bounced
+    (revokes both at 6.0625 after committing 660 and 730, stops, starts at 6.25) and gets
+    both back at 6.5 (two returns), restoring 0 records; it processes both until 8.0.
+    """
+    log = Log(run_dir)
+    log.event("chaos", 0.0, "run_started", scenario="bounce", protocol="deferred", members=2)
+    m1, m2 = "member-1", "member-2"
+    both = [["t", 0], ["t", 1]]
+
+    def restore(proc: str, member: str, at: float, done: float, part: int, **fields: int) -> None:
+        log.event(proc, at, "restore_started", member_id=member, generation=1, topic="t",
+                  partition=part, **fields)  # fmt: skip
+        log.event(proc, done, "restored", member_id=member, topic="t", partition=part)
+
+    log.event(m1, 0.0, "process_started", pid=1, role="member", protocol="deferred")
+    log.event(m1, 0.25, "assigned", member_id="a", generation=1, partitions=both)
+    for part in (0, 1):
+        restore(m1, "a", 0.25, 0.25, part, offset=0)
+    assert log.ticks(m1, "a", "t", 1, 1.0, 2.0, 0) == 170
+    log.commit(m1, "a", 2.03125, 1, 170)
+    log.event(m1, 2.0625, "revoked", member_id="a", generation=2, partitions=[["t", 1]])
+    assert log.ticks(m1, "a", "t", 0, 1.0, 3.0, 0) == 330
+    log.commit(m1, "a", 3.03125, 0, 330)
+    log.event(m1, 3.0625, "revoked", member_id="a", generation=3, partitions=[["t", 0]])
+    log.event(m1, 8.5, "process_stopped", reason="sigterm")
+
+    log.event(m2, 0.0, "process_started", pid=2, role="member", protocol="deferred")
+    log.event(m2, 2.25, "assigned", member_id="b", generation=2, partitions=[["t", 1]])
+    restore(m2, "b", 2.25, 2.5, 1, offset=160, from_offset=0, records=160)  # not 170
+    assert log.ticks(m2, "b", "t", 1, 2.5, 6.0, 160) == 730
+    log.event(m2, 3.5, "assigned", member_id="b", generation=3, partitions=[["t", 0]])
+    restore(m2, "b", 3.5, 4.0, 0, offset=330, from_offset=0, records=330)
+    assert log.ticks(m2, "b", "t", 0, 4.0, 6.0, 330) == 660
+    log.commit(m2, "b", 6.03125, 0, 660)
+    log.commit(m2, "b", 6.03125, 1, 730)
+    log.event(m2, 6.0625, "revoked", member_id="b", generation=3, partitions=both)
+    log.event(m2, 6.125, "process_stopped", reason="sigterm")
+    log.event(m2, 6.25, "process_started", pid=3, role="member", protocol="deferred")
+    log.event(m2, 6.5, "assigned", member_id="c", generation=4, partitions=both)
+    restore(m2, "c", 6.5, 6.5, 0, offset=660, from_offset=660)
+    restore(m2, "c", 6.5, 6.5, 1, offset=730, from_offset=730)
+    log.ticks(m2, "c", "t", 0, 6.5, 8.0, 660)
+    log.ticks(m2, "c", "t", 1, 6.5, 8.0, 730)
+    log.event(m2, 8.25, "process_stopped", reason="sigterm")
+    return log
+
+
+def test_what_moved_and_restored_and_why_processing_stopped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Moves, returns, restores and the time processing stopped, split into unowned and
+    restoring, on a log with known answers; a restore that did not rebuild the state up
+    to the committed offset is a violation; the report shows the figures."""
+    analysis, summary = run(spark, stateful_log(tmp_path / "stateful"))
+    assert (summary.window.start, summary.window.end) == (T0 + 1.0, T0 + 8.0)
+    assert [(h["partition"], h["start"] - T0, h["kind"]) for h in analysis.handovers] == [
+        (0, 3.5, "moved"),
+        (0, 6.5, "returned"),
+        (1, 2.25, "moved"),
+        (1, 6.5, "returned"),
+    ]
+    assert (summary.partitions_moved, summary.partitions_returned) == (2, 2)
+    # the restores at start-up (0.25 s) are before the window
+    assert (summary.records_restored, summary.restore_seconds) == (490, 0.75)
+    assert summary.per_partition["t-0"] == PartitionFigures(
+        unavailable_seconds=1.375,
+        max_outage_seconds=0.9375,
+        outages=2,
+        unowned_seconds=0.875,  # 3.0625-3.5 and 6.0625-6.5
+        restoring_seconds=0.5,  # 3.5-4.0
+    )
+    assert summary.per_partition["t-1"].unowned_seconds == 0.625  # 2.0625-2.25, 6.0625-6.5
+    assert summary.per_partition["t-1"].restoring_seconds == 0.25  # 2.25-2.5
+    assert summary.unowned_partition_seconds == 1.5
+    assert summary.restoring_partition_seconds == 0.75
+    assert summary.stopped_partition_seconds == 2.25
+    assert summary.total_unavailable_partition_seconds == 2.25
+    assert summary.violations == {
+        **NO_VIOLATIONS,
+        "restore_not_from_commit": 1,
+        "duplicate_below_commit": 1,  # it then processes 160-169 again, below the commit
+    }
+    wrong = next(v for v in analysis.violations if v["type"] == "restore_not_from_commit")
+    assert (wrong["partition"], wrong["ts"], wrong["proc"], wrong["records"]) == (
+        1,
+        T0 + 2.25,
+        "member-2",
+        10,
+    )
+    evidence = json.loads(wrong["evidence"])
+    assert (evidence["offset"], evidence["committed"]) == (160, 170)
+    write_report(analysis)
+    text = (analysis.run_dir / "report" / "report.md").read_text()
+    assert "## What moved" in text
+    assert "| partitions moved to another member | 2 |" in text
+    assert "| stopped partition-seconds (unowned or restoring) | 2.250 |" in text
+    assert "| t-0 | 1.375 | 2 | 0.938 | 0.875 | 0.500 |" in text
 
 
 @pytest.mark.e2e

@@ -117,12 +117,31 @@ class Lost(Event, tag="lost", kw_only=True):
     partitions: list[tuple[str, int]]
 
 
+class RestoreStarted(Event, tag="restore_started", kw_only=True):
+    """Stateful mode: a newly assigned task starts restoring its state (written after the
+    ``assigned`` event that gave it). The state is rebuilt up to ``offset``, the committed
+    offset the task resumes processing from, by replaying the ``records`` from
+    ``from_offset``, where the member's local state of that partition stood (0: it had
+    none). A task whose local state is already there restores 0 records."""
+
+    member_id: str
+    generation: int
+    topic: str
+    partition: int
+    offset: int
+    from_offset: int = 0
+    records: int = 0
+
+
 class Restored(Event, tag="restored", kw_only=True):
-    """Stateful mode: the task's state is restored, it is ready to process."""
+    """Stateful mode: the task's state is restored, it is ready to process. ``offset`` and
+    ``records`` repeat its ``restore_started`` (None in logs written before they were)."""
 
     member_id: str
     topic: str
     partition: int
+    offset: int | None = None
+    records: int | None = None
 
 
 class Processed(Event, tag="processed", kw_only=True):
@@ -171,6 +190,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     Assigned,
     Revoked,
     Lost,
+    RestoreStarted,
     Restored,
     Processed,
     Committed,
@@ -188,6 +208,7 @@ AnyEvent = (
     | Assigned
     | Revoked
     | Lost
+    | RestoreStarted
     | Restored
     | Processed
     | Committed
@@ -211,6 +232,7 @@ JOINED: Final = tag_of(Joined)
 ASSIGNED: Final = tag_of(Assigned)
 REVOKED: Final = tag_of(Revoked)
 LOST: Final = tag_of(Lost)
+RESTORE_STARTED: Final = tag_of(RestoreStarted)
 RESTORED: Final = tag_of(Restored)
 PROCESSED: Final = tag_of(Processed)
 COMMITTED: Final = tag_of(Committed)

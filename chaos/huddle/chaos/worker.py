@@ -143,8 +143,13 @@ class Worker(RebalanceListener):
         self._note_generation()
         resume = await self._resume_offsets(assigned)
         now = time.monotonic()
+        restores = []
         for tp in sorted(assigned):
-            self.workload.assign(tp, resume.get(tp) or 0, now)
+            offset = resume.get(tp) or 0
+            from_offset = self.workload.local.get(tp, 0)
+            records = self.workload.restore_records(tp, offset)
+            self.workload.assign(tp, offset, now)
+            restores.append((tp, offset, from_offset, records))
         m = self._m()
         self.events.write(
             ev.Assigned(
@@ -153,6 +158,19 @@ class Worker(RebalanceListener):
                 partitions=partitions_field(assigned),
             )
         )
+        if self.args.stateful:  # after the assignment that gave the tasks
+            for tp, offset, from_offset, records in restores:
+                self.events.write(
+                    ev.RestoreStarted(
+                        member_id=m.member_id,
+                        generation=m.generation,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=offset,
+                        from_offset=from_offset,
+                        records=records,
+                    )
+                )
         if assigned:
             self.tick()  # records are waiting: process them now, not at the next tick
 
@@ -262,8 +280,15 @@ class Worker(RebalanceListener):
         member_id, generation = m.member_id, m.generation
         for tp in self.workload.newly_restored(now):
             if self.args.stateful:
+                task = self.workload.tasks[tp]  # not processed yet: still at its resume offset
                 self.events.write(
-                    ev.Restored(member_id=member_id, topic=tp.topic, partition=tp.partition)
+                    ev.Restored(
+                        member_id=member_id,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=task.position,
+                        records=task.restore_records,
+                    )
                 )
         # what the member owns *now*: empty for a zombie that just woke up
         for batch in self.workload.tick(now, self._m().assignment):

@@ -26,6 +26,7 @@ class Task:
     started: float | None = None  # when processing started
     done_since_start: int = 0
     restored_reported: bool = False
+    restore_records: int = 0  # records its restore replays
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +46,23 @@ class Workload:
     latest: dict[TopicPartition, int] = field(default_factory=dict)  # last committed seen
     replicas: frozenset[TopicPartition] = frozenset()  # standby + warm-up tasks (KIP-441)
 
-    def restore_seconds(self, tp: TopicPartition, resume: int) -> float:
+    def restore_records(self, tp: TopicPartition, resume: int) -> int:
+        """How many records restoring ``tp`` up to ``resume`` replays (0: stateless, or the
+        local state is there already)."""
         if not self.stateful:
-            return 0.0
-        lag = max(resume - self.local.get(tp, 0), 0)
+            return 0
+        return max(resume - self.local.get(tp, 0), 0)
+
+    def restore_seconds(self, tp: TopicPartition, resume: int) -> float:
+        lag = self.restore_records(tp, resume)
         return lag / self.restore_rate if self.restore_rate > 0 else 0.0
 
     def assign(self, tp: TopicPartition, resume: int, now: float) -> float:
         """Own ``tp`` from offset ``resume``; returns the seconds it takes to restore."""
         self.latest[tp] = max(self.latest.get(tp, 0), resume)
+        records = self.restore_records(tp, resume)
         wait = self.restore_seconds(tp, resume)
-        self.tasks[tp] = Task(position=resume, ready_at=now + wait)
+        self.tasks[tp] = Task(position=resume, ready_at=now + wait, restore_records=records)
         return wait
 
     def release(self, tps: frozenset[TopicPartition]) -> dict[TopicPartition, int]:

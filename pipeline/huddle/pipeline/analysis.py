@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from huddle.pipeline import availability, coverage, ownership, rebalances, safety
+from huddle.pipeline import availability, coverage, moves, ownership, rebalances, safety
 from huddle.pipeline.load import RunEvents, load_run
 
 
@@ -32,6 +32,11 @@ class RunAnalysis:
     offsets: list[Row]
     tables: dict[str, DataFrame]
     first_ts: float
+    # what moved (``moves``), in the window: handovers and restores that started in it,
+    # and per partition the unowned / restoring / stopped seconds (empty without a window)
+    handovers: list[Row] = field(default_factory=list)
+    restores: list[Row] = field(default_factory=list)
+    stopped: list[Row] = field(default_factory=list)
 
 
 def run_metadata(events: RunEvents) -> tuple[str | None, str | None, str | None]:
@@ -105,6 +110,11 @@ def analyse(
         outage_df = _keep(availability.outages(islands, partitions, window))
         tables["outages"] = outage_df
         tables["unavailability"] = availability.unavailability(outage_df, partitions, window)
+    say("what moved")
+    restore_rows = _keep(moves.restores(events.control, owned))
+    tables["handovers"], tables["restores"] = moves.moves_in_window(owned, restore_rows, window)
+    if window is not None:
+        tables["stopped"] = moves.stopped(owned, restore_rows, partitions, window)
     say("rebalances and safety checks")
     tables["rebalances"] = rebalances.rebalances(events.control)
     tables["violations"] = _keep(
@@ -133,6 +143,9 @@ def analyse(
         offsets=rows("offsets", "topic", "partition"),
         tables=tables,
         first_ts=_first_ts(events),
+        handovers=rows("handovers", "topic", "partition", "start"),
+        restores=rows("restores", "topic", "partition", "start"),
+        stopped=rows("stopped", "topic", "partition"),
     )
     return result
 

@@ -28,15 +28,55 @@ def _t(value: float | None, t0: float) -> float | None:
     return None if value is None else value - t0
 
 
+UNAVAILABILITY_HEADER = [
+    "partition",
+    "unavailable s",
+    "outages",
+    "max outage s",
+    "unowned s",
+    "restoring s",
+]
+
+
 def unavailability_rows(a: RunAnalysis) -> list[list[Any]]:
+    why = {(r["topic"], r["partition"]): r for r in a.stopped}
+    rows = []
+    for r in a.unavailability:
+        stopped = why.get((r["topic"], r["partition"]))
+        rows.append(
+            [
+                f"{r['topic']}-{r['partition']}",
+                r["unavailable_seconds"],
+                r["outages"],
+                r["max_outage_seconds"],
+                None if stopped is None else stopped["unowned_seconds"],
+                None if stopped is None else stopped["restoring_seconds"],
+            ]
+        )
+    return rows
+
+
+MOVED_INTRO = (
+    "Within the availability window. A member is its process: a partition moved when it "
+    "went to another member than the one that had it last, returned when it went back to "
+    "that one. Restores rebuild a task's state up to its committed offset before it "
+    "processes. Processing stopped while no member owned a partition (unowned) or while "
+    "its owner restored its state (restoring); stopped counts both, each instant once, "
+    "and unavailable is every moment nobody processed, for any reason."
+)
+
+
+def moved_rows(s: RunSummary) -> list[list[Any]]:
+    """The short "what moved" table: handovers, restores, and why processing stopped."""
     return [
-        [
-            f"{r['topic']}-{r['partition']}",
-            r["unavailable_seconds"],
-            r["outages"],
-            r["max_outage_seconds"],
-        ]
-        for r in a.unavailability
+        ["partitions moved to another member", s.partitions_moved],
+        ["partitions returned to the member that had them", s.partitions_returned],
+        ["state records restored", s.records_restored],
+        ["restore time, all partitions (s)", s.restore_seconds],
+        ["unowned partition-seconds", s.unowned_partition_seconds],
+        ["restoring partition-seconds", s.restoring_partition_seconds],
+        ["stopped partition-seconds (unowned or restoring)", s.stopped_partition_seconds],
+        ["unavailable partition-seconds (any reason)", s.total_unavailable_partition_seconds],
     ]
 
 
@@ -82,15 +122,19 @@ def render_markdown(a: RunAnalysis, s: RunSummary, t0: float) -> str:
         "",
         markdown_table(["figure", "value"], figures(s)),
         "",
+        "## What moved",
+        "",
+        MOVED_INTRO,
+        "",
+        markdown_table(["figure", "value"], moved_rows(s)),
+        "",
         "![ownership timeline](ownership.png)",
         "",
         "![unavailability per partition](unavailability.png)",
         "",
         "## Unavailability per partition",
         "",
-        markdown_table(
-            ["partition", "unavailable s", "outages", "max outage s"], unavailability_rows(a)
-        ),
+        markdown_table(UNAVAILABILITY_HEADER, unavailability_rows(a)),
         "",
         "## Rebalances",
         "",
@@ -170,13 +214,14 @@ def render_html(a: RunAnalysis, s: RunSummary, t0: float, out: Path) -> str:
         verdict,
         html.heading("Figures"),
         html.table(["figure", "value"], figures(s), "figures"),
+        html.heading("What moved"),
+        html.paragraph(MOVED_INTRO),
+        html.table(["figure", "value"], moved_rows(s), "figures"),
         html.heading("Partition ownership"),
         html.image(out / "ownership.png", "ownership timeline"),
         html.heading("Unavailability per partition"),
         html.image(out / "unavailability.png", "unavailability per partition"),
-        html.table(
-            ["partition", "unavailable s", "outages", "max outage s"], unavailability_rows(a)
-        ),
+        html.table(UNAVAILABILITY_HEADER, unavailability_rows(a)),
         html.heading("Rebalances"),
         html.table(
             ["generation", "started s", "stored s", "duration s", "triggers", "reason", "members"],

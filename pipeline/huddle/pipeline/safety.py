@@ -1,4 +1,4 @@
-"""The five safety checks. Each yields violation rows ``type, topic, partition, ts, proc,
+"""The six safety checks. Each yields violation rows ``type, topic, partition, ts, proc,
 member_id, records, evidence`` (``evidence``: JSON of the rows that show it).
 
 1. ``overlap``: islands (see ``coverage``) of two different processes on one partition
@@ -15,14 +15,25 @@ member_id, records, evidence`` (``evidence``: JSON of the rows that show it).
    committed offset at that moment (committed offset = next offset to process; resuming at
    it is at-least-once and allowed). One row per event; ``records`` counts the re-processed
    offsets below the commit.
+6. ``restore_not_from_commit``: a stateful task that restored its state up to another
+   offset than the partition's last accepted committed offset at the moment its restore
+   started (0 before any commit): its state would then miss records, or count some twice.
+   One row per restore; ``records`` is how far off it was.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-VIOLATION_TYPES = ("overlap", "unowned", "commit_backwards", "lost", "duplicate_below_commit")
+VIOLATION_TYPES = (
+    "overlap",
+    "unowned",
+    "commit_backwards",
+    "lost",
+    "duplicate_below_commit",
+    "restore_not_from_commit",
+)
 VIOLATION_COLUMNS = (
     "type",
     "topic",
@@ -184,40 +195,38 @@ def lost(runs: DataFrame) -> DataFrame:
     )
 
 
-def duplicates_below_commit(processed: DataFrame, accepted: DataFrame) -> DataFrame:
-    both = processed.select(
-        "ts",
-        "seq",
-        "proc",
-        "member_id",
-        "generation",
-        "topic",
-        "partition",
-        "offset",
-        "count",
+_EVENT_KEYS = ("ts", "seq", "proc", "member_id", "generation", "topic", "partition")
+
+
+def _timeline() -> WindowSpec:
+    """A partition's events and its accepted commits in time order, a commit first on a
+    tie (a function: a window spec needs a running Spark context)."""
+    return Window.partitionBy("topic", "partition").orderBy("ts", "order", "seq")
+
+
+def _beside_commits(rows: DataFrame, accepted: DataFrame, *columns: str) -> DataFrame:
+    """``rows`` (``order`` 1, with ``columns``) and the accepted commits (``order`` 0, their
+    offset as ``commit_offset``) in one frame, with ``committed``: each partition's last
+    accepted commit at each row (null before any)."""
+    both = rows.select(
+        *_EVENT_KEYS,
+        *columns,
         F.lit(None).cast("long").alias("commit_offset"),
         F.lit(1).alias("order"),
     ).unionByName(
         accepted.select(
-            "ts",
-            "seq",
-            "proc",
-            "member_id",
-            "generation",
-            "topic",
-            "partition",
-            F.lit(None).cast("long").alias("offset"),
-            F.lit(None).cast("long").alias("count"),
-            F.col("offset").alias("commit_offset"),
-            F.lit(0).alias("order"),
-        )
+            *_EVENT_KEYS, F.col("offset").alias("commit_offset"), F.lit(0).alias("order")
+        ),
+        allowMissingColumns=True,
     )
-    w = Window.partitionBy("topic", "partition").orderBy("ts", "order", "seq")
-    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
-    swept = both.select(
+    upto = _timeline().rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return both.select("*", F.last("commit_offset", ignorenulls=True).over(upto).alias("committed"))
+
+
+def duplicates_below_commit(processed: DataFrame, accepted: DataFrame) -> DataFrame:
+    before = _timeline().rowsBetween(Window.unboundedPreceding, -1)
+    swept = _beside_commits(processed, accepted, "offset", "count").select(
         "*",
-        F.last("commit_offset", ignorenulls=True).over(upto).alias("committed"),
         F.max(F.col("offset") + F.col("count")).over(before).alias("processed_until"),
     )
     bad = swept.where(
@@ -246,6 +255,23 @@ def duplicates_below_commit(processed: DataFrame, accepted: DataFrame) -> DataFr
     )
 
 
+def restores_not_from_commit(control: DataFrame, accepted: DataFrame) -> DataFrame:
+    restores = control.where(F.col("event") == "restore_started")
+    swept = _beside_commits(restores, accepted, "offset").withColumn(
+        "committed", F.coalesce(F.col("committed"), F.lit(0))
+    )
+    bad = swept.where((F.col("order") == 1) & (F.col("offset") != F.col("committed")))
+    return _violation(
+        bad,
+        "restore_not_from_commit",
+        F.col("ts"),
+        F.col("proc"),
+        F.col("member_id"),
+        F.abs(F.col("offset") - F.col("committed")),
+        F.struct("ts", "proc", "member_id", "generation", "offset", "committed"),
+    )
+
+
 def violations(
     processed: DataFrame,
     islands: DataFrame,
@@ -260,4 +286,5 @@ def violations(
         .unionByName(commit_backwards(accepted))
         .unionByName(lost(runs))
         .unionByName(duplicates_below_commit(processed, accepted))
+        .unionByName(restores_not_from_commit(control, accepted))
     )

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import msgspec
+from pyspark.sql import Row
 
 from huddle.pipeline.analysis import RunAnalysis
 from huddle.pipeline.availability import WINDOW_DEFINITION
@@ -40,6 +41,9 @@ class PartitionFigures(msgspec.Struct, kw_only=True, frozen=True):
     unavailable_seconds: float | None
     max_outage_seconds: float | None
     outages: int
+    # why processing stopped (``huddle.pipeline.moves``); None: not measured
+    unowned_seconds: float | None = None
+    restoring_seconds: float | None = None
 
 
 class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
@@ -65,17 +69,38 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     duplicates_below_commit: int
     lost: int
     ownership_intervals: int
+    # what moved (``huddle.pipeline.moves``), in the window; the defaults read summaries
+    # written before these were measured
+    partitions_moved: int = 0  # handovers to another member than the last owner
+    partitions_returned: int = 0  # handovers back to the member that owned it last
+    records_restored: int = 0  # state records replayed, over all partitions
+    restore_seconds: float | None = None  # seconds spent restoring, over all partitions
+    # partition-seconds processing stopped because no member owned the partition, because
+    # its owner was restoring its state, and because of either (each instant once)
+    unowned_partition_seconds: float | None = None
+    restoring_partition_seconds: float | None = None
+    stopped_partition_seconds: float | None = None
+
+
+def _total(rows: list[Row], column: str) -> float | None:
+    """The sum of ``column`` over ``rows``; None when there are no rows (nothing measured)."""
+    return _r(sum(float(r[column]) for r in rows)) if rows else None
 
 
 def summarise(a: RunAnalysis) -> RunSummary:
-    per_partition = {
-        partition_key(r["topic"], r["partition"]): PartitionFigures(
+    stopped = {partition_key(r["topic"], r["partition"]): r for r in a.stopped}
+    per_partition = {}
+    for r in a.unavailability:
+        key = partition_key(r["topic"], r["partition"])
+        why = stopped.get(key)
+        per_partition[key] = PartitionFigures(
             unavailable_seconds=_r(r["unavailable_seconds"]),
             max_outage_seconds=_r(r["max_outage_seconds"]),
             outages=int(r["outages"]),
+            unowned_seconds=None if why is None else _r(why["unowned_seconds"]),
+            restoring_seconds=None if why is None else _r(why["restoring_seconds"]),
         )
-        for r in a.unavailability
-    }
+    kinds = [h["kind"] for h in a.handovers]
     durations = [_r(r["duration"]) for r in a.rebalances]
     known = [d for d in durations if d is not None]
     counts = dict.fromkeys(VIOLATION_TYPES, 0)
@@ -120,6 +145,13 @@ def summarise(a: RunAnalysis) -> RunSummary:
         duplicates_below_commit=below_commit,
         lost=lost,
         ownership_intervals=len(a.ownership),
+        partitions_moved=kinds.count("moved"),
+        partitions_returned=kinds.count("returned"),
+        records_restored=sum(int(r["records"] or 0) for r in a.restores),
+        restore_seconds=_r(sum(float(r["seconds"]) for r in a.restores)),
+        unowned_partition_seconds=_total(a.stopped, "unowned_seconds"),
+        restoring_partition_seconds=_total(a.stopped, "restoring_seconds"),
+        stopped_partition_seconds=_total(a.stopped, "stopped_seconds"),
     )
 
 

@@ -1,0 +1,176 @@
+"""What moved: ownership handovers, state restores, and why processing stopped.
+
+*Handovers.* Each ownership interval (``ownership``) of a partition that follows another
+one is a handover. A member is its process name (``member-3``: what keeps its local state
+across a restart, whatever its member id), so a handover is a *move* when the partition
+went to another process than the one that owned it last, a *return* when it went back to
+that same process (a bounced static member, the partitions Design II held for a member
+that came back, and also an eager rebalance that revokes a partition and gives it straight
+back). A partition's first owner is not a handover, nor is an ``assigned`` that repeats a
+partition the process still owned.
+
+*Restores* (stateful runs, ``restore_started``/``restored`` events): one per task given to
+a member, from its ``restore_started`` to its ``restored``, or, for a restore that never
+finished, to the member's next revocation, loss or assignment of that partition, or the
+end of that process incarnation. Standby and warm-up replicas catching up in the
+background are not restores: they do not stop processing.
+
+*Why processing stopped*, per partition and within the availability window: *unowned*, no
+member owned it (the gaps in the union of its ownership intervals, in the members' own
+view: a killed member stops owning at its last event); *restoring*, its owner was
+restoring its state (the union of its restores); *stopped*, the union of both, each
+instant counted once.
+
+Handovers and restores count when they start within the window (the whole run when there
+is none: nothing was processed).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from huddle.pipeline.availability import MeasureWindow, outages
+
+HANDOVER_COLUMNS = ("topic", "partition", "start", "proc", "previous_proc", "kind")
+
+
+def handovers(owned: DataFrame) -> DataFrame:
+    """``topic, partition, start, proc, previous_proc, kind``: ``kind`` ``moved`` or
+    ``returned``, one row per ownership interval that follows another of the partition."""
+    w = Window.partitionBy("topic", "partition").orderBy("start", "proc", "incarnation")
+    steps = owned.select(
+        "topic",
+        "partition",
+        "start",
+        "proc",
+        F.lag("proc").over(w).alias("previous_proc"),
+        F.lag("end_reason").over(w).alias("previous_end"),
+    )
+    same = F.col("proc") == F.col("previous_proc")
+    still_owned = same & (F.col("previous_end") == "reassigned")
+    return steps.where(F.col("previous_proc").isNotNull() & ~still_owned).select(
+        "topic",
+        "partition",
+        "start",
+        "proc",
+        "previous_proc",
+        F.when(same, F.lit("returned")).otherwise(F.lit("moved")).alias("kind"),
+    )
+
+
+def restores(control: DataFrame, owned: DataFrame) -> DataFrame:
+    """``proc, member_id, topic, partition, start, end, seconds, offset, from_offset,
+    records, finished``: one row per ``restore_started`` event. It ends at the process's
+    next ``restored`` of the partition, unless the ownership interval it is in (``owned``)
+    ended first (``finished`` false)."""
+    marks = control.where(F.col("event").isin("restore_started", "restored")).select(
+        "proc",
+        "ts",
+        "seq",
+        "event",
+        "topic",
+        "partition",
+        "member_id",
+        "offset",
+        "from_offset",
+        "records",
+    )
+    w = Window.partitionBy("proc", "topic", "partition").orderBy("ts", "seq")
+    started = marks.select(
+        "*",
+        F.when(F.lead("event").over(w) == "restored", F.lead("ts").over(w)).alias("done"),
+    ).where(F.col("event") == "restore_started")
+    r = started.alias("r")
+    o = F.broadcast(owned.select("proc", "topic", "partition", "start", "end")).alias("o")
+    within = (
+        (F.col("r.proc") == F.col("o.proc"))
+        & (F.col("r.topic") == F.col("o.topic"))
+        & (F.col("r.partition") == F.col("o.partition"))
+        & (F.col("r.ts") >= F.col("o.start"))
+        & (F.col("r.ts") <= F.col("o.end"))
+    )
+    latest = Window.partitionBy("r.proc", "r.topic", "r.partition", "r.seq").orderBy(
+        F.col("o.start").desc_nulls_last()
+    )
+    joined = r.join(o, within, "left").select(
+        "r.*", F.col("o.end").alias("owned_until"), F.row_number().over(latest).alias("rank")
+    )
+    finished = F.col("done").isNotNull() & (
+        F.col("owned_until").isNull() | (F.col("done") <= F.col("owned_until"))
+    )
+    end = F.when(finished, F.col("done")).otherwise(F.coalesce("owned_until", "ts"))
+    return joined.where(F.col("rank") == 1).select(
+        "proc",
+        "member_id",
+        "topic",
+        "partition",
+        F.col("ts").alias("start"),
+        end.alias("end"),
+        (end - F.col("ts")).alias("seconds"),
+        "offset",
+        "from_offset",
+        "records",
+        finished.alias("finished"),
+    )
+
+
+def _in_window(df: DataFrame, window: MeasureWindow | None) -> DataFrame:
+    if window is None:
+        return df
+    return df.where((F.col("start") >= window.start) & (F.col("start") <= window.end))
+
+
+def union_seconds(intervals: DataFrame, window: MeasureWindow) -> DataFrame:
+    """``topic, partition, seconds``: the length of the union of ``intervals`` (``topic,
+    partition, start, end``) within ``window``, each instant counted once."""
+    w0, w1 = F.lit(window.start), F.lit(window.end)
+    clipped = intervals.select(
+        "topic",
+        "partition",
+        F.greatest(F.col("start"), w0).alias("start"),
+        F.least(F.col("end"), w1).alias("end"),
+    ).where(F.col("start") < F.col("end"))
+    before = (
+        Window.partitionBy("topic", "partition")
+        .orderBy("start", "end")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    reach = F.coalesce(F.max("end").over(before), w0)
+    new: Column = F.greatest(F.col("end") - F.greatest(F.col("start"), reach), F.lit(0.0))
+    swept = clipped.select("topic", "partition", new.alias("new"))
+    return swept.groupBy("topic", "partition").agg(F.sum("new").alias("seconds"))
+
+
+def stopped(
+    owned: DataFrame, restore_rows: DataFrame, partitions: DataFrame, window: MeasureWindow
+) -> DataFrame:
+    """``topic, partition, unowned_seconds, restoring_seconds, stopped_seconds`` for every
+    partition the run knows of."""
+    unowned = outages(owned.select("topic", "partition", "start", "end"), partitions, window)
+    restoring = restore_rows.select("topic", "partition", "start", "end")
+    either = unowned.select("topic", "partition", "start", "end").unionByName(restoring)
+    figures = [
+        (unowned.groupBy("topic", "partition").agg(F.sum("duration").alias("s")), "unowned"),
+        (union_seconds(restoring, window).withColumnRenamed("seconds", "s"), "restoring"),
+        (union_seconds(either, window).withColumnRenamed("seconds", "s"), "stopped"),
+    ]
+    table = partitions.select("topic", "partition")
+    for df, name in figures:
+        table = table.join(
+            df.select("topic", "partition", F.col("s").alias(f"{name}_seconds")),
+            ["topic", "partition"],
+            "left",
+        )
+    return table.select(
+        "topic",
+        "partition",
+        *[F.coalesce(F.col(f"{n}_seconds"), F.lit(0.0)).alias(f"{n}_seconds") for _, n in figures],
+    )
+
+
+def moves_in_window(
+    owned: DataFrame, restore_rows: DataFrame, window: MeasureWindow | None
+) -> tuple[DataFrame, DataFrame]:
+    """The handovers and the restores that started within ``window``."""
+    return _in_window(handovers(owned), window), _in_window(restore_rows, window)
