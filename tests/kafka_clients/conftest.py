@@ -29,7 +29,6 @@ from huddle.chaos.kafka_workers.emit import Partition
 from huddle.chaos.kafka_workers.options import DriverOptions
 from huddle.chaos.kafka_workers.running import Driver, Drivers, partitions_of
 
-
 HERE: Final = Path(__file__).parent
 
 
@@ -40,6 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.parents and item.get_closest_marker("e2e") is not None:
             item.add_marker(pytest.mark.clients)
+
 
 PARTITIONS: Final = 6
 WAIT_S: Final = 40.0
