@@ -57,6 +57,11 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--stateful", action="store_true", help="tasks restore state (KIP-441)")
     r.add_argument("--restore-rate", type=float, default=1_000.0, help="records/s restored")
+    r.add_argument(
+        "--state-records",
+        type=int,
+        help="stateful: a partition's state is its last N records (default: all of them)",
+    )
     r.add_argument("--session-timeout-ms", type=int, default=3_000)
     r.add_argument("--heartbeat-interval-ms", type=int, default=500)
     r.add_argument("--commit-interval-ms", type=int, default=1_000)
@@ -119,6 +124,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         seed=args.seed,
         stateful=args.stateful,
         restore_rate=args.restore_rate,
+        state_records=args.state_records,
         bootstrap=args.bootstrap,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
