@@ -176,3 +176,13 @@ def test_the_etcd_fault_campaign_heals_each_fault_before_the_next() -> None:
     for step, after in itertools.pairwise(steps):  # one fault at a time
         if step.action in ETCD_FAULT_ACTIONS and heals[step.action] is not None:
             assert (after.action, after.target) == (heals[step.action], step.target)
+
+
+def test_high_availability_options_reach_the_assignor() -> None:
+    from huddle.chaos.protocols import ProtocolOptions, build_assignor
+    from huddle.client.assignors import HighAvailabilityAssignor
+
+    options = ProtocolOptions(max_warmup_replicas=8, num_standby_replicas=1)
+    assignor = build_assignor("high-availability", options)
+    assert isinstance(assignor, HighAvailabilityAssignor)
+    assert (assignor.max_warmup_replicas, assignor.num_standby_replicas) == (8, 1)

@@ -48,6 +48,7 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
     r.add_argument("--acceptable-recovery-lag", type=int, help="high-availability")
     r.add_argument("--num-standby-replicas", type=int, help="high-availability")
     r.add_argument("--probing-interval-ms", type=int, help="high-availability")
+    r.add_argument("--max-warmup-replicas", type=int, help="high-availability")
     r.add_argument("--members", type=int, default=3)
     r.add_argument("--partitions", type=int, default=6)
     r.add_argument("--duration", type=float, default=30.0, help="seconds of scenario")
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             acceptable_recovery_lag=args.acceptable_recovery_lag,
             num_standby_replicas=args.num_standby_replicas,
             probing_interval_ms=args.probing_interval_ms,
+            max_warmup_replicas=args.max_warmup_replicas,
         ),
         members=args.members,
         partitions=args.partitions,

@@ -65,6 +65,13 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     duplicates_below_commit: int
     lost: int
     ownership_intervals: int
+    partitions_moved: int = 0
+    partitions_returned: int = 0
+    records_restored: int = 0
+    restore_seconds: float | None = None
+    unowned_partition_seconds: float | None = None
+    restoring_partition_seconds: float | None = None
+    stopped_partition_seconds: float | None = None
 
 
 def summarise(a: RunAnalysis) -> RunSummary:
