@@ -4,6 +4,11 @@ where its design says it should win is said to."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
+
+from huddle.pipeline.compare import write_comparison
 from huddle.pipeline.findings import (
     DESIGN_CLAIMS,
     Claim,
@@ -123,6 +128,7 @@ def test_ties_are_shared_and_a_run_alone_gets_no_rank() -> None:
     [alone] = sentences([AS_DESIGNED[0]]).values()
     assert "(the most)" not in alone
     assert "the least" not in alone
+    assert "times as long" not in alone  # not compared with itself
     same = sentences([summary("range", unowned=1.0), summary("roundrobin", unowned=1.0)])
     assert all("as every other run" in s for s in same.values())
 
@@ -196,7 +202,7 @@ def test_situations_keep_different_faults_sizes_and_clients_apart() -> None:
 
 
 def test_the_chart_plots_moves_against_stopped_time_and_leaves_unmeasured_runs_out() -> None:
-    old = summary("range", unowned=None, restoring=None)  # a report from before moves counted
+    old = summary("roundrobin", unowned=None, restoring=None)  # from before moves counted
     [points] = situations([*AS_DESIGNED, old]).values()
     drawn, missing = tradeoff(points)
     assert drawn == [
@@ -204,6 +210,42 @@ def test_the_chart_plots_moves_against_stopped_time_and_leaves_unmeasured_runs_o
         ("cooperative-sticky", 24, 42.0),
         ("cooperative-deferred", 0, 6.0),
     ]
-    assert missing == ["range"]  # not a point at 0 moves, 0 s that would look best
+    assert missing == ["roundrobin"]  # not a point at 0 moves, 0 s that would look best
     assert point(old).moved is None
     assert "has no count of moved partitions" in sentence(point(old), points)
+
+
+def test_the_page_puts_the_sentences_beside_the_chart_and_closes_with_the_findings(
+    tmp_path: Path,
+) -> None:
+    runs = [*HELD_TOO_LONG, summary("cooperative-sticky", "scale-up", moved=8, restoring=16.0)]
+    write_comparison(runs, tmp_path / "held", intro=["A partition's state takes 2 s."])
+    page = (tmp_path / "held" / "comparison.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 2  # a chart per situation
+    assert page.count('<div class="side">') == 2
+    assert "A partition&#x27;s state takes 2 s." in page
+    assert "cooperative-deferred moved 0 partitions (the fewest)" in page
+    assert '<p class="missed">Not as designed: waiting for a bounced member' in page
+    assert "Findings: 1 design claim did not hold in these runs" in page
+    markdown = (tmp_path / "held" / "comparison.md").read_text()
+    assert "- cooperative-sticky moved 24 partitions" in markdown
+    assert sorted(p.name for p in (tmp_path / "held").glob("*.png")) == [
+        "tradeoff-1.png",
+        "tradeoff-2.png",
+    ]
+    write_comparison(AS_DESIGNED, tmp_path / "designed")
+    page = (tmp_path / "designed" / "comparison.html").read_text()
+    assert "Not as designed" not in page
+    assert "it won in these runs" in page
+
+
+def test_runs_of_one_protocol_in_one_situation_are_told_apart_by_their_run() -> None:
+    again = summary("cooperative-sticky", moved=20, unowned=1.0, restoring=30.0)
+    again = msgspec.structs.replace(again, run="coop-2")
+    [points] = situations([*AS_DESIGNED, again]).values()
+    assert [p.name for p in points] == [
+        "range",
+        "cooperative-sticky [cooperative-sticky-rolling-bounce]",
+        "cooperative-deferred",
+        "cooperative-sticky [coop-2]",
+    ]

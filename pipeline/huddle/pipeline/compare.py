@@ -89,12 +89,14 @@ def write_comparison(
         *[html.paragraph(line, "lead") for line in intro],
     ]
     missed: list[str] = []
+    checked = 0
     for i, (situation, points) in enumerate(groups.items(), start=1):
         drawn, missing = findings.tradeoff(points)
         plot = plots.tradeoff(situation, drawn, missing, styles, out_dir / f"tradeoff-{i}.png")
         said = [findings.sentence(p, points) for p in points]
         verdicts = findings.verdicts(points)
         missed += [v.text for v in verdicts if not v.held]
+        checked += len(verdicts)
         judged = [v.text for v in verdicts]
         marked = [html.paragraph(v.text, "held" if v.held else "missed") for v in verdicts]
         md += [f"## {situation}\n", f"![{situation}]({plot.name})\n"]
@@ -106,7 +108,7 @@ def write_comparison(
                 html.bullets(said) + "".join(marked),
             ),
         ]
-    closing = _closing(missed)
+    closing = _closing(missed, checked)
     md += ["## Every figure\n", table, "", *[f"Note: {n}.\n" for n in notes], closing]
     (out_dir / "comparison.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     parts += [
@@ -133,8 +135,13 @@ def write_comparison(
     return table
 
 
-def _closing(missed: Sequence[str]) -> str:
+def _closing(missed: Sequence[str], checked: int) -> str:
     """The closing note: whether every design did what it is for here, from the verdicts."""
+    if not checked:
+        return (
+            "No protocol ran beside a rival in a situation its design claims to win, so no "
+            "design claim was checked here."
+        )
     if not missed:
         return (
             "Where a design claims to win and a rival ran beside it, it won in these runs "

@@ -16,7 +16,7 @@ reason (``verdicts``): a protocol that loses where it should win is a finding.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from huddle.pipeline.summary import RunSummary
@@ -24,7 +24,6 @@ from huddle.pipeline.summary import RunSummary
 # scenarios that apply another's faults to a different kind of member
 SAME_FAULTS: Final = {"static-bounce": "rolling-bounce"}
 STATIC: Final = " (static members)"
-EAGER: Final = frozenset({"range", "roundrobin", "eager"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +68,20 @@ def point(s: RunSummary) -> Point:
 
 
 def situations(summaries: Sequence[RunSummary]) -> dict[str, list[Point]]:
-    """The runs by situation, in the order they first appear."""
-    groups: dict[str, list[Point]] = {}
+    """The runs by situation, in the order they first appear; runs of one protocol in one
+    situation are told apart by their run's name."""
+    groups: dict[str, list[tuple[str, Point]]] = {}
     for s in summaries:
         p = point(s)
-        groups.setdefault(p.situation, []).append(p)
-    return groups
+        groups.setdefault(p.situation, []).append((s.run, p))
+    told_apart = {}
+    for situation, runs in groups.items():
+        names = [p.name for _, p in runs]
+        told_apart[situation] = [
+            p if names.count(p.name) == 1 else replace(p, name=f"{p.name} [{run}]")
+            for run, p in runs
+        ]
+    return told_apart
 
 
 def tradeoff(points: Sequence[Point]) -> tuple[list[tuple[str, int, float]], list[str]]:
@@ -156,7 +163,7 @@ def _stops(p: Point, points: Sequence[Point]) -> str:
     if place == "same":
         return text + ", as every other run"
     leader = min((q for q in points if q.stopped is not None), key=lambda q: q.stopped or 0.0)
-    if leader.stopped:
+    if leader is not p and leader.stopped:
         text += f", {p.stopped / leader.stopped:,.1f} times as long as {leader.name}"
     return text + (", the most" if place == "most" else "")
 
