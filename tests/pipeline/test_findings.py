@@ -249,3 +249,25 @@ def test_runs_of_one_protocol_in_one_situation_are_told_apart_by_their_run() -> 
         "cooperative-deferred",
         "cooperative-sticky [coop-2]",
     ]
+
+
+def test_a_loss_to_a_protocol_that_gave_partitions_back_says_so() -> None:
+    """Eager range in a stateful bounce: every partition stops, but most go back to the
+    member that has their state; cooperative-sticky moves fewer, to members without it."""
+    runs = [
+        summary("range", moved=40, returned=36, restored=1_000, unowned=10.0, restoring=8.0),
+        summary(
+            "cooperative-sticky", moved=16, returned=2, restored=4_000, unowned=1, restoring=32
+        ),
+    ]
+    [points] = situations(runs).values()
+    [lost] = verdicts(points)
+    assert not lost.held
+    assert lost.text.endswith(
+        "Where it lost: restoring 32.0 against 8.0 partition-seconds (range gave 36 partitions "
+        "back to the member that had their state, cooperative-sticky 2)."
+    )
+    unsplit = [msgspec.structs.replace(s, restoring_partition_seconds=None) for s in runs]
+    [points] = situations(unsplit).values()
+    [lost] = verdicts(points)
+    assert lost.text.endswith("Its stops are not split into unowned and restoring in this report.")

@@ -309,7 +309,8 @@ def verdicts(points: Sequence[Point], claims: Sequence[Claim] = DESIGN_CLAIMS) -
 
 
 def _why_not(p: Point, rival: Point, metric: str) -> str:
-    """The measured reason ``p`` lost to ``rival``: which part of its stops was larger."""
+    """The measured reason ``p`` lost to ``rival``: which part of its stops was larger, and
+    whether the rival gave more partitions back to the member that had their state."""
     if metric == "moved":
         return f"It moved {p.moved or 0:,} partitions, {rival.name} {rival.moved or 0:,}."
     parts = [
@@ -321,13 +322,21 @@ def _why_not(p: Point, rival: Point, metric: str) -> str:
         if mine is not None and theirs is not None and mine > theirs
     ]
     if not parts:
-        return ""
+        return "Its stops are not split into unowned and restoring in this report."
     reason = f"Where it lost: {'; '.join(parts)} partition-seconds"
     waited = p.unowned is not None and rival.unowned is not None and p.unowned > rival.unowned
     moved_less = p.moved is not None and rival.moved is not None and p.moved < rival.moved
+    rebuilt = (
+        p.restoring is not None and rival.restoring is not None and p.restoring > rival.restoring
+    )
     if waited and moved_less:
         reason += (
             f" (its partitions waited for their member longer than {rival.name} took to move"
             " them and rebuild their state)"
+        )
+    elif rebuilt and (rival.returned or 0) > (p.returned or 0):
+        reason += (
+            f" ({rival.name} gave {rival.returned or 0:,} partitions back to the member that had"
+            f" their state, {p.name} {p.returned or 0:,})"
         )
     return reason + "."
