@@ -96,7 +96,6 @@ def test_stateful_workload_restores_its_lag_before_processing() -> None:
     assert [(b.offset, b.count) for b in w.tick(2.5)] == [(300, 51)]
 
 
-
 def test_bounded_state_takes_the_same_time_to_rebuild_however_far_a_partition_has_come() -> None:
     w = Workload(rate=50, stateful=True, restore_rate=100, state_records=200)
     # a member that never had the partition rebuilds its last 200 records, not 10,000
@@ -120,6 +119,7 @@ def test_bounded_state_bounds_the_reported_lag_and_a_warm_up_catches_up_within_i
     assert w.lags() == {TP: 100}
     w.catch_up(5.0)
     assert w.lags() == {TP: 0}
+
 
 async def test_proxy_partition_refuses_and_heal_lets_members_back(
     server: CoordinatorServer,

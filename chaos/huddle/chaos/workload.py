@@ -119,4 +119,6 @@ class Workload:
         """The lag of the local state of every task known here (KIP-441 join metadata)."""
         if not self.stateful:
             return {}
-        return {tp: self._behind(tp, self.latest.get(tp, offset)) for tp, offset in self.local.items()}
+        return {
+            tp: self._behind(tp, self.latest.get(tp, offset)) for tp, offset in self.local.items()
+        }
