@@ -25,7 +25,7 @@ KAFKAJS := $(KAFKAJS_DIR)/node_modules/.installed
 
 .PHONY: run serve test check lint bench clean kafkajs
 
-# The demo: rolling bounces under eager, cooperative and deferred protocols, and the report.
+# The demo: stateful runs (rolling bounce, scale-up, process death) per protocol, and the report.
 run: $(STAMP)
 	$(BIN)/huddle demo
 

@@ -96,6 +96,31 @@ def test_stateful_workload_restores_its_lag_before_processing() -> None:
     assert [(b.offset, b.count) for b in w.tick(2.5)] == [(300, 51)]
 
 
+def test_bounded_state_takes_the_same_time_to_rebuild_however_far_a_partition_has_come() -> None:
+    w = Workload(rate=50, stateful=True, restore_rate=100, state_records=200)
+    # a member that never had the partition rebuilds its last 200 records, not 10,000
+    assert w.restore_records(TP, 10_000) == 200
+    assert w.assign(TP, 10_000, now=0.0) == 2.0
+    assert w.newly_restored(2.0) == [TP]
+    other = TopicPartition("t", 1)
+    w.local[other] = 9_950  # a member that had it 50 records ago rebuilds only those
+    assert w.restore_seconds(other, 10_000) == 0.5
+    assert Workload(rate=50, restore_rate=100, state_records=200).restore_seconds(TP, 500) == 0
+
+
+def test_bounded_state_bounds_the_reported_lag_and_a_warm_up_catches_up_within_it() -> None:
+    w = Workload(rate=50, stateful=True, restore_rate=100, state_records=200)
+    w.replicas = frozenset({TP})
+    w.latest[TP] = 10_000
+    w.local[TP] = 0
+    assert w.lags() == {TP: 200}  # what a member without it must rebuild
+    w.catch_up(1.0)
+    assert w.local[TP] == 9_900  # from the window's start, 100 records a second
+    assert w.lags() == {TP: 100}
+    w.catch_up(5.0)
+    assert w.lags() == {TP: 0}
+
+
 async def test_proxy_partition_refuses_and_heal_lets_members_back(
     server: CoordinatorServer,
 ) -> None:
@@ -151,3 +176,13 @@ def test_the_etcd_fault_campaign_heals_each_fault_before_the_next() -> None:
     for step, after in itertools.pairwise(steps):  # one fault at a time
         if step.action in ETCD_FAULT_ACTIONS and heals[step.action] is not None:
             assert (after.action, after.target) == (heals[step.action], step.target)
+
+
+def test_high_availability_options_reach_the_assignor() -> None:
+    from huddle.chaos.protocols import ProtocolOptions, build_assignor
+    from huddle.client.assignors import HighAvailabilityAssignor
+
+    options = ProtocolOptions(max_warmup_replicas=8, num_standby_replicas=1)
+    assignor = build_assignor("high-availability", options)
+    assert isinstance(assignor, HighAvailabilityAssignor)
+    assert (assignor.max_warmup_replicas, assignor.num_standby_replicas) == (8, 1)

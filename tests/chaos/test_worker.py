@@ -188,6 +188,10 @@ async def test_a_stateful_worker_without_its_state_restores_up_to_the_commit(
         (['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "rate": "fast"}'], "`$.rate`"),
         (['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "colour": 1}'], "unknown field"),
         (['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "rate": 0}'], "must be positive"),
+        (
+            ['{"bootstrap": "h:1", "name": "m", "run_dir": ".", "state_records": 0}'],
+            "state_records must be positive",
+        ),
         (["{not json"], "not JSON"),
         (["--rate", "5"], "usage"),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,58 @@ def test_a_client_without_a_cooperative_protocol_runs_its_eager_one(
     monkeypatch.setattr(demo, "missing", lambda client: None)
     [(_, settings, _)] = demo.kafka_run("aiokafka", tmp_path)[0]
     assert settings.protocol == "range"
+
+
+def demo_args(tmp_path: Path) -> argparse.Namespace:
+    from huddle.cli import parse_args
+
+    return parse_args(["demo", "--run-dir", str(tmp_path)])
+
+
+def test_the_demo_runs_each_protocol_where_its_design_should_show(tmp_path: Path) -> None:
+    runs = demo.plan(demo_args(tmp_path), tmp_path)
+    pairs = [(scenario.name, settings.protocol, scenario.static) for _, settings, scenario in runs]
+    assert pairs == [
+        ("rolling-bounce", "range", False),
+        ("rolling-bounce", "cooperative-sticky", False),
+        ("rolling-bounce", "cooperative-deferred", False),
+        ("static-bounce", "cooperative-sticky", True),  # static membership, KIP-345
+        ("scale-up", "cooperative-sticky", False),
+        ("scale-up", "high-availability", False),  # KIP-441's warm-ups and probing
+        ("process-death", "cooperative-sticky", False),
+        ("process-death", "high-availability", False),  # and its standby
+    ]
+    dirs = [settings.run_dir for _, settings, _ in runs]
+    assert len(set(dirs)) == len(dirs)
+    assert all(d.parent == tmp_path for d in dirs)
+    # every run has state, and a move costs the same 2 s of rebuilding in each
+    assert {(s.stateful, s.rate, s.restore_rate, s.state_records) for _, s, _ in runs} == {
+        (True, 50.0, 125.0, 250)
+    }
+    options = {s.protocol: s.options for _, s, _ in runs}
+    ha = options["high-availability"]
+    assert ha.num_standby_replicas == 1
+    assert (ha.probing_interval_ms or 0) < 15_000 / 5  # warm-ups checked within the run
+    assert (ha.acceptable_recovery_lag or 0) < 250  # a member without the state is not caught up
+    # Design II holds a bounced member's partitions longer than the bounce lasts
+    [(_, deferred, bounce)] = [r for r in runs if r[1].protocol == "cooperative-deferred"]
+    stopped = {s.target: s.at for s in bounce.steps if s.action == "sigterm"}
+    down = [s.at - stopped[s.target] for s in bounce.steps if s.action == "start"]
+    assert len(down) == 4
+    assert (deferred.options.delay_ms or 0) / 1000 > max(down) + 5  # and its start-up
+
+
+def test_the_demo_fits_its_time(tmp_path: Path) -> None:
+    """About 5 minutes on two cores: the runs' own time is at most half of it (the rest is
+    start-up and stopping, a few seconds a run, the Kafka-client run and the report)."""
+    runs = demo.plan(demo_args(tmp_path), tmp_path)
+    assert sum(settings.duration for _, settings, _ in runs) <= 150
+    assert all(settings.members <= 4 for _, settings, _ in runs)  # 8 at most after scale-up
+
+
+def test_the_page_says_what_restoring_a_partition_costs() -> None:
+    said = " ".join(demo.intro())
+    assert "a partition's state takes 2 s to rebuild on a member that did not have it" in said
+    assert "last 250 records (5 s of input at 50 records/s)" in said
+    assert "holds a departed member's partitions up to 10 s" in said
+    assert "1 standby per partition" in said

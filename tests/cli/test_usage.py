@@ -114,7 +114,7 @@ def test_a_flag_without_help_text_shows_its_default(
     with pytest.raises(SystemExit):
         main(["demo", "--help"], {})
     text = " ".join(capsys.readouterr().out.split())
-    assert "--members MEMBERS (default: 6)" in text
+    assert "--members MEMBERS (default: 4)" in text
 
 
 def test_serve_help_shows_the_configuration_s_defaults(

@@ -376,19 +376,16 @@ def test_comparison_across_runs(
     _, eager = run(spark, base_log(tmp_path / "eager", m2_offset=700, protocol="eager"))
     table = write_comparison([cooperative, eager], tmp_path / "comparison")
     lines = table.splitlines()
-    assert lines[0].startswith(
-        "| run | protocol | client | scenario | total_unavailable_partition_seconds"
-    )
-    assert lines[2] == (
-        "| clean | cooperative | huddle | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 0 | 0 |"
-    )
-    assert (
-        lines[3]
-        == "| eager | eager | huddle | handover | 1.500 | 1.500 | 3 | 1.625 | 2670 | 0 | 50 | 1 |"
-    )
+    assert lines[0].startswith("| run | protocol | client | scenario | partitions_moved |")
     rows = json.loads((tmp_path / "comparison" / "comparison.json").read_text())
-    assert [r["protocol"] for r in rows] == ["cooperative", "eager"]
-    assert (tmp_path / "comparison" / "unavailability_by_protocol.png").exists()
+    figures = ("run", "protocol", "scenario", "total_unavailable_partition_seconds", "lost")
+    assert [[r[f] for f in figures] for r in rows] == [
+        ["clean", "cooperative", "handover", 1.5, 0],
+        ["eager", "eager", "handover", 1.5, 50],
+    ]
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| clean", "| eager"]
+    # one situation (the same faults and size): one trade-off chart
+    assert sorted(p.name for p in (tmp_path / "comparison").glob("*.png")) == ["tradeoff-1.png"]
 
 
 def test_cli_parser() -> None:

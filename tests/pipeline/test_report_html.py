@@ -90,7 +90,10 @@ def test_chromium_renders_the_figures_and_the_images(
     browser = chromium()
     report, comparison = reports
     for page, count in ((report, 2), (comparison, 1)):
-        assert len(images(dump_dom(browser, page))) == count, page
+        dom = dump_dom(browser, page)
+        assert len(images(dom)) == count, page
+        if page == comparison:  # the chart, and a sentence per run beside it
+            assert dom.count("processing stopped for") == 2
         shot = tmp_path / f"{page.stem}.png"
         subprocess.run(
             [
@@ -148,23 +151,31 @@ def test_links_to_reports_are_url_encoded() -> None:
     assert "run #2 &lt;b&gt;" in link
 
 
-def test_a_comparison_shows_a_missing_figure_as_not_available(
+def test_a_comparison_names_a_run_without_figures_and_does_not_draw_it_at_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import matplotlib.axes
 
     from huddle.pipeline import plots
 
-    labelled: list[list[str]] = []
-    real = matplotlib.axes.Axes.bar_label
+    drawn: list[tuple[Any, Any]] = []
+    said: list[str] = []
+    real_scatter, real_text = matplotlib.axes.Axes.scatter, matplotlib.axes.Axes.text
 
-    def record(self: matplotlib.axes.Axes, container: Any, labels: Any = None, **kw: Any) -> Any:
-        labelled.append(list(labels))
-        return real(self, container, labels=labels, **kw)
+    def scatter(self: matplotlib.axes.Axes, x: Any, y: Any, *a: Any, **kw: Any) -> Any:
+        drawn.append((list(x), list(y)))
+        return real_scatter(self, x, y, *a, **kw)
 
-    monkeypatch.setattr(matplotlib.axes.Axes, "bar_label", record)
-    plots.comparison(["a", "b"], [("x", "s", [1.5, None])], "t", tmp_path / "c.png")
-    assert labelled == [["1.5", "n/a"]]  # not a bar of 0 that would look best
+    def text(self: matplotlib.axes.Axes, x: Any, y: Any, s: str, *a: Any, **kw: Any) -> Any:
+        said.append(s)
+        return real_text(self, x, y, s, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", scatter)
+    monkeypatch.setattr(matplotlib.axes.Axes, "text", text)
+    styles = {"a": member_style(0), "b": member_style(1)}
+    plots.tradeoff("t", [("a", 3, 1.5)], ["b"], styles, tmp_path / "c.png")
+    assert drawn == [([3], [1.5])]  # b is not a point at 0 moves, 0 s that would look best
+    assert said == ["n/a (not measured): b"]
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -48,6 +48,7 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
     r.add_argument("--acceptable-recovery-lag", type=int, help="high-availability")
     r.add_argument("--num-standby-replicas", type=int, help="high-availability")
     r.add_argument("--probing-interval-ms", type=int, help="high-availability")
+    r.add_argument("--max-warmup-replicas", type=int, help="high-availability")
     r.add_argument("--members", type=int, default=3)
     r.add_argument("--partitions", type=int, default=6)
     r.add_argument("--duration", type=float, default=30.0, help="seconds of scenario")
@@ -57,6 +58,11 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--stateful", action="store_true", help="tasks restore state (KIP-441)")
     r.add_argument("--restore-rate", type=float, default=1_000.0, help="records/s restored")
+    r.add_argument(
+        "--state-records",
+        type=int,
+        help="stateful: a partition's state is its last N records (default: all of them)",
+    )
     r.add_argument("--session-timeout-ms", type=int, default=3_000)
     r.add_argument("--heartbeat-interval-ms", type=int, default=500)
     r.add_argument("--commit-interval-ms", type=int, default=1_000)
@@ -111,6 +117,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             acceptable_recovery_lag=args.acceptable_recovery_lag,
             num_standby_replicas=args.num_standby_replicas,
             probing_interval_ms=args.probing_interval_ms,
+            max_warmup_replicas=args.max_warmup_replicas,
         ),
         members=args.members,
         partitions=args.partitions,
@@ -119,6 +126,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         seed=args.seed,
         stateful=args.stateful,
         restore_rate=args.restore_rate,
+        state_records=args.state_records,
         bootstrap=args.bootstrap,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,

@@ -382,6 +382,7 @@ class Harness:
             commit_interval_ms=s.commit_interval_ms,
             stateful=s.stateful,
             restore_rate=s.restore_rate,
+            state_records=s.state_records,
             max_seconds=s.duration + SETUP_ALLOWANCE_S,
             secure_from_env=s.bootstrap is not None,
             client=s.client,

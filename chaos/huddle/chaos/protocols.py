@@ -14,6 +14,7 @@ class ProtocolOptions:
     acceptable_recovery_lag: int | None = None  # high-availability
     num_standby_replicas: int | None = None  # high-availability
     probing_interval_ms: int | None = None  # high-availability
+    max_warmup_replicas: int | None = None  # high-availability
 
 
 def protocol_names() -> list[str]:
@@ -32,5 +33,7 @@ def build_assignor(name: str, options: ProtocolOptions) -> Assignor:
             ha["num_standby_replicas"] = options.num_standby_replicas
         if options.probing_interval_ms is not None:
             ha["probing_rebalance_interval_ms"] = options.probing_interval_ms
+        if options.max_warmup_replicas is not None:
+            ha["max_warmup_replicas"] = options.max_warmup_replicas
         return HighAvailabilityAssignor(**ha)
     return ASSIGNORS.create(name)

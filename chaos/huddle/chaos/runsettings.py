@@ -22,6 +22,7 @@ class RunSettings:
     seed: int = 0
     stateful: bool = False
     restore_rate: float = 1_000.0
+    state_records: int | None = None  # stateful: a partition's state is its last N records
     bootstrap: str | None = None  # a running coordinator; None: start one
     group: str = "chaos"
     topic: str = "chaos"

@@ -57,6 +57,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     commit_interval_ms: int = 1_000
     stateful: bool = False  # restore state before processing
     restore_rate: float = 1_000.0  # records/s restored
+    state_records: int | None = None  # a partition's state: its last N records (None: all)
     max_seconds: float = 3_600.0  # stop after this long
     # TLS and SASL settings from HUDDLE_CLIENT_TLS_* and HUDDLE_USERNAME/PASSWORD (a
     # secured coordinator given with --bootstrap): huddle.client.security.security_from_env
@@ -72,6 +73,8 @@ class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise InvalidArgumentError("rate, restore_rate and max_seconds must be positive")
         if self.commit_interval_ms <= 0:
             raise InvalidArgumentError("commit_interval_ms must be positive")
+        if self.state_records is not None and self.state_records <= 0:
+            raise InvalidArgumentError("state_records must be positive")
 
     def to_json(self) -> str:
         return msgspec.json.encode(self).decode()
@@ -95,7 +98,10 @@ class Worker(RebalanceListener):
         self.args = args
         self.events = events
         self.workload = Workload(
-            rate=args.rate, stateful=args.stateful, restore_rate=args.restore_rate
+            rate=args.rate,
+            stateful=args.stateful,
+            restore_rate=args.restore_rate,
+            state_records=args.state_records,
         )
         self.member: Member | None = None
         self._last_tick = time.monotonic()

@@ -7,7 +7,10 @@ waiting, so the first one is processed the moment a task is ready (record ``k`` 
 the start is due at ``start + k / rate``): a member that gains a partition processes it at
 once, as a consumer with a backlog would. ``local`` is the offset
 the member's local state of a task has reached (stateful mode, KIP-441): restoring a task
-brings it to the resume offset at ``restore_rate`` records per second.
+brings it to the resume offset at ``restore_rate`` records per second. With
+``state_records``, a partition's state is its last ``state_records`` records (a windowed
+aggregate): a member that did not have it rebuilds at most that many, so rebuilding a
+partition from nothing takes ``state_records / restore_rate`` seconds however far it has come.
 """
 
 from __future__ import annotations
@@ -41,21 +44,24 @@ class Workload:
     rate: float  # records per second per partition
     stateful: bool = False
     restore_rate: float = 1_000.0  # records per second restored
+    state_records: int | None = None  # a partition's state: its last N records (None: all)
     tasks: dict[TopicPartition, Task] = field(default_factory=dict)
     local: dict[TopicPartition, int] = field(default_factory=dict)  # local state offsets
     latest: dict[TopicPartition, int] = field(default_factory=dict)  # last committed seen
     replicas: frozenset[TopicPartition] = frozenset()  # standby + warm-up tasks (KIP-441)
 
+    def _behind(self, tp: TopicPartition, offset: int) -> int:
+        """Records of state to rebuild to bring ``tp`` to ``offset``."""
+        lag = max(offset - self.local.get(tp, 0), 0)
+        return lag if self.state_records is None else min(lag, self.state_records)
+
     def restore_records(self, tp: TopicPartition, resume: int) -> int:
-        """How many records restoring ``tp`` up to ``resume`` replays (0: stateless, or the
-        local state is there already)."""
-        if not self.stateful:
-            return 0
-        return max(resume - self.local.get(tp, 0), 0)
+        """Records of state restored before ``tp`` is processed from ``resume``."""
+        return self._behind(tp, resume) if self.stateful else 0
 
     def restore_seconds(self, tp: TopicPartition, resume: int) -> float:
-        lag = self.restore_records(tp, resume)
-        return lag / self.restore_rate if self.restore_rate > 0 else 0.0
+        records = self.restore_records(tp, resume)
+        return records / self.restore_rate if self.restore_rate > 0 else 0.0
 
     def assign(self, tp: TopicPartition, resume: int, now: float) -> float:
         """Own ``tp`` from offset ``resume``; returns the seconds it takes to restore."""
@@ -107,13 +113,14 @@ class Workload:
         for tp in self.replicas:
             if tp in self.tasks or tp not in self.latest:
                 continue
-            current = self.local.get(tp, 0)
-            self.local[tp] = min(current + step, self.latest[tp])
+            latest = self.latest[tp]
+            current = latest - self._behind(tp, latest)  # older records are not state
+            self.local[tp] = min(current + step, latest)
 
     def lags(self) -> dict[TopicPartition, int]:
         """The lag of the local state of every task known here (KIP-441 join metadata)."""
         if not self.stateful:
             return {}
         return {
-            tp: max(self.latest.get(tp, offset) - offset, 0) for tp, offset in self.local.items()
+            tp: self._behind(tp, self.latest.get(tp, offset)) for tp, offset in self.local.items()
         }

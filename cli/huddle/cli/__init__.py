@@ -105,7 +105,7 @@ COMMANDS: dict[str, Command] = {
         "RUN_DIR/report/ (Parquet tables, summary.json, report.md, PNGs).",
     ),
     "demo": Command(
-        "rolling bounce with eager, cooperative and deferred protocols, and the report",
+        "each protocol through a stateful rolling bounce, scale-up and process death; the report",
         "huddle.cli.demo",
         own_logs=True,
     ),

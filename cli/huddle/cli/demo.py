@@ -1,12 +1,16 @@
-"""The demo (the README's first command): one rolling bounce, three protocols, one report.
+"""The demo (the README's first command): each protocol where its design should show, one report.
 
-Runs the ``rolling-bounce`` scenario with real member processes under the eager ``range``
-assignor, ``cooperative-sticky`` (Design I) and ``cooperative-deferred`` (Design II), each
-against its own coordinator; then one short run whose members are real Kafka consumers
-(kafka-python, cooperative-sticky, one of them SIGKILLed: ``--kafka-client``) on the
-coordinator's Kafka listener; then the PySpark report comparing them all. About 4 minutes.
-A Kafka client that is not installed here is skipped with a line saying why, in the output
-and in the comparison.
+Every run has real member processes with state (a partition's state is its last
+``STATE_RECORDS`` records, rebuilt at ``RESTORE_RATE`` records/s on a member that did not
+have it), each against its own coordinator (``DEMO_RUNS``): a rolling bounce under the
+eager ``range`` assignor, ``cooperative-sticky`` (Design I), ``cooperative-deferred``
+(Design II) and static membership (KIP-345); a scale-up and a process death under
+``cooperative-sticky`` and ``high-availability`` (KIP-441: warm-ups, probing rebalances,
+a standby); then one short run whose members are real Kafka consumers (kafka-python,
+cooperative-sticky, one of them SIGKILLed: ``--kafka-client``) on the coordinator's Kafka
+listener; then the PySpark report comparing them all. About 5 minutes. A Kafka client that
+is not installed here is skipped with a line saying why, in the output and in the
+comparison.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from huddle.chaos.clients import KAFKA_CLIENTS
@@ -27,7 +32,45 @@ from huddle.cli.render import plural
 from huddle.cli.report import missing_extra
 from huddle.logs import configure_logging
 
-PROTOCOLS = ("range", "cooperative-sticky", "cooperative-deferred")
+# the workload's state: what a move costs, in words on the comparison page (``intro``)
+RATE = 50.0  # records/s per partition
+STATE_RECORDS = 250  # a partition's state: its last 250 records (5 s of input)
+RESTORE_RATE = 125.0  # records/s rebuilt: 2 s to rebuild a partition from nothing
+DELAY_MS = 10_000  # cooperative-deferred: a bounced member is back well within it
+DEFERRED = ProtocolOptions(delay_ms=DELAY_MS)
+# KIP-441: caught up within 2 s of input, one standby per partition, warm-ups checked every
+# second (Kafka's default is 10 minutes: the demo has 15 s), all of a member's at once
+HIGH_AVAILABILITY = ProtocolOptions(
+    acceptable_recovery_lag=100,
+    num_standby_replicas=1,
+    probing_interval_ms=1_000,
+    max_warmup_replicas=8,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    scenario: str  # built-in
+    protocol: str
+    options: ProtocolOptions = field(default_factory=ProtocolOptions)
+
+    @property
+    def label(self) -> str:
+        """Its run directory's name."""
+        return f"{self.scenario}-{self.protocol}"
+
+
+# each protocol where its design says it helps, beside the ones it improves on
+DEMO_RUNS = (
+    DemoRun("rolling-bounce", "range"),
+    DemoRun("rolling-bounce", "cooperative-sticky"),
+    DemoRun("rolling-bounce", "cooperative-deferred", DEFERRED),
+    DemoRun("static-bounce", "cooperative-sticky"),  # static membership, the same bounces
+    DemoRun("scale-up", "cooperative-sticky"),
+    DemoRun("scale-up", "high-availability", HIGH_AVAILABILITY),
+    DemoRun("process-death", "cooperative-sticky"),
+    DemoRun("process-death", "high-availability", HIGH_AVAILABILITY),
+)
 # the real-client segment: short, small, one kill -9 (Kafka's rule: the session times out)
 KAFKA_PROTOCOL = "cooperative-sticky"
 KAFKA_SCENARIO = "process-death"
@@ -37,9 +80,9 @@ KAFKA_PARTITIONS = 6
 
 
 def add_arguments(demo: argparse.ArgumentParser) -> None:
-    demo.add_argument("--members", type=int, default=6)
-    demo.add_argument("--partitions", type=int, default=60)
-    demo.add_argument("--duration", type=float, default=30.0, help="seconds per protocol")
+    demo.add_argument("--members", type=int, default=4)
+    demo.add_argument("--partitions", type=int, default=24)
+    demo.add_argument("--duration", type=float, default=15.0, help="seconds per run")
     demo.add_argument("--run-dir", type=Path, default=None, help="default: runs/demo-<time>")
     demo.add_argument(
         "--kafka-client",
@@ -65,24 +108,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     root: Path = args.run_dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     root.mkdir(parents=True, exist_ok=True)
     configure_logging("json", "info", stream=open(root / "harness.log", "a", encoding="utf-8"))  # noqa: SIM115
-    shape = Shape(duration=args.duration, members=args.members)
     print(
-        f"huddle demo: rolling bounce of {args.members} {plural(args.members, 'member')} over "
-        f"{args.partitions} {plural(args.partitions, 'partition')}, {args.duration:g} s per "
-        f"protocol, runs in {root}"
+        f"huddle demo: {len(DEMO_RUNS)} runs of {args.members} stateful "
+        f"{plural(args.members, 'member')} over {args.partitions} "
+        f"{plural(args.partitions, 'partition')}, {args.duration:g} s each, runs in {root}"
     )
-    runs: list[tuple[str, RunSettings, Scenario]] = []
-    for protocol in PROTOCOLS:
-        settings = RunSettings(
-            run_dir=root / protocol,
-            protocol=protocol,
-            # deferred: a bounced member comes back well within the delay
-            options=ProtocolOptions(delay_ms=10_000),
-            members=args.members,
-            partitions=args.partitions,
-            duration=args.duration,
-        )
-        runs.append((protocol, settings, BUILT_IN["rolling-bounce"](shape)))
+    runs = plan(args, root)
     kafka, notes = kafka_run(args.kafka_client, root)
     runs += kafka
     for note in notes:
@@ -105,12 +136,54 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                 print(f"report: {d.name}: {what}", flush=True)
 
             summaries.append(write_report(analyse(spark, d, 100.0, progress=step)))
-        print(write_comparison(summaries, root / "comparison", run_dirs, notes))
+        print(write_comparison(summaries, root / "comparison", run_dirs, notes, intro()))
     finally:
         spark.stop()
     print(f"\nreports: {', '.join(str(d / 'report' / 'report.html') for d in run_dirs)}")
     print(f"comparison: {root / 'comparison' / 'comparison.html'} (and comparison.md)")
     return 1 if any(s.violations_total for s in summaries) else 0
+
+
+def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, RunSettings, Scenario]]:
+    """The demo's runs of huddle's members: a label, the settings and the scenario each."""
+    shape = Shape(duration=args.duration, members=args.members)
+    runs = []
+    for r in DEMO_RUNS:
+        settings = RunSettings(
+            run_dir=root / r.label,
+            protocol=r.protocol,
+            options=r.options,
+            members=args.members,
+            partitions=args.partitions,
+            duration=args.duration,
+            rate=RATE,
+            stateful=True,
+            restore_rate=RESTORE_RATE,
+            state_records=STATE_RECORDS,
+        )
+        runs.append((f"{r.scenario}: {r.protocol}", settings, BUILT_IN[r.scenario](shape)))
+    return runs
+
+
+def intro() -> list[str]:
+    """What the page says first: what moving a partition costs here, and the settings that
+    make each protocol what it is."""
+    rebuild_s = STATE_RECORDS / RESTORE_RATE
+    ha = HIGH_AVAILABILITY
+    return [
+        f"Each point is one run: real member processes with state. A partition's state is "
+        f"its last {STATE_RECORDS} records ({STATE_RECORDS / RATE:g} s of input at "
+        f"{RATE:g} records/s); a member that did not have it rebuilds it at "
+        f"{RESTORE_RATE:g} records/s, so a partition's state takes {rebuild_s:g} s to "
+        "rebuild on a member that did not have it, and only what it missed on one that had "
+        "it. Processing of a partition stops while it is unowned (moving, or held for a "
+        "member that is away) and while its state is restored.",
+        f"cooperative-deferred holds a departed member's partitions up to "
+        f"{DELAY_MS / 1000:g} s; static members come back within their session timeout; "
+        f"high-availability runs {ha.num_standby_replicas} standby per partition, counts a "
+        f"member within {ha.acceptable_recovery_lag} records as caught up, and checks "
+        f"warm-ups every {(ha.probing_interval_ms or 0) / 1000:g} s.",
+    ]
 
 
 def kafka_run(client: str, root: Path) -> tuple[list[tuple[str, RunSettings, Scenario]], list[str]]:

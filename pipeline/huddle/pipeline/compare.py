@@ -1,4 +1,8 @@
-"""One table comparing runs (e.g. eager vs cooperative vs deferred vs static)."""
+"""One page comparing runs (e.g. eager vs cooperative vs deferred vs static, through a
+rolling bounce, a scale-up and a process death): per situation, the trade-off chart
+(partitions moved against partition-seconds stopped, a point per run) with one generated
+sentence per protocol beside it (``huddle.pipeline.findings``), whether each design did
+what it is for, and the table of every figure."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from huddle.pipeline import html, plots
+from huddle.pipeline import findings, html, plots
 from huddle.pipeline.report import markdown_table
 from huddle.pipeline.summary import RunSummary
 
@@ -17,10 +21,16 @@ COMPARISON_COLUMNS = (
     "protocol",
     "client",
     "scenario",
+    "partitions_moved",
+    "partitions_returned",
+    "records_restored",
+    "restore_seconds",
+    "unowned_partition_seconds",
+    "restoring_partition_seconds",
+    "stopped_partition_seconds",
     "total_unavailable_partition_seconds",
     "max_outage_seconds",
     "rebalance_count",
-    "rebalance_total_seconds",
     "records_processed",
     "duplicates",
     "lost",
@@ -34,10 +44,16 @@ COLUMN_LABELS = (
     "protocol",
     "members",
     "scenario",
+    "partitions moved",
+    "moved back",
+    "records restored",
+    "restoring s",
+    "unowned partition-s",
+    "restoring partition-s",
+    "stopped partition-s",
     "unavailable partition-s",
     "longest outage s",
     "rebalances",
-    "in rebalances s",
     "records processed",
     "duplicates",
     "lost",
@@ -54,82 +70,82 @@ def write_comparison(
     out_dir: Path,
     run_dirs: Sequence[Path] = (),
     notes: Sequence[str] = (),
+    intro: Sequence[str] = (),
 ) -> str:
-    """``comparison.md``, ``comparison.json``, ``unavailability_by_protocol.png`` and
-    ``comparison.html`` (the plot inline: one file to open). ``notes``: lines said under
-    the table (e.g. a run that was left out, and why)."""
+    """``comparison.md``, ``comparison.json``, a ``tradeoff-N.png`` per situation and
+    ``comparison.html`` (the plots inline: one file to open). ``intro``: lines said first
+    (e.g. what restoring a partition costs); ``notes``: lines said under the table (e.g. a
+    run that was left out, and why). Returns the table (Markdown)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(list(COMPARISON_COLUMNS), comparison_rows(summaries))
     rows = [dict(zip(COMPARISON_COLUMNS, r, strict=True)) for r in comparison_rows(summaries)]
     (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    plot = out_dir / "unavailability_by_protocol.png"
-    names = [_name(s) for s in summaries]
-    if len(set(names)) < len(names):  # runs of one protocol: told apart by their run
-        names = [f"{n} ({s.run})" for n, s in zip(names, summaries, strict=True)]
-    plots.comparison(
-        names,
-        [
-            (
-                "unavailability",
-                "partition-seconds unavailable",
-                [_figure(s.total_unavailable_partition_seconds) for s in summaries],
+    groups = findings.situations(summaries)
+    names = list(dict.fromkeys(p.name for points in groups.values() for p in points))
+    styles = {n: plots.member_style(i) for i, n in enumerate(names)}
+    md = ["# Comparison\n", *[f"{line}\n" for line in intro]]
+    parts = [
+        html.heading("Protocols compared", 1),
+        *[html.paragraph(line, "lead") for line in intro],
+    ]
+    missed: list[str] = []
+    checked = 0
+    for i, (situation, points) in enumerate(groups.items(), start=1):
+        drawn, missing = findings.tradeoff(points)
+        plot = plots.tradeoff(situation, drawn, missing, styles, out_dir / f"tradeoff-{i}.png")
+        said = [findings.sentence(p, points) for p in points]
+        verdicts = findings.verdicts(points)
+        missed += [v.text for v in verdicts if not v.held]
+        checked += len(verdicts)
+        judged = [v.text for v in verdicts]
+        marked = [html.paragraph(v.text, "held" if v.held else "missed") for v in verdicts]
+        md += [f"## {situation}\n", f"![{situation}]({plot.name})\n"]
+        md += [f"- {line}" for line in said] + [""] + [f"{line}\n" for line in judged]
+        parts += [
+            html.heading(situation),
+            html.side_by_side(
+                html.image(plot, f"{situation}: partitions moved against stopped time"),
+                html.bullets(said) + "".join(marked),
             ),
-            (
-                "longest outage",
-                "seconds",
-                [_figure(s.max_outage_seconds) for s in summaries],
-            ),
-            (
-                "time in rebalances",
-                "seconds",
-                [_figure(s.rebalance_total_seconds) for s in summaries],
-            ),
-        ],
-        "protocols compared (lower is better)",
-        plot,
-    )
-    text = (
-        "# Comparison\n\n"
-        + table
-        + "\n\n"
-        + "".join(f"Note: {n}.\n\n" for n in notes)
-        + "![unavailability per protocol](unavailability_by_protocol.png)\n"
-    )
-    (out_dir / "comparison.md").write_text(text, encoding="utf-8")
-    page = html.page(
-        "huddle: protocols compared",
-        [
-            html.heading("Protocols compared", 1),
-            html.paragraph(
-                "One chaos scenario per protocol; lower is better for every figure.", "lead"
-            ),
-            html.image(plot, "unavailability, longest outage and rebalance time per protocol"),
-            html.table(list(COLUMN_LABELS), comparison_rows(summaries)),
-            *[html.paragraph(f"Note: {n}.") for n in notes],
-            *(
-                [
-                    html.links(
-                        "Each run's own report:",
-                        [
-                            (s.run, os.path.relpath(d / "report" / "report.html", out_dir))
-                            for s, d in zip(summaries, run_dirs, strict=True)
-                        ],
-                    )
-                ]
-                if len(run_dirs) == len(summaries)
-                else []
-            ),
-        ],
-    )
+        ]
+    closing = _closing(missed, checked)
+    md += ["## Every figure\n", table, "", *[f"Note: {n}.\n" for n in notes], closing]
+    (out_dir / "comparison.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    parts += [
+        html.heading("Every figure"),
+        html.table(list(COLUMN_LABELS), comparison_rows(summaries)),
+        *[html.paragraph(f"Note: {n}.") for n in notes],
+        html.paragraph(closing, "closing"),
+        *(
+            [
+                html.links(
+                    "Each run's own report:",
+                    [
+                        (s.run, os.path.relpath(d / "report" / "report.html", out_dir))
+                        for s, d in zip(summaries, run_dirs, strict=True)
+                    ],
+                )
+            ]
+            if len(run_dirs) == len(summaries)
+            else []
+        ),
+    ]
+    page = html.page("huddle: protocols compared", parts)
     (out_dir / "comparison.html").write_text(page, encoding="utf-8")
     return table
 
 
-def _name(s: RunSummary) -> str:
-    """A run in the plot: its protocol, and its client when the members were Kafka's."""
-    name = s.protocol or s.run
-    return name if s.client in (None, "huddle") else f"{name} ({s.client})"
-
-
-def _figure(value: float | None) -> float | None:
-    return None if value is None else float(value)
+def _closing(missed: Sequence[str], checked: int) -> str:
+    """The closing note: whether every design did what it is for here, from the verdicts."""
+    if not checked:
+        return (
+            "No protocol ran beside a rival in a situation its design claims to win, so no "
+            "design claim was checked here."
+        )
+    if not missed:
+        return (
+            "Where a design claims to win and a rival ran beside it, it won in these runs "
+            "(each check is under its chart)."
+        )
+    count = f"{len(missed)} design {'claim' if len(missed) == 1 else 'claims'}"
+    return f"Findings: {count} did not hold in these runs (measured, above): " + " ".join(missed)

@@ -26,6 +26,12 @@ td.num { text-align: right; }
 .good { color: #006b3c; font-weight: 600; }
 img { max-width: 100%; height: auto; border: 1px solid #e3e3e3; margin: 0.4em 0; }
 code { font-size: 0.9em; }
+.side { display: flex; flex-wrap: wrap; gap: 1.2em; align-items: flex-start; }
+.side > div { flex: 1 1 420px; min-width: 0; }
+.side li { margin-bottom: 0.5em; }
+p.closing, p.held, p.missed { border-left: 3px solid #0072B2; padding-left: 0.8em; }
+p.held { border-color: #009E73; }
+p.missed { border-color: #D55E00; }
 """
 
 
@@ -76,3 +82,12 @@ def links(lead: str, targets: Sequence[tuple[str, str]]) -> str:
         f'<a href="{html.escape(quote(href))}">{html.escape(text)}</a>' for text, href in targets
     )
     return f"<p>{html.escape(lead)} {items}</p>"
+
+
+def bullets(items: Sequence[str]) -> str:
+    return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
+
+
+def side_by_side(left: str, right: str) -> str:
+    """Two blocks of HTML beside each other (one under the other on a narrow screen)."""
+    return f'<div class="side"><div>{left}</div><div>{right}</div></div>'

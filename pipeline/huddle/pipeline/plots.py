@@ -7,7 +7,7 @@ colour with a hatch: the first 42 all look different.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -100,38 +100,49 @@ def bars(labels: list[str], values: list[float], ylabel: str, title: str, path: 
     return path
 
 
-def comparison(
-    protocols: Sequence[str],
-    panels: Sequence[tuple[str, str, Sequence[float | None]]],
+def tradeoff(
     title: str,
+    drawn: Sequence[tuple[str, int, float]],
+    missing: Sequence[str],
+    styles: Mapping[str, tuple[str, str]],
     path: Path,
 ) -> Path:
-    """Runs side by side (named by protocol), one panel per figure (its title and unit on
-    the y axis), each bar labelled with its value; a figure a run has none of (no
-    measurement window) is "n/a", not a bar of 0 that would look best."""
-    width = max(4.2, 1.1 * len(protocols) + 1.6)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.4), squeeze=False)
-    styles = [member_style(i) for i in range(len(protocols))]
-    for ax, (name, unit, values) in zip(axes[0], panels, strict=True):
-        positions = list(range(len(protocols)))
-        heights = [0.0 if v is None else v for v in values]
-        drawn = ax.bar(
-            positions,
-            heights,
-            color=[c for c, _ in styles],
-            hatch=None,
-            edgecolor="#333333",
-            linewidth=0.5,
+    """One situation's runs as points: partitions that changed owner (x) against
+    partition-seconds processing stopped (y), each labelled with its protocol, in the
+    colour ``styles`` gives it (the same in every situation). A run without both figures
+    is named under the plot as "n/a", not drawn at 0 where it would look best."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    top = max([s for _, _, s in drawn], default=1.0)
+    right = max([m for _, m, _ in drawn], default=1)
+    placed: list[tuple[float, float]] = []
+    for name, moved, stopped in drawn:
+        colour, _ = styles[name]
+        ax.scatter([moved], [stopped], s=90, color=colour, edgecolors="#333333", zorder=3)
+        # a label near one already placed goes under it: runs at one spot stay readable
+        near = sum(
+            1
+            for x, y in placed
+            if abs(x - moved) <= 0.08 * right and abs(y - stopped) <= 0.08 * top
         )
-        for bar, (_, hatch) in zip(drawn, styles, strict=True):
-            bar.set_hatch(hatch)
-        labels = ["n/a" if v is None else f"{v:,.3g}" for v in values]
-        ax.bar_label(drawn, labels=labels, padding=2, fontsize="small")
-        ax.set_xticks(positions, list(protocols), rotation=20, ha="right")
-        ax.set_ylabel(unit)
-        ax.set_title(name)
-        ax.margins(y=0.15)
-    fig.suptitle(title)
+        placed.append((moved, stopped))
+        ax.annotate(
+            f"{name}\n{moved:,} moved, {stopped:,.1f} p-s",
+            (moved, stopped),
+            textcoords="offset points",
+            xytext=(7, 5 - 24 * near),
+            fontsize="small",
+        )
+    ax.set_xlim(left=0, right=right * 1.45 + 1)
+    ax.set_ylim(bottom=0, top=top * 1.3 + 0.5)
+    ax.set_xlabel("partitions that changed owner")
+    ax.set_ylabel("partition-seconds processing stopped\n(unowned + restoring)")
+    ax.set_title(f"{title}\n(nearer the lower left is better)", fontsize="medium")
+    ax.grid(True, color="#e3e3e3", zorder=0)
+    if missing:
+        ax.text(
+            0.0, -0.28, "n/a (not measured): " + ", ".join(missing),
+            transform=ax.transAxes, fontsize="small",
+        )  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
