@@ -5,6 +5,7 @@ for Kafka's login rules."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -180,6 +181,31 @@ async def test_a_bad_scram_message_fails_generically_then_closes(sasl_plaintext:
         assert answer.error_code == SASL_FAILED
         assert answer.error_message == "authentication failed: invalid credentials (SCRAM-SHA-256)"
         assert await raw.closed()
+
+
+async def test_a_refused_login_over_tls_is_answered_and_not_closed_behind_the_answer(
+    secure: Secure,
+) -> None:
+    """A wrong SCRAM proof over TLS: the SASL_AUTHENTICATION_FAILED answer arrives without
+    the close behind it (kafka-python, reading both in one go, reported only "socket
+    disconnected"); the connection ends once the client closes."""
+    trust = ssl.create_default_context(cafile=secure.pki.ca)
+    reader, writer = await asyncio.open_connection("127.0.0.1", secure.port, ssl=trust)
+    raw = RawKafka(secure.port)
+    raw.reader, raw.writer = reader, writer
+    try:
+        await raw.call(Api.SASL_HANDSHAKE, 1, 1, mechanism="SCRAM-SHA-256")
+        first = await raw.call(Api.SASL_AUTHENTICATE, 2, 2, auth_bytes=b"n,,n=alice,r=nonce")
+        fields = dict(p.split("=", 1) for p in first.auth_bytes.decode().split(","))
+        proof = base64.b64encode(bytes(32)).decode()
+        final = f"c=biws,r={fields['r']},p={proof}".encode()
+        answer = await raw.call(Api.SASL_AUTHENTICATE, 2, 3, auth_bytes=final)
+        assert answer.error_code == SASL_FAILED
+        assert answer.error_message == "authentication failed: invalid credentials (SCRAM-SHA-256)"
+        assert not reader.at_eof(), "the close came with the answer"
+    finally:
+        writer.close()
+    await wait_until(lambda: not secure.server.connections(), wait_s=SETTLE_S, what="the close")
 
 
 async def test_without_sasl_the_sasl_apis_answer_illegal_state(kafka_plain: int) -> None:

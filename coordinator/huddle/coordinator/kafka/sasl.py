@@ -15,7 +15,11 @@ Kafka's rules, as its broker keeps them (``SaslServerAuthenticator``):
   and the connection is closed;
 - a failed exchange is answered SASL_AUTHENTICATION_FAILED with one message whatever was
   wrong (the log says why: an unknown user, a wrong password, a malformed message), and
-  the connection is closed;
+  the connection is closed, as Kafka closes it, some time after the answer: huddle waits
+  for the client to close first, at most ``REFUSED_CLOSE_WAIT_S`` (Kafka waits
+  ``connection.failed.authentication.delay.ms``, 100 ms by default). An answer followed
+  at once by the close can reach a client in one read, and kafka-python then reports
+  only the disconnect;
 - a session does not expire: SaslAuthenticate answers a session lifetime of 0, so clients
   never authenticate again on the same connection.
 
@@ -41,6 +45,7 @@ from huddle.coordinator.security.sasl import SaslSession
 from huddle.protocol.errors import ErrorCode
 
 _ILLEGAL: Final = ErrorCode.ILLEGAL_SASL_STATE
+REFUSED_CLOSE_WAIT_S: Final = 1.0  # the most a refused connection waits for its client to close
 
 
 class KafkaSasl:
@@ -105,6 +110,8 @@ class KafkaSasl:
         _answer(conn, codec, slot, {"error_code": 0, "mechanisms": enabled})
 
     # --- the login's SaslReplies ------------------------------------------------------
+
+    close_wait_s = REFUSED_CLOSE_WAIT_S
 
     def challenge(self, conn: Connection, data: bytes) -> None:
         self._reply(conn, {"error_code": 0, "error_message": None, "auth_bytes": data})
