@@ -164,6 +164,8 @@ async def test_a_mechanism_not_enabled_is_answered_then_closed(sasl_plaintext: i
         answer = await raw.call(Api.SASL_HANDSHAKE, 1, 1, mechanism="PLAIN")
         assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
         assert list(answer.mechanisms) == ["SCRAM-SHA-256"]
+        assert raw.reader is not None
+        assert not raw.reader.at_eof(), "the close came with the answer"
         assert await raw.closed()
 
 
@@ -171,6 +173,8 @@ async def test_sasl_handshake_v0_is_refused(sasl_plaintext: int) -> None:
     async with RawKafka(sasl_plaintext) as raw:
         answer = await raw.call(Api.SASL_HANDSHAKE, 0, 1, mechanism="SCRAM-SHA-256")
         assert answer.error_code == UNSUPPORTED_VERSION
+        assert raw.reader is not None
+        assert not raw.reader.at_eof(), "the close came with the answer"
         assert await raw.closed()
 
 
