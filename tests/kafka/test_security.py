@@ -5,6 +5,7 @@ for Kafka's login rules."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -163,6 +164,8 @@ async def test_a_mechanism_not_enabled_is_answered_then_closed(sasl_plaintext: i
         answer = await raw.call(Api.SASL_HANDSHAKE, 1, 1, mechanism="PLAIN")
         assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
         assert list(answer.mechanisms) == ["SCRAM-SHA-256"]
+        assert raw.reader is not None
+        assert not raw.reader.at_eof(), "the close came with the answer"
         assert await raw.closed()
 
 
@@ -170,6 +173,8 @@ async def test_sasl_handshake_v0_is_refused(sasl_plaintext: int) -> None:
     async with RawKafka(sasl_plaintext) as raw:
         answer = await raw.call(Api.SASL_HANDSHAKE, 0, 1, mechanism="SCRAM-SHA-256")
         assert answer.error_code == UNSUPPORTED_VERSION
+        assert raw.reader is not None
+        assert not raw.reader.at_eof(), "the close came with the answer"
         assert await raw.closed()
 
 
@@ -180,6 +185,31 @@ async def test_a_bad_scram_message_fails_generically_then_closes(sasl_plaintext:
         assert answer.error_code == SASL_FAILED
         assert answer.error_message == "authentication failed: invalid credentials (SCRAM-SHA-256)"
         assert await raw.closed()
+
+
+async def test_a_refused_login_over_tls_is_answered_and_not_closed_behind_the_answer(
+    secure: Secure,
+) -> None:
+    """A wrong SCRAM proof over TLS: the SASL_AUTHENTICATION_FAILED answer arrives without
+    the close behind it (kafka-python, reading both in one go, reported only "socket
+    disconnected"); the connection ends once the client closes."""
+    trust = ssl.create_default_context(cafile=secure.pki.ca)
+    reader, writer = await asyncio.open_connection("127.0.0.1", secure.port, ssl=trust)
+    raw = RawKafka(secure.port)
+    raw.reader, raw.writer = reader, writer
+    try:
+        await raw.call(Api.SASL_HANDSHAKE, 1, 1, mechanism="SCRAM-SHA-256")
+        first = await raw.call(Api.SASL_AUTHENTICATE, 2, 2, auth_bytes=b"n,,n=alice,r=nonce")
+        fields = dict(p.split("=", 1) for p in first.auth_bytes.decode().split(","))
+        proof = base64.b64encode(bytes(32)).decode()
+        final = f"c=biws,r={fields['r']},p={proof}".encode()
+        answer = await raw.call(Api.SASL_AUTHENTICATE, 2, 3, auth_bytes=final)
+        assert answer.error_code == SASL_FAILED
+        assert answer.error_message == "authentication failed: invalid credentials (SCRAM-SHA-256)"
+        assert not reader.at_eof(), "the close came with the answer"
+    finally:
+        writer.close()
+    await wait_until(lambda: not secure.server.connections(), wait_s=SETTLE_S, what="the close")
 
 
 async def test_without_sasl_the_sasl_apis_answer_illegal_state(kafka_plain: int) -> None:

@@ -107,6 +107,7 @@ class Connection(asyncio.Protocol):
         "server",
         "transport",
         "version",
+        "waits_for_peer",
         "wire",
         "withheld",
         "write_paused",
@@ -135,6 +136,7 @@ class Connection(asyncio.Protocol):
         self.opened_at = 0.0
         self.frame_started: float | None = None  # loop time the buffered partial frame began
         self.linger: asyncio.TimerHandle | None = None  # aborts a close that does not flush
+        self.waits_for_peer = False  # closing, once the peer closes or ``linger`` fires
         self.pending = bytearray()  # encoded frames not yet written
         self.inbox: deque[bytes] = deque()  # whole frame bodies read and not yet handled
         self.outbox: deque[ServerFrame] = deque()  # frames waiting for the client to read
@@ -411,13 +413,22 @@ class Connection(asyncio.Protocol):
         self.send(ProtocolError(error_code=code, error_message=message))
         self.close(f"{code.name}: {message}", drain=drain)
 
-    def close(self, reason: str, *, drain: bool = False) -> None:
+    def close(self, reason: str, *, drain: bool = False, after_peer_s: float = 0.0) -> None:
         """Close after flushing what is buffered; abort if that takes too long.
 
         With ``drain`` (the peer is still sending what we will not read), only our side is
         shut, and what arrives meanwhile is read and dropped until the peer closes too:
         closing a socket with unread input resets it, and the reset can overtake the
-        ProtocolError that says why."""
+        ProtocolError that says why.
+
+        With ``after_peer_s``, what was just sent is the peer's last answer and the close
+        waits for the peer to close first, at most that long, reading and dropping what it
+        sends: a client that reads the answer and the close in one go may report only the
+        close (kafka-python does). Closing it again closes it at once."""
+        if self.closing and self.waits_for_peer:
+            self.waits_for_peer = False
+            self._close_transport()
+            return
         if self.closing or self.transport is None:
             return
         self.flush()
@@ -429,15 +440,34 @@ class Connection(asyncio.Protocol):
             self.partial = 0
         self.server.watch(self, False)
         transport = self.transport
-        if drain and transport.can_write_eof():
+        if after_peer_s > 0:
+            self.waits_for_peer = True
+            self._read_and_drop()
+            self.linger = self.server.loop.call_later(after_peer_s, self.close, reason)
+        elif drain and transport.can_write_eof():
             transport.write_eof()
-            if not self.reading:
-                self.reading = True
-                transport.resume_reading()
+            self._read_and_drop()
+            self._abort_later()
         else:
-            transport.close()
+            self._close_transport()
+
+    def _read_and_drop(self) -> None:
+        """Read on while closing (``data_received`` drops it all): the peer's close is seen."""
+        if not self.reading and self.transport is not None:
+            self.reading = True
+            self.transport.resume_reading()
+
+    def _close_transport(self) -> None:
+        if self.linger is not None:
+            self.linger.cancel()
+        if self.transport is not None:
+            self.transport.close()
+            self._abort_later()
+
+    def _abort_later(self) -> None:
+        assert self.transport is not None
         linger = self.server.config.shutdown_timeout_ms / 1000
-        self.linger = self.server.loop.call_later(linger, transport.abort)
+        self.linger = self.server.loop.call_later(linger, self.transport.abort)
 
     def abort(self, reason: str) -> None:
         if self.transport is None:

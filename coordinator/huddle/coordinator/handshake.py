@@ -74,6 +74,11 @@ class SaslReplies(Protocol):
         """The exchange failed: the client is told SASL_AUTHENTICATION_FAILED and one
         message whatever was wrong (the reason is in the log); the connection closes."""
 
+    @property
+    def close_wait_s(self) -> float:
+        """How long the close after a refusal waits for the client to close first (0: it
+        closes at once, behind the answer)."""
+
 
 class HuddleReplies:
     """huddle's own wire: ``SaslAuthenticateResult`` frames."""
@@ -83,6 +88,8 @@ class HuddleReplies:
 
     def authenticated(self, conn: Connection, data: bytes, principal: str) -> None:
         conn.send(SaslAuthenticateResult(auth_bytes=data, complete=True, principal=principal))
+
+    close_wait_s = 0.0
 
     def refused(self, conn: Connection, mechanism: str) -> None:
         conn.send(
@@ -378,6 +385,6 @@ def _failed(
             return  # the connection closed meanwhile
         conn.sasl = None
         replies.refused(conn, session.mechanism)
-        conn.close("authentication failed")
+        conn.close("authentication failed", after_peer_s=replies.close_wait_s)
 
     host.loop.call_later(delay, answer)

@@ -366,7 +366,7 @@ class CoordinatorServer:
                         stopping=kept,  # no member is removed for this close
                     )
                 )
-                conn.close("server shutdown")
+            conn.close("server shutdown")  # one waiting for its client to close: now
         self.requests.flush()
         if self._conns:
             self._all_gone.clear()

@@ -12,10 +12,14 @@ Kafka's rules, as its broker keeps them (``SaslServerAuthenticator``):
   SaslHandshake), then one SaslHandshake naming a mechanism, then SaslAuthenticate
   requests; anything else closes the connection, with a line in the log;
 - a mechanism not enabled is answered UNSUPPORTED_SASL_MECHANISM with the enabled ones,
-  and the connection is closed;
+  and the connection is closed (as after a failed exchange, below);
 - a failed exchange is answered SASL_AUTHENTICATION_FAILED with one message whatever was
   wrong (the log says why: an unknown user, a wrong password, a malformed message), and
-  the connection is closed;
+  the connection is closed, as Kafka closes it, some time after the answer: huddle waits
+  for the client to close first, at most ``REFUSED_CLOSE_WAIT_S`` (Kafka waits
+  ``connection.failed.authentication.delay.ms``, 100 ms by default). An answer followed
+  at once by the close can reach a client in one read, and kafka-python then reports
+  only the disconnect;
 - a session does not expire: SaslAuthenticate answers a session lifetime of 0, so clients
   never authenticate again on the same connection.
 
@@ -23,7 +27,8 @@ SaslHandshake v0 (the token exchange without Kafka's request header that follows
 not served: every listed client (kafka-python, aiokafka, librdkafka, kafkajs, the Java
 client since Kafka 1.0) sends v1 when ApiVersions offers it. ApiVersions still lists
 SaslHandshake 0-1 (librdkafka turns its SASL handshake on only when v0 is in the range);
-a v0 one is answered UNSUPPORTED_VERSION and the connection closed.
+a v0 one is answered UNSUPPORTED_VERSION and the connection closed (as after a failed
+exchange).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from huddle.coordinator.security.sasl import SaslSession
 from huddle.protocol.errors import ErrorCode
 
 _ILLEGAL: Final = ErrorCode.ILLEGAL_SASL_STATE
+REFUSED_CLOSE_WAIT_S: Final = 1.0  # the most a refused connection waits for its client to close
 
 
 class KafkaSasl:
@@ -65,7 +71,7 @@ class KafkaSasl:
             conn.log.warning("handshake_failed", error_code=code.name, error_message=message)
             values = {"error_code": int(code), "mechanisms": list(self.security.mechanisms)}
             _answer(conn, codec, slot, values)
-            conn.close(message)
+            conn.close(message, after_peer_s=REFUSED_CLOSE_WAIT_S)
         elif slot.api_key == Api.SASL_HANDSHAKE and conn.sasl is None:
             self._handshake(conn, codec, slot, request.mechanism)
         elif slot.api_key == Api.SASL_AUTHENTICATE and isinstance(conn.sasl, SaslSession):
@@ -99,12 +105,14 @@ class KafkaSasl:
                 client_id=conn.client_id,
             )
             _answer(conn, codec, slot, {"error_code": int(code), "mechanisms": enabled})
-            conn.close(f"{code.name}: {message}")
+            conn.close(f"{code.name}: {message}", after_peer_s=REFUSED_CLOSE_WAIT_S)
             return
         conn.sasl = begun
         _answer(conn, codec, slot, {"error_code": 0, "mechanisms": enabled})
 
     # --- the login's SaslReplies ------------------------------------------------------
+
+    close_wait_s = REFUSED_CLOSE_WAIT_S
 
     def challenge(self, conn: Connection, data: bytes) -> None:
         self._reply(conn, {"error_code": 0, "error_message": None, "auth_bytes": data})
