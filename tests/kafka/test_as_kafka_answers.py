@@ -3,29 +3,29 @@ rarely sends but may: each test names the place in Apache Kafka's source it foll
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.protocol.errors import ErrorCode
+from tests.helpers import FAST_GROUP, fast_server_config
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 
 _PROTOCOLS = [{"name": "range", "metadata": b"\x00\x01"}]
+_JOINING = {
+    "session_timeout": 10_000,
+    "rebalance_timeout": 10_000,
+    "protocol_type": "consumer",
+    "protocols": _PROTOCOLS,
+}
 
 
 async def _stable_member(conn: RawKafka, group: str) -> Any:
     """One member, alone in ``group``, synced: the JoinGroup's answer."""
-    joined = await conn.call(
-        Api.JOIN_GROUP,
-        3,
-        1,
-        group_id=group,
-        session_timeout=10_000,
-        rebalance_timeout=10_000,
-        member_id="",
-        protocol_type="consumer",
-        protocols=_PROTOCOLS,
-    )
+    joined = await conn.call(Api.JOIN_GROUP, 3, 1, group_id=group, member_id="", **_JOINING)
     synced = await conn.call(
         Api.SYNC_GROUP,
         3,
@@ -122,15 +122,7 @@ async def test_describe_groups_answers_as_kafka_s_coordinator(kafka: Listening) 
     async with RawKafka(kafka.port) as conn:
         await _stable_member(conn, "stable")
         joining = await conn.call(
-            Api.JOIN_GROUP,
-            3,
-            3,
-            group_id="completing",
-            session_timeout=10_000,
-            rebalance_timeout=10_000,
-            member_id="",
-            protocol_type="consumer",
-            protocols=_PROTOCOLS,
+            Api.JOIN_GROUP, 3, 3, group_id="completing", member_id="", **_JOINING
         )
         described = await conn.call(
             Api.DESCRIBE_GROUPS,
@@ -218,3 +210,71 @@ async def test_an_offset_fetch_refused_for_its_group_names_no_partitions_from_v2
     assert (v3.error_code, v3.topics) == (ErrorCode.INVALID_REQUEST, ())
     ((group),) = v8.groups
     assert (group.error_code, group.topics) == (ErrorCode.INVALID_REQUEST, ())
+
+
+async def test_a_commit_with_a_generation_to_no_group_is_group_id_not_found_from_v9(
+    kafka: Listening,
+) -> None:
+    """OffsetMetadataManager.validateOffsetCommit: a commit naming a generation (>= 0) to a
+    group that does not exist is GROUP_ID_NOT_FOUND from v9 (confluent-kafka's version),
+    ILLEGAL_GENERATION before; generation -1 makes a simple group and is stored."""
+    topic = [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}]
+    common = {"member_id": "m", "group_instance_id": None, "topics": topic}
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(
+            Api.CREATE_TOPICS,
+            7,
+            1,
+            topics=[{"name": "t", "num_partitions": 1, "replication_factor": 1}],
+            timeout_ms=5_000,
+            validate_only=False,
+        )
+        answers = {
+            version: await conn.call(
+                Api.OFFSET_COMMIT,
+                version,
+                10 + version,
+                group_id="absent",
+                generation_id_or_member_epoch=1,
+                **common,
+            )
+            for version in (7, 8, 9)
+        }
+        simple = await conn.call(
+            Api.OFFSET_COMMIT,
+            9,
+            20,
+            group_id="simple",
+            generation_id_or_member_epoch=-1,
+            **common,
+        )
+    codes = {v: a.topics[0].partitions[0].error_code for v, a in answers.items()}
+    assert codes == {
+        7: ErrorCode.ILLEGAL_GENERATION,
+        8: ErrorCode.ILLEGAL_GENERATION,
+        9: ErrorCode.GROUP_ID_NOT_FOUND,
+    }
+    assert simple.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+
+async def test_a_member_turned_away_from_a_full_group_is_named_no_member_id() -> None:
+    """GroupMetadataManager.classicGroupJoinToClassicGroup: a JoinGroup the group's maximum
+    size turns away is GROUP_MAX_SIZE_REACHED with member id "", not the id it sent."""
+    group = replace(FAST_GROUP, max_group_size=1)
+    async with CoordinatorServer(fast_server_config(group=group)) as server:
+        wire = await listen_kafka(server, "127.0.0.1", 0)
+        async with RawKafka(wire.port) as conn:
+            await _stable_member(conn, "g")
+            turned_away = await conn.call(
+                Api.JOIN_GROUP,
+                5,
+                3,
+                group_id="g",
+                member_id="stranger",
+                group_instance_id=None,
+                **_JOINING,
+            )
+    assert (turned_away.error_code, turned_away.member_id) == (
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        "",
+    )

@@ -136,7 +136,8 @@ class Offsets:
         simple = req.generation_id < 0 and not req.member_id
         if group is None:
             if req.generation_id >= 0:
-                return None, Refusal(E.ILLEGAL_GENERATION, f"no group {req.group_id!r} is running")
+                code = E.GROUP_ID_NOT_FOUND if req.unknown_group_not_found else E.ILLEGAL_GENERATION
+                return None, Refusal(code, f"no group {req.group_id!r} is running")
             group = groups[req.group_id] = Group(req.group_id)
         if group.is_(S.DEAD):
             return group, Refusal(E.COORDINATOR_NOT_AVAILABLE, "group is dead")

@@ -149,6 +149,10 @@ class OffsetCommitRequest(Message, tag="offset_commit", frozen=True, kw_only=Tru
     member_id: MemberId = ""
     group_instance_id: InstanceId | None = None
     topics: list[OffsetCommitTopic]
+    # A commit naming a generation (>= 0) to a group the coordinator does not hold is
+    # refused GROUP_ID_NOT_FOUND when set (Kafka's OffsetCommit v9+), ILLEGAL_GENERATION
+    # when not (Kafka's v2-8, and huddle's default)
+    unknown_group_not_found: bool = False
 
 
 class PartitionResult(Struct, frozen=True, kw_only=True):

@@ -2,8 +2,10 @@
 
 - OffsetCommit: a group-level error (an unknown member, a stale generation) is Kafka's
   answer for every partition of the request, as Kafka's coordinator gives it; the core
-  answers it once, for the group. Leader epochs, commit timestamps and retention times
-  are read and not kept (Kafka 2.1+ ignores the last two as well).
+  answers it once, for the group. A commit naming a generation to a group the coordinator
+  does not hold is ILLEGAL_GENERATION before v9 and GROUP_ID_NOT_FOUND from v9, as Kafka's
+  ``OffsetMetadataManager.validateOffsetCommit``. Leader epochs, commit timestamps and
+  retention times are read and not kept (Kafka 2.1+ ignores the last two as well).
 - OffsetCommit's answer is written by hand (``offset_commit_encoding``), kio's bytes.
 - OffsetFetch v8+ asks for several groups in one request: one core request per group,
   answered together. A null topic list asks for every committed offset of the group.
@@ -33,6 +35,7 @@ from huddle.protocol.messages import (
 
 _NO_EPOCH = -1
 _GROUP_ERROR_FROM = 2  # OffsetFetch's version that brought the group-level error code
+_GROUP_ID_NOT_FOUND_FROM = 9  # OffsetCommit's: a commit to no group is GROUP_ID_NOT_FOUND
 
 
 def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
@@ -55,6 +58,7 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
             )
             for t in req.topics
         ],
+        unknown_group_not_found=version >= _GROUP_ID_NOT_FOUND_FROM,
     )
 
     def answer(parts: Sequence[Response]) -> Encoded:
