@@ -16,7 +16,7 @@ SaslAuthenticate, over huddle's login). Its client id is the one its request hea
 name. Bad input closes the connection that sent it, after a log line (Kafka closes it
 too; a Kafka client cannot be told why): a request shorter than its header or that cannot
 be read, an API or version not served (but ApiVersions: answered in v0 with
-UNSUPPORTED_VERSION and the versions served).
+UNSUPPORTED_VERSION and ApiVersions' own range, as Kafka).
 """
 
 from __future__ import annotations
