@@ -281,3 +281,47 @@ async def test_a_member_turned_away_from_a_full_group_is_named_no_member_id() ->
         ErrorCode.GROUP_MAX_SIZE_REACHED,
         "",
     )
+
+
+async def test_an_empty_group_id_is_a_group_like_any_for_describe_delete_and_fetch(
+    kafka: Listening,
+) -> None:
+    """GroupCoordinatorService.describeGroups/deleteGroups/fetchOffsets: only a null group
+    id is INVALID_GROUP_ID ("for backwards compatibility, we support ... the empty group
+    id"); "" is a group not known: Dead, GROUP_ID_NOT_FOUND, no committed offset."""
+    async with RawKafka(kafka.port) as conn:
+        described = await conn.call(
+            Api.DESCRIBE_GROUPS, 5, 1, groups=[""], include_authorized_operations=False
+        )
+        deleted = await conn.call(Api.DELETE_GROUPS, 2, 2, groups_names=[""])
+        fetched = await conn.call(
+            Api.OFFSET_FETCH, 7, 3, group_id="", topics=[{"name": "t", "partition_indexes": [0]}]
+        )
+    ((group),) = described.groups
+    assert (group.error_code, group.group_state) == (ErrorCode.NONE, "Dead")
+    assert [r.error_code for r in deleted.results] == [ErrorCode.GROUP_ID_NOT_FOUND]
+    assert fetched.error_code == ErrorCode.NONE
+    assert [(p.committed_offset, p.error_code) for p in fetched.topics[0].partitions] == [
+        (-1, ErrorCode.NONE)
+    ]
+
+
+async def test_a_batch_leave_of_a_group_not_known_names_each_member_unknown(
+    kafka: Listening,
+) -> None:
+    """GroupCoordinatorService.leaveGroup: classicGroupLeave's UNKNOWN_MEMBER_ID for a
+    group not found becomes no top-level error and UNKNOWN_MEMBER_ID for each member named
+    (v3+); v0-2's one error code is UNKNOWN_MEMBER_ID."""
+    members = [
+        {"member_id": "m", "group_instance_id": None},
+        {"member_id": "", "group_instance_id": "i"},
+    ]
+    async with RawKafka(kafka.port) as conn:
+        batch = await conn.call(Api.LEAVE_GROUP, 5, 1, group_id="absent", members=members)
+        one = await conn.call(Api.LEAVE_GROUP, 2, 2, group_id="absent", member_id="m")
+    assert batch.error_code == ErrorCode.NONE
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in batch.members] == [
+        ("m", None, ErrorCode.UNKNOWN_MEMBER_ID),
+        ("", "i", ErrorCode.UNKNOWN_MEMBER_ID),
+    ]
+    assert one.error_code == ErrorCode.UNKNOWN_MEMBER_ID
