@@ -83,9 +83,11 @@ class Offsets:
             return
         group, error = self._check_commit(fx, peer, req)
         if error is not None:
-            fx.reply(
-                waiter, OffsetCommitResponse(error_code=error.code, error_message=error.message)
+            no_group = group is None and error.code == E.ILLEGAL_GENERATION
+            refused = OffsetCommitResponse(
+                error_code=error.code, error_message=error.message, no_group=no_group
             )
+            fx.reply(waiter, refused)
             if group is not None:
                 self.sessions.collect(group)
             return
@@ -136,8 +138,7 @@ class Offsets:
         simple = req.generation_id < 0 and not req.member_id
         if group is None:
             if req.generation_id >= 0:
-                code = E.GROUP_ID_NOT_FOUND if req.unknown_group_not_found else E.ILLEGAL_GENERATION
-                return None, Refusal(code, f"no group {req.group_id!r} is running")
+                return None, Refusal(E.ILLEGAL_GENERATION, f"no group {req.group_id!r} is running")
             group = groups[req.group_id] = Group(req.group_id)
         if group.is_(S.DEAD):
             return group, Refusal(E.COORDINATOR_NOT_AVAILABLE, "group is dead")

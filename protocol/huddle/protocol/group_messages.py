@@ -149,10 +149,6 @@ class OffsetCommitRequest(Message, tag="offset_commit", frozen=True, kw_only=Tru
     member_id: MemberId = ""
     group_instance_id: InstanceId | None = None
     topics: list[OffsetCommitTopic]
-    # A commit naming a generation (>= 0) to a group the coordinator does not hold is
-    # refused GROUP_ID_NOT_FOUND when set (Kafka's OffsetCommit v9+), ILLEGAL_GENERATION
-    # when not (Kafka's v2-8, and huddle's default)
-    unknown_group_not_found: bool = False
 
 
 class PartitionResult(Struct, frozen=True, kw_only=True):
@@ -171,6 +167,9 @@ class OffsetCommitResponse(Message, tag="offset_commit_response", frozen=True, k
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[OffsetCommitTopicResult] = field(default_factory=list)
+    # ILLEGAL_GENERATION because the coordinator holds no such group (a commit naming a
+    # generation): Kafka's OffsetCommit v9+ answers that GROUP_ID_NOT_FOUND
+    no_group: bool = False
 
 
 class OffsetFetchTopic(Struct, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ from typing import Any
 
 from huddle.coordinator.kafka import offset_commit_encoding
 from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     NO_GENERATION,
     OffsetCommitPartition,
@@ -58,7 +59,6 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
             )
             for t in req.topics
         ],
-        unknown_group_not_found=version >= _GROUP_ID_NOT_FOUND_FROM,
     )
 
     def answer(parts: Sequence[Response]) -> Encoded:
@@ -66,6 +66,8 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
         group_code = r.error_code
         found: dict[tuple[str, int], int] = {}
         if type(r) is OffsetCommitResponse:
+            if r.no_group and version >= _GROUP_ID_NOT_FOUND_FROM:
+                group_code = ErrorCode.GROUP_ID_NOT_FOUND
             for topic in r.topics:
                 for p in topic.partitions:
                     found[topic.name, p.partition] = p.error_code
