@@ -9,6 +9,7 @@ of frame itself."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -79,6 +80,9 @@ class NoLoginWire:
 
     def gone(self, conn: Connection) -> None:
         pass
+
+    def after_answers(self, conn: Connection, then: Callable[[], None]) -> None:
+        then()
 
 
 class InOrderWire(NoLoginWire):

@@ -15,21 +15,17 @@ from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 
 _PROTOCOLS = [{"name": "range", "metadata": b"\x00\x01"}]
+_JOINING = {
+    "session_timeout": 10_000,
+    "rebalance_timeout": 10_000,
+    "protocol_type": "consumer",
+    "protocols": _PROTOCOLS,
+}
 
 
 async def _stable_member(conn: RawKafka, group: str) -> Any:
     """One member, alone in ``group``, synced: the JoinGroup's answer."""
-    joined = await conn.call(
-        Api.JOIN_GROUP,
-        3,
-        1,
-        group_id=group,
-        session_timeout=10_000,
-        rebalance_timeout=10_000,
-        member_id="",
-        protocol_type="consumer",
-        protocols=_PROTOCOLS,
-    )
+    joined = await conn.call(Api.JOIN_GROUP, 3, 1, group_id=group, member_id="", **_JOINING)
     synced = await conn.call(
         Api.SYNC_GROUP,
         3,
@@ -126,15 +122,7 @@ async def test_describe_groups_answers_as_kafka_s_coordinator(kafka: Listening) 
     async with RawKafka(kafka.port) as conn:
         await _stable_member(conn, "stable")
         joining = await conn.call(
-            Api.JOIN_GROUP,
-            3,
-            3,
-            group_id="completing",
-            session_timeout=10_000,
-            rebalance_timeout=10_000,
-            member_id="",
-            protocol_type="consumer",
-            protocols=_PROTOCOLS,
+            Api.JOIN_GROUP, 3, 3, group_id="completing", member_id="", **_JOINING
         )
         described = await conn.call(
             Api.DESCRIBE_GROUPS,
@@ -200,29 +188,140 @@ async def test_an_empty_group_id_is_invalid_for_sync_heartbeat_and_leave(
 
 
 async def test_an_offset_fetch_refused_for_its_group_names_no_partitions_from_v2(
-    logs: object,
+    kafka: Listening,
 ) -> None:
     """OffsetFetchRequest.getErrorResponse: a group-level error (here: more partitions
-    asked than one request may name, a limit set low so the request is still readable) is
-    each partition's in v1, which has no group error code; from v2 it is the group's error
-    code alone, with no topics (v8+: per group)."""
-    group = replace(FAST_GROUP, max_request_partitions=10)
-    too_many = [{"name": "t", "partition_indexes": list(range(11))}]
+    asked than one request may name) is each partition's in v1, which has no group error
+    code; from v2 it is the group's error code alone, with no topics (v8+: per group).
+    The core's limit is lowered below the wire's (``walk.MAX_ITEMS``), which closes the
+    connection of a request over it before the core sees it."""
+    kafka.server.core.offsets.request_max = 100
+    too_many = [{"name": "t", "partition_indexes": list(range(101))}]
+    async with RawKafka(kafka.port) as conn:
+        v1 = await conn.call(Api.OFFSET_FETCH, 1, 1, group_id="g", topics=too_many)
+        v3 = await conn.call(Api.OFFSET_FETCH, 3, 2, group_id="g", topics=too_many)
+        v8 = await conn.call(
+            Api.OFFSET_FETCH,
+            8,
+            3,
+            groups=[{"group_id": "g", "topics": too_many}],
+            require_stable=False,
+        )
+    (topic,) = v1.topics
+    assert len(topic.partitions) == 101
+    assert {p.error_code for p in topic.partitions} == {ErrorCode.INVALID_REQUEST}
+    assert (v3.error_code, v3.topics) == (ErrorCode.INVALID_REQUEST, ())
+    ((group),) = v8.groups
+    assert (group.error_code, group.topics) == (ErrorCode.INVALID_REQUEST, ())
+
+
+async def test_a_commit_with_a_generation_to_no_group_is_group_id_not_found_from_v9(
+    kafka: Listening,
+) -> None:
+    """OffsetMetadataManager.validateOffsetCommit: a commit naming a generation (>= 0) to a
+    group that does not exist is GROUP_ID_NOT_FOUND from v9 (confluent-kafka's version),
+    ILLEGAL_GENERATION before; generation -1 makes a simple group and is stored."""
+    topic = [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}]
+    common = {"member_id": "m", "group_instance_id": None, "topics": topic}
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(
+            Api.CREATE_TOPICS,
+            7,
+            1,
+            topics=[{"name": "t", "num_partitions": 1, "replication_factor": 1}],
+            timeout_ms=5_000,
+            validate_only=False,
+        )
+        answers = {
+            version: await conn.call(
+                Api.OFFSET_COMMIT,
+                version,
+                10 + version,
+                group_id="absent",
+                generation_id_or_member_epoch=1,
+                **common,
+            )
+            for version in (7, 8, 9)
+        }
+        simple = await conn.call(
+            Api.OFFSET_COMMIT,
+            9,
+            20,
+            group_id="simple",
+            generation_id_or_member_epoch=-1,
+            **common,
+        )
+    codes = {v: a.topics[0].partitions[0].error_code for v, a in answers.items()}
+    assert codes == {
+        7: ErrorCode.ILLEGAL_GENERATION,
+        8: ErrorCode.ILLEGAL_GENERATION,
+        9: ErrorCode.GROUP_ID_NOT_FOUND,
+    }
+    assert simple.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+
+async def test_a_member_turned_away_from_a_full_group_is_named_no_member_id() -> None:
+    """GroupMetadataManager.classicGroupJoinToClassicGroup: a JoinGroup the group's maximum
+    size turns away is GROUP_MAX_SIZE_REACHED with member id "", not the id it sent."""
+    group = replace(FAST_GROUP, max_group_size=1)
     async with CoordinatorServer(fast_server_config(group=group)) as server:
         wire = await listen_kafka(server, "127.0.0.1", 0)
         async with RawKafka(wire.port) as conn:
-            v1 = await conn.call(Api.OFFSET_FETCH, 1, 1, group_id="g", topics=too_many)
-            v3 = await conn.call(Api.OFFSET_FETCH, 3, 2, group_id="g", topics=too_many)
-            v8 = await conn.call(
-                Api.OFFSET_FETCH,
-                8,
+            await _stable_member(conn, "g")
+            turned_away = await conn.call(
+                Api.JOIN_GROUP,
+                5,
                 3,
-                groups=[{"group_id": "g", "topics": too_many}],
-                require_stable=False,
+                group_id="g",
+                member_id="stranger",
+                group_instance_id=None,
+                **_JOINING,
             )
-    (topic,) = v1.topics
-    assert len(topic.partitions) == 11
-    assert {p.error_code for p in topic.partitions} == {ErrorCode.INVALID_REQUEST}
-    assert (v3.error_code, v3.topics) == (ErrorCode.INVALID_REQUEST, ())
-    ((fetched),) = v8.groups
-    assert (fetched.error_code, fetched.topics) == (ErrorCode.INVALID_REQUEST, ())
+    assert (turned_away.error_code, turned_away.member_id) == (
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        "",
+    )
+
+
+async def test_an_empty_group_id_is_a_group_like_any_for_describe_delete_and_fetch(
+    kafka: Listening,
+) -> None:
+    """GroupCoordinatorService.describeGroups/deleteGroups/fetchOffsets: only a null group
+    id is INVALID_GROUP_ID ("for backwards compatibility, we support ... the empty group
+    id"); "" is a group not known: Dead, GROUP_ID_NOT_FOUND, no committed offset."""
+    async with RawKafka(kafka.port) as conn:
+        described = await conn.call(
+            Api.DESCRIBE_GROUPS, 5, 1, groups=[""], include_authorized_operations=False
+        )
+        deleted = await conn.call(Api.DELETE_GROUPS, 2, 2, groups_names=[""])
+        fetched = await conn.call(
+            Api.OFFSET_FETCH, 7, 3, group_id="", topics=[{"name": "t", "partition_indexes": [0]}]
+        )
+    ((group),) = described.groups
+    assert (group.error_code, group.group_state) == (ErrorCode.NONE, "Dead")
+    assert [r.error_code for r in deleted.results] == [ErrorCode.GROUP_ID_NOT_FOUND]
+    assert fetched.error_code == ErrorCode.NONE
+    assert [(p.committed_offset, p.error_code) for p in fetched.topics[0].partitions] == [
+        (-1, ErrorCode.NONE)
+    ]
+
+
+async def test_a_batch_leave_of_a_group_not_known_names_each_member_unknown(
+    kafka: Listening,
+) -> None:
+    """GroupCoordinatorService.leaveGroup: classicGroupLeave's UNKNOWN_MEMBER_ID for a
+    group not found becomes no top-level error and UNKNOWN_MEMBER_ID for each member named
+    (v3+); v0-2's one error code is UNKNOWN_MEMBER_ID."""
+    members = [
+        {"member_id": "m", "group_instance_id": None},
+        {"member_id": "", "group_instance_id": "i"},
+    ]
+    async with RawKafka(kafka.port) as conn:
+        batch = await conn.call(Api.LEAVE_GROUP, 5, 1, group_id="absent", members=members)
+        one = await conn.call(Api.LEAVE_GROUP, 2, 2, group_id="absent", member_id="m")
+    assert batch.error_code == ErrorCode.NONE
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in batch.members] == [
+        ("m", None, ErrorCode.UNKNOWN_MEMBER_ID),
+        ("", "i", ErrorCode.UNKNOWN_MEMBER_ID),
+    ]
+    assert one.error_code == ErrorCode.UNKNOWN_MEMBER_ID

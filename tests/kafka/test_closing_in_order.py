@@ -13,7 +13,7 @@ from structlog.typing import EventDict
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
-from tests.helpers import FAST_GROUP, fast_server_config
+from tests.helpers import FAST_GROUP, fast_server_config, wait_until
 from tests.kafka.raw import RawKafka, parse, request, request_bytes
 from tests.kafka_log.records import batch, produce_request
 
@@ -70,6 +70,10 @@ BAD_BEHIND = {
         struct.pack(">i", len(_HEARTBEAT) - 7) + _HEARTBEAT[4:-3],
         "kafka_bad_request",
     ),
+    # a bad frame header: the connection's shared framing reads it, and closes through
+    # the wire (``Wire.after_answers``)
+    "an oversized frame": (struct.pack(">i", 2**31 - 1), "bad_frame"),
+    "a negative frame size": (struct.pack(">i", -5), "bad_frame"),
 }
 
 
@@ -83,3 +87,25 @@ async def test_bad_input_behind_a_held_join_closes_after_the_join_s_answer(
     bad, event = BAD_BEHIND[case]
     await _join_answered_then_closed(bad)
     assert [e for e in logs if e["event"] == event], f"{case}: no {event} line"
+
+
+async def test_a_bad_frame_header_read_alone_behind_a_held_join_closes_after_its_answer(
+    logs: list[EventDict],
+) -> None:
+    """A JoinGroup held by the group's initial delay, then, in a later read once the
+    member is in the group, an oversized frame header: the JoinGroup is still answered,
+    then the connection is closed (``bad_frame``)."""
+    group = replace(FAST_GROUP, initial_rebalance_delay_ms=1_000)
+    async with CoordinatorServer(fast_server_config(group=group)) as server:
+        wire = await listen_kafka(server, "127.0.0.1", 0)
+        async with RawKafka(wire.port) as conn:
+            conn.send(Api.JOIN_GROUP, 3, 1, **_JOIN)
+            await wait_until(
+                lambda: any(e["event"] == "member_added" for e in logs), what="the join is held"
+            )
+            conn.write(struct.pack(">i", 2**31 - 1))
+            correlation_id, body = await conn.read()
+            assert correlation_id == 1
+            assert parse(Api.JOIN_GROUP, 3, body).error_code == 0
+            assert await conn.closed()
+    assert [e for e in logs if e["event"] == "bad_frame"]

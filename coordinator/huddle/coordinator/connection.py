@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
+from functools import partial
 from typing import Final, Protocol, cast
 
 import structlog
@@ -183,7 +184,7 @@ class Connection(asyncio.Protocol):
         bodies, bad = reader.split(data)
         if bad is not None:
             if not bodies and not self.inbox:
-                self.fail(bad.code, bad.message, event="bad_frame")
+                self._fail_bad_frame(bad)
                 return
             # the whole frames before it are handled first, then it closes (``input_done``)
             self.bad_frame = bad
@@ -229,9 +230,14 @@ class Connection(asyncio.Protocol):
         """What it sent is handled and no answer is held: close it if it ends so."""
         if self.bad_frame is not None:
             bad, self.bad_frame = self.bad_frame, None
-            self.fail(bad.code, bad.message, event="bad_frame")
+            self._fail_bad_frame(bad)
         elif self.peer_done:
             self.close("closed by peer")
+
+    def _fail_bad_frame(self, bad: MessageTooLargeError | CorruptMessageError) -> None:
+        """A bad frame header: fail the connection once the answers its wire owes for
+        the requests before it have left (``Wire.after_answers``)."""
+        self.wire.after_answers(self, partial(self.fail, bad.code, bad.message, event="bad_frame"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and not self.closing:

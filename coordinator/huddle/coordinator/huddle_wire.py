@@ -13,6 +13,7 @@ login (``huddle.coordinator.handshake``). A frame that cannot be read is answere
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -92,6 +93,9 @@ class HuddleWire:
         if handshake.held(self.security, conn):
             return None
         return handshake.timed_out(self.security, conn, timeout_ms)
+
+    def after_answers(self, conn: Connection, then: Callable[[], None]) -> None:
+        then()  # answers are matched by correlation id: none is waited for
 
     def gone(self, conn: Connection) -> None:
         if self.security is not None:

@@ -83,9 +83,11 @@ class Offsets:
             return
         group, error = self._check_commit(fx, peer, req)
         if error is not None:
-            fx.reply(
-                waiter, OffsetCommitResponse(error_code=error.code, error_message=error.message)
+            no_group = group is None and error.code == E.ILLEGAL_GENERATION
+            refused = OffsetCommitResponse(
+                error_code=error.code, error_message=error.message, no_group=no_group
             )
+            fx.reply(waiter, refused)
             if group is not None:
                 self.sessions.collect(group)
             return

@@ -29,6 +29,7 @@ docs/coordinator.md ("The server and its wires") for what a second one plugs in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
@@ -106,3 +107,10 @@ class Wire(Protocol[ConnT]):
 
     def gone(self, conn: ConnT) -> None:
         """``conn`` closed: forget what the wire keeps for it."""
+
+    def after_answers(self, conn: ConnT, then: Callable[[], None]) -> None:
+        """Call ``then`` (the close after a bad frame header) once the answers owed for
+        the requests ``conn`` sent before have left, reading nothing more meanwhile: at
+        once on a wire whose clients match answers by correlation id; on an in-order wire,
+        after the answers the core still holds (a JoinGroup's), as Kafka's broker, which
+        reads a connection's requests one at a time."""

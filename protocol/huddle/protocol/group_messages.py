@@ -167,6 +167,9 @@ class OffsetCommitResponse(Message, tag="offset_commit_response", frozen=True, k
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
     topics: list[OffsetCommitTopicResult] = field(default_factory=list)
+    # ILLEGAL_GENERATION because the coordinator holds no such group (a commit naming a
+    # generation): Kafka's OffsetCommit v9+ answers that GROUP_ID_NOT_FOUND
+    no_group: bool = False
 
 
 class OffsetFetchTopic(Struct, frozen=True, kw_only=True):

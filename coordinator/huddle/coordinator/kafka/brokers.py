@@ -2,8 +2,8 @@
 and FindCoordinator.
 
 - ApiVersions is answered by the listener itself, from ``apis.SERVED``; a version it does
-  not serve gets a v0 answer with UNSUPPORTED_VERSION and the ranges (clients retry with a
-  version in them), as Kafka answers. From v3 the client names its software and version
+  not serve gets a v0 answer with UNSUPPORTED_VERSION and ApiVersions' own range (clients
+  retry with a version in it), as Kafka answers. From v3 the client names its software and version
   (KIP-511): a name or version Kafka's ``ApiVersionsRequest.isValid`` refuses is answered
   INVALID_REQUEST with no ranges, as Kafka answers it.
 - Metadata names the brokers: this listener's advertised address as node 0 without a
@@ -69,8 +69,12 @@ def api_versions(req: Any, version: int, ctx: Context) -> Plan:
 
 
 def unsupported_api_versions() -> Values:
-    """The v0 answer to an ApiVersions of a version not served."""
-    return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": api_version_ranges()}
+    """The v0 answer to an ApiVersions of a version not served: ApiVersions' own range
+    alone, as Kafka's ``ApiVersionsRequest.getErrorResponse`` (the client retries with a
+    version in it and is then told every range)."""
+    low, high = apis.SERVED[apis.Api.API_VERSIONS]
+    only = {"api_key": int(apis.Api.API_VERSIONS), "min_version": low, "max_version": high}
+    return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": [only]}
 
 
 def metadata(req: Any, version: int, ctx: Context) -> Plan:

@@ -7,7 +7,9 @@ by version is handled here, as Kafka's own coordinator does:
 - JoinGroup v0 has no rebalance timeout: the session timeout stands for it. v0-3 have no
   MEMBER_ID_REQUIRED round (KIP-394, v4+): a new member gets its id in the answer that
   lets it in (the core is told so by ``require_known_member_id``). Instance ids come
-  with v5 (static membership), reasons with v8.
+  with v5 (static membership), reasons with v8. A member turned away from a full group
+  (GROUP_MAX_SIZE_REACHED) is answered member id "", as Kafka's
+  ``GroupMetadataManager.classicGroupJoinToClassicGroup``.
 - SyncGroup v5+ must name the protocol type and name: one that leaves either null is
   answered INCONSISTENT_GROUP_PROTOCOL before the group is looked at, as Kafka's
   ``KafkaApis.handleSyncGroupRequest`` does.
@@ -59,6 +61,7 @@ def join_group(req: Any, version: int, ctx: Context) -> Plan:
         (r,) = parts
         if type(r) is not JoinGroupResponse:
             return {"error_code": r.error_code, "generation_id": -1, "member_id": req.member_id}
+        full = r.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED  # Kafka names no member
         return {
             "error_code": r.error_code,
             "generation_id": r.generation_id,
@@ -66,7 +69,7 @@ def join_group(req: Any, version: int, ctx: Context) -> Plan:
             "protocol_name": r.protocol_name,
             "leader": r.leader,
             "skip_assignment": r.skip_assignment,
-            "member_id": r.member_id,
+            "member_id": "" if full else r.member_id,
             "members": [
                 {
                     "member_id": m.member_id,

@@ -2,8 +2,10 @@
 
 - OffsetCommit: a group-level error (an unknown member, a stale generation) is Kafka's
   answer for every partition of the request, as Kafka's coordinator gives it; the core
-  answers it once, for the group. Leader epochs, commit timestamps and retention times
-  are read and not kept (Kafka 2.1+ ignores the last two as well).
+  answers it once, for the group. A commit naming a generation to a group the coordinator
+  does not hold is ILLEGAL_GENERATION before v9 and GROUP_ID_NOT_FOUND from v9, as Kafka's
+  ``OffsetMetadataManager.validateOffsetCommit``. Leader epochs, commit timestamps and
+  retention times are read and not kept (Kafka 2.1+ ignores the last two as well).
 - OffsetCommit's answer is written by hand (``offset_commit_encoding``), kio's bytes.
 - OffsetFetch v8+ asks for several groups in one request: one core request per group,
   answered together. A null topic list asks for every committed offset of the group.
@@ -19,6 +21,7 @@ from typing import Any
 
 from huddle.coordinator.kafka import offset_commit_encoding
 from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     NO_GENERATION,
     OffsetCommitPartition,
@@ -33,6 +36,7 @@ from huddle.protocol.messages import (
 
 _NO_EPOCH = -1
 _GROUP_ERROR_FROM = 2  # OffsetFetch's version that brought the group-level error code
+_GROUP_ID_NOT_FOUND_FROM = 9  # OffsetCommit's: a commit to no group is GROUP_ID_NOT_FOUND
 
 
 def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
@@ -62,6 +66,8 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
         group_code = r.error_code
         found: dict[tuple[str, int], int] = {}
         if type(r) is OffsetCommitResponse:
+            if r.no_group and version >= _GROUP_ID_NOT_FOUND_FROM:
+                group_code = ErrorCode.GROUP_ID_NOT_FOUND
             for topic in r.topics:
                 for p in topic.partitions:
                     found[topic.name, p.partition] = p.error_code

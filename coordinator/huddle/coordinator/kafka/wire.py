@@ -16,7 +16,7 @@ SaslAuthenticate, over huddle's login). Its client id is the one its request hea
 name. Bad input closes the connection that sent it, after a log line (Kafka closes it
 too; a Kafka client cannot be told why): a request shorter than its header or that cannot
 be read, an API or version not served (but ApiVersions: answered in v0 with
-UNSUPPORTED_VERSION and the versions served).
+UNSUPPORTED_VERSION and ApiVersions' own range, as Kafka).
 """
 
 from __future__ import annotations
@@ -386,13 +386,21 @@ class KafkaWire:
         self, conn: Connection, code: ErrorCode, text: str, *, at_once: bool, **details: Any
     ) -> None:
         """``conn.fail`` (a log line, then the close) for bad input, after the answers owed
-        for its earlier requests (``_close_when_answered``), or ``at_once`` (the bad
-        request's own slot is open: it will never be answered)."""
-        codec = cast(KafkaCodec, conn.codec)
-        if at_once or not codec.waiting:
+        for its earlier requests (``after_answers``), or ``at_once`` (the bad request's
+        own slot is open: it will never be answered)."""
+        if at_once:
             conn.fail(code, text, **details)
             return
-        self._close_when_answered(conn, codec, partial(conn.fail, code, text, **details))
+        self.after_answers(conn, partial(conn.fail, code, text, **details))
+
+    def after_answers(self, conn: Connection, then: Callable[[], None]) -> None:
+        """``then`` (bad input's close) now, or once the answers owed have left
+        (``_close_when_answered``): a bad request, or a bad frame header."""
+        codec = cast(KafkaCodec, conn.codec)
+        if not codec.waiting:
+            then()
+            return
+        self._close_when_answered(conn, codec, then)
 
     def _answer_later(
         self,
