@@ -136,6 +136,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                 print(f"report: {d.name}: {what}", flush=True)
 
             summaries.append(write_report(analyse(spark, d, 100.0, progress=step)))
+            spark.catalog.clearCache()  # its tables are written: free them for the next run
         print(write_comparison(summaries, root / "comparison", run_dirs, notes, intro()))
     finally:
         spark.stop()

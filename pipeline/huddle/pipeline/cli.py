@@ -64,6 +64,7 @@ def run_report(args: argparse.Namespace) -> int:
             analysis = analyse(spark, run_dir, args.gap_ms, progress=step)
             step("writing the report")
             summary = write_report(analysis)
+            spark.catalog.clearCache()  # its tables are written: free them for the next run
             summaries.append(summary)
             print(
                 f"{run_dir}: {summary.total_unavailable_partition_seconds} unavailable "
