@@ -178,6 +178,7 @@ class ClusterNodeInfo(Struct, frozen=True, kw_only=True):
     node_id: str
     host: str
     port: int
+    kafka_address: str = ""  # HOST:PORT Kafka clients are told to use; "": no Kafka listener
 
 
 class ShardInfo(Struct, frozen=True, kw_only=True):

@@ -198,7 +198,10 @@ class ClusterServing:
                 host, port = parse_address(address)
             except ValueError:
                 continue
-            nodes.append(ClusterNodeInfo(node_id=node_id, host=host, port=port))
+            kafka = node.kafka_addresses.get(node_id, "")
+            nodes.append(
+                ClusterNodeInfo(node_id=node_id, host=host, port=port, kafka_address=kafka)
+            )
         shards = [
             ShardInfo(
                 shard=shard,

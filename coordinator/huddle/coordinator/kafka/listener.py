@@ -13,7 +13,7 @@ from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
 from huddle.coordinator.kafka_log.disk import LogDisk
 from huddle.coordinator.security.acls import Authorizer
-from huddle.protocol.addresses import parse_address
+from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.messages import Call
 
 
@@ -89,4 +89,5 @@ async def listen_kafka(
         raise
     server.after_close(kafka_log.close)  # once the listener's connections are closed
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
+    server.kafka_advertised = format_address(*wire.advertised)
     return wire
