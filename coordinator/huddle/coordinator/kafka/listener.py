@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from uuid import UUID
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.host import CoordinatorServer
@@ -45,6 +46,14 @@ class _Host:
     @property
     def topic_partitions(self) -> Mapping[str, int]:
         return self._server.core.topics.partitions
+
+    @property
+    def topic_names(self) -> Mapping[UUID, str]:
+        return self._server.core.topics.names
+
+    @property
+    def topic_ids(self) -> Mapping[str, UUID]:
+        return self._server.core.topics.ids
 
     @property
     def authorizer(self) -> Authorizer | None:
