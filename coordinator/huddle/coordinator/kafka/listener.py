@@ -76,6 +76,7 @@ async def listen_kafka(
         disk = await asyncio.to_thread(LogDisk.open, cfg.data_dir, fsync=cfg.fsync)
     kafka_log = KafkaLog(
         server.core.topics.partitions.get,
+        topic_ids=server.core.topics.ids.get,
         disk=disk,
         max_partition_bytes=cfg.kafka_log_partition_bytes,
         max_total_bytes=cfg.kafka_log_total_bytes,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from huddle.coordinator.config import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from huddle.coordinator.kafka_log import handlers, waiting
@@ -24,7 +25,8 @@ from huddle.coordinator.kafka_log.store import LogStore, PartitionKey
 
 
 class KafkaLog:
-    """The log's store and its Fetch waiter, following huddle's topic registry; kept in
+    """The log's store and its Fetch waiter, following huddle's topic registry (each
+    topic's partitions and id: a topic made again starts with an empty log); kept in
     ``disk`` too when given (open it once the registry is loaded: the store removes the
     partitions the registry lacks)."""
 
@@ -32,12 +34,14 @@ class KafkaLog:
         self,
         partitions: Callable[[str], int | None],
         *,
+        topic_ids: Callable[[str], UUID | None] = lambda topic: None,
         disk: LogDisk | None = None,
         max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
         max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
     ) -> None:
         self.store = LogStore(
             partitions,
+            topic_ids=topic_ids,
             disk=disk,
             max_partition_bytes=max_partition_bytes,
             max_total_bytes=max_total_bytes,

@@ -183,7 +183,9 @@ class KafkaWire:
         self.max_response_bytes = max_response_bytes
         # what a Fetch may ask for: its answer stays within the response limit
         self._fetch_limit = max(max_response_bytes - _FETCH_OVERHEAD, 1)
-        self.log = log if log is not None else KafkaLog(server.topic_partitions.get)
+        if log is None:
+            log = KafkaLog(server.topic_partitions.get, topic_ids=server.topic_ids.get)
+        self.log = log
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
