@@ -122,7 +122,7 @@ def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
     else:
         asked = [_fetch_call(g.group_id, g.topics, version, ctx) for g in groups]
     calls = [call for call, _ in asked]
-    ids: Mapping[str, UUID] = ctx.topic_ids if version >= _BY_ID_FROM else {}
+    ids = ctx.topic_ids if version >= _BY_ID_FROM else None
 
     per_partition = version < _GROUP_ERROR_FROM
 
@@ -192,7 +192,7 @@ def _fetched(
         return [
             {
                 "name": t.name,
-                "topic_id": ids.get(t.name) if ids else None,
+                "topic_id": None if ids is None else ids.get(t.name),
                 "partitions": [
                     {
                         "partition_index": p.partition,
@@ -205,7 +205,7 @@ def _fetched(
                 ],
             }
             for t in r.topics
-            if not ids or t.name in ids
+            if ids is None or t.name in ids
         ]
     if not per_partition:
         return []

@@ -50,7 +50,7 @@ from huddle.coordinator.kafka import (
 )
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
-from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait, finished
 from huddle.coordinator.kafka.nodes import Broker, KafkaNodes
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
@@ -96,21 +96,6 @@ def _by_the_log(parts: Any) -> Any:
 
 def _answered(response: Any) -> Callable[[Any], Any]:
     return lambda parts: response
-
-
-def _put_back(
-    api_key: int,
-    version: int,
-    answer: Any,
-    refused: log_access.Refused,
-    not_led: log_access.Refused,
-    named: by_id.FetchById | None = None,
-) -> Any:
-    """The log's answer with the topics the ACLs refused and the partitions another node
-    leads answered too (a Fetch by id: then by id, ``named``)."""
-    answer = log_access.put_back(api_key, version, answer, refused)
-    answer = leadership.put_back(api_key, version, answer, not_led)
-    return answer if named is None else named.answer(answer)
 
 
 class KafkaHost(Protocol):
@@ -386,7 +371,7 @@ class KafkaWire:
                 later = log.fetch_later(request, version)
                 self._answer_later(conn, codec, slot, later, refused, not_led, version, named)
                 return
-        answer = _put_back(slot.api_key, version, answer, refused, not_led, named)
+        answer = finished(slot.api_key, version, answer, refused, not_led, named)
         slot.answer = _answered(answer)
         conn.send(codec.release(slot))
 
@@ -454,7 +439,7 @@ class KafkaWire:
                 conn.log.error("kafka_log_failed", api=api, error=repr(error))
                 conn.abort(f"the {api} failed")
                 return
-            answer = _put_back(slot.api_key, version, task.result(), refused, not_led, named)
+            answer = finished(slot.api_key, version, task.result(), refused, not_led, named)
             slot.answer = _answered(answer)
             conn.send(codec.release(slot))
             self.server.flush()
