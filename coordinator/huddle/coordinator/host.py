@@ -263,6 +263,8 @@ class CoordinatorServer:
             # each), and end even if nobody ever asks anything again
             await self._slices.run(self.core.loading_groups(self.now_ms()))  # restored otherwise
             self.core.begin_serving(self.now_ms())
+            if self.core.changes:  # ids given to topics kept without one: recorded now
+                self.requests.send_outside([])
             await serve_loaded(
                 self.core, self.requests, self.timers, stopping=lambda: self._stopping
             )

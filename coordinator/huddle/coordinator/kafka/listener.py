@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from uuid import UUID
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.host import CoordinatorServer
@@ -47,6 +48,14 @@ class _Host:
         return self._server.core.topics.partitions
 
     @property
+    def topic_names(self) -> Mapping[UUID, str]:
+        return self._server.core.topics.names
+
+    @property
+    def topic_ids(self) -> Mapping[str, UUID]:
+        return self._server.core.topics.ids
+
+    @property
     def authorizer(self) -> Authorizer | None:
         return self._server.core.authorizer
 
@@ -67,6 +76,7 @@ async def listen_kafka(
         disk = await asyncio.to_thread(LogDisk.open, cfg.data_dir, fsync=cfg.fsync)
     kafka_log = KafkaLog(
         server.core.topics.partitions.get,
+        topic_ids=server.core.topics.ids.get,
         disk=disk,
         max_partition_bytes=cfg.kafka_log_partition_bytes,
         max_total_bytes=cfg.kafka_log_total_bytes,
