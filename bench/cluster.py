@@ -13,6 +13,11 @@ Two sections (``--sections commits,scale``):
   (until every member has synced the new generation), p50 and max.
 
     python -m bench.cluster [--sections commits,scale] [--rounds 3]
+    python -m bench.cluster --sections commits --compare ../main-checkout --loads 100
+
+``--compare`` runs the one node with ``--fsync`` and the three-node cluster both from another
+checkout (a git worktree of main, in this virtualenv) and from this one, in turn each round,
+and prints the ratios.
 
 Needs the ``etcd`` binary (``apt-get install etcd-server``). Prints the CPU model.
 """
@@ -36,6 +41,7 @@ from bench.journal import PARTITIONS, commit_request
 from bench.processes import (
     HOST,
     ServerProcess,
+    checkout_env,
     cpu_seconds,
     huddle_serve,
     new_event_loop,
@@ -72,13 +78,15 @@ class Setup:
 
 
 @contextlib.contextmanager
-def single(name: str, *flags: str) -> Iterator[Setup]:
-    with server_process(name, huddle_serve(*flags)) as server:
+def single(name: str, *flags: str, env: dict[str, str] | None = None) -> Iterator[Setup]:
+    with server_process(name, huddle_serve(*flags), env=env) as server:
         yield Setup(name, [server.port], [server.pid])
 
 
 @contextlib.contextmanager
-def cluster(name: str, etcd_port: int, nodes: int, prefix: str) -> Iterator[Setup]:
+def cluster(
+    name: str, etcd_port: int, nodes: int, prefix: str, env: dict[str, str] | None = None
+) -> Iterator[Setup]:
     flags = (
         "--log-level", "error",
         "--cluster", f"etcd://{HOST}:{etcd_port}", "--cluster-prefix", prefix,
@@ -86,7 +94,7 @@ def cluster(name: str, etcd_port: int, nodes: int, prefix: str) -> Iterator[Setu
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         servers: list[ServerProcess] = [
-            stack.enter_context(server_process(f"{name}-{i}", huddle_serve(*flags)))
+            stack.enter_context(server_process(f"{name}-{i}", huddle_serve(*flags), env=env))
             for i in range(nodes)
         ]
         setup = Setup(name, [s.port for s in servers], [s.pid for s in servers])
@@ -211,8 +219,21 @@ async def throughput(setup: Setup, connections: int, seconds: float) -> float:
         await close_all(conns)
 
 
-def commits_section(etcd_port: int, tmp: str, rounds: int, commits: int, seconds: float) -> None:
-    Starter = Callable[[int], contextlib.AbstractContextManager[Setup]]
+Starter = Callable[[int], contextlib.AbstractContextManager[Setup]]
+
+
+def commits_section(
+    etcd_port: int,
+    tmp: str,
+    rounds: int,
+    commits: int,
+    seconds: float,
+    loads: Sequence[int] = (1, 10, 100),
+    before: dict[str, str] | None = None,
+) -> None:
+    """Every setup in turn, each round; with ``before`` (the environment of another
+    checkout: ``--compare``) the one node with ``--fsync`` and the three-node cluster, each
+    run from that checkout and from this one."""
     setups: dict[str, Starter] = {
         "one node, --data-dir": lambda r: single("dd", "--data-dir", f"{tmp}/dd{r}"),
         "one node, --data-dir --fsync": lambda r: single(
@@ -221,7 +242,8 @@ def commits_section(etcd_port: int, tmp: str, rounds: int, commits: int, seconds
         "cluster of 1 node": lambda r: cluster("c1", etcd_port, 1, f"/bench/c1-{r}"),
         "cluster of 3 nodes": lambda r: cluster("c3", etcd_port, 3, f"/bench/c3-{r}"),
     }
-    loads = (1, 10, 100)
+    if before is not None:
+        setups = compared(etcd_port, tmp, before)
     rtt: dict[str, list[float]] = {n: [] for n in setups}
     rate: dict[tuple[str, int], list[float]] = {(n, c): [] for n in setups for c in loads}
     loop = asyncio.get_event_loop()
@@ -232,14 +254,48 @@ def commits_section(etcd_port: int, tmp: str, rounds: int, commits: int, seconds
                 for c in loads:
                     rate[name, c].append(loop.run_until_complete(throughput(setup, c, seconds)))
             print(f"  round {r + 1}/{rounds}: {name} done", flush=True)
-    base = statistics.median(rtt["one node, --data-dir"])
+    base = statistics.median(rtt[next(iter(setups))])
     print(f"\ncommits, {PARTITIONS} partitions each, median of {rounds} rounds; CPU: {cpu_model()}")
-    print(f"  {'':30} {'round trip':>12} {'x':>6}   " + "".join(f"{c:>7} conn" for c in loads))
+    print(f"  {'':36} {'round trip':>12} {'x':>6}   " + "".join(f"{c:>7} conn" for c in loads))
     for name in setups:
         m = statistics.median(rtt[name])
         rates = "".join(f"{statistics.median(rate[name, c]):>12,.0f}" for c in loads)
-        print(f"  {name:30} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}")
+        print(f"  {name:36} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}")
     print("  (commits/s: that many connections committing back to back, each its own group)")
+    if before is not None:
+        ratios(rate, loads)
+
+
+def compared(etcd_port: int, tmp: str, before: dict[str, str]) -> dict[str, Starter]:
+    """The one node with ``--fsync`` and the three-node cluster, before and now, in turn."""
+
+    def one(when: str, env: dict[str, str] | None) -> Starter:
+        return lambda r: single(
+            f"fs-{when}", "--data-dir", f"{tmp}/fs-{when}{r}", "--fsync", env=env
+        )
+
+    def three(when: str, env: dict[str, str] | None) -> Starter:
+        return lambda r: cluster(f"c3-{when}", etcd_port, 3, f"/bench/c3-{when}-{r}", env=env)
+
+    setups: dict[str, Starter] = {}
+    for when, env in (("before", before), ("now", None)):
+        setups[f"one node, --fsync ({when})"] = one(when, env)
+        setups[f"cluster of 3 nodes ({when})"] = three(when, env)
+    return setups
+
+
+def ratios(rate: dict[tuple[str, int], list[float]], loads: Sequence[int]) -> None:
+    def median(name: str, c: int) -> float:
+        return statistics.median(rate[name, c])
+
+    for c in loads:
+        fs = {w: median(f"one node, --fsync ({w})", c) for w in ("before", "now")}
+        c3 = {w: median(f"cluster of 3 nodes ({w})", c) for w in ("before", "now")}
+        print(
+            f"  {c:>3} conn: one node --fsync now/before {fs['now'] / fs['before']:.2f}x, "
+            f"cluster now/before {c3['now'] / c3['before']:.2f}x; cluster of one node "
+            f"--fsync: before {c3['before'] / fs['before']:.0%}, now {c3['now'] / fs['now']:.0%}"
+        )
 
 
 # --- scale ------------------------------------------------------------------------------------
@@ -436,6 +492,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--members-per-connection", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--loads", default="1,10,100", help="committers, comma-separated")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="another checkout (a git worktree of main): the one node with --fsync and the "
+        "three-node cluster run from it and from this one, in turn",
+    )
     args = parser.parse_args(argv)
     quiet_logs()
     sections = set(args.sections.split(","))
@@ -445,7 +508,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         etcd, etcd_port = start_etcd(Path(tmp))
         try:
             if "commits" in sections:
-                commits_section(etcd_port, tmp, args.rounds, args.commits, args.commit_seconds)
+                loads = [int(c) for c in args.loads.split(",")]
+                before = None
+                if args.compare is not None:
+                    before = checkout_env(args.compare, Path(tmp) / "before")
+                commits_section(
+                    etcd_port, tmp, args.rounds, args.commits, args.commit_seconds, loads, before
+                )
             if "scale" in sections:
                 scale_section(etcd_port, args)
         finally:
