@@ -72,6 +72,7 @@ class Setup:
     name: str
     ports: list[int]
     pids: list[int]
+    cpu_per_commit: list[float] = field(default_factory=list)  # its servers', each run
 
 
 # --- starting what is measured ------------------------------------------------------------
@@ -212,9 +213,12 @@ async def throughput(setup: Setup, connections: int, seconds: float) -> float:
             done += 1
 
     try:
+        cpu = sum(map(cpu_seconds, setup.pids))
         started = time.perf_counter()
         await asyncio.gather(*(one(c, g) for c, g in zip(conns, groups, strict=True)))
-        return done / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        setup.cpu_per_commit.append((sum(map(cpu_seconds, setup.pids)) - cpu) / max(done, 1))
+        return done / elapsed
     finally:
         await close_all(conns)
 
@@ -246,6 +250,7 @@ def commits_section(
         setups = compared(etcd_port, tmp, before)
     rtt: dict[str, list[float]] = {n: [] for n in setups}
     rate: dict[tuple[str, int], list[float]] = {(n, c): [] for n in setups for c in loads}
+    cpu: dict[str, list[float]] = {n: [] for n in setups}  # at the most committers
     loop = asyncio.get_event_loop()
     for r in range(rounds):
         for name, start in setups.items():
@@ -253,17 +258,27 @@ def commits_section(
                 rtt[name].append(loop.run_until_complete(round_trip(setup, commits)))
                 for c in loads:
                     rate[name, c].append(loop.run_until_complete(throughput(setup, c, seconds)))
+                cpu[name].append(setup.cpu_per_commit[-1])
             print(f"  round {r + 1}/{rounds}: {name} done", flush=True)
     base = statistics.median(rtt[next(iter(setups))])
     print(f"\ncommits, {PARTITIONS} partitions each, median of {rounds} rounds; CPU: {cpu_model()}")
-    print(f"  {'':36} {'round trip':>12} {'x':>6}   " + "".join(f"{c:>7} conn" for c in loads))
+    head = "".join(f"{c:>7} conn" for c in loads)
+    print(f"  {'':36} {'round trip':>12} {'x':>6}   {head}   CPU/commit")
     for name in setups:
         m = statistics.median(rtt[name])
         rates = "".join(f"{statistics.median(rate[name, c]):>12,.0f}" for c in loads)
-        print(f"  {name:36} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}")
-    print("  (commits/s: that many connections committing back to back, each its own group)")
+        used = statistics.median(cpu[name]) * 1e6
+        print(f"  {name:36} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}   {used:7.1f} us")
+    print("  (commits/s: that many connections committing back to back, each its own group;")
+    print(f"   CPU/commit: the servers' CPU time (user + system) a commit at {loads[-1]} conn)")
     if before is not None:
         ratios(rate, loads)
+        fs = [statistics.median(cpu[f"one node, --fsync ({w})"]) for w in ("before", "now")]
+        c3 = [statistics.median(cpu[f"cluster of 3 nodes ({w})"]) for w in ("before", "now")]
+        print(
+            f"  CPU/commit now/before: one node --fsync {fs[1] / fs[0]:.2f}x, "
+            f"cluster {c3[1] / c3[0]:.2f}x"
+        )
 
 
 def compared(etcd_port: int, tmp: str, before: dict[str, str]) -> dict[str, Starter]:
