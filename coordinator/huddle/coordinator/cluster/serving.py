@@ -23,6 +23,7 @@ partition is still the one they were committed to, and deletes the others from e
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from urllib.parse import quote
@@ -93,7 +94,9 @@ def _deletes(record: OffsetRecord | GroupRecord) -> bool:
 _offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _name(text: str) -> str:
+    """A name as it is in keys (percent-encoded): the same few names over and over."""
     return quote(text, safe="")
 
 
@@ -311,6 +314,7 @@ class ClusterServing:
         stale: set[int] = set()
         gone: set[int] = set()  # commits to a partition of another incarnation
         undone: set[int] = set()  # records of a topic whose change etcd did not keep
+        servings: dict[int, int | None] = {}  # each shard's, read once: nothing awaits below
         for record, serving in records:
             if isinstance(record, OffsetRecord):
                 shard = self.shard(record.group_id)
@@ -326,7 +330,10 @@ class ClusterServing:
                 key = self._key("groups", str(shard), _name(record.group_id))
             else:
                 continue
-            if serving is None or serving != self.node.serving(shard):
+            now_serving = servings.get(shard, -1)
+            if now_serving == -1:
+                now_serving = servings[shard] = self.node.serving(shard)
+            if serving is None or serving != now_serving:
                 stale.add(shard)
                 continue
             if isinstance(record, OffsetRecord) and record.topic in failed:

@@ -322,7 +322,8 @@ class EtcdStore:
 
         def op(c: Any) -> Any:
             tx = c.transactions
-            ops = [tx.put(k, v) for k, v in puts.items()]
+            # lease 0 is none (as None, which aetcd reads through a raised TypeError a put)
+            ops = [tx.put(k, v, lease=0) for k, v in puts.items()]
             ops += [tx.delete(k) for k in deletes]
             compare = [tx.mod(k) == epoch for k, epoch in epochs.items()]
             reads = [tx.get(k) for k in epochs]
