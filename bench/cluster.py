@@ -62,6 +62,7 @@ from huddle.protocol.messages import (
 from huddle.sim.cli import cpu_model
 
 SHARDS = 50
+ETCD_PIDS: dict[int, int] = {}  # the etcd started, by port: its CPU is counted too
 READY_S = 60.0
 
 
@@ -73,6 +74,8 @@ class Setup:
     ports: list[int]
     pids: list[int]
     cpu_per_commit: list[float] = field(default_factory=list)  # its servers', each run
+    store_pid: int | None = None  # the etcd a cluster writes to
+    store_cpu_per_commit: list[float] = field(default_factory=list)  # etcd's, each run
 
 
 # --- starting what is measured ------------------------------------------------------------
@@ -99,6 +102,7 @@ def cluster(
             for i in range(nodes)
         ]
         setup = Setup(name, [s.port for s in servers], [s.pid for s in servers])
+        setup.store_pid = ETCD_PIDS.get(etcd_port)
         asyncio.get_event_loop().run_until_complete(settled(setup))
         yield setup
 
@@ -212,12 +216,16 @@ async def throughput(setup: Setup, connections: int, seconds: float) -> float:
             offset += 1
             done += 1
 
+    store = [setup.store_pid] if setup.store_pid is not None else []
     try:
         cpu = sum(map(cpu_seconds, setup.pids))
+        store_cpu = sum(map(cpu_seconds, store))
         started = time.perf_counter()
         await asyncio.gather(*(one(c, g) for c, g in zip(conns, groups, strict=True)))
         elapsed = time.perf_counter() - started
         setup.cpu_per_commit.append((sum(map(cpu_seconds, setup.pids)) - cpu) / max(done, 1))
+        used = sum(map(cpu_seconds, store)) - store_cpu
+        setup.store_cpu_per_commit.append(used / max(done, 1))
         return done / elapsed
     finally:
         await close_all(conns)
@@ -251,6 +259,7 @@ def commits_section(
     rtt: dict[str, list[float]] = {n: [] for n in setups}
     rate: dict[tuple[str, int], list[float]] = {(n, c): [] for n in setups for c in loads}
     cpu: dict[str, list[float]] = {n: [] for n in setups}  # at the most committers
+    store_cpu: dict[str, list[float]] = {n: [] for n in setups}
     loop = asyncio.get_event_loop()
     for r in range(rounds):
         for name, start in setups.items():
@@ -259,6 +268,7 @@ def commits_section(
                 for c in loads:
                     rate[name, c].append(loop.run_until_complete(throughput(setup, c, seconds)))
                 cpu[name].append(setup.cpu_per_commit[-1])
+                store_cpu[name].append(setup.store_cpu_per_commit[-1])
             print(f"  round {r + 1}/{rounds}: {name} done", flush=True)
     base = statistics.median(rtt[next(iter(setups))])
     print(f"\ncommits, {PARTITIONS} partitions each, median of {rounds} rounds; CPU: {cpu_model()}")
@@ -268,7 +278,9 @@ def commits_section(
         m = statistics.median(rtt[name])
         rates = "".join(f"{statistics.median(rate[name, c]):>12,.0f}" for c in loads)
         used = statistics.median(cpu[name]) * 1e6
-        print(f"  {name:36} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}   {used:7.1f} us")
+        etcd = statistics.median(store_cpu[name]) * 1e6
+        also = f" + etcd {etcd:5.1f} us" if etcd else ""
+        print(f"  {name:36} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}   {used:7.1f} us{also}")
     print("  (commits/s: that many connections committing back to back, each its own group;")
     print(f"   CPU/commit: the servers' CPU time (user + system) a commit at {loads[-1]} conn)")
     if before is not None:
@@ -521,6 +533,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory(prefix="huddle-bench-cluster-") as tmp:
         etcd, etcd_port = start_etcd(Path(tmp))
+        ETCD_PIDS[etcd_port] = etcd.pid
         try:
             if "commits" in sections:
                 loads = [int(c) for c in args.loads.split(",")]
