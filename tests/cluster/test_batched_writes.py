@@ -67,6 +67,7 @@ class CountingStore(EtcdStore):
 @pytest.fixture
 async def store(etcd: Etcd) -> AsyncIterator[CountingStore]:
     opened = await CountingStore.connect([etcd.endpoint])
+    assert isinstance(opened, CountingStore)
     yield opened
     await opened.close()
 
