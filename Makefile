@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.cluster
+	$(BIN)/python -m bench.etcd_txns
 	$(BIN)/python -m bench.security
 	$(BIN)/python -m bench.metrics
 
