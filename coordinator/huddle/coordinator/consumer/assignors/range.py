@@ -32,6 +32,7 @@ class RangeAssignor:
             for topic in members[member_id].topics:
                 subscribers.setdefault(topic, []).append(member_id)
         result: dict[str, dict[str, frozenset[int]]] = {m: {} for m in order}
+        runs: dict[tuple[int, int], frozenset[int]] = {}  # one set per run, shared by topics
         for topic in sorted(subscribers):
             size = spec.partitions.get(topic)
             if size is None:
@@ -42,7 +43,10 @@ class RangeAssignor:
             for index, member_id in enumerate(takers):
                 end = start + share + (1 if index < extra else 0)
                 if end > start:
-                    result[member_id][topic] = frozenset(range(start, end))
+                    run = runs.get((start, end))
+                    if run is None:
+                        run = runs[start, end] = frozenset(range(start, end))
+                    result[member_id][topic] = run
                 start = end
         assignments: dict[str, Assignment] = dict(result)
         return AssignorResult(assignments)
