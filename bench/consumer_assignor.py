@@ -56,7 +56,9 @@ def check(result: Target, partitions: Mapping[str, int], previous: Target) -> tu
     return max(sizes) - min(sizes), moved
 
 
-def timed(name: str, specs: dict[str, MemberSpec], partitions: Mapping[str, int], runs: int) -> tuple[float, Target]:
+def timed(
+    name: str, specs: dict[str, MemberSpec], partitions: Mapping[str, int], runs: int
+) -> tuple[float, Target]:
     assignor = ASSIGNORS[name]
     spec = spec_of(specs, partitions)
     times = []
@@ -83,12 +85,14 @@ def main() -> None:
     ids = [f"member-{i:05d}" for i in range(args.members)]
     total = args.topics * args.partitions
     print(f"CPU: {cpu_model()}")
-    print(f"{total:,} partitions ({args.topics} topics), {args.members:,} members, "
-          f"median of {args.runs}")
+    print(
+        f"{total:,} partitions ({args.topics} topics), {args.members:,} members, "
+        f"median of {args.runs}"
+    )
     print(f"{'assignor':<9}{'situation':<10}{'time':>8}{'moved':>11}{'spread':>8}")
     for name in names:
         first_time, first = timed(name, members(ids, topics, {}), partitions, args.runs)
-        rows = [("first", first_time, first, {})]
+        rows: list[tuple[str, float, Target, Target]] = [("first", first_time, first, {})]
         second_time, second = timed(name, members(ids, topics, first), partitions, args.runs)
         rows.append(("second", second_time, second, first))
         staying = ids[args.churn :]
