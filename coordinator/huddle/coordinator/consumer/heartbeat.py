@@ -20,9 +20,11 @@ session). ``expire(now)`` fences the members whose session or rebalance timeout 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from msgspec.structs import replace
 
-from huddle.coordinator.consumer.assignors import AssignorError
+from huddle.coordinator.consumer.assignors import ASSIGNORS, AssignorError, ServerAssignor
 from huddle.coordinator.consumer.checks import check_epoch, check_request
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState
@@ -52,8 +54,18 @@ from huddle.protocol.errors import ErrorCode
 class ConsumerCoordinator:
     """Every consumer-protocol group of one coordinator, and their deadlines."""
 
-    def __init__(self, config: ConsumerGroupConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: ConsumerGroupConfig | None = None,
+        assignors: Mapping[str, ServerAssignor] | None = None,
+    ) -> None:
+        """``assignors``: the server assignors by name (by default the registry,
+        ``assignors.ASSIGNORS``); groups may ask for those ``config.assignors`` names."""
         self.config = config or ConsumerGroupConfig()
+        self.assignors = dict(ASSIGNORS if assignors is None else assignors)
+        for name in self.config.assignors:
+            if name not in self.assignors:
+                raise ValueError(f"no server assignor is named {name!r}")
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: TimerQueue[Deadline] = TimerQueue()
         self._revoking: dict[tuple[str, str], RevocationDue] = {}
@@ -103,7 +115,13 @@ class ConsumerCoordinator:
                 group.group_epoch += 1
         if group.group_epoch > group.target_epoch:
             try:
-                compute_target(group, self.config.assignors[0], now, self.config.session_timeout_ms)
+                compute_target(
+                    group,
+                    self.assignors,
+                    self.config.assignors[0],
+                    now,
+                    self.config.departure_memory_ms,
+                )
             except AssignorError as error:
                 raise Refused(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
             self._arm_recheck(group)

@@ -52,6 +52,8 @@ class ConsumerGroupConfig(msgspec.Struct, frozen=True):
     heartbeat_interval_ms: int = 5_000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    # how long a group remembers a member that left, for assignors that hold its partitions
+    departure_memory_ms: int = 300_000
 
 
 class HeartbeatRequest(msgspec.Struct, frozen=True):

@@ -13,8 +13,9 @@ change: a topic created that a regex matches, a topic given partitions.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
-from huddle.coordinator.consumer.assignors import ASSIGNORS, MemberSpec, spec_of
+from huddle.coordinator.consumer.assignors import MemberSpec, ServerAssignor, spec_of
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.messages import Refused, TopicView
 from huddle.protocol.errors import ErrorCode
@@ -69,10 +70,15 @@ def refresh_subscriptions(group: ConsumerGroup, view: TopicView) -> bool:
 
 
 def compute_target(
-    group: ConsumerGroup, default_assignor: str, now: float, memory_ms: float
+    group: ConsumerGroup,
+    assignors: Mapping[str, ServerAssignor],
+    default_assignor: str,
+    now: float,
+    memory_ms: float,
 ) -> None:
     """The target assignment at the group epoch, from the previous target (what each
-    member's target gave it), with the group's preferred assignor."""
+    member's target gave it), with the group's preferred assignor. Members that left more
+    than ``memory_ms`` ago are forgotten (assignors see the others as ``departed``)."""
     partitions = group.subscribed_partitions
     members = {
         member_id: MemberSpec(
@@ -87,7 +93,7 @@ def compute_target(
     for member_id, departure in list(group.departed.items()):
         if departure.at < now - memory_ms or member_id in members:
             del group.departed[member_id]
-    assignor = ASSIGNORS[group.preferred_assignor(default_assignor)]
+    assignor = assignors[group.preferred_assignor(default_assignor)]
     result = assignor.assign(spec_of(members, partitions, now, group.departed))
     group.target = dict(result.assignments)
     group.target_epoch = group.group_epoch
