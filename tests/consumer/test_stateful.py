@@ -1,8 +1,9 @@
 """A hypothesis state machine driving one consumer-protocol group through the sans-IO core.
 
 Five client slots (three dynamic, two static) heartbeat, lose answers, leave (-1, or -2 for
-a static member), crash and restart, change subscriptions (names or a regex), while topics
-grow and appear and the clock moves (sessions end, revocations time out). Each client acts
+a static member), crash and restart, change subscriptions (names or a regex) and the server
+assignor they ask for (``uniform`` or ``range``), while topics grow and appear and the clock
+moves (sessions end, revocations time out). Each client acts
 only on the answers that reach it, as Kafka's consumer does: it revokes what an answer takes
 away and owns what it gives; after a lost answer it sends a full request; fenced, it gives up
 everything and rejoins with epoch 0.
@@ -67,6 +68,7 @@ class Slot:
     full_next: bool = False
     subscription: tuple[tuple[str, ...] | None, str | None] = (("a", "b"), None)
     stubborn: bool = False  # does not revoke (its revocation must time out)
+    assignor: str | None = None  # the server assignor it asks for
 
     def __post_init__(self) -> None:
         self.member_id = f"{self.name}-0"
@@ -86,6 +88,7 @@ class Slot:
                 rebalance_timeout_ms=REBALANCE_MS,
                 subscribed_topic_names=names,
                 subscribed_topic_regex=regex,
+                server_assignor=self.assignor,
                 owned={},
             )
         if self.full_next:
@@ -97,6 +100,7 @@ class Slot:
                 rebalance_timeout_ms=REBALANCE_MS,
                 subscribed_topic_names=names if names is not None else (),
                 subscribed_topic_regex=regex if regex is not None else "",
+                server_assignor=self.assignor,
                 owned=dict(self.owned),
             )
         return HeartbeatRequest(
@@ -210,6 +214,12 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         slot.subscription = subscription
         slot.full_next = slot.joined
 
+    @rule(name=st.sampled_from(SLOTS), assignor=st.sampled_from(("uniform", "range")))
+    def ask_for(self, name: str, assignor: str) -> None:
+        slot = self.slots[name]
+        slot.assignor = assignor
+        slot.full_next = slot.joined
+
     @rule(topic=st.sampled_from(("a", "b", "c", "r-0", "r-1")))
     def grow(self, topic: str) -> None:
         partitions = dict(self.topics.partitions)
@@ -265,6 +275,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     def a_join_disturbs_only_what_balance_requires(self, data: st.DataObject) -> None:
         for slot in self.slots.values():
             slot.subscription = (("a", "b"), None)
+            slot.assignor = "uniform"
             slot.full_next = slot.joined
         self.settle()
         outside = [s for s in self.slots.values() if s.alive and not s.joined]
