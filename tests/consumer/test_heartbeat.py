@@ -337,3 +337,15 @@ def test_the_group_uses_the_server_assignor_its_members_ask_for() -> None:
     # range: m1 gets partitions 0-1 of each topic, m2 2-3 (co-partitioned)
     assert m1.owned == {"a": frozenset({0, 1}), "b": frozenset({0, 1})}
     assert m2.owned == {"a": frozenset({2, 3}), "b": frozenset({2, 3})}
+
+
+def test_a_leave_that_also_changes_the_subscribed_topics_moves_the_group_epoch_once() -> None:
+    c = coordinator()
+    m1, m2 = Client("m1", ("a",)), Client("m2", ("b",))
+    for now in range(0, 50, 10):
+        m1.heartbeat(c, now)
+        m2.heartbeat(c, now + 1)
+    epoch = c.groups[GROUP].group_epoch
+    c.heartbeat(beat("m2", -1, None), 100, TOPICS)  # nobody subscribes to b any more
+    assert m1.heartbeat(c, 110).member_epoch == epoch + 1
+    assert c.groups[GROUP].group_epoch == epoch + 1

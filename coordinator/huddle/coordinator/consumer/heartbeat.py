@@ -111,7 +111,8 @@ class ConsumerCoordinator:
             or topics.version != group.topics_version
         ):
             moved = refresh_subscriptions(group, topics) or moved
-            if moved:
+            # A group epoch already past the target's (a leave, a fence) needs no second move.
+            if moved and group.group_epoch == group.target_epoch:
                 group.group_epoch += 1
         if group.group_epoch > group.target_epoch:
             try:
