@@ -77,7 +77,8 @@ class DeferredAssignor:
                 held |= _pairs(free)
                 deadline = departure.at + self.hold_ms
                 recheck = deadline if recheck is None else min(recheck, deadline)
-        result = self.inner.assign(spec._replace(members=members)).assignments
+        widened = GroupSpec(members, spec.partitions, spec.homogeneous, spec.now, spec.departed)
+        result = self.inner.assign(widened).assignments
         if held:
             result = {m: _without(a, held) for m, a in result.items()}
         return AssignorResult(result, recheck)
@@ -101,7 +102,7 @@ def _with_previous(member: MemberSpec, more: Assignment) -> MemberSpec:
     merged = dict(member.previous)
     for topic, ps in more.items():
         merged[topic] = merged.get(topic, frozenset()) | ps
-    return member._replace(previous=merged)
+    return MemberSpec(member.member_id, member.topics, merged, member.instance_id, member.rack_id)
 
 
 def _without(assignment: Assignment, held: set[tuple[str, int]]) -> Assignment:
