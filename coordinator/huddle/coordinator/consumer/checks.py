@@ -14,14 +14,14 @@ from huddle.coordinator.consumer.messages import (
     STATIC_LEAVE_EPOCH,
     ConsumerGroupConfig,
     HeartbeatRequest,
-    Refused,
+    RefusedError,
 )
 from huddle.coordinator.consumer.target import compiled
 from huddle.protocol.errors import ErrorCode
 
 
-def _invalid(message: str) -> Refused:
-    return Refused(ErrorCode.INVALID_REQUEST, message)
+def _invalid(message: str) -> RefusedError:
+    return RefusedError(ErrorCode.INVALID_REQUEST, message)
 
 
 def check_request(request: HeartbeatRequest, config: ConsumerGroupConfig) -> None:
@@ -51,7 +51,7 @@ def check_request(request: HeartbeatRequest, config: ConsumerGroupConfig) -> Non
     if request.rebalance_timeout_ms < -1:
         raise _invalid("RebalanceTimeoutMs is invalid.")
     if request.server_assignor is not None and request.server_assignor not in config.assignors:
-        raise Refused(
+        raise RefusedError(
             ErrorCode.UNSUPPORTED_ASSIGNOR,
             f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
             f"{', '.join(config.assignors)}.",
@@ -65,7 +65,7 @@ def check_epoch(member: ConsumerMember, request: HeartbeatRequest) -> None:
     with owned partitions it still has (the answer that moved it on was lost)."""
     received = request.member_epoch
     if received > member.member_epoch:
-        raise Refused(
+        raise RefusedError(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"the member's epoch ({received}) is greater than the one the coordinator knows "
             f"({member.member_epoch}); it must give up all its partitions and rejoin",
@@ -73,7 +73,7 @@ def check_epoch(member: ConsumerMember, request: HeartbeatRequest) -> None:
     if received < member.member_epoch and (
         received != member.previous_member_epoch or not is_subset(request.owned, member.assigned)
     ):
-        raise Refused(
+        raise RefusedError(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"the member's epoch ({received}) is smaller than the one the coordinator knows "
             f"({member.member_epoch}); it must give up all its partitions and rejoin",

@@ -20,6 +20,7 @@ from msgspec.structs import replace
 from huddle.coordinator.consumer.assignors.base import Departure
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState, partitions_of
 from huddle.coordinator.consumer.messages import Assignment
+from huddle.protocol.errors import HuddleError
 
 
 class GroupPhase(Enum):
@@ -31,7 +32,7 @@ class GroupPhase(Enum):
     STABLE = "Stable"
 
 
-class DoubleOwnerError(RuntimeError):
+class DoubleOwnerError(HuddleError, RuntimeError):
     """A member was about to be given a partition another member still owns."""
 
 

@@ -35,7 +35,7 @@ from huddle.coordinator.consumer.messages import (
     ConsumerGroupConfig,
     HeartbeatAnswer,
     HeartbeatRequest,
-    Refused,
+    RefusedError,
     TopicView,
 )
 from huddle.coordinator.consumer.reconcile import reconcile
@@ -48,7 +48,7 @@ from huddle.coordinator.consumer.timeouts import (
     SessionEnds,
 )
 from huddle.coordinator.timers import TimerQueue
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, InvalidArgumentError
 
 
 class ConsumerCoordinator:
@@ -65,7 +65,7 @@ class ConsumerCoordinator:
         self.assignors = dict(ASSIGNORS if assignors is None else assignors)
         for name in self.config.assignors:
             if name not in self.assignors:
-                raise ValueError(f"no server assignor is named {name!r}")
+                raise InvalidArgumentError(f"no server assignor is named {name!r}")
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: TimerQueue[Deadline] = TimerQueue()
         self._revoking: dict[tuple[str, str], RevocationDue] = {}
@@ -80,7 +80,7 @@ class ConsumerCoordinator:
             if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return self._leave(request, now)
             return self._heartbeat(request, now, topics)
-        except Refused as refused:
+        except RefusedError as refused:
             return HeartbeatAnswer(error=refused.code, message=refused.message)
 
     def _heartbeat(
@@ -90,12 +90,12 @@ class ConsumerCoordinator:
         group = self.groups.get(request.group_id)
         if group is None:
             if not joining:
-                raise Refused(
+                raise RefusedError(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"group {request.group_id!r} does not exist"
                 )
             group = ConsumerGroup(request.group_id)
         if len(group.members) >= self.config.max_size and request.member_id not in group.members:
-            raise Refused(
+            raise RefusedError(
                 ErrorCode.GROUP_MAX_SIZE_REACHED,
                 f"the consumer group has reached its maximum size of {self.config.max_size}",
             )
@@ -124,7 +124,7 @@ class ConsumerCoordinator:
                     self.config.departure_memory_ms,
                 )
             except AssignorError as error:
-                raise Refused(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
+                raise RefusedError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
             self._arm_recheck(group)
 
         before = group.members[updated.member_id]
@@ -162,7 +162,7 @@ class ConsumerCoordinator:
             found = group.members.get(member_id)
             if found is None:
                 if not joining:
-                    raise Refused(
+                    raise RefusedError(
                         ErrorCode.UNKNOWN_MEMBER_ID,
                         f"member {member_id!r} is not a member of group {group.group_id!r}",
                     )
@@ -178,7 +178,7 @@ class ConsumerCoordinator:
                     return found
                 return ConsumerMember(member_id, instance_id=instance_id)
             if not existing.has_left_for_now():
-                raise Refused(
+                raise RefusedError(
                     ErrorCode.UNRELEASED_INSTANCE_ID,
                     f"static member {member_id!r} with instance id {instance_id!r} cannot join: "
                     f"the instance id is owned by member {existing.member_id!r}",
@@ -186,9 +186,11 @@ class ConsumerCoordinator:
             self._forget_deadlines(group.group_id, existing.member_id)
             return group.replace_static(existing, member_id)
         if existing is None:
-            raise Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"instance id {instance_id!r} is unknown")
+            raise RefusedError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"instance id {instance_id!r} is unknown"
+            )
         if existing.member_id != member_id:
-            raise Refused(
+            raise RefusedError(
                 ErrorCode.FENCED_INSTANCE_ID,
                 f"static member {member_id!r} with instance id {instance_id!r} was fenced by "
                 f"member {existing.member_id!r}",
@@ -201,24 +203,24 @@ class ConsumerCoordinator:
     def _leave(self, request: HeartbeatRequest, now: float) -> HeartbeatAnswer:
         group = self.groups.get(request.group_id)
         if group is None:
-            raise Refused(
+            raise RefusedError(
                 ErrorCode.GROUP_ID_NOT_FOUND, f"group {request.group_id!r} does not exist"
             )
         if request.instance_id is None:
             member = group.members.get(request.member_id)
             if member is None:
-                raise Refused(
+                raise RefusedError(
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"member {request.member_id!r} is not a member of group {group.group_id!r}",
                 )
         else:
             static = group.static_member(request.instance_id)
             if static is None:
-                raise Refused(
+                raise RefusedError(
                     ErrorCode.UNKNOWN_MEMBER_ID, f"instance id {request.instance_id!r} is unknown"
                 )
             if static.member_id != request.member_id:
-                raise Refused(
+                raise RefusedError(
                     ErrorCode.FENCED_INSTANCE_ID,
                     f"static member {request.member_id!r} with instance id "
                     f"{request.instance_id!r} was fenced by member {static.member_id!r}",

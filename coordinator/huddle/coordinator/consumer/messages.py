@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from huddle.protocol.errors import ErrorCode
+from huddle.protocol.errors import ErrorCode, HuddleError
 
 # topic name -> partition numbers. Treated as immutable: a new mapping replaces an old one.
 Assignment = Mapping[str, frozenset[int]]
@@ -94,7 +94,7 @@ class HeartbeatAnswer(msgspec.Struct, frozen=True):
     assignment: Assignment | None = None
 
 
-class Refused(Exception):
+class RefusedError(HuddleError):
     """A rule refused the request: answered with ``code`` and ``message``."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:

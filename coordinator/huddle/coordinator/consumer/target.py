@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from huddle.coordinator.consumer.assignors import MemberSpec, ServerAssignor, spec_of
 from huddle.coordinator.consumer.group import ConsumerGroup
-from huddle.coordinator.consumer.messages import Refused, TopicView
+from huddle.coordinator.consumer.messages import RefusedError, TopicView
 from huddle.protocol.errors import ErrorCode
 
 _COMPILED: dict[str, re.Pattern[str]] = {}
@@ -30,7 +30,7 @@ def compiled(regex: str) -> re.Pattern[str]:
         try:
             pattern = re.compile(regex)
         except re.error as error:
-            raise Refused(
+            raise RefusedError(
                 ErrorCode.INVALID_REGULAR_EXPRESSION,
                 f"SubscribedTopicRegex {regex!r} is not a valid regular expression: {error}",
             ) from None

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 from huddle.coordinator.consumer.messages import Assignment
+from huddle.protocol.errors import HuddleError
 
 
 class MemberSpec(NamedTuple):
@@ -58,7 +59,7 @@ class ServerAssignor(Protocol):
     def assign(self, spec: GroupSpec) -> AssignorResult: ...
 
 
-class AssignorError(ValueError):
+class AssignorError(HuddleError, ValueError):
     """The spec cannot be assigned (Kafka's PartitionAssignorException)."""
 
 

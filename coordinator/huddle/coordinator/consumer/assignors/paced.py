@@ -14,6 +14,7 @@ from __future__ import annotations
 from huddle.coordinator.consumer.assignors.base import AssignorResult, GroupSpec
 from huddle.coordinator.consumer.assignors.uniform import UniformAssignor
 from huddle.coordinator.consumer.messages import Assignment
+from huddle.protocol.errors import InvalidArgumentError
 
 
 class PacedAssignor:
@@ -21,7 +22,7 @@ class PacedAssignor:
         self, max_moves: int = 100, pause_ms: float = 1_000, inner: UniformAssignor | None = None
     ) -> None:
         if max_moves < 1:
-            raise ValueError("max_moves must be at least 1")
+            raise InvalidArgumentError("max_moves must be at least 1")
         self.max_moves = max_moves
         self.pause_ms = pause_ms
         self.inner = inner or UniformAssignor()
