@@ -83,6 +83,7 @@ def test_a_leave_frees_the_partitions_at_once_and_moves_the_group_epoch() -> Non
     assert (answer.error, answer.member_id, answer.member_epoch) == (E.NONE, "m2", -1)
     assert "m2" not in group.members
     assert group.group_epoch == 3
+    assert c.groups[GROUP].phase is GroupPhase.ASSIGNING  # until a heartbeat works out a target
     answer = m1.heartbeat(c, 110)
     assert answer.member_epoch == 3
     assert flat(answer.assignment) == flat({"a": frozenset(range(6)), "b": frozenset(range(3))})
