@@ -26,6 +26,7 @@ of them is importable from here.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from msgspec import Meta, Struct, field
@@ -386,8 +387,10 @@ def known_in(version: int, message: type[Message]) -> bool:
     return INTRODUCED_IN.get(message, 1) <= version
 
 
+@functools.cache
 def unknown_to(version: int) -> frozenset[type[Message]]:
-    """The message types a peer that handshook with ``version`` does not know."""
+    """The message types a peer that handshook with ``version`` does not know (one set per
+    version, shared by its connections)."""
     return frozenset(t for t in INTRODUCED_IN if not known_in(version, t))
 
 

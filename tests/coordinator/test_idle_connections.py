@@ -1,0 +1,100 @@
+"""What an idle connection costs the server (BENCHMARKS.md section 3), and that its log
+events still say whose connection it is."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import tracemalloc
+from collections.abc import AsyncIterator
+
+import pytest
+import structlog
+from structlog.typing import EventDict
+
+from huddle.coordinator.host import CoordinatorServer
+from huddle.protocol.framing import ClientCodec
+from huddle.protocol.messages import PROTOCOL_VERSION, Handshake
+from tests.helpers import RawClient, running_server, wait_until
+
+CONNECTIONS = 300
+
+
+class _Nowhere:
+    """A transport that writes nowhere: what the server holds is its own objects only."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 40_000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+async def quiet_server() -> AsyncIterator[CoordinatorServer]:
+    """A server whose info and debug events are filtered out (as ``huddle serve
+    --log-level warning``), so that no event is kept while memory is counted."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        async with running_server() as server:
+            yield server
+    finally:
+        structlog.reset_defaults()
+
+
+async def test_an_idle_handshaken_connection_holds_under_a_kilobyte(
+    quiet_server: CoordinatorServer,
+) -> None:
+    """Python heap per connection that said hello and went quiet: no deque of its own for
+    frames in or out, no bound logger, one codec shared by all (3.6 KB before)."""
+    hello = ClientCodec().encode(Handshake(version=PROTOCOL_VERSION, client_id="idle"))
+    conns = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(CONNECTIONS):
+            conn = quiet_server._new_connection()
+            conn.connection_made(_Nowhere())  # type: ignore[arg-type]
+            conn.data_received(hello)
+            conns.append(conn)
+        gc.collect()
+        per_connection = (tracemalloc.get_traced_memory()[0] - before) / CONNECTIONS
+    finally:
+        tracemalloc.stop()
+    assert all(c.handshaken for c in conns)
+    assert per_connection < 1024, f"{per_connection:.0f} bytes per idle connection"
+    for conn in conns:
+        conn.connection_lost(None)
+
+
+async def test_a_connections_events_name_it_its_peer_and_its_client(
+    server: CoordinatorServer, logs: list[EventDict]
+) -> None:
+    raw = await RawClient.open(server.port)
+    await raw.handshake(client_id="named")
+    raw.writer.close()
+    await wait_until(lambda: any(e["event"] == "connection_closed" for e in logs))
+    (closed,) = [e for e in logs if e["event"] == "connection_closed"]
+    assert closed["client_id"] == "named"
+    assert closed["peer"].startswith("127.0.0.1:")
+    assert isinstance(closed["conn_id"], int)
+    assert "principal" not in closed  # bound once a SASL login names one
