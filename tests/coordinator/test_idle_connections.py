@@ -1,5 +1,5 @@
-"""What an idle connection costs the server (BENCHMARKS.md section 3), and that its log
-events still say whose connection it is."""
+"""What an idle connection costs the server (BENCHMARKS.md section 3), and that the events
+logged for a connection still say whose connection it is."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from structlog.typing import EventDict
 
 from huddle.coordinator.host import CoordinatorServer
 from huddle.protocol.framing import ClientCodec
-from huddle.protocol.messages import PROTOCOL_VERSION, Handshake
+from huddle.protocol.messages import PROTOCOL_VERSION, Handshake, JoinGroupRequest, Protocol
 from tests.helpers import RawClient, running_server, wait_until
 
 CONNECTIONS = 300
@@ -98,3 +98,30 @@ async def test_a_connections_events_name_it_its_peer_and_its_client(
     assert closed["peer"].startswith("127.0.0.1:")
     assert isinstance(closed["conn_id"], int)
     assert "principal" not in closed  # bound once a SASL login names one
+
+
+async def test_events_logged_while_a_request_is_handled_carry_its_connection() -> None:
+    """The core's events name the connection whose request they come from: ``conn_id`` and
+    ``client_id`` are bound in structlog's context while its frames are handled."""
+    capture = structlog.testing.LogCapture()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
+    try:
+        async with running_server() as server:
+            raw = await RawClient.open(server.port)
+            await raw.handshake(client_id="joiner")
+            await raw.call(
+                JoinGroupRequest(
+                    group_id="g",
+                    protocol_type="consumer",
+                    protocols=[Protocol(name="range", metadata=b"")],
+                    session_timeout_ms=10_000,
+                    rebalance_timeout_ms=10_000,
+                )
+            )
+            raw.writer.close()
+    finally:
+        structlog.reset_defaults()
+    (required,) = [e for e in capture.entries if e["event"] == "member_id_required"]
+    assert required["client_id"] == "joiner"
+    assert isinstance(required["conn_id"], int)
+    assert structlog.contextvars.get_contextvars() == {}  # nothing left bound after
