@@ -3,49 +3,24 @@ logged for a connection still say whose connection it is."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import tracemalloc
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 import structlog
 from structlog.typing import EventDict
 
+from bench.inprocess import ListTransport
 from huddle.coordinator.host import CoordinatorServer
 from huddle.protocol.framing import ClientCodec
 from huddle.protocol.messages import PROTOCOL_VERSION, Handshake, JoinGroupRequest, Protocol
 from tests.helpers import RawClient, running_server, wait_until
 
 CONNECTIONS = 300
-
-
-class _Nowhere:
-    """A transport that writes nowhere: what the server holds is its own objects only."""
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 40_000) if name == "peername" else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def abort(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture
@@ -73,7 +48,9 @@ async def test_an_idle_handshaken_connection_holds_under_a_kilobyte(
         before = tracemalloc.get_traced_memory()[0]
         for _ in range(CONNECTIONS):
             conn = quiet_server._new_connection()
-            conn.connection_made(_Nowhere())  # type: ignore[arg-type]
+            transport = ListTransport()
+            transport.keep = False  # what the server writes is dropped
+            conn.connection_made(cast(asyncio.Transport, transport))
             conn.data_received(hello)
             conns.append(conn)
         gc.collect()
