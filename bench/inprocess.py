@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import statistics
 import time
 from typing import cast
@@ -100,13 +101,22 @@ class ListTransport:
         pass
 
 
+_CONN_IDS = itertools.count(1)
+
+
+def connection(server: CoordinatorServer, transport: ListTransport) -> Connection:
+    """A connection of ``server`` on ``transport``, as its listener makes one."""
+    conn = Connection(server, next(_CONN_IDS), server.wire)
+    conn.connection_made(cast(asyncio.Transport, transport))
+    return conn
+
+
 class Client:
     """One connection's client side: requests in, the server's frames out."""
 
     def __init__(self, server: CoordinatorServer, name: str) -> None:
         self.transport = ListTransport()
-        self.conn: Connection = server._new_connection()
-        self.conn.connection_made(cast(asyncio.Transport, self.transport))
+        self.conn = connection(server, self.transport)
         self.reader = FrameReader()
         self.name = name
         self.member_id = ""

@@ -3,18 +3,16 @@ logged for a connection still say whose connection it is."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import tracemalloc
 from collections.abc import AsyncIterator
-from typing import cast
 
 import pytest
 import structlog
 from structlog.typing import EventDict
 
-from bench.inprocess import ListTransport
+from bench.inprocess import ListTransport, connection
 from huddle.coordinator.host import CoordinatorServer
 from huddle.protocol.framing import ClientCodec
 from huddle.protocol.messages import PROTOCOL_VERSION, Handshake, JoinGroupRequest, Protocol
@@ -47,10 +45,9 @@ async def test_an_idle_handshaken_connection_holds_under_a_kilobyte(
     try:
         before = tracemalloc.get_traced_memory()[0]
         for _ in range(CONNECTIONS):
-            conn = quiet_server._new_connection()
             transport = ListTransport()
             transport.keep = False  # what the server writes is dropped
-            conn.connection_made(cast(asyncio.Transport, transport))
+            conn = connection(quiet_server, transport)
             conn.data_received(hello)
             conns.append(conn)
         gc.collect()
