@@ -21,7 +21,12 @@ from structlog.typing import FilteringBoundLogger
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.wire import Wire
-from huddle.protocol.errors import CorruptMessageError, ErrorCode, MessageTooLargeError
+from huddle.protocol.errors import (
+    CorruptMessageError,
+    ErrorCode,
+    MessageTooLargeError,
+    UsageError,
+)
 from huddle.protocol.framing import HEADER_SIZE
 from huddle.protocol.messages import (
     PROTOCOL_VERSION,
@@ -47,7 +52,7 @@ class _NoFrames(deque[bytes]):
     connection takes a deque of its own for the frames it reads)."""
 
     def _refuse(self, *_: object) -> None:
-        raise TypeError("the shared empty inbox takes no frames")
+        raise UsageError("the shared empty inbox takes no frames")
 
     append = appendleft = extend = extendleft = insert = _refuse
 
