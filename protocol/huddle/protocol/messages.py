@@ -26,7 +26,6 @@ of them is importable from here.
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated
 
 from msgspec import Meta, Struct, field
@@ -387,11 +386,13 @@ def known_in(version: int, message: type[Message]) -> bool:
     return INTRODUCED_IN.get(message, 1) <= version
 
 
-@functools.cache
 def unknown_to(version: int) -> frozenset[type[Message]]:
-    """The message types a peer that handshook with ``version`` does not know (one set per
-    version, shared by its connections)."""
-    return frozenset(t for t in INTRODUCED_IN if not known_in(version, t))
+    """The message types a peer that handshook with ``version`` does not know (none for a
+    current peer: then one empty set, shared, not one of 216 bytes per connection)."""
+    return frozenset(t for t in INTRODUCED_IN if not known_in(version, t)) or _KNOWS_ALL
+
+
+_KNOWS_ALL: frozenset[type[Message]] = frozenset()
 
 
 class Tagged(Struct, kw_only=True):
