@@ -194,4 +194,5 @@ def test_pending_id_used_from_a_new_connection_survives_the_old_one_closing() ->
     d.close(1)
     d.advance(1_000)
     assert pending in d.group().members
-    assert d.core.sessions.by_conn == {2: {("g", pending)}}
+    assert list(d.core.sessions.by_conn) == [2]
+    assert list(d.core.sessions.keys_of(2)) == [("g", pending)]

@@ -126,7 +126,7 @@ def handshake(
     conn.client_id = hello.client_id
     digest = incarnation_digest(hello.incarnation)  # the token itself is kept nowhere
     conn.peer = Peer(conn.conn_id, hello.client_id, conn.host, conn.peer.principal, digest)
-    conn.log = conn.log.bind(client_id=hello.client_id)
+    conn.bind_log(client_id=True)
     conn.sasl = begun
     if begun is None:
         _ready(host, conn)
@@ -308,7 +308,7 @@ def _authenticated(
 ) -> None:
     conn.sasl = None
     conn.peer = replace(conn.peer, principal=session.principal)
-    conn.log = conn.log.bind(principal=session.principal)
+    conn.bind_log(principal=True)
     conn.log.info("authenticated", mechanism=session.mechanism)
     _ready(host, conn)
     replies.authenticated(conn, answer, session.principal)

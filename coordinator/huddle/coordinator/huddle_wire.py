@@ -51,7 +51,7 @@ class HuddleWire:
     def __init__(self, host: HandshakeHost, security: ListenerSecurity | None) -> None:
         self.host = host
         self.security = security
-        self._codec = ServerCodec()  # reads only: one decoder serves every connection
+        self._codec = ServerCodec()  # one codec serves every connection (it keeps no state)
         # the codec's decoder itself: its decode() only renames the rare errors (read
         # again through it in _unreadable), and a frame costs one Python call less
         self._decode = msgspec.msgpack.Decoder(ClientFrame).decode
@@ -60,7 +60,7 @@ class HuddleWire:
         return FrameReader(max_frame_bytes)
 
     def codec(self) -> ServerCodec:
-        return ServerCodec()
+        return self._codec  # it keeps nothing of a connection: one serves them all
 
     def take(self, conn: Connection, body: bytes) -> Call | None:
         if conn.sasl is FAILED:

@@ -86,7 +86,7 @@ class Joins:
         if req.member_id:
             return None  # known (or pending) already: counted
         limit = self.config.max_members_per_connection
-        held = len(self.sessions.by_conn.get(conn.conn_id, ()))
+        held = len(self.sessions.keys_of(conn.conn_id))
         if held < limit:
             return None
         return Refusal(

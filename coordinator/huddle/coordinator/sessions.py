@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 import structlog
@@ -73,7 +73,10 @@ class Sessions:
         self.config = config
         self.timers = timers
         self.groups: dict[str, Group] = {}
-        self.by_conn: dict[int, set[MemberKey]] = {}
+        # conn_id -> the member (or member id handed out) that speaks through it, or the
+        # set of them when it holds several (``keys_of``): most connections hold one, and
+        # a set of one costs about 200 bytes
+        self.by_conn: dict[int, MemberKey | set[MemberKey]] = {}
         self.new_member_id = new_member_id
         self.changes: list[Record] = changes if changes is not None else []
         # the restart fence a journal of an older version asks for (its longest session,
@@ -323,7 +326,8 @@ class Sessions:
         """Members that spoke through ``conn_id`` get the disconnect grace (``grace``, or
         the configured one when None), if enabled; static members keep session-timeout
         semantics."""
-        keys = self.by_conn.pop(conn_id, set())
+        keys = self.keys_of(conn_id)
+        self.by_conn.pop(conn_id, None)
         if grace is None:
             grace = self.config.disconnect_grace_ms
         if grace < 0:
@@ -349,15 +353,30 @@ class Sessions:
         member.principal = conn.principal
         member.host = conn.host
 
+    def keys_of(self, conn_id: int) -> Collection[MemberKey]:
+        """The members (and member ids handed out) that speak through ``conn_id``."""
+        held = self.by_conn.get(conn_id)
+        if held is None:
+            return ()
+        return held if isinstance(held, set) else (held,)
+
     def bind_key(self, conn_id: int, key: MemberKey) -> None:
-        self.by_conn.setdefault(conn_id, set()).add(key)
+        held = self.by_conn.get(conn_id)
+        if held is None:
+            self.by_conn[conn_id] = key
+        elif isinstance(held, set):
+            held.add(key)
+        elif held != key:
+            self.by_conn[conn_id] = {held, key}
 
     def _unbind_key(self, conn_id: int, key: MemberKey) -> None:
-        keys = self.by_conn.get(conn_id)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
+        held = self.by_conn.get(conn_id)
+        if isinstance(held, set):
+            held.discard(key)
+            if not held:
                 del self.by_conn[conn_id]
+        elif held == key:
+            del self.by_conn[conn_id]
 
     def touch(self, fx: Effects, member: Member) -> None:
         """Activity from a member (or a request made for it) pushes its session deadline
