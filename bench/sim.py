@@ -2,14 +2,19 @@
 takes to find each planted bug.
 
     python -m bench.sim [--seeds 10000] [--jobs 2] [--planted-seeds 2000]
+    python -m bench.sim --trace-digests 300    # one digest per protocol of every step's trace
 
 Runs 8 members x 32 partitions with 20 faults per run (the defaults of ``huddle sim run``).
 Seeds/s is measured twice in the same run: in one process, and over ``--jobs`` processes.
+``--trace-digests N`` hashes the full step log of seeds 0..N-1 (what ``huddle sim replay``
+prints: every request, answer, callback, fault and member log line, with its time) and each
+outcome, one digest per protocol: a change that keeps them keeps every run as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import multiprocessing
 import statistics
 import time
@@ -18,6 +23,7 @@ from contextlib import closing
 from huddle.sim import PROTOCOLS, SimConfig
 from huddle.sim.cli import Tally, cpu_model, run_many
 from huddle.sim.planted import BUGS
+from huddle.sim.world import simulate
 
 # The protocol each planted bug concerns first (the others are tried after it).
 CONCERNS = {
@@ -37,6 +43,19 @@ def seeds_per_second(protocol: str, seeds: int) -> float:
     return seeds / (time.perf_counter() - started)
 
 
+def trace_digest(protocol: str, seeds: int) -> str:
+    """One digest of the step logs and outcomes of seeds 0..``seeds``-1."""
+    digest = hashlib.blake2b(digest_size=16)
+    for seed in range(seeds):
+        o = simulate(
+            seed, SimConfig(protocol=protocol), tracer=lambda line: digest.update(line.encode())
+        )
+        v = o.violation
+        told = f"{seed} {o.steps} {o.sim_ms!r} {o.digest} {o.rebalances} {o.converged_after_ms!r}"
+        digest.update(f"{told} {v and (v.invariant, v.detail, v.step)}\n".encode())
+    return digest.hexdigest()
+
+
 def find(bug: str, protocol: str, limit: int, jobs: int) -> tuple[int, str] | None:
     """The first seed (and invariant) that finds ``bug`` planted, within ``limit`` seeds."""
     config = SimConfig(protocol=protocol, plant=(bug,))
@@ -53,7 +72,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count())
     parser.add_argument("--planted-seeds", type=int, default=2_000)
     parser.add_argument("--single", type=int, default=300, help="seeds for the one-process rate")
+    parser.add_argument(
+        "--trace-digests", type=int, default=0, metavar="N", help="only print trace digests"
+    )
     args = parser.parse_args()
+    if args.trace_digests:
+        for protocol in PROTOCOLS:
+            digest = trace_digest(protocol, args.trace_digests)
+            print(f"{protocol:<21} {args.trace_digests} seeds {digest}")
+        return
     print(f"CPU: {cpu_model()}, {multiprocessing.cpu_count()} cores; jobs {args.jobs}")
     print("8 members x 32 partitions, 20 faults per run")
     print(f"\none process, {args.single} seeds each:")
