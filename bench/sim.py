@@ -3,12 +3,16 @@ takes to find each planted bug.
 
     python -m bench.sim [--seeds 10000] [--jobs 2] [--planted-seeds 2000]
     python -m bench.sim --trace-digests 300    # one digest per protocol of every step's trace
+    python -m bench.sim --against PATH [--single 60] [--rounds 3]
 
 Runs 8 members x 32 partitions with 20 faults per run (the defaults of ``huddle sim run``).
 Seeds/s is measured twice in the same run: in one process, and over ``--jobs`` processes.
 ``--trace-digests N`` hashes the full step log of seeds 0..N-1 (what ``huddle sim replay``
 prints: every request, answer, callback, fault and member log line, with its time) and each
 outcome, one digest per protocol: a change that keeps them keeps every run as it was.
+``--against PATH`` measures the one-process rate of this checkout and of the huddle found on
+PATH (a PYTHONPATH: another checkout's source folders, or a compiled build), in turns, in
+the same run: the medians and their ratio per protocol.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import multiprocessing
+import os
 import statistics
+import subprocess
+import sys
 import time
 from contextlib import closing
 
@@ -56,6 +63,31 @@ def trace_digest(protocol: str, seeds: int) -> str:
     return digest.hexdigest()
 
 
+def rate_in_child(protocol: str, seeds: int, path: str | None) -> float:
+    """``seeds_per_second`` in a fresh interpreter, importing huddle from ``path`` if given."""
+    env = dict(os.environ)
+    if path is not None:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([path, here])  # that huddle, this bench
+    command = [sys.executable, "-m", "bench.sim", "--rate", protocol, "--single", str(seeds)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return float(done.stdout)
+
+
+def against(path: str, seeds: int, rounds: int) -> None:
+    """This checkout's one-process rate and that of the huddle on ``path``, in turns."""
+    print(f"CPU: {cpu_model()}; one process, {seeds} seeds, {rounds} rounds, in turns")
+    for protocol in PROTOCOLS:
+        here: list[float] = []
+        there: list[float] = []
+        for n in range(rounds):
+            order = [(here, None), (there, path)]
+            for rates, where in order if n % 2 == 0 else order[::-1]:
+                rates.append(rate_in_child(protocol, seeds, where))
+        a, b = statistics.median(here), statistics.median(there)
+        print(f"  {protocol:<21} this {a:6.1f}  {path}: {b:6.1f} seeds/s  ({b / a:.2f}x)")
+
+
 def find(bug: str, protocol: str, limit: int, jobs: int) -> tuple[int, str] | None:
     """The first seed (and invariant) that finds ``bug`` planted, within ``limit`` seeds."""
     config = SimConfig(protocol=protocol, plant=(bug,))
@@ -75,7 +107,17 @@ def main() -> None:
     parser.add_argument(
         "--trace-digests", type=int, default=0, metavar="N", help="only print trace digests"
     )
+    parser.add_argument("--against", metavar="PATH", help="compare with the huddle on PATH")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of --against")
+    parser.add_argument("--rate", metavar="PROTOCOL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rate:  # one measurement, for --against
+        simulate(0, SimConfig(protocol=args.rate))  # warm: imports and first-use caches
+        print(seeds_per_second(args.rate, args.single))
+        return
+    if args.against:
+        against(args.against, args.single, args.rounds)
+        return
     if args.trace_digests:
         for protocol in PROTOCOLS:
             digest = trace_digest(protocol, args.trace_digests)
