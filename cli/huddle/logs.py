@@ -285,6 +285,7 @@ def _to_logging(
 
 
 _LIBRARY_PROCESSORS: list[Processor] = [
+    structlog.stdlib.filter_by_level,  # first: an event logging would drop costs no more
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,

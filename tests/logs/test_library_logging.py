@@ -92,3 +92,27 @@ def test_warnings_reach_stderr_without_any_configuration(
     assert captured.out == ""
     assert "quiet_event" not in captured.err
     assert "loud_event group_id='g' reason='x'" in captured.err
+
+
+def test_an_event_below_the_level_is_dropped_before_it_is_rendered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a member logs on every heartbeat error and rejoin: at a level logging drops, the
+    # event must cost one check, not a timestamp and a rendering (the simulator runs
+    # millions of them)
+    from huddle import logs
+
+    rendered: list[str] = []
+
+    def spy(logger: object, method: str, event: dict[str, object]) -> dict[str, object]:
+        rendered.append(str(event["event"]))
+        return event
+
+    processors = [*logs._LIBRARY_PROCESSORS[:-1], spy, logs._LIBRARY_PROCESSORS[-1]]
+    monkeypatch.setattr(logs, "_LIBRARY_PROCESSORS", processors)
+    monkeypatch.setattr(logging.getLogger("huddle.test.level"), "level", logging.WARNING)
+    log = library_logger("huddle.test.level").bind(group_id="g")
+    log.info("below")
+    log.debug("below too")
+    log.warning("at")
+    assert rendered == ["at"]

@@ -113,7 +113,9 @@ class Application:
         now = self.process.now_ms()
         owned = self.process.core.owned
         kept = owned | self.replicas
-        for tp in kept | self.state.keys():
+        tasks = set(kept)  # a set (``kept | self.state.keys()`` is one, typed a frozenset)
+        tasks.update(self.state.keys())
+        for tp in tasks:
             if tp in self.state:
                 lag = 0.0 if tp in owned else self._lag(tp, now)
             else:

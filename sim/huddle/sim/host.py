@@ -51,6 +51,7 @@ class CoordinatorHost:
         self.incarnation = 0
         self.core: Coordinator | None = None
         self.links: dict[int, Link] = {}
+        self.peers: dict[int, Peer] = {}  # who each link is, as its handshake told the core
         self._wake: Timer | None = None
         self._ids = 0
         self._admin_cid = 0
@@ -89,6 +90,7 @@ class CoordinatorHost:
         for link in list(self.links.values()):
             link.close_by_coordinator("the coordinator went away")
         self.links.clear()
+        self.peers.clear()
 
     # --- the network's end ----------------------------------------------------------
 
@@ -96,19 +98,25 @@ class CoordinatorHost:
         if self.core is None:
             return False
         self.links[link.conn_id] = link
+        self.peers[link.conn_id] = Peer(
+            link.conn_id,
+            f"m{link.member.index}",
+            "sim",
+            incarnation=incarnation_digest(link.token),
+        )
         return True
 
     def connection_ended(self, link: Link) -> None:
+        self.peers.pop(link.conn_id, None)
         if self.links.pop(link.conn_id, None) is None or self.core is None:
             return
         self._send(self.core.connection_closed(link.conn_id, self.sched.now))
 
     def request_arrived(self, link: Link, cid: int, request: Request) -> None:
         core = self.core
-        if core is None or link.conn_id not in self.links:
+        peer = self.peers.get(link.conn_id)
+        if core is None or peer is None:
             return
-        token = incarnation_digest(link.token)
-        peer = Peer(link.conn_id, f"m{link.member.index}", "sim", incarnation=token)
         if type(request) is OffsetCommitRequest:
             before = _committed(core, request)
             allowed = _commit_allowed(core, request)

@@ -97,7 +97,7 @@ class Checker:
         confirmed on fresh sets before it counts."""
         for m in changed:
             gained = self._seen(m, m.processing())
-            for tp in sorted(gained):
+            for tp in sorted(gained) if gained else ():
                 holders = self.holders[tp]
                 if len(holders) > 1:
                     for other in sorted(holders - {m.index}):
@@ -118,12 +118,15 @@ class Checker:
             return  # deleted: every generation members hold is from a past life
         life_ids = self.life_ids
         for m in changed:
-            if not m.alive or m.core.generation <= 0 or m.core.member_id not in life_ids:
+            if not m.alive:
+                continue
+            current = m.core.current  # its generation and member id, read once
+            if current.id <= 0 or current.member_id not in life_ids:
                 continue  # no generation, or one from a past life of the group
-            if m.core.generation > group.generation and not self._unfinished(m, group.generation):
+            if current.id > group.generation and not self._unfinished(m, group.generation):
                 self.fail(
                     "generations",
-                    f"member {m.index} is in generation {m.core.generation}; the group is "
+                    f"member {m.index} is in generation {current.id}; the group is "
                     f"at generation {group.generation}",
                 )
 

@@ -79,20 +79,26 @@ class Link:
 
     def _up(self, fn: Callable[..., None], *args: Any) -> None:
         net = self.net
-        when = max(net.sched.now + self._delay(), self.last_up)
+        sched = net.sched
+        when = sched.now + (self.latency + net.rng.random() * self.jitter)  # _delay, inlined
+        if when < self.last_up:
+            when = self.last_up
         self.last_up = when
-        net.sched.at(when, self._arrive, fn, args)
+        sched.at(when, self._arrive, fn, args)
 
     def _down(self, fn: Callable[..., None], *args: Any) -> None:
         net = self.net
-        when = max(net.sched.now + self._delay(), self.last_down)
+        sched = net.sched
+        when = sched.now + (self.latency + net.rng.random() * self.jitter)  # _delay, inlined
+        if when < self.last_down:
+            when = self.last_down
         self.last_down = when
-        net.sched.at(when, self._arrive, fn, args)
+        sched.at(when, self._arrive, fn, args)
 
     def _arrive(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         if self.dead:
             return
-        if self.member.index in self.net.partitioned or self.held:
+        if self.held or self.member.index in self.net.partitioned:
             # cut off, or behind what waited for a partition to heal: nothing overtakes it
             self.held.append((fn, args))
             if self.member.index not in self.net.partitioned:

@@ -63,7 +63,7 @@ class MemberProcess:
     def at_local(self, local: float, fn: Callable[..., None], *args: Any) -> Timer:
         # a hair late, so its own clock reads ``local`` or later when it runs (the two
         # conversions round; a deadline seen as not quite due would be scheduled again)
-        when = self.to_global(local) + TICK_MS
+        when = (local - self.offset) / (1.0 + self.drift) + TICK_MS  # to_global, inlined
         return self.world.sched.at(when, self.run, self.epoch, fn, args)
 
     def to_global(self, local: float) -> float:
@@ -71,7 +71,9 @@ class MemberProcess:
         return (local - self.offset) / (1.0 + self.drift)
 
     def after_local(self, delay: float, fn: Callable[..., None], *args: Any) -> Timer:
-        return self.at_local(self.now_ms() + delay, fn, *args)
+        local = self.offset + self.world.sched.now * (1.0 + self.drift) + delay  # now_ms()
+        when = (local - self.offset) / (1.0 + self.drift) + TICK_MS  # as at_local
+        return self.world.sched.at(when, self.run, self.epoch, fn, args)
 
     def run(self, epoch: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         """Everything the process does goes through here: nothing runs after it died, and
@@ -81,8 +83,13 @@ class MemberProcess:
         if self.paused:
             self.deferred.append((fn, args))
             return
-        self._act(fn, *args)
-        self.world.changed(self)
+        world = self.world  # _act, inlined: every step of a member comes through here
+        before, world.acting = world.acting, self
+        try:
+            fn(*args)
+        finally:
+            world.acting = before
+        world.changed(self)
 
     def _act(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn`` as this member's code (what it logs is its own, in the step log)."""

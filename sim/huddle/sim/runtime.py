@@ -417,13 +417,13 @@ class SimRuntime:
         timer = self.wd_timer
         if (
             timer is None
-            or not timer.pending
+            or timer.fn is None  # not pending
             or abs(timer.when - process.to_global(wake) - TICK_MS) > TICK_MS
         ):
             if timer is not None:
                 timer.cancel()
             self.wd_timer = process.at_local(wake, self.poke)
-        if not self.offline.serving or self.hb is not None:
+        if self.hb is not None or not self.offline.serving:
             return
         action = driver.heartbeat(now)
         while isinstance(action, SessionExpired):  # a callback overran: given up
@@ -437,7 +437,7 @@ class SimRuntime:
             timer = self.hb_timer
             if (
                 timer is not None
-                and timer.pending
+                and timer.fn is not None  # pending
                 and action.at is not None
                 and abs(timer.when - process.to_global(action.at) - TICK_MS) <= TICK_MS
             ):

@@ -5,8 +5,8 @@ Ties run in the order they were scheduled, so a run depends on nothing but its i
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import Any
 
 
@@ -37,9 +37,11 @@ class Scheduler:
 
     def at(self, when: float, fn: Callable[..., None], *args: Any) -> Timer:
         """Run ``fn(*args)`` at ``when`` (never before now)."""
-        timer = Timer(max(when, self.now), fn, args)
-        self._seq += 1
-        heapq.heappush(self._queue, (timer.when, self._seq, timer))
+        if when < self.now:
+            when = self.now
+        timer = Timer(when, fn, args)
+        self._seq = seq = self._seq + 1
+        heappush(self._queue, (when, seq, timer))
         return timer
 
     def after(self, delay: float, fn: Callable[..., None], *args: Any) -> Timer:
@@ -48,14 +50,14 @@ class Scheduler:
     def next_time(self) -> float | None:
         queue = self._queue
         while queue and queue[0][2].fn is None:
-            heapq.heappop(queue)
+            heappop(queue)
         return queue[0][0] if queue else None
 
     def step(self) -> bool:
         """Run the next thing due; False if nothing is left."""
         queue = self._queue
         while queue:
-            when, _, timer = heapq.heappop(queue)
+            when, _, timer = heappop(queue)
             fn = timer.fn
             if fn is None:
                 continue

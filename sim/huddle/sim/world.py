@@ -305,7 +305,7 @@ class World:
                 while sched.step():
                     if self._dirty:
                         checker.check_members(self.members, self._dirty)
-                        self._dirty = set()
+                        self._dirty.clear()
                         if sched.now >= self.quiet_from and self.converged():
                             self.converged_at = sched.now
                             break
