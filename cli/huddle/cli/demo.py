@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             return result.exit_code
         run_dirs.append(settings.run_dir)
     print("\n== report (PySpark) ==", flush=True)
-    spark = build_session("local[*]", verbose=bool(args.verbose))
+    spark = build_session("local[*]", verbose=bool(args.verbose), small_data=True)
     try:
         summaries = []
         for d in run_dirs:
