@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # huddle is installed editable in setuptools' strict mode (a tree of links to the sources, on a
 # static path entry: no import hook, so mypy and other static tools resolve `huddle.*`). A module
 # added or removed changes its folder, which re-links the tree.
-PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ cli/huddle/)
+PACKAGE_DIRS := $(wildcard */huddle/*/ */huddle/*/*/ */huddle/*/*/*/ cli/huddle/)
 # The fast tier runs on pytest-xdist workers: most of its tests wait on sockets, timers and
 # child processes rather than the CPU, so four of them keep two cores busy (`make check
 # WORKERS=` runs it in one process). The tests that assert a wall-clock bound (`timing`),
@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.cluster
+	$(BIN)/python -m bench.etcd_txns
 	$(BIN)/python -m bench.security
 	$(BIN)/python -m bench.metrics
 

@@ -13,6 +13,11 @@ Two sections (``--sections commits,scale``):
   (until every member has synced the new generation), p50 and max.
 
     python -m bench.cluster [--sections commits,scale] [--rounds 3]
+    python -m bench.cluster --sections commits --compare ../main-checkout --loads 100
+
+``--compare`` runs the one node with ``--fsync`` and the three-node cluster both from another
+checkout (a git worktree of main, in this virtualenv) and from this one, in turn each round,
+and prints the ratios.
 
 Needs the ``etcd`` binary (``apt-get install etcd-server``). Prints the CPU model.
 """
@@ -36,6 +41,7 @@ from bench.journal import PARTITIONS, commit_request
 from bench.processes import (
     HOST,
     ServerProcess,
+    checkout_env,
     cpu_seconds,
     huddle_serve,
     new_event_loop,
@@ -56,6 +62,7 @@ from huddle.protocol.messages import (
 from huddle.sim.cli import cpu_model
 
 SHARDS = 50
+ETCD_PIDS: dict[int, int] = {}  # the etcd started, by port: its CPU is counted too
 READY_S = 60.0
 
 
@@ -66,19 +73,24 @@ class Setup:
     name: str
     ports: list[int]
     pids: list[int]
+    cpu_per_commit: list[float] = field(default_factory=list)  # its servers', each run
+    store_pid: int | None = None  # the etcd a cluster writes to
+    store_cpu_per_commit: list[float] = field(default_factory=list)  # etcd's, each run
 
 
 # --- starting what is measured ------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def single(name: str, *flags: str) -> Iterator[Setup]:
-    with server_process(name, huddle_serve(*flags)) as server:
+def single(name: str, *flags: str, env: dict[str, str] | None = None) -> Iterator[Setup]:
+    with server_process(name, huddle_serve(*flags), env=env) as server:
         yield Setup(name, [server.port], [server.pid])
 
 
 @contextlib.contextmanager
-def cluster(name: str, etcd_port: int, nodes: int, prefix: str) -> Iterator[Setup]:
+def cluster(
+    name: str, etcd_port: int, nodes: int, prefix: str, env: dict[str, str] | None = None
+) -> Iterator[Setup]:
     flags = (
         "--log-level", "error",
         "--cluster", f"etcd://{HOST}:{etcd_port}", "--cluster-prefix", prefix,
@@ -86,10 +98,11 @@ def cluster(name: str, etcd_port: int, nodes: int, prefix: str) -> Iterator[Setu
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         servers: list[ServerProcess] = [
-            stack.enter_context(server_process(f"{name}-{i}", huddle_serve(*flags)))
+            stack.enter_context(server_process(f"{name}-{i}", huddle_serve(*flags), env=env))
             for i in range(nodes)
         ]
         setup = Setup(name, [s.port for s in servers], [s.pid for s in servers])
+        setup.store_pid = ETCD_PIDS.get(etcd_port)
         asyncio.get_event_loop().run_until_complete(settled(setup))
         yield setup
 
@@ -203,16 +216,36 @@ async def throughput(setup: Setup, connections: int, seconds: float) -> float:
             offset += 1
             done += 1
 
+    store = [setup.store_pid] if setup.store_pid is not None else []
     try:
+        cpu = sum(map(cpu_seconds, setup.pids))
+        store_cpu = sum(map(cpu_seconds, store))
         started = time.perf_counter()
         await asyncio.gather(*(one(c, g) for c, g in zip(conns, groups, strict=True)))
-        return done / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        setup.cpu_per_commit.append((sum(map(cpu_seconds, setup.pids)) - cpu) / max(done, 1))
+        used = sum(map(cpu_seconds, store)) - store_cpu
+        setup.store_cpu_per_commit.append(used / max(done, 1))
+        return done / elapsed
     finally:
         await close_all(conns)
 
 
-def commits_section(etcd_port: int, tmp: str, rounds: int, commits: int, seconds: float) -> None:
-    Starter = Callable[[int], contextlib.AbstractContextManager[Setup]]
+Starter = Callable[[int], contextlib.AbstractContextManager[Setup]]
+
+
+def commits_section(
+    etcd_port: int,
+    tmp: str,
+    rounds: int,
+    commits: int,
+    seconds: float,
+    loads: Sequence[int] = (1, 10, 100),
+    before: dict[str, str] | None = None,
+) -> None:
+    """Every setup in turn, each round; with ``before`` (the environment of another
+    checkout: ``--compare``) the one node with ``--fsync`` and the three-node cluster, each
+    run from that checkout and from this one."""
     setups: dict[str, Starter] = {
         "one node, --data-dir": lambda r: single("dd", "--data-dir", f"{tmp}/dd{r}"),
         "one node, --data-dir --fsync": lambda r: single(
@@ -221,9 +254,12 @@ def commits_section(etcd_port: int, tmp: str, rounds: int, commits: int, seconds
         "cluster of 1 node": lambda r: cluster("c1", etcd_port, 1, f"/bench/c1-{r}"),
         "cluster of 3 nodes": lambda r: cluster("c3", etcd_port, 3, f"/bench/c3-{r}"),
     }
-    loads = (1, 10, 100)
+    if before is not None:
+        setups = compared(etcd_port, tmp, before)
     rtt: dict[str, list[float]] = {n: [] for n in setups}
     rate: dict[tuple[str, int], list[float]] = {(n, c): [] for n in setups for c in loads}
+    cpu: dict[str, list[float]] = {n: [] for n in setups}  # at the most committers
+    store_cpu: dict[str, list[float]] = {n: [] for n in setups}
     loop = asyncio.get_event_loop()
     for r in range(rounds):
         for name, start in setups.items():
@@ -231,15 +267,62 @@ def commits_section(etcd_port: int, tmp: str, rounds: int, commits: int, seconds
                 rtt[name].append(loop.run_until_complete(round_trip(setup, commits)))
                 for c in loads:
                     rate[name, c].append(loop.run_until_complete(throughput(setup, c, seconds)))
+                cpu[name].append(setup.cpu_per_commit[-1])
+                store_cpu[name].append(setup.store_cpu_per_commit[-1])
             print(f"  round {r + 1}/{rounds}: {name} done", flush=True)
-    base = statistics.median(rtt["one node, --data-dir"])
+    base = statistics.median(rtt[next(iter(setups))])
     print(f"\ncommits, {PARTITIONS} partitions each, median of {rounds} rounds; CPU: {cpu_model()}")
-    print(f"  {'':30} {'round trip':>12} {'x':>6}   " + "".join(f"{c:>7} conn" for c in loads))
+    head = "".join(f"{c:>7} conn" for c in loads)
+    print(f"  {'':36} {'round trip':>12} {'x':>6}   {head}   CPU/commit")
     for name in setups:
         m = statistics.median(rtt[name])
         rates = "".join(f"{statistics.median(rate[name, c]):>12,.0f}" for c in loads)
-        print(f"  {name:30} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}")
-    print("  (commits/s: that many connections committing back to back, each its own group)")
+        used = statistics.median(cpu[name]) * 1e6
+        etcd = statistics.median(store_cpu[name]) * 1e6
+        also = f" + etcd {etcd:5.1f} us" if etcd else ""
+        print(f"  {name:36} {m * 1e6:9.0f} us {m / base:6.2f}   {rates}   {used:7.1f} us{also}")
+    print("  (commits/s: that many connections committing back to back, each its own group;")
+    print(f"   CPU/commit: the servers' CPU time (user + system) a commit at {loads[-1]} conn)")
+    if before is not None:
+        ratios(rate, loads)
+        fs = [statistics.median(cpu[f"one node, --fsync ({w})"]) for w in ("before", "now")]
+        c3 = [statistics.median(cpu[f"cluster of 3 nodes ({w})"]) for w in ("before", "now")]
+        print(
+            f"  CPU/commit now/before: one node --fsync {fs[1] / fs[0]:.2f}x, "
+            f"cluster {c3[1] / c3[0]:.2f}x"
+        )
+
+
+def compared(etcd_port: int, tmp: str, before: dict[str, str]) -> dict[str, Starter]:
+    """The one node with ``--fsync`` and the three-node cluster, before and now, in turn."""
+
+    def one(when: str, env: dict[str, str] | None) -> Starter:
+        return lambda r: single(
+            f"fs-{when}", "--data-dir", f"{tmp}/fs-{when}{r}", "--fsync", env=env
+        )
+
+    def three(when: str, env: dict[str, str] | None) -> Starter:
+        return lambda r: cluster(f"c3-{when}", etcd_port, 3, f"/bench/c3-{when}-{r}", env=env)
+
+    setups: dict[str, Starter] = {}
+    for when, env in (("before", before), ("now", None)):
+        setups[f"one node, --fsync ({when})"] = one(when, env)
+        setups[f"cluster of 3 nodes ({when})"] = three(when, env)
+    return setups
+
+
+def ratios(rate: dict[tuple[str, int], list[float]], loads: Sequence[int]) -> None:
+    def median(name: str, c: int) -> float:
+        return statistics.median(rate[name, c])
+
+    for c in loads:
+        fs = {w: median(f"one node, --fsync ({w})", c) for w in ("before", "now")}
+        c3 = {w: median(f"cluster of 3 nodes ({w})", c) for w in ("before", "now")}
+        print(
+            f"  {c:>3} conn: one node --fsync now/before {fs['now'] / fs['before']:.2f}x, "
+            f"cluster now/before {c3['now'] / c3['before']:.2f}x; cluster of one node "
+            f"--fsync: before {c3['before'] / fs['before']:.0%}, now {c3['now'] / fs['now']:.0%}"
+        )
 
 
 # --- scale ------------------------------------------------------------------------------------
@@ -436,6 +519,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--members-per-connection", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--loads", default="1,10,100", help="committers, comma-separated")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="another checkout (a git worktree of main): the one node with --fsync and the "
+        "three-node cluster run from it and from this one, in turn",
+    )
     args = parser.parse_args(argv)
     quiet_logs()
     sections = set(args.sections.split(","))
@@ -443,9 +533,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory(prefix="huddle-bench-cluster-") as tmp:
         etcd, etcd_port = start_etcd(Path(tmp))
+        ETCD_PIDS[etcd_port] = etcd.pid
         try:
             if "commits" in sections:
-                commits_section(etcd_port, tmp, args.rounds, args.commits, args.commit_seconds)
+                loads = [int(c) for c in args.loads.split(",")]
+                before = None
+                if args.compare is not None:
+                    before = checkout_env(args.compare, Path(tmp) / "before")
+                commits_section(
+                    etcd_port, tmp, args.rounds, args.commits, args.commit_seconds, loads, before
+                )
             if "scale" in sections:
                 scale_section(etcd_port, args)
         finally:

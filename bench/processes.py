@@ -58,6 +58,21 @@ def huddle_serve(*flags: str) -> Callable[[int], list[str]]:
     return command
 
 
+def checkout_env(checkout: Path, links: Path) -> dict[str, str]:
+    """The environment that runs ``huddle`` from another checkout of the repository (a git
+    worktree of main, say: ``--compare`` in the benchmarks), in this virtualenv: a tree of
+    links to that checkout's parts in ``links``, first on the path."""
+    package = links / "huddle"
+    package.mkdir(parents=True, exist_ok=True)
+    for part in sorted(checkout.glob("*/huddle")):
+        for entry in part.iterdir():
+            if entry.name != "__pycache__" and not (package / entry.name).exists():
+                (package / entry.name).symlink_to(entry.resolve())
+    if not (package / "__init__.py").exists():
+        raise RuntimeError(f"{checkout} holds no huddle parts")
+    return {**os.environ, "PYTHONPATH": str(links)}
+
+
 def echo_command(port: int) -> list[str]:
     return [sys.executable, "-m", "bench.echo", "--host", HOST, "--port", str(port)]
 
@@ -174,12 +189,15 @@ def server_process(
     *,
     cpu: int | None = None,
     attempts: int = 3,
+    env: dict[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
-    """Run ``command(port)`` on a free port; its output goes to our stderr; stopped on exit."""
+    """Run ``command(port)`` on a free port (with ``env``, if given: see ``checkout_env``);
+    its output goes to our stderr; stopped on exit."""
     for attempt in range(attempts):
         port = free_port()
         proc = subprocess.Popen(
             list(command(port)),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr,
             stderr=sys.stderr,

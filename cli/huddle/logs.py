@@ -294,6 +294,19 @@ _LIBRARY_PROCESSORS: list[Processor] = [
 ]
 
 
+_ABOVE_DEBUG = frozenset(
+    structlog.make_filtering_bound_logger(level)
+    for level in (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
+)
+
+
+def debug_enabled() -> bool:
+    """Whether a structlog debug event goes anywhere under the configuration now (a
+    filtering logger above debug drops it; any other configuration may keep it). A path
+    taken per request asks this first: an event built to be dropped costs about 2 µs."""
+    return structlog.get_config()["wrapper_class"] not in _ABOVE_DEBUG
+
+
 def library_logger(name: str) -> structlog.stdlib.BoundLogger:
     """A logger for library code: structlog's API (``bind``, ``info(event, **values)``)
     over the standard library's ``logging.getLogger(name)``, whatever structlog's own

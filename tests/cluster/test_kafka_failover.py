@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -29,7 +30,9 @@ from huddle.coordinator.kafka.apis import Api
 from huddle.protocol.addresses import free_port
 from huddle.protocol.admin_messages import DescribedGroup
 from tests.cluster.test_failover import SHARDS, node_flags
+from tests.cluster.test_faults import run_status
 from tests.etcd import Etcd, etcd
+from tests.helpers import eventually
 from tests.kafka.raw import RawKafka
 from tests.kafka_clients.conftest import require_client
 
@@ -276,3 +279,24 @@ def test_a_kafka_group_handed_to_a_joining_node_carries_on_without_a_rebalance(
         brokers.produce(bootstrap, topic, PARTITIONS, 6)
         consumers.committed_since(joined_at, "every partition committed after the hand-off")
         consumers.kept_since(joined_at, described, [second])
+
+
+@pytest.mark.e2e
+async def test_cluster_status_names_every_node_s_kafka_listener(etcd: Etcd, tmp_path: Path) -> None:
+    """``huddle cluster status``, asked at any node, lists each node's Kafka address
+    beside its own: where an operator points Kafka clients."""
+    with kafka_cluster(etcd, tmp_path / "nodes", count=2) as cluster:
+        nodes = cluster.nodes
+        want = {n.name: f"{HOST}:{n.kafka}" for n in nodes}
+
+        async def listed() -> bool:
+            result = await asyncio.to_thread(run_status, f"{HOST}:{nodes[1].port}", "--json")
+            assert result.returncode == 0, result.stderr
+            found = {n["node_id"]: n["kafka_address"] for n in json.loads(result.stdout)["nodes"]}
+            return found == want
+
+        await eventually(listed, wait_s=WAIT_S, what="both nodes listed with their Kafka address")
+        text = (await asyncio.to_thread(run_status, f"{HOST}:{nodes[0].port}")).stdout
+    assert "KAFKA" in text.splitlines()[2]
+    for address in want.values():
+        assert address in text

@@ -180,9 +180,9 @@ async def test_a_commit_whose_write_outcome_is_unknown_is_written_again_renewed(
     class AnswerLost(EtcdStore):
         lost = 1
 
-        async def write_if(self, *args: Any, **kwargs: Any) -> int | None:
-            written = await super().write_if(*args, **kwargs)
-            if self.lost and kwargs.get("lease") is None:
+        async def write_fenced_all(self, *args: Any, **kwargs: Any) -> list[bytes]:
+            written = await super().write_fenced_all(*args, **kwargs)
+            if self.lost:
                 self.lost -= 1
                 raise StoreTimeoutError("etcd did not answer within 3 s")
             return written

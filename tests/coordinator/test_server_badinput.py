@@ -579,7 +579,7 @@ async def test_a_reading_client_gets_an_answer_near_the_buffer_limit(
         await raw.handshake()
         for start in range(0, 4_000, 500):
             topics = [
-                TopicSpec(name=f"{i:05}" + "x" * 200, partitions=1)
+                TopicSpec(name=f"{i:05}" + "x" * 150, partitions=1)
                 for i in range(start, start + 500)
             ]
             created = await raw.call(CreateTopicsRequest(topics=topics))

@@ -66,6 +66,12 @@ def list_topics(d: Driver, names: list[str] | None = None) -> list[TopicMetadata
     return response.topics
 
 
+def shown(d: Driver, name: str, partitions: int) -> TopicMetadata:
+    """A topic as it is listed and announced: with the id it was given."""
+    topic_id = d.core.topics.ids[name]
+    return TopicMetadata(name=name, partitions=partitions, topic_id=topic_id)
+
+
 def codes(response: CreateTopicsResponse | AlterTopicsResponse | DeleteTopicsResponse) -> list[int]:
     return [t.error_code for t in response.topics]
 
@@ -89,8 +95,8 @@ def test_create_then_list() -> None:
     assert codes(response) == [E.NONE, E.NONE]
     assert [t.name for t in response.topics] == ["orders", "audit"]
     assert list_topics(d) == [
-        TopicMetadata(name="audit", partitions=1),
-        TopicMetadata(name="orders", partitions=3),
+        shown(d, "audit", 1),
+        shown(d, "orders", 3),
     ]
 
 
@@ -100,7 +106,7 @@ def test_creating_an_existing_topic_fails_and_keeps_its_partitions() -> None:
     response = create(d, ("orders", 8))
     assert codes(response) == [E.TOPIC_ALREADY_EXISTS]
     assert response.topics[0].error_message
-    assert list_topics(d, ["orders"]) == [TopicMetadata(name="orders", partitions=3)]
+    assert list_topics(d, ["orders"]) == [shown(d, "orders", 3)]
 
 
 @pytest.mark.parametrize(
@@ -120,7 +126,7 @@ def test_illegal_topic_names_are_refused(name: str) -> None:
 def test_legal_topic_names_are_accepted(name: str) -> None:
     d = driver()
     assert codes(create(d, (name, 1))) == [E.NONE]
-    assert list_topics(d) == [TopicMetadata(name=name, partitions=1)]
+    assert list_topics(d) == [shown(d, name, 1)]
 
 
 @pytest.mark.parametrize("partitions", [0, -1, MAX_PARTITIONS + 1])
@@ -135,14 +141,14 @@ def test_partition_count_out_of_range_is_refused(partitions: int) -> None:
 def test_partition_count_at_the_limit_is_accepted() -> None:
     d = driver()
     assert codes(create(d, ("orders", MAX_PARTITIONS))) == [E.NONE]
-    assert list_topics(d) == [TopicMetadata(name="orders", partitions=MAX_PARTITIONS)]
+    assert list_topics(d) == [shown(d, "orders", MAX_PARTITIONS)]
 
 
 def test_a_name_given_twice_in_one_request_refuses_the_second() -> None:
     d = driver()
     response = create(d, ("orders", 2), ("orders", 5))
     assert codes(response) == [E.NONE, E.INVALID_REQUEST]
-    assert list_topics(d) == [TopicMetadata(name="orders", partitions=2)]
+    assert list_topics(d) == [shown(d, "orders", 2)]
 
 
 def test_one_bad_topic_does_not_spoil_the_others() -> None:
@@ -159,9 +165,9 @@ def test_alter_grows_and_shrinks_a_topic() -> None:
     d = driver()
     create(d, ("orders", 3))
     assert codes(alter(d, ("orders", 6))) == [E.NONE]
-    assert list_topics(d, ["orders"]) == [TopicMetadata(name="orders", partitions=6)]
+    assert list_topics(d, ["orders"]) == [shown(d, "orders", 6)]
     assert codes(alter(d, ("orders", 2))) == [E.NONE]
-    assert list_topics(d, ["orders"]) == [TopicMetadata(name="orders", partitions=2)]
+    assert list_topics(d, ["orders"]) == [shown(d, "orders", 2)]
 
 
 def test_alter_of_an_unknown_topic_fails() -> None:
@@ -176,7 +182,7 @@ def test_alter_to_a_count_out_of_range_fails_and_keeps_the_count(partitions: int
     d = driver()
     create(d, ("orders", 3))
     assert codes(alter(d, ("orders", partitions))) == [E.INVALID_PARTITIONS]
-    assert list_topics(d, ["orders"]) == [TopicMetadata(name="orders", partitions=3)]
+    assert list_topics(d, ["orders"]) == [shown(d, "orders", 3)]
 
 
 def test_alter_to_the_same_count_succeeds_without_a_notice() -> None:
@@ -197,7 +203,7 @@ def test_delete_removes_the_topic() -> None:
     d = driver()
     create(d, ("orders", 3), ("audit", 1))
     assert codes(delete(d, "orders")) == [E.NONE]
-    assert list_topics(d) == [TopicMetadata(name="audit", partitions=1)]
+    assert list_topics(d) == [shown(d, "audit", 1)]
     assert list_topics(d, ["orders"]) == [
         TopicMetadata(name="orders", error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
     ]
@@ -216,16 +222,16 @@ def test_a_deleted_topic_can_be_created_again() -> None:
     create(d, ("orders", 3))
     delete(d, "orders")
     assert codes(create(d, ("orders", 5))) == [E.NONE]
-    assert list_topics(d) == [TopicMetadata(name="orders", partitions=5)]
+    assert list_topics(d) == [shown(d, "orders", 5)]
 
 
 def test_list_named_topics_in_the_order_asked_with_unknown_ones_flagged() -> None:
     d = driver()
     create(d, ("b", 2), ("a", 1))
     assert list_topics(d, ["b", "nope", "a"]) == [
-        TopicMetadata(name="b", partitions=2),
+        shown(d, "b", 2),
         TopicMetadata(name="nope", error_code=E.UNKNOWN_TOPIC_OR_PARTITION),
-        TopicMetadata(name="a", partitions=1),
+        shown(d, "a", 1),
     ]
     assert list_topics(d, []) == []
 
@@ -246,18 +252,18 @@ def test_changes_are_announced_to_member_connections_only() -> None:
     d.take_notices(2)
 
     create(d, ("orders", 3))
-    created = [TopicMetadataChanged(topics=[TopicMetadata(name="orders", partitions=3)])]
+    created = [TopicMetadataChanged(topics=[shown(d, "orders", 3)])]
     assert d.take_notices(1) == created
     assert d.take_notices(2) == created
     assert d.take_notices(ADMIN) == []  # the admin connection holds no member
 
     alter(d, ("orders", 5))
-    altered = [TopicMetadataChanged(topics=[TopicMetadata(name="orders", partitions=5)])]
+    altered = [TopicMetadataChanged(topics=[shown(d, "orders", 5)])]
     assert d.take_notices(1) == altered
     assert d.take_notices(2) == altered
 
     alter(d, ("orders", 2))
-    shrunk = [TopicMetadataChanged(topics=[TopicMetadata(name="orders", partitions=2)])]
+    shrunk = [TopicMetadataChanged(topics=[shown(d, "orders", 2)])]
     assert d.take_notices(1) == shrunk
     assert d.take_notices(2) == shrunk
 
@@ -278,13 +284,9 @@ def test_one_notice_per_request_naming_only_what_changed() -> None:
     create(d, ("kept", 1))
     d.take_notices(1)
     create(d, ("new", 2), ("kept", 4), ("bad/name", 1))
-    assert d.take_notices(1) == [
-        TopicMetadataChanged(topics=[TopicMetadata(name="new", partitions=2)])
-    ]
+    assert d.take_notices(1) == [TopicMetadataChanged(topics=[shown(d, "new", 2)])]
     alter(d, ("new", 2), ("kept", 3), ("ghost", 1))
-    assert d.take_notices(1) == [
-        TopicMetadataChanged(topics=[TopicMetadata(name="kept", partitions=3)])
-    ]
+    assert d.take_notices(1) == [TopicMetadataChanged(topics=[shown(d, "kept", 3)])]
 
 
 def test_failed_changes_send_no_notice() -> None:
@@ -333,9 +335,7 @@ def test_a_closed_connection_hears_nothing_and_its_replacement_hears_again() -> 
     d.reconnect(1, 3)
     assert d.heartbeat(3, a, d.group().generation) == E.NONE  # back through connection 3
     create(d, ("audit", 1))
-    assert d.take_notices(3) == [
-        TopicMetadataChanged(topics=[TopicMetadata(name="audit", partitions=1)])
-    ]
+    assert d.take_notices(3) == [TopicMetadataChanged(topics=[shown(d, "audit", 1)])]
 
 
 # --- committed offsets of topics that go away --------------------------------------------
@@ -446,11 +446,11 @@ def test_a_change_whose_answer_would_be_over_the_limit_changes_nothing() -> None
         assert isinstance(refused, ErrorResponse), refused
         assert refused.error_code == E.MESSAGE_TOO_LARGE
         assert "nothing was changed" in (refused.error_message or "")
-    assert list_topics(d) == [TopicMetadata(name="kept", partitions=1)]
+    assert list_topics(d) == [shown(d, "kept", 1)]
     assert d.take_notices(1) == []
     assert d.core.take_changes() == []
-    for part in (names[:50], names[50:]):
-        assert codes(create(d, *[(n, 1) for n in part])) == [E.NONE] * 50
+    for part in (names[:25], names[25:50], names[50:75], names[75:]):  # each with its id
+        assert codes(create(d, *[(n, 1) for n in part])) == [E.NONE] * 25
     assert len(list_topics(d)) == 101
 
 

@@ -161,6 +161,8 @@ def plain_kio(entity: Any, struct: Any, version: int) -> dict[str, Any]:
         value = getattr(entity, mine.name)
         if value is not None and field.is_struct_array():
             value = [plain_kio(item, field, version) for item in value]
+        elif field.tag is not None and field.is_struct() and value == type(value)():
+            value = None  # a tagged struct left out: kio reads its default, kafka-python None
         elif value is not None and field.is_struct():
             value = plain_kio(value, field, version)
         else:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
@@ -213,7 +214,8 @@ async def test_list_groups_lists_only_the_groups_described(no_acls: int) -> None
         assert list(answer.groups) == []
 
 
-async def test_a_topic_refused_beside_one_allowed(tmp_path: Path, logs: object) -> None:
+async def _ok_alone(tmp_path: Path) -> ServerConfig:
+    """A server with the authorizer on, on which anyone may create topics and read "ok"."""
     anyone = "User:ANONYMOUS"
     await keep(
         tmp_path,
@@ -223,7 +225,11 @@ async def test_a_topic_refused_beside_one_allowed(tmp_path: Path, logs: object) 
             acl(anyone, Operation.READ, ResourceType.TOPIC, "ok"),
         ],
     )
-    config = fast_server_config(data_dir=str(tmp_path), authorizer=True)
+    return fast_server_config(data_dir=str(tmp_path), authorizer=True)
+
+
+async def test_a_topic_refused_beside_one_allowed(tmp_path: Path, logs: object) -> None:
+    config = await _ok_alone(tmp_path)
     async with CoordinatorServer(config) as server:
         port = (await listen_kafka(server, "127.0.0.1", 0)).port
         async with RawKafka(port) as raw:
@@ -252,3 +258,42 @@ async def test_a_topic_refused_beside_one_allowed(tmp_path: Path, logs: object) 
             )
             codes = {t.name: [p.error_code for p in t.partitions] for t in answer.topics}
             assert codes == {"ok": [0], "t": [TOPIC_AUTHORIZATION_FAILED]}
+
+
+async def test_a_topic_asked_for_by_id_is_refused_by_id(tmp_path: Path, logs: object) -> None:
+    """Metadata v12 and Fetch v13 name topics by id: a refused one is answered with its id
+    (Metadata: and no name; ids are not secret, names are), beside one allowed."""
+    config = await _ok_alone(tmp_path)
+    async with CoordinatorServer(config) as server:
+        port = (await listen_kafka(server, "127.0.0.1", 0)).port
+        async with RawKafka(port) as raw:
+            topics = [
+                {"name": n, "num_partitions": 1, "replication_factor": 1} for n in ("ok", "t")
+            ]
+            created = await raw.call(Api.CREATE_TOPICS, 7, 1, topics=topics, timeout=1000)
+            ids = {t.name: t.topic_id for t in created.topics}
+            assert ids == server.core.topics.ids
+            described = await raw.call(
+                Api.METADATA,
+                12,
+                2,
+                topics=[{"topic_id": ids["ok"]}, {"topic_id": ids["t"]}],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+            fetched = await raw.call(
+                Api.FETCH,
+                13,
+                3,
+                max_wait=0,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                topics=[{"topic_id": ids[n], "partitions": [_FETCHED]} for n in ("ok", "t")],
+                forgotten_topics_data=[],
+            )
+    assert [(t.name, t.topic_id, t.error_code) for t in described.topics] == [
+        ("ok", ids["ok"], 0),
+        (None, ids["t"], TOPIC_AUTHORIZATION_FAILED),
+    ]
+    codes = {t.topic_id: [p.error_code for p in t.partitions] for t in fetched.responses}
+    assert codes == {ids["ok"]: [0], ids["t"]: [TOPIC_AUTHORIZATION_FAILED]}

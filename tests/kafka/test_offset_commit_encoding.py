@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import ClassVar, cast
+from uuid import UUID
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,21 +21,19 @@ from huddle.protocol.messages import (
 from tests.kafka.raw import parse, request
 
 LOWEST, HIGHEST = SERVED[Api.OFFSET_COMMIT]
+T_ID = UUID("0f6b6ac4-3c1e-4e3a-9d7e-3f0a1b2c3d4e")
 _codes = st.sampled_from([int(c) for c in ErrorCode]) | st.integers(-(2**15), 2**15 - 1)
-_topics = st.lists(
-    st.tuples(
-        st.text(max_size=300),
-        st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), _codes), max_size=140),
-    ),
-    max_size=5,
-)
+BY_ID = 10  # OffsetCommit's version that names topics by id
+_partitions = st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), _codes), max_size=140)
+_topics = st.lists(st.tuples(st.text(max_size=300), _partitions), max_size=5)
+_topics_by_id = st.lists(st.tuples(st.uuids(), _partitions), max_size=5)
 
 
 def by_kio(version: int, topics: offset_commit_encoding.Topics) -> bytes:
     values = {
         "topics": [
             {
-                "name": name,
+                "topic_id" if version >= BY_ID else "name": name,
                 "partitions": [{"partition_index": i, "error_code": c} for i, c in partitions],
             }
             for name, partitions in topics
@@ -45,9 +44,23 @@ def by_kio(version: int, topics: offset_commit_encoding.Topics) -> bytes:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(LOWEST, HIGHEST), _topics)
+@given(st.integers(LOWEST, BY_ID - 1), _topics)
 def test_the_answer_is_kios_bytes(version: int, topics: offset_commit_encoding.Topics) -> None:
     assert offset_commit_encoding.encode(version, topics) == by_kio(version, topics)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(BY_ID, HIGHEST), _topics_by_id)
+def test_the_answer_by_topic_id_is_kios_bytes(
+    version: int, topics: offset_commit_encoding.Topics
+) -> None:
+    assert offset_commit_encoding.encode(version, topics) == by_kio(version, topics)
+
+
+class _Ids:
+    """The topic ids a Context knows: t's."""
+
+    topic_names: ClassVar[dict[UUID, str]] = {T_ID: "t"}
 
 
 def _commit(version: int) -> Plan:
@@ -60,9 +73,9 @@ def _commit(version: int) -> Plan:
         group_id="g",
         generation_id_or_member_epoch=1,
         member_id="m",
-        topics=[{"name": "t", "partitions": partitions}],
+        topics=[{"name": "t", "topic_id": T_ID, "partitions": partitions}],
     )
-    return offsets.offset_commit(req, version, cast(Context, None))
+    return offsets.offset_commit(req, version, cast(Context, _Ids()))
 
 
 def test_every_version_answers_each_partition_or_the_groups_error() -> None:

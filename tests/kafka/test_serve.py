@@ -8,13 +8,16 @@ import pytest
 from structlog.typing import EventDict
 
 from huddle.cli import parse_args
+from huddle.cli.admin import render_cluster
 from huddle.cli.serve import serve_settings
 from huddle.cli.usage import UsageError
+from huddle.client import Admin
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.server import serve
+from huddle.protocol.admin_messages import DescribeClusterResponse
 from tests.helpers import fast_server_config, wait_until
 from tests.kafka.raw import RawKafka
 
@@ -94,6 +97,30 @@ async def test_serve_opens_the_kafka_listener_with_the_flag(logs: list[EventDict
     finally:
         stop.set()
         await task
+
+
+async def test_the_node_names_its_kafka_listener_to_admins(logs: list[EventDict]) -> None:
+    """``huddle cluster status`` (DescribeCluster) shows where Kafka clients connect;
+    a coordinator without a Kafka listener names none."""
+    for kafka_port in (0, -1):
+        task, stop, ports = await _run(fast_server_config(kafka_port=kafka_port))
+        try:
+            async with Admin(f"127.0.0.1:{ports[0]}") as admin:
+                (node,) = (await admin.describe_cluster()).nodes
+        finally:
+            stop.set()
+            await task
+        if kafka_port < 0:
+            assert node.kafka_address == ""
+            continue
+        (listening,) = [e for e in logs if e["event"] == "kafka_listening"]
+        assert node.kafka_address == listening["advertised"]
+        assert (
+            render_cluster(DescribeClusterResponse(nodes=[node]), {}, shards=False)
+            .split("\n")[3]
+            .split()[2]
+            == listening["advertised"]
+        )
 
 
 async def test_serve_opens_no_kafka_listener_without_the_flag(logs: list[EventDict]) -> None:

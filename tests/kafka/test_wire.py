@@ -148,7 +148,8 @@ async def test_metadata_names_the_registry_s_topics_and_this_listener(kafka: Lis
     by_name = {t.name: t for t in answer.topics}
     assert [p.partition_index for p in by_name["t"].partitions] == [0, 1, 2]
     assert all(p.leader_id == 0 for p in by_name["t"].partitions)
-    assert by_name["t"].topic_id is None  # kio reads the zero topic id as None
+    assert by_name["t"].topic_id == kafka.server.core.topics.ids["t"]  # the one it was given
+    assert by_name["absent"].topic_id is None  # kio reads the zero topic id as None
     # nothing is created by asking for it
     assert by_name["absent"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "absent" not in kafka.server.core.topics.partitions

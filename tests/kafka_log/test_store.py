@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -144,6 +146,23 @@ def test_topic_changed_forgets_a_deleted_topic_at_once_and_wakes_its_readers() -
     assert store.total_bytes == 0
     registry["t"] = 1  # created again before the log is read: empty
     assert store.log("t", 0).log_end == 0
+
+
+def test_a_topic_made_again_between_two_reads_starts_empty_by_its_new_id() -> None:
+    """Deleted and created again with the same partitions, and nobody told the log (a
+    cluster node hears of it by etcd's watch): its new id says it is another topic."""
+    registry = {"t": 2}
+    ids = {"t": uuid.uuid4()}
+    store = LogStore(registry.get, topic_ids=ids.get)
+    append(store, "t", 0, b"a", b"b")
+    append(store, "t", 1, b"c")
+    assert store.log("t", 0).log_end == 2
+    ids["t"] = uuid.uuid4()  # deleted and made again since the last access
+    assert store.log("t", 0).log_end == 0
+    assert store.log("t", 1).log_end == 0
+    assert store.total_bytes == 0
+    assert append(store, "t", 0, b"d") == 0
+    assert store.log("t", 0).log_end == 1  # the same id: kept
 
 
 def test_timestamps_are_found_by_batch() -> None:

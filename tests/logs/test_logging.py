@@ -13,7 +13,23 @@ from typing import TextIO
 import pytest
 import structlog
 
-from huddle.logs import LogFormat, close_logs, configure_logging, parse_level, printable
+from huddle.coordinator.core import Coordinator
+from huddle.coordinator.effects import Peer
+from huddle.logs import (
+    LogFormat,
+    close_logs,
+    configure_logging,
+    debug_enabled,
+    parse_level,
+    printable,
+)
+from huddle.protocol.messages import (
+    CreateTopicsRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    TopicSpec,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +45,35 @@ def restore_logging() -> Iterator[None]:
 
 def lines(stream: io.StringIO) -> list[dict[str, object]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_commit_logs_its_debug_event_only_where_debug_goes_somewhere() -> None:
+    """The commit path asks ``debug_enabled`` before building its debug event: the event
+    is still there at debug level, or under any other configuration (a test's capture)."""
+    out = io.StringIO()
+    configure_logging("json", "debug", stream=out)
+    assert debug_enabled()
+    _commit_once()
+    assert "offsets_committed" in [e["event"] for e in lines(out)]
+    configure_logging("json", "info", stream=out)
+    assert not debug_enabled()  # the filtering logger would drop it
+    structlog.reset_defaults()
+    with structlog.testing.capture_logs() as captured:
+        assert debug_enabled()
+        _commit_once()
+    assert "offsets_committed" in [e["event"] for e in captured]
+
+
+def _commit_once() -> None:
+    core = Coordinator()
+    core.handle(
+        Peer(conn_id=1), 1, CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]), 0.0
+    )
+    partition = OffsetCommitPartition(partition=0, offset=5)
+    request = OffsetCommitRequest(
+        group_id="g", topics=[OffsetCommitTopic(name="t", partitions=[partition])]
+    )
+    core.handle(Peer(conn_id=1), 2, request, 0.0)
 
 
 def test_json_lines_with_level_time_logger_and_context() -> None:

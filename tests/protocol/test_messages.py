@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 import typing
+import uuid
 from typing import Any
 
 import msgspec
@@ -81,6 +82,7 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
         str: st.text(max_size=12),
         bytes: st.binary(max_size=12),
         ErrorCode: st.sampled_from(ErrorCode),
+        uuid.UUID: st.uuids(),
     }
     return simple[tp]
 

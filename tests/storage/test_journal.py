@@ -317,7 +317,9 @@ def test_a_restored_core_has_the_topics_and_offsets_of_the_old_one() -> None:
     new.core.restore(records)
     assert new.core.topics.partitions == {"t": 2}
     assert _fetch(new) == {("t", 0): 12}
-    assert new.core.snapshot() == [TopicRecord("t", 2), OffsetRecord("g", "t", 0, 12)]
+    topic_id = old.core.topics.ids["t"]
+    assert new.core.topics.ids == {"t": topic_id}, "the id the topic was created with"
+    assert new.core.snapshot() == [TopicRecord("t", 2, topic_id), OffsetRecord("g", "t", 0, 12)]
     assert new.core.kept_size() == 2
     assert new.core.take_changes() == [], "restoring is not a change"
 

@@ -265,6 +265,7 @@ def cluster_view(
     with etcd; null where it could not be asked) beside the shards etcd says it owns (as
     the node answering first last read them), and the nodes that answer but are not
     registered."""
+    kafka = {n.node_id: n.kafka_address for n in cluster.nodes if n.kafka_address}
     owned: dict[str, list[int]] = {}
     for s in cluster.shards:
         owned.setdefault(s.owner, []).append(s.shard)
@@ -283,6 +284,7 @@ def cluster_view(
             {
                 "node_id": a.node_id or None,
                 "address": a.address,
+                "kafka_address": kafka.get(a.node_id),  # None: no Kafka listener
                 "state": _state(a, served, mine) if accounts else None,
                 "shards": served,
                 "owned": mine,
@@ -348,15 +350,22 @@ def render_cluster(
     nodes = cast(list[dict[str, Any]], view["nodes"])
     if not cluster.shard_count:
         alone: list[tuple[str, ...]] = [
-            (n["node_id"], n["address"], str(len(n["shards"])), str(len(n["groups"])))
+            (
+                n["node_id"],
+                n["address"],
+                n["kafka_address"] or "-",
+                str(len(n["shards"])),
+                str(len(n["groups"])),
+            )
             for n in nodes
         ]
-        table = format_table(("NODE", "ADDRESS", "SHARDS", "GROUPS"), alone)
+        table = format_table(("NODE", "ADDRESS", "KAFKA", "SHARDS", "GROUPS"), alone)
         return f"a single coordinator (no cluster)\n\n{table}"
     rows: list[tuple[str, ...]] = [
         (
             n["node_id"] or "-",
             n["address"],
+            n["kafka_address"] or "-",
             n["state"] or "-",
             _shards_cell(n),
             str(len(n["groups"])),
@@ -366,8 +375,8 @@ def render_cluster(
         )
         for n in nodes
     ]
-    heads = ("NODE", "ADDRESS", "STATE", "SHARDS", "GROUPS", "LEASE REFRESHED", "RECONCILED")
-    table = format_table((*heads, "RESTARTS"), rows)
+    heads = ("NODE", "ADDRESS", "KAFKA", "STATE", "SHARDS", "GROUPS", "LEASE REFRESHED")
+    table = format_table((*heads, "RECONCILED", "RESTARTS"), rows)
     unowned = [s.shard for s in cluster.shards if not s.owner]
     head = (
         f"{len(cluster.nodes)} {plural(len(cluster.nodes), 'node')}, "

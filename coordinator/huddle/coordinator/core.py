@@ -19,6 +19,7 @@ phases with ``Rebalances``. docs/coordinator.md walks a JoinGroup and a heartbea
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator
+from uuid import UUID
 
 import msgspec
 import structlog
@@ -48,6 +49,7 @@ from huddle.coordinator.storage.records import (
 )
 from huddle.coordinator.syncing import Syncs
 from huddle.coordinator.timers import TimerQueue
+from huddle.coordinator.topic_ids import NewTopicId, new_topic_id
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Deadline
 from huddle.protocol.errors import ErrorCode
@@ -91,6 +93,7 @@ class Coordinator:
         *,
         new_member_id: Callable[[str], str] = uuid_member_id,
         commit_fence: CommitFence = fence_by_generation,
+        new_topic_id: NewTopicId = new_topic_id,
     ) -> None:
         self.config = config or GroupConfig()
         self.timers: TimerQueue[Deadline] = TimerQueue()
@@ -103,7 +106,7 @@ class Coordinator:
         self.heartbeats = Heartbeats(sessions)
         self.leaves = Leaves(sessions, rebalances)
         self.deadlines = Deadlines(sessions, rebalances)
-        self.topics = TopicRegistry(self.config.max_partitions)
+        self.topics = TopicRegistry(self.config.max_partitions, new_topic_id)
         sessions.topic_counts = self.topics.partitions
         self.offsets = Offsets(
             sessions,
@@ -279,8 +282,11 @@ class Coordinator:
         kept no groups, only the longest session it granted: a member of the groups it
         forgot may still count its session alive for that long, so no generation forms
         before then (``Sessions.fence``), and nobody is handed a partition such a member
-        may still be processing."""
+        may still be processing. A topic restored without an id (kept before topics had
+        ids) is given one now, and that is recorded (``take_changes``)."""
         self.sessions.fence(now)
+        for name, count, topic_id in self.topics.give_ids():
+            self.changes.append(TopicRecord(name, count, topic_id))
 
     def serve_loaded(self, now: float, most: int | None = None) -> list[Outgoing]:
         """Start the loaded members' sessions at ``now``, ``most`` groups at a time
@@ -343,19 +349,25 @@ class Coordinator:
             self.sessions.unload_group(fx, group_id)
         return fx.out
 
-    def topic_changed_elsewhere(self, name: str, partitions: int, now: float) -> list[Outgoing]:
-        """Another cluster node created, resized or deleted a topic (0: deleted): the
-        same change here, announced to this node's members. Nothing if already so."""
-        if self.topics.partitions.get(name, 0) == partitions:
+    def topic_changed_elsewhere(
+        self, name: str, partitions: int, now: float, topic_id: UUID | None = None
+    ) -> list[Outgoing]:
+        """Another cluster node created, resized or deleted a topic (0: deleted), whose id
+        is ``topic_id`` (None: as it is here): the same change here, announced to this
+        node's members. Nothing if already so."""
+        topics = self.topics
+        if topics.partitions.get(name, 0) == partitions and (
+            not partitions or topic_id is None or topics.ids.get(name) == topic_id
+        ):
             return []
         if partitions > 0:
-            self.topics.partitions[name] = partitions
+            topics.put(name, partitions, topic_id)
         else:
-            del self.topics.partitions[name]
+            topics.remove(name)
         self.sessions.topics_changed()
         self.offsets.forget_topic(name, partitions)
         fx = Effects(now)
-        changed = TopicMetadata(name=name, partitions=partitions)
+        changed = topics.metadata(name)
         if partitions == 0:
             changed = TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
         self._announce(fx, [changed])
@@ -382,6 +394,7 @@ class Coordinator:
         caller replays the records of changes made meanwhile after it (records set values,
         so replaying one twice is harmless)."""
         topics = dict(self.topics.partitions)
+        ids = dict(self.topics.ids)
         fence = self.sessions.unserved_fence_ms
         groups: list[tuple[str, GroupRecord | None, dict[tuple[str, int], Committed]]] = []
         for gid in list(self.groups):
@@ -394,7 +407,7 @@ class Coordinator:
             if fence > 0:
                 yield SessionRecord(fence)
             for name, count in sorted(topics.items()):
-                yield TopicRecord(name, count)
+                yield TopicRecord(name, count, ids.get(name))
             # one group's copy freed at a time: freeing them all at once is one long stall
             groups.sort(key=lambda item: item[0], reverse=True)
             while groups:
@@ -418,7 +431,7 @@ class Coordinator:
         if changed:
             self.sessions.topics_changed()
         for topic in changed:
-            self.changes.append(TopicRecord(topic.name, topic.partitions))
+            self.changes.append(TopicRecord(topic.name, topic.partitions, topic.topic_id))
             self.offsets.forget_topic(topic.name, topic.partitions)
         self._announce(fx, changed)
 

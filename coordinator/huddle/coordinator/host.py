@@ -90,6 +90,7 @@ class CoordinatorServer:
         self.journal: Journal | None = None  # with a data dir: topics and offsets kept
         self._commits: GroupCommit | None = None  # writes the journal off the loop
         self.cluster: ClusterServing | None = None
+        self.kafka_advertised = ""  # HOST:PORT of the Kafka listener, once it listens
         self.metrics: CoordinatorMetrics | None = None  # Prometheus, with --metrics-port
         self._metrics_http: Any = None
         if config.metrics_port >= 0:
@@ -262,6 +263,8 @@ class CoordinatorServer:
             # each), and end even if nobody ever asks anything again
             await self._slices.run(self.core.loading_groups(self.now_ms()))  # restored otherwise
             self.core.begin_serving(self.now_ms())
+            if self.core.changes:  # ids given to topics kept without one: recorded now
+                self.requests.send_outside([])
             await serve_loaded(
                 self.core, self.requests, self.timers, stopping=lambda: self._stopping
             )
@@ -297,7 +300,9 @@ class CoordinatorServer:
 
     def _describe_self(self) -> DescribeClusterResponse:
         host, port = self.advertised
-        me = ClusterNodeInfo(node_id=self.node_id, host=host, port=port)
+        me = ClusterNodeInfo(
+            node_id=self.node_id, host=host, port=port, kafka_address=self.kafka_advertised
+        )
         return DescribeClusterResponse(node_id=self.node_id, nodes=[me])
 
     def _locate_self(self, group_id: str) -> FindCoordinatorResponse:

@@ -68,10 +68,10 @@ class Loader:
             elif record.partitions > 0:
                 sessions.topics_changed()
                 old = partitions.get(record.name, 0)
-                partitions[record.name] = record.partitions
+                self.topics.put(record.name, record.partitions, record.topic_id)
                 if record.partitions < old:
                     self.offsets.forget_topic(record.name, record.partitions)
-            elif partitions.pop(record.name, None) is not None:
+            elif self.topics.remove(record.name):
                 sessions.topics_changed()
                 self.offsets.forget_topic(record.name)
             if i % RESTORE_STEP == 0:

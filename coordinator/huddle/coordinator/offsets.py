@@ -18,6 +18,7 @@ from huddle.coordinator.state import GroupState
 from huddle.coordinator.storage.records import DELETED, OffsetRecord, Record, offset_deleted
 from huddle.coordinator.topics import TopicRegistry
 from huddle.coordinator.values import Refusal
+from huddle.logs import debug_enabled
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     FetchedOffset,
@@ -31,6 +32,8 @@ from huddle.protocol.messages import (
 )
 
 log = structlog.get_logger("huddle.offsets")
+_SHARED_RESULTS = 4096  # partitions whose successful commit result is one shared instance
+_ok: dict[int, PartitionResult] = {}
 
 E = ErrorCode
 S = GroupState
@@ -116,15 +119,22 @@ class Offsets:
                         OffsetRecord(group_id, name, partition, offset, metadata, committed_ms)
                     )
                     stored += 1
-                partitions.append(PartitionResult(partition=partition, error_code=code))
+                if code == E.NONE and 0 <= partition < _SHARED_RESULTS:
+                    result = _ok.get(partition)
+                    if result is None:
+                        result = _ok[partition] = PartitionResult(partition=partition)
+                    partitions.append(result)  # frozen: one shared instance per partition
+                else:
+                    partitions.append(PartitionResult(partition=partition, error_code=code))
             results.append(OffsetCommitTopicResult(name=name, partitions=partitions))
-        log.debug(
-            "offsets_committed",
-            group_id=req.group_id,
-            member_id=req.member_id,
-            generation=req.generation_id,
-            partitions=stored,
-        )
+        if debug_enabled():
+            log.debug(
+                "offsets_committed",
+                group_id=req.group_id,
+                member_id=req.member_id,
+                generation=req.generation_id,
+                partitions=stored,
+            )
         fx.reply(waiter, OffsetCommitResponse(topics=results))
         self.sessions.collect(group)
 

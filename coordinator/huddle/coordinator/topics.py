@@ -3,6 +3,10 @@
 A "topic" may stand for anything a group divides among its members (log partitions,
 connector tasks, shards). The coordinator does not know who subscribes to what: any change
 is announced to every connection that holds a group member.
+
+Each topic gets an id when it is created (``topic_ids``: a random UUID, new for every
+creation, so a topic deleted and created again is told apart from the old one), kept with
+it; ``names`` finds a topic by its id.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
+from uuid import UUID
 
 import msgspec
 import structlog
 
+from huddle.coordinator.topic_ids import NewTopicId, kafka_text, new_topic_id
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     AlterTopicsRequest,
@@ -35,7 +41,8 @@ log = structlog.get_logger("huddle.topics")
 
 E = ErrorCode
 TopicRequest = CreateTopicsRequest | AlterTopicsRequest | DeleteTopicsRequest
-_Set = tuple[str, int, int]  # a topic, its partitions (0: deleted), and before (0: none)
+# a topic, its partitions (0: deleted), before (0: none), and its id (a new one if created)
+_Set = tuple[str, int, int, UUID | None]
 _ENCODER = msgspec.msgpack.Encoder()  # as the connection encodes the answer
 _LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -63,8 +70,11 @@ def topics_digest(partitions: Mapping[str, int]) -> int:
 
 
 class TopicRegistry:
-    def __init__(self, max_partitions: int) -> None:
+    def __init__(self, max_partitions: int, new_id: NewTopicId = new_topic_id) -> None:
         self.partitions: dict[str, int] = {}
+        self.ids: dict[str, UUID] = {}  # each topic's id (one restored without: none yet)
+        self.names: dict[UUID, str] = {}  # the topic of each id
+        self.new_id = new_id
         self.max_partitions = max_partitions
         # The transport's largest answer (``--max-response-bytes``); None: no limit.
         self.max_answer_bytes: int | None = None
@@ -131,8 +141,9 @@ class TopicRegistry:
             elif count_problem is not None:
                 result = _failed(spec.name, E.INVALID_PARTITIONS, count_problem)
             else:
-                sets.append((spec.name, spec.partitions, 0))
-                result = TopicResult(name=spec.name)
+                topic_id = self._unused_id({s[3] for s in sets})
+                sets.append((spec.name, spec.partitions, 0, topic_id))
+                result = TopicResult(name=spec.name, topic_id=topic_id)
             seen.add(spec.name)
             results.append(result)
         return CreateTopicsResponse(topics=results), sets
@@ -151,7 +162,7 @@ class TopicRegistry:
             else:
                 if old != spec.partitions:
                     counts[spec.name] = spec.partitions
-                    sets.append((spec.name, spec.partitions, old))
+                    sets.append((spec.name, spec.partitions, old, None))
                 result = TopicResult(name=spec.name)
             results.append(result)
         return AlterTopicsResponse(topics=results), sets
@@ -165,25 +176,61 @@ class TopicRegistry:
                 results.append(_failed(name, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"))
                 continue
             gone.add(name)
-            sets.append((name, 0, self.partitions[name]))
+            sets.append((name, 0, self.partitions[name], None))
             results.append(TopicResult(name=name))
         return DeleteTopicsResponse(topics=results), sets
 
+    def _unused_id(self, taken: set[UUID | None]) -> UUID:
+        while True:  # a repeat is all but impossible; a repeat would be two topics' id
+            topic_id = self.new_id()
+            if topic_id not in self.names and topic_id not in taken:
+                return topic_id
+
     def _apply(self, sets: list[_Set]) -> list[TopicMetadata]:
         changed: list[TopicMetadata] = []
-        for name, partitions, old in sets:
+        for name, partitions, old, topic_id in sets:
             if not partitions:
-                del self.partitions[name]
+                self.remove(name)
                 changed.append(TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION))
                 log.info("topic_deleted", topic=name)
                 continue
-            self.partitions[name] = partitions
-            changed.append(TopicMetadata(name=name, partitions=partitions))
+            self.put(name, partitions, topic_id)
+            changed.append(self.metadata(name))
             if old:
                 log.info("topic_altered", topic=name, old_partitions=old, partitions=partitions)
             else:
-                log.info("topic_created", topic=name, partitions=partitions)
+                shown = kafka_text(self.ids[name])
+                log.info("topic_created", topic=name, partitions=partitions, topic_id=shown)
         return changed
+
+    def put(self, name: str, partitions: int, topic_id: UUID | None = None) -> None:
+        """``name`` has ``partitions`` (above 0) and, if given, the id ``topic_id`` (None:
+        it keeps the one it has, if any)."""
+        self.partitions[name] = partitions
+        if topic_id is not None and self.ids.get(name) != topic_id:
+            old = self.ids.get(name)
+            if old is not None:
+                self.names.pop(old, None)
+            self.ids[name] = topic_id
+            self.names[topic_id] = name
+
+    def remove(self, name: str) -> bool:
+        """``name`` is deleted (its id with it); False if there was no such topic."""
+        topic_id = self.ids.pop(name, None)
+        if topic_id is not None:
+            self.names.pop(topic_id, None)
+        return self.partitions.pop(name, None) is not None
+
+    def give_ids(self) -> list[tuple[str, int, UUID]]:
+        """Give an id to each topic that has none (restored from a data dir written before
+        topics had ids): each topic, its partitions and the id it was given."""
+        given = []
+        for name in sorted(self.partitions.keys() - self.ids.keys()):
+            topic_id = self._unused_id(set())
+            self.put(name, self.partitions[name], topic_id)
+            given.append((name, self.partitions[name], topic_id))
+            log.info("topic_id_given", topic=name, topic_id=kafka_text(topic_id))
+        return given
 
     def describe(self, names: Iterable[str]) -> list[TopicMetadata]:
         return [self.metadata(name) for name in names]
@@ -192,7 +239,7 @@ class TopicRegistry:
         count = self.partitions.get(name)
         if count is None:
             return TopicMetadata(name=name, error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
-        return TopicMetadata(name=name, partitions=count)
+        return TopicMetadata(name=name, partitions=count, topic_id=self.ids.get(name))
 
     def list(self, req: ListTopicsRequest) -> ListTopicsResponse:
         names = sorted(self.partitions) if req.topics is None else req.topics

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 from msgspec import Meta, Struct, field
 
@@ -24,6 +25,7 @@ class TopicResult(Struct, frozen=True, kw_only=True):
     name: str
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
+    topic_id: UUID | None = None  # a topic created: the id it was given
 
 
 class CreateTopicsRequest(Message, tag="create_topics", frozen=True, kw_only=True):
@@ -62,6 +64,9 @@ class TopicMetadata(Struct, frozen=True, kw_only=True):
     name: str
     partitions: int = 0
     error_code: int = ErrorCode.NONE  # UNKNOWN_TOPIC_OR_PARTITION: absent or deleted
+    # the id the topic was given when it was created (``huddle.coordinator.topic_ids``);
+    # None: no such topic (or an older coordinator)
+    topic_id: UUID | None = None
 
 
 class ListTopicsRequest(Message, tag="list_topics", frozen=True, kw_only=True):
@@ -178,6 +183,7 @@ class ClusterNodeInfo(Struct, frozen=True, kw_only=True):
     node_id: str
     host: str
     port: int
+    kafka_address: str = ""  # HOST:PORT Kafka clients are told to use; "": no Kafka listener
 
 
 class ShardInfo(Struct, frozen=True, kw_only=True):

@@ -57,6 +57,10 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    INVALID_REGULAR_EXPRESSION = 128
 
     @classmethod
     def of(cls, number: int) -> ErrorCode | None:
@@ -304,6 +308,22 @@ class GroupMaxSizeReachedError(ServerError):
 
 class FencedInstanceIdError(ServerError):
     code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class FencedMemberEpochError(ServerError):
+    code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class UnreleasedInstanceIdError(ServerError):
+    code = ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+class UnsupportedAssignorError(ServerError):
+    code = ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+class InvalidRegularExpressionError(ServerError):
+    code = ErrorCode.INVALID_REGULAR_EXPRESSION
 
 
 assert set(_REGISTRY) == set(ErrorCode) - {ErrorCode.NONE}, "every code needs an exception class"

@@ -7,8 +7,9 @@ and the topics' (``huddle.coordinator.cluster.topics``):
 - ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``,
   with the incarnation of its partition it was committed to).
 
-Group and offset writes are fenced on the shard's epoch (one etcd transaction comparing the
-owner key's revision). Names are percent-encoded in keys.
+Group and offset writes are fenced on the shard's epoch (an etcd transaction comparing the
+owner key's revision); a pass's changes for many shards go in as few transactions as etcd
+takes (``huddle.coordinator.cluster.fenced``). Names are percent-encoded in keys.
 
 Requests for a group go through ``refusal``: NOT_COORDINATOR when this node does not serve
 the group's shard, COORDINATOR_LOAD_IN_PROGRESS while it loads it. A node that takes a shard
@@ -22,7 +23,7 @@ partition is still the one they were committed to, and deletes the others from e
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from urllib.parse import quote
@@ -30,6 +31,7 @@ from urllib.parse import quote
 import msgspec
 import structlog
 
+from huddle.coordinator.cluster.fenced import MAX_TXN_OPS, FencedWriter
 from huddle.coordinator.cluster.keeper import Stamped
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.shards import shard_of
@@ -64,9 +66,8 @@ from huddle.protocol.messages import (
 
 log = structlog.get_logger("huddle.cluster")
 
-MAX_TXN_OPS = 100  # below etcd's default --max-txn-ops (128)
-# a batch's writes (per shard at once, each shard's transactions in turn) end within this
-# many etcd deadlines, or are given up (the keeper's last resort)
+# a batch's writes (its transactions at once, a large shard's in turn: ``FencedWriter``)
+# end within this many etcd deadlines, or are given up (the keeper's last resort)
 WRITE_DEADLINES = 5
 _GROUP_REQUESTS = (
     HeartbeatRequest,
@@ -93,7 +94,9 @@ def _deletes(record: OffsetRecord | GroupRecord) -> bool:
 _offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _name(text: str) -> str:
+    """A name as it is in keys (percent-encoded): the same few names over and over."""
     return quote(text, safe="")
 
 
@@ -128,6 +131,7 @@ class ClusterServing:
         core.describe_cluster = self.describe
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
+        self.writer = FencedWriter(store, node, lambda shard, why: self.shards_lost([shard], why))
         # ``keep``: the core's changes made outside a request (offsets a topic's change
         # dropped) are written now, the keeper's way
         self.topics = ClusterTopics(core, store, self.prefix, now=now, dispatch=dispatch, keep=keep)
@@ -198,7 +202,10 @@ class ClusterServing:
                 host, port = parse_address(address)
             except ValueError:
                 continue
-            nodes.append(ClusterNodeInfo(node_id=node_id, host=host, port=port))
+            kafka = node.kafka_addresses.get(node_id, "")
+            nodes.append(
+                ClusterNodeInfo(node_id=node_id, host=host, port=port, kafka_address=kafka)
+            )
         shards = [
             ShardInfo(
                 shard=shard,
@@ -310,6 +317,7 @@ class ClusterServing:
         stale: set[int] = set()
         gone: set[int] = set()  # commits to a partition of another incarnation
         undone: set[int] = set()  # records of a topic whose change etcd did not keep
+        servings: dict[int, int | None] = {}  # each shard's, read once: nothing awaits below
         for record, serving in records:
             if isinstance(record, OffsetRecord):
                 shard = self.shard(record.group_id)
@@ -325,7 +333,10 @@ class ClusterServing:
                 key = self._key("groups", str(shard), _name(record.group_id))
             else:
                 continue
-            if serving is None or serving != self.node.serving(shard):
+            now_serving = servings.get(shard, -1)
+            if now_serving == -1:
+                now_serving = servings[shard] = self.node.serving(shard)
+            if serving is None or serving != now_serving:
                 stale.add(shard)
                 continue
             if isinstance(record, OffsetRecord) and record.topic in failed:
@@ -344,40 +355,5 @@ class ClusterServing:
             log.warning("commits_to_gone_partitions", node=self.node.node_id, shards=sorted(gone))
         for shard in sorted(undone):
             self.node.depose(shard, "a topic change it depends on was not kept in etcd")
-        results = await asyncio.gather(
-            *(self._write_shard(shard, puts) for shard, puts in by_shard.items())
-        )
-        return all(results) and not (stale or gone or undone or failed)
-
-    async def _write_shard(self, shard: int, changes: dict[bytes, bytes | None]) -> bool:
-        """Puts, and deletes (None), fenced on the shard's epoch; one op per key. A write
-        whose outcome is unknown (no answer in time, its connection lost) may still land
-        later: the epoch is renewed first (it is refused then, wherever it lands) and the
-        write made again under the new one, once; else the shard is no longer served."""
-        epoch = self.node.epoch(shard)
-        if epoch is None:
-            self.shards_lost([shard], "a write for a shard no longer served")
-            return False
-        owner_key = self._key("shards", str(shard))
-        items = list(changes.items())
-        renewed = False
-        i = 0
-        while i < len(items):
-            chunk = items[i : i + MAX_TXN_OPS]
-            puts = {k: v for k, v in chunk if v is not None}
-            deletes = [k for k, v in chunk if v is None]
-            try:
-                written = await self.store.write_fenced(owner_key, epoch, puts, deletes)
-            except Exception as exc:
-                log.error("shard_write_failed", shard=shard, error=type(exc).__name__)
-                again = None if renewed else await self.node.renew(shard)
-                if again is None:
-                    self.node.depose(shard, f"a write failed: {type(exc).__name__}")
-                    return False
-                epoch, renewed = again, True
-                continue
-            if not written:
-                self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
-                return False
-            i += MAX_TXN_OPS
-        return True
+        kept = await self.writer.write(by_shard) if by_shard else True
+        return kept and not (stale or gone or undone or failed)

@@ -309,6 +309,36 @@ class EtcdStore:
         ``epoch``; False (and nothing written) if it does not."""
         return await self.write_if({owner_key: epoch}, puts, deletes) is not None
 
+    async def write_fenced_all(
+        self,
+        epochs: Mapping[bytes, int],
+        puts: Mapping[bytes, bytes],
+        deletes: Sequence[bytes] = (),
+    ) -> list[bytes]:
+        """Apply ``puts`` and ``deletes`` at once, only if every owner key of ``epochs``
+        still has its epoch as its revision: the owner keys that have not (read in the same
+        transaction; nothing written then), or none if everything was written. At least one
+        put or delete; at most ``MAX_TXN_OPS`` ops and as many owner keys (the caller's)."""
+
+        def op(c: Any) -> Any:
+            tx = c.transactions
+            # lease 0 is none (as None, which aetcd reads through a raised TypeError a put)
+            ops = [tx.put(k, v, lease=0) for k, v in puts.items()]
+            ops += [tx.delete(k) for k in deletes]
+            compare = [tx.mod(k) == epoch for k, epoch in epochs.items()]
+            reads = [tx.get(k) for k in epochs]
+            return c.transaction(compare=compare, success=ops, failure=reads)
+
+        ok, responses = await self._on(op, again=False)
+        if ok:
+            return []
+        moved = []
+        for key, found in zip(epochs, responses, strict=True):
+            # each read's answer: the (value, metadata) of each key found (none: gone)
+            if not found or int(found[0][1].mod_revision) != epochs[key]:
+                moved.append(key)
+        return moved
+
     async def write_if(
         self,
         revisions: Mapping[bytes, int],

@@ -5,6 +5,13 @@ Keys under the cluster's prefix ``P``:
 - ``P/topics/<name>``: the topic's partition count (decimal). Created, changed and deleted.
 - ``P/topic-cuts/<name>``: what shrinks cut off (``"<first partition>@<marker> ..."``),
   written with each shrink and (emptied) with each deletion of the topic; never deleted.
+- ``P/topic-ids/<name>``: the topic's id (``huddle.coordinator.topic_ids``, a UUID as
+  text), written in the transaction that creates the topic (before its key: a watch sees
+  it first) and deleted with it. It is the topic's id only while it was last written at the
+  revision the topic key was created at; otherwise (a topic created by a version without
+  ids, or by one that left a deleted topic's id behind) every node derives the same one from
+  the topic's name and that revision (``derived_topic_id``). Every node, a restart and a
+  failover so give a topic the same id; one created again gets a new one.
 
 **Incarnations.** A topic deleted and created again, or shrunk and grown again, has
 partitions of the same names that are not the old ones: offsets committed to the old ones
@@ -34,6 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import quote, unquote
+from uuid import UUID
 
 import msgspec
 import structlog
@@ -41,6 +49,7 @@ import structlog
 from huddle.coordinator.cluster.store import Change, Entry, EtcdStore
 from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.storage.records import OffsetRecord, TopicRecord
+from huddle.coordinator.topic_ids import derived_topic_id
 
 log = structlog.get_logger("huddle.cluster")
 
@@ -56,6 +65,16 @@ class TopicState:
     revision: int = 0  # the topic key's last change seen (a deletion included)
     cuts: Cuts = ()
     cuts_revision: int = 0  # the cuts key's last change seen (0: it does not exist)
+    topic_id: UUID | None = None  # the id key's value (None: none, or unreadable)
+    id_revision: int = 0  # the id key's last change seen
+
+    def id_of(self, name: str) -> UUID | None:
+        """The topic's id (None: no such topic); see the module's doc."""
+        if not self.partitions:
+            return None
+        if self.topic_id is not None and self.id_revision == self.created:
+            return self.topic_id
+        return derived_topic_id(name, self.created)
 
     def incarnation(self, partition: int) -> int:
         found = self.created
@@ -93,6 +112,15 @@ def _name(text: str) -> str:
     return quote(text, safe="")
 
 
+def parse_id(value: bytes | None) -> UUID | None:
+    if value is None:
+        return None
+    try:
+        return UUID(value.decode(errors="replace"))
+    except ValueError:
+        return None
+
+
 class ClusterTopics:
     """The cluster's topics for one node: etcd's, as last seen (``states``), applied to the
     core, written with compare-and-set, and judged against offsets."""
@@ -112,6 +140,7 @@ class ClusterTopics:
         self._root = f"{prefix}/topic".encode()  # both prefixes: one read, one watch
         self._topics = f"{prefix}/topics/".encode()
         self._cuts = f"{prefix}/topic-cuts/".encode()
+        self._ids = f"{prefix}/topic-ids/".encode()
         self._now = now
         self._dispatch = dispatch
         self._keep = keep  # writes the offset deletions a change made (the keeper's way)
@@ -155,6 +184,10 @@ class ClusterTopics:
                 return
             cuts = parse_cuts(change.value or b"")
             new = replace(old, cuts=cuts, cuts_revision=change.revision)
+        elif kind == "id":
+            if change.revision <= old.id_revision:
+                return
+            new = replace(old, topic_id=parse_id(change.value), id_revision=change.revision)
         else:
             if change.revision <= old.revision:
                 return  # a load read it already, or a watch made again delivers it again
@@ -178,7 +211,7 @@ class ClusterTopics:
             old = self.states.get(name, TopicState())
             new = old
             held = found.get(name, {})
-            topic, cuts = held.get("topic"), held.get("cuts")
+            topic, cuts, id_ = held.get("topic"), held.get("cuts"), held.get("id")
             if topic is not None and topic.revision > old.revision:
                 partitions = self._count(self._topics + _name(name).encode(), topic.value)
                 if partitions is not None:
@@ -189,11 +222,13 @@ class ClusterTopics:
                 new = replace(new, partitions=0, created=0, revision=revision)
             if cuts is not None and cuts.revision > old.cuts_revision:
                 new = replace(new, cuts=parse_cuts(cuts.value), cuts_revision=cuts.revision)
+            if id_ is not None and id_.revision > old.id_revision:
+                new = replace(new, topic_id=parse_id(id_.value), id_revision=id_.revision)
             if new != old or force:
                 self._apply(name, old, new)
 
     def _parse_key(self, key: bytes) -> tuple[str, str] | None:
-        for kind, prefix in (("topic", self._topics), ("cuts", self._cuts)):
+        for kind, prefix in (("topic", self._topics), ("cuts", self._cuts), ("id", self._ids)):
             if key.startswith(prefix) and b"/" not in key[len(prefix) :]:
                 return kind, unquote(key[len(prefix) :].decode(errors="replace"))
         return None
@@ -226,7 +261,7 @@ class ClusterTopics:
             changed = [p for p in range(shared) if old.incarnation(p) != new.incarnation(p)]
             if changed:
                 core.offsets.forget_topic(name, changed[0])
-        out += core.topic_changed_elsewhere(name, new.partitions, now)
+        out += core.topic_changed_elsewhere(name, new.partitions, now, new.id_of(name))
         self._dispatch(out)
         self._keep()
 
@@ -239,17 +274,22 @@ class ClusterTopics:
         self.pending[record.name] += 1
         return self.seen[record.name]
 
-    def plan(self, name: str, partitions: int) -> Plan | None:
+    def plan(self, name: str, partitions: int, topic_id: UUID | None = None) -> Plan | None:
+        """The transaction of a change to ``partitions`` (0: deleted); a creation writes
+        ``topic_id`` too."""
         state = self.states.get(name, TopicState())
         if partitions == state.partitions:
             return None
         key = self._topics + _name(name).encode()
         cuts_key = self._cuts + _name(name).encode()
+        id_key = self._ids + _name(name).encode()
         exists = state.revision if state.partitions else 0
         compare = {key: exists, cuts_key: state.cuts_revision}
         if partitions <= 0:  # deleted: emptied cuts stand for it (a late creation fails)
-            return Plan(0, compare, {cuts_key: b""}, [key], ())
+            return Plan(0, compare, {cuts_key: b""}, [key, id_key], ())
         count = str(partitions).encode()
+        if not state.partitions and topic_id is not None:  # the id first: watched first
+            return Plan(partitions, compare, {id_key: str(topic_id).encode(), key: count}, [], None)
         if partitions > state.partitions:
             return Plan(partitions, compare, {key: count}, [], None)
         cuts = (*(c for c in state.cuts if c[0] < partitions), (partitions, exists + 1))
@@ -282,7 +322,7 @@ class ClusterTopics:
         if seen is not None and seen != self.seen[name]:
             log.warning("topic_write_refused", topic=name, why="it changed meanwhile")
             return False
-        plan = self.plan(name, record.partitions)
+        plan = self.plan(name, record.partitions, record.topic_id)
         if plan is None:
             return True
         try:
@@ -295,12 +335,16 @@ class ClusterTopics:
             return False
         old = self.states.get(name, TopicState())
         if revision > old.revision:  # the core made this change already: etcd's now
+            created = old.partitions == 0 < plan.partitions
+            id_written = created or not plan.partitions
             self.states[name] = TopicState(
                 partitions=plan.partitions,
                 created=(old.created if old.partitions else revision) if plan.partitions else 0,
                 revision=revision,
                 cuts=old.cuts if plan.cuts is None else plan.cuts,
                 cuts_revision=old.cuts_revision if plan.cuts is None else revision,
+                topic_id=(record.topic_id if created else None) if id_written else old.topic_id,
+                id_revision=revision if id_written else old.id_revision,
             )
         return True
 

@@ -22,8 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Final
+from uuid import UUID
 
-from huddle.coordinator.kafka.translate import Context, Plan, Values, get, message
+from huddle.coordinator.kafka.schemas import ZERO_UUID
+from huddle.coordinator.kafka.translate import (
+    UNKNOWN_TOPIC_ID,
+    Context,
+    Plan,
+    Values,
+    get,
+    message,
+)
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -166,6 +175,7 @@ def create_topics(req: Any, version: int, ctx: Context) -> Plan:
             topics.append(
                 {
                     "name": t.name,
+                    "topic_id": ctx.topic_ids.get(t.name) if parts and not code else None,  # v7+
                     "error_code": code,
                     "error_message": text,
                     "num_partitions": counts.get(t.name, -1) if not code else -1,
@@ -204,7 +214,16 @@ def _one_copy(replication_factor: int, assignments: Sequence[Any]) -> tuple[int,
 
 def delete_topics(req: Any, version: int, ctx: Context) -> Plan:
     states = get(req, "topics")
-    names = [s.name or "" for s in states] if states is not None else list(req.topic_names)
+    asked: list[tuple[str | None, UUID | None]] = []  # each topic's name (None: id unknown)
+    for state in states if states is not None else ():  # v6: by name, or by a non-zero id
+        topic_id = state.topic_id
+        if topic_id is None or topic_id == ZERO_UUID:
+            asked.append((state.name or "", ctx.topic_ids.get(state.name or "")))
+        else:
+            asked.append((ctx.topic_names.get(topic_id), topic_id))
+    if states is None:
+        asked = [(n, None) for n in req.topic_names]
+    names = [n for n, _ in asked if n is not None]
     calls: list[Request] = [DeleteTopicsRequest(topics=names)] if names else []
 
     def answer(parts: Sequence[Response]) -> Values:
@@ -212,14 +231,16 @@ def delete_topics(req: Any, version: int, ctx: Context) -> Plan:
         for n in names:
             if not results.get(n, (0, None))[0]:
                 ctx.topic_changed(n)
+        unknown = (UNKNOWN_TOPIC_ID, "no topic has this id")
         return {
             "responses": [
                 {
                     "name": n,
-                    "error_code": results.get(n, (0, None))[0],
-                    "error_message": results.get(n, (0, None))[1],
+                    "topic_id": topic_id,
+                    "error_code": (unknown if n is None else results.get(n, (0, None)))[0],
+                    "error_message": (unknown if n is None else results.get(n, (0, None)))[1],
                 }
-                for n in names
+                for n, topic_id in asked
             ]
         }
 

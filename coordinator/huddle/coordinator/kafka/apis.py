@@ -12,8 +12,9 @@ The ranges are chosen so that every listed client finds what it needs:
 - kafkajs is never flexible (ApiVersions up to 2, Metadata up to 6, JoinGroup up to 5 ...),
   kafka-python and aiokafka take the highest version they know: every version up to the
   newest of each API is served.
-- Produce 3-9, Fetch 4-12 and ListOffsets 1-9 are the log's (``kafka_log.handlers``);
-  Metadata stops at 12 and Fetch at 12 (zero topic ids keep librdkafka there);
+- Produce 3-9, Fetch 4-18 and ListOffsets 1-9 are the log's (``kafka_log.handlers``;
+  Fetch 13+ names topics by id: ``by_id``); Metadata answers topic ids from v10 and
+  finds topics by id in v12; OffsetCommit 10 and OffsetFetch 10 name topics by id;
   SaslHandshake is advertised 0-1 (librdkafka's SASL handshake feature needs v0 in the
   range) but a v0 one is refused (``kafka.sasl``): its token exchange without Kafka's
   header is not served, and every listed client sends v1;
@@ -26,6 +27,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final
 
+from huddle.coordinator.kafka.by_id import FETCH_BY_ID_VERSIONS
 from huddle.coordinator.kafka_log.handlers import (
     FETCH_VERSIONS,
     LIST_OFFSETS_VERSIONS,
@@ -59,11 +61,11 @@ class Api(IntEnum):
 # (lowest, highest) version served, by API.
 SERVED: Final[dict[Api, tuple[int, int]]] = {
     Api.PRODUCE: (PRODUCE_VERSIONS[0], PRODUCE_VERSIONS[-1]),  # the log's
-    Api.FETCH: (FETCH_VERSIONS[0], FETCH_VERSIONS[-1]),
+    Api.FETCH: (FETCH_VERSIONS[0], FETCH_BY_ID_VERSIONS[-1]),  # 13+: ``by_id``
     Api.LIST_OFFSETS: (LIST_OFFSETS_VERSIONS[0], LIST_OFFSETS_VERSIONS[-1]),
     Api.METADATA: (0, 12),
-    Api.OFFSET_COMMIT: (2, 9),
-    Api.OFFSET_FETCH: (1, 9),
+    Api.OFFSET_COMMIT: (2, 10),  # 10: topics by id
+    Api.OFFSET_FETCH: (1, 10),  # 10: topics by id
     Api.FIND_COORDINATOR: (0, 6),
     Api.JOIN_GROUP: (0, 9),
     Api.HEARTBEAT: (0, 4),

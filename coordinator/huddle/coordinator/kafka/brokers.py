@@ -9,10 +9,14 @@ and FindCoordinator.
 - Metadata names the brokers: this listener's advertised address as node 0 without a
   cluster; in a cluster, every live node's Kafka address with its broker id, and this node
   as the controller (any node serves the admin APIs). Each partition has one leader, its
-  only replica (``leaders``: the same on every node), and a zero topic id (clients then
-  keep to the versions of Fetch without topic ids). Its topics are huddle's topic registry, read
-  through the core (a ListTopics: screened by the ACLs like any other request); a topic
-  it does not hold is UNKNOWN_TOPIC_OR_PARTITION: nothing is created by asking for it.
+  only replica (``leaders``: the same on every node). Its topics are huddle's topic
+  registry, read through the core (a ListTopics: screened by the ACLs like any other
+  request); a topic it does not hold is UNKNOWN_TOPIC_OR_PARTITION: nothing is created by
+  asking for it. From v10 each topic comes with its id (the one huddle gave it at its
+  creation); from v12 a topic may be asked for by id (a non-zero id: its name is not
+  read), and an id not known is UNKNOWN_TOPIC_ID, with a null name, as Kafka answers it; a
+  topic asked for by id that the ACLs refuse is TOPIC_AUTHORIZATION_FAILED with its id and
+  a null name (ids are not secret, names are).
 - FindCoordinator asks the core where each group is (the ACLs and a loading data dir
   answer as for huddle's wire), and names the Kafka listener of the node the core names:
   this one without a cluster; in a cluster, the node that owns the group's shard
@@ -26,11 +30,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Any, Final
+from uuid import UUID
 
 import structlog
 
 from huddle.coordinator.kafka import apis, metadata_encoding
-from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get, message
+from huddle.coordinator.kafka.schemas import ZERO_UUID
+from huddle.coordinator.kafka.translate import (
+    UNKNOWN_TOPIC_ID,
+    Context,
+    Encoded,
+    Plan,
+    Values,
+    get,
+    message,
+)
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     FindCoordinatorRequest,
@@ -46,6 +60,7 @@ log = structlog.get_logger("huddle.kafka")
 CLUSTER_ID: Final = "huddle"
 _GROUP_KEY: Final = 0
 _NOT_ASKED: Final = -(2**31)
+_BY_ID_FROM: Final = 12  # Metadata's version from which a topic may be asked for by id
 _NAMES_SOFTWARE_FROM: Final = 3  # ApiVersions' version from which the client names itself
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN
 _SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -80,13 +95,28 @@ def unsupported_api_versions() -> Values:
 def metadata(req: Any, version: int, ctx: Context) -> Plan:
     asked = req.topics
     every = asked is None or (version == 0 and not asked)  # v0: an empty list is every topic
-    names = None if every else [t.name or "" for t in asked]
+    by_id: dict[str, UUID] = {}  # the topics asked for by id (v12+), by name
+    unknown: list[UUID] = []  # ids asked for that no topic has
+    names: list[str] | None = None
+    if not every:
+        names = []
+        for t in asked:
+            topic_id = get(t, "topic_id")
+            if version < _BY_ID_FROM or topic_id is None or topic_id == ZERO_UUID:
+                names.append(t.name or "")
+            elif (name := ctx.topic_names.get(topic_id)) is None:
+                unknown.append(topic_id)
+            else:
+                by_id[name] = topic_id
+                names.append(name)
     node = ctx.broker[0]
 
     def answer(parts: Sequence[Response]) -> Encoded:
         (r,) = parts
+        ids: dict[str, UUID | None] = {}
         if type(r) is ListTopicsResponse and not r.error_code:
             found = [(t.name, t.error_code, 0 if t.error_code else t.partitions) for t in r.topics]
+            ids = {t.name: t.topic_id for t in r.topics}
             size = metadata_encoding.partitions_bytes(version, sum(c for _, _, c in found))
             if size > ctx.max_response_bytes:
                 # answered as an answer over the limit is (``answers``), without first
@@ -104,20 +134,27 @@ def metadata(req: Any, version: int, ctx: Context) -> Plan:
             "brokers": [{"node_id": n, "host": h, "port": p} for n, h, p in ctx.brokers()],
             "cluster_id": CLUSTER_ID,
             "controller_id": node,
-            "topics": [_topic(name, code) for name, code, _ in found],
+            "topics": [
+                *(_topic(name, code, ids.get(name), by_id.get(name)) for name, code, _ in found),
+                *(_topic(None, UNKNOWN_TOPIC_ID, i, i) for i in unknown),
+            ],
             "cluster_authorized_operations": _NOT_ASKED,
         }
-        leaders = [ctx.leaders(name, count) for name, _, count in found]
+        leaders = [ctx.leaders(name, count) for name, _, count in found] + [[] for _ in unknown]
         return Encoded(metadata_encoding.encode(version, values, leaders))
 
     return Plan([ListTopicsRequest(topics=names)], answer)
 
 
-def _topic(name: str, code: int) -> Values:
-    """A topic of a Metadata answer; its partitions are ``metadata_encoding``'s."""
+def _topic(name: str | None, code: int, topic_id: UUID | None, asked: UUID | None) -> Values:
+    """A topic of a Metadata answer; its partitions are ``metadata_encoding``'s. One asked
+    for by id (``asked``) that is not answered is named by that id alone."""
+    if asked is not None and code:
+        name, topic_id = None, asked
     return {
         "error_code": code,
         "name": name,
+        "topic_id": topic_id,  # None: the zero id
         "is_internal": False,
         "topic_authorized_operations": _NOT_ASKED,
     }

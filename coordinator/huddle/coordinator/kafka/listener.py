@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from uuid import UUID
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.host import CoordinatorServer
@@ -13,7 +14,7 @@ from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
 from huddle.coordinator.kafka_log.disk import LogDisk
 from huddle.coordinator.security.acls import Authorizer
-from huddle.protocol.addresses import parse_address
+from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.messages import Call
 
 
@@ -47,6 +48,14 @@ class _Host:
         return self._server.core.topics.partitions
 
     @property
+    def topic_names(self) -> Mapping[UUID, str]:
+        return self._server.core.topics.names
+
+    @property
+    def topic_ids(self) -> Mapping[str, UUID]:
+        return self._server.core.topics.ids
+
+    @property
     def authorizer(self) -> Authorizer | None:
         return self._server.core.authorizer
 
@@ -67,6 +76,7 @@ async def listen_kafka(
         disk = await asyncio.to_thread(LogDisk.open, cfg.data_dir, fsync=cfg.fsync)
     kafka_log = KafkaLog(
         server.core.topics.partitions.get,
+        topic_ids=server.core.topics.ids.get,
         disk=disk,
         max_partition_bytes=cfg.kafka_log_partition_bytes,
         max_total_bytes=cfg.kafka_log_total_bytes,
@@ -89,4 +99,5 @@ async def listen_kafka(
         raise
     server.after_close(kafka_log.close)  # once the listener's connections are closed
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
+    server.kafka_advertised = format_address(*wire.advertised)
     return wire

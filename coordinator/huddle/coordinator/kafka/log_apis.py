@@ -8,7 +8,9 @@ waits in a task (``kafka_log.waiting``) until a partition it reads grows or its
 behind it, in order. A Produce with ``acks=0`` has no answer: its slot leaves nothing
 (and a refused one closes the connection, as Kafka does). With ``--data-dir`` the log is
 kept there too (``kafka_log.disk``); with ``--fsync`` a Produce is answered, in its slot,
-once its batches are on the disk (``produce_kept``).
+once its batches are on the disk (``produce_kept``). ``finished`` puts into the log's answer
+what was taken out of the request before the log (the topics the ACLs refused, the
+partitions another node leads) and, for a Fetch by id (``by_id``), names its topics by id.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from huddle.coordinator.config import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_MAX_TOTAL_BYTES
+from huddle.coordinator.kafka import by_id, leadership, log_access
 from huddle.coordinator.kafka_log import handlers, waiting
 from huddle.coordinator.kafka_log.disk import LogDisk
 from huddle.coordinator.kafka_log.store import LogStore, PartitionKey
 
 
 class KafkaLog:
-    """The log's store and its Fetch waiter, following huddle's topic registry; kept in
+    """The log's store and its Fetch waiter, following huddle's topic registry (each
+    topic's partitions and id: a topic made again starts with an empty log); kept in
     ``disk`` too when given (open it once the registry is loaded: the store removes the
     partitions the registry lacks)."""
 
@@ -32,12 +37,14 @@ class KafkaLog:
         self,
         partitions: Callable[[str], int | None],
         *,
+        topic_ids: Callable[[str], UUID | None] = lambda topic: None,
         disk: LogDisk | None = None,
         max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
         max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
     ) -> None:
         self.store = LogStore(
             partitions,
+            topic_ids=topic_ids,
             disk=disk,
             max_partition_bytes=max_partition_bytes,
             max_total_bytes=max_total_bytes,
@@ -78,6 +85,21 @@ class KafkaLog:
     def fetch_later(self, request: Any, version: int) -> asyncio.Future[Any]:
         """The Fetch's answer once it has waited as it asks (a task: cancel it to drop it)."""
         return asyncio.ensure_future(waiting.fetch(self.store, self.waiter, request, version))
+
+
+def finished(
+    api_key: int,
+    version: int,
+    answer: Any,
+    refused: log_access.Refused,
+    not_led: log_access.Refused,
+    named: by_id.FetchById | None = None,
+) -> Any:
+    """The log's answer with the topics the ACLs refused and the partitions another node
+    leads answered too (a Fetch by id: then by id, ``named``)."""
+    answer = log_access.put_back(api_key, version, answer, refused)
+    answer = leadership.put_back(api_key, version, answer, not_led)
+    return answer if named is None else named.answer(answer)
 
 
 NoResponse = handlers.NoResponse

@@ -3,9 +3,10 @@
 An OffsetCommit answer is an error code per partition asked about, and a consumer commits
 about as often as it heartbeats; kio's writer (pure Python, an object per partition) took
 about 43% of the Kafka listener's time for a commit of 6 partitions (BENCHMARKS.md,
-section 18). The answer of every served version (2-9; 8+ flexible, no tagged fields
-written) is the bytes kio writes (``tests/kafka/test_offset_commit_encoding``), without
-its header: ``translate.Encoded`` carries it to the codec, which frames it.
+section 18). The answer of every served version (2-10; 8+ flexible, no tagged fields
+written; 10 names each topic by its id) is the bytes kio writes
+(``tests/kafka/test_offset_commit_encoding``), without its header: ``translate.Encoded``
+carries it to the codec, which frames it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from typing import Final
+from uuid import UUID
 
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.walk import uvarint
@@ -28,7 +30,7 @@ _NO_TAGS: Final = b"\x00"
 _UNKNOWN_SERVER_ERROR: Final = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 Partitions = Sequence[tuple[int, int]]  # (index, error code) per partition
-Topics = Sequence[tuple[str, Partitions]]
+Topics = Sequence[tuple[str | UUID, Partitions]]  # each topic by name, or (v10+) by id
 
 
 def encode(version: int, topics: Topics) -> bytes:
@@ -41,10 +43,13 @@ def encode(version: int, topics: Topics) -> bytes:
     out += uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
     pack = _PARTITION.pack
     for name, partitions in topics:
-        raw = name.encode()
-        if flexible:
+        if isinstance(name, UUID):  # v10+ (flexible)
+            out += name.bytes + uvarint(len(partitions) + 1)
+        elif flexible:
+            raw = name.encode()
             out += uvarint(len(raw) + 1) + raw + uvarint(len(partitions) + 1)
         else:
+            raw = name.encode()
             out += _INT16.pack(len(raw)) + raw + _INT32.pack(len(partitions))
         for index, code in partitions:
             out += pack(index, code if code in known else _UNKNOWN_SERVER_ERROR)

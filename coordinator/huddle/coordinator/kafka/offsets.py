@@ -12,15 +12,29 @@
   A group-level error is the group's error code with no topics from v2 (v8+: per group),
   and each partition asked with that error in v1, which has no group error code, as
   Kafka's ``OffsetFetchRequest.getErrorResponse`` answers.
+- OffsetCommit v10 and OffsetFetch v10 (Kafka 4.1, KIP-848) name each topic by its id
+  (the one huddle gave it at its creation, which Metadata answers with) instead of its
+  name, in the request and the answer. An id no topic has is answered UNKNOWN_TOPIC_ID for
+  each partition asked, before the group is checked, as Kafka answers it; an OffsetFetch
+  of every offset answers each topic by its id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+from uuid import UUID
 
 from huddle.coordinator.kafka import offset_commit_encoding
-from huddle.coordinator.kafka.translate import Context, Encoded, Plan, Values, get
+from huddle.coordinator.kafka.schemas import ZERO_UUID
+from huddle.coordinator.kafka.translate import (
+    UNKNOWN_TOPIC_ID,
+    Context,
+    Encoded,
+    Plan,
+    Values,
+    get,
+)
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     NO_GENERATION,
@@ -35,11 +49,20 @@ from huddle.protocol.messages import (
 )
 
 _NO_EPOCH = -1
+_BY_ID_FROM: Final = 10  # OffsetCommit's and OffsetFetch's version that names topics by id
 _GROUP_ERROR_FROM = 2  # OffsetFetch's version that brought the group-level error code
 _GROUP_ID_NOT_FOUND_FROM = 9  # OffsetCommit's: a commit to no group is GROUP_ID_NOT_FOUND
 
 
+def _named(topics: Any, version: int, ctx: Context) -> list[str | None]:
+    """Each topic's name (None: an id no topic has)."""
+    if version < _BY_ID_FROM:
+        return [t.name for t in topics]
+    return [ctx.topic_names.get(t.topic_id) for t in topics]
+
+
 def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
+    names = _named(req.topics, version, ctx)
     call = OffsetCommitRequest(
         group_id=req.group_id,
         generation_id=get(req, "generation_id_or_member_epoch", NO_GENERATION),
@@ -47,7 +70,7 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
         group_instance_id=get(req, "group_instance_id"),
         topics=[
             OffsetCommitTopic(
-                name=t.name,
+                name=name,
                 partitions=[
                     OffsetCommitPartition(
                         partition=p.partition_index,
@@ -57,7 +80,8 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
                     for p in t.partitions
                 ],
             )
-            for t in req.topics
+            for t, name in zip(req.topics, names, strict=True)
+            if name is not None
         ],
     )
 
@@ -73,13 +97,18 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
                     found[topic.name, p.partition] = p.error_code
         topics = [
             (
-                t.name,
+                t.name if version < _BY_ID_FROM else t.topic_id or ZERO_UUID,  # kio: None
                 [
-                    (p.partition_index, group_code or found.get((t.name, p.partition_index), 0))
+                    (
+                        p.partition_index,
+                        UNKNOWN_TOPIC_ID
+                        if name is None
+                        else group_code or found.get((name, p.partition_index), 0),
+                    )
                     for p in t.partitions
                 ],
             )
-            for t in req.topics
+            for t, name in zip(req.topics, names, strict=True)
         ]
         return Encoded(offset_commit_encoding.encode(version, topics))
 
@@ -89,9 +118,11 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
 def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
     groups = get(req, "groups")
     if groups is None:  # v0-7: one group
-        calls = [_fetch_call(req.group_id, req.topics)]
+        asked = [_fetch_call(req.group_id, req.topics, version, ctx)]
     else:
-        calls = [_fetch_call(g.group_id, g.topics) for g in groups]
+        asked = [_fetch_call(g.group_id, g.topics, version, ctx) for g in groups]
+    calls = [call for call, _ in asked]
+    ids = ctx.topic_ids if version >= _BY_ID_FROM else None
 
     per_partition = version < _GROUP_ERROR_FROM
 
@@ -104,30 +135,64 @@ def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
                 {
                     "group_id": c.group_id,
                     "error_code": r.error_code,
-                    "topics": _fetched(r, c, per_partition),
+                    "topics": [*_fetched(r, c, per_partition, ids), *_unknown(unknown)],
                 }
-                for c, r in zip(calls, parts, strict=True)
+                for (c, unknown), r in zip(asked, parts, strict=True)
             ]
         }
 
     return Plan(calls, answer)
 
 
-def _fetch_call(group_id: str, topics: Any) -> OffsetFetchRequest:
+Unknown = list[tuple[UUID, list[int]]]  # ids asked that no topic has, with their partitions
+
+
+def _fetch_call(
+    group_id: str, topics: Any, version: int, ctx: Context
+) -> tuple[OffsetFetchRequest, Unknown]:
     if topics is None:
-        return OffsetFetchRequest(group_id=group_id, topics=None)
-    asked = [OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in topics]
-    return OffsetFetchRequest(group_id=group_id, topics=asked)
+        return OffsetFetchRequest(group_id=group_id, topics=None), []
+    known, unknown = [], []
+    for t, name in zip(topics, _named(topics, version, ctx), strict=True):
+        if name is None:
+            unknown.append((t.topic_id, list(t.partition_indexes)))
+        else:
+            known.append(OffsetFetchTopic(name=name, partitions=list(t.partition_indexes)))
+    return OffsetFetchRequest(group_id=group_id, topics=known), unknown
 
 
-def _fetched(r: Response, call: OffsetFetchRequest, per_partition: bool) -> list[Values]:
+def _unknown(unknown: Unknown) -> list[Values]:
+    return [
+        {"topic_id": topic_id, "partitions": [_no_offset(p, UNKNOWN_TOPIC_ID) for p in parts]}
+        for topic_id, parts in unknown
+    ]
+
+
+def _no_offset(partition: int, code: int) -> Values:
+    return {
+        "partition_index": partition,
+        "committed_offset": -1,
+        "committed_leader_epoch": _NO_EPOCH,
+        "metadata": "",
+        "error_code": code,
+    }
+
+
+def _fetched(
+    r: Response,
+    call: OffsetFetchRequest,
+    per_partition: bool,
+    ids: Mapping[str, UUID] | None = None,
+) -> list[Values]:
     """The offsets answered, or (a group-level error) none, or, ``per_partition`` (a
     version without a group error code), each partition asked with no offset and that
-    error."""
+    error. With ``ids`` (a version that names topics by id), each topic by its id (one
+    that has none is left out)."""
     if type(r) is OffsetFetchResponse and not r.error_code:
         return [
             {
                 "name": t.name,
+                "topic_id": None if ids is None else ids.get(t.name),
                 "partitions": [
                     {
                         "partition_index": p.partition,
@@ -140,22 +205,11 @@ def _fetched(r: Response, call: OffsetFetchRequest, per_partition: bool) -> list
                 ],
             }
             for t in r.topics
+            if ids is None or t.name in ids
         ]
     if not per_partition:
         return []
     return [
-        {
-            "name": t.name,
-            "partitions": [
-                {
-                    "partition_index": p,
-                    "committed_offset": -1,
-                    "committed_leader_epoch": _NO_EPOCH,
-                    "metadata": "",
-                    "error_code": r.error_code,
-                }
-                for p in t.partitions
-            ],
-        }
+        {"name": t.name, "partitions": [_no_offset(p, r.error_code) for p in t.partitions]}
         for t in call.topics or ()
     ]

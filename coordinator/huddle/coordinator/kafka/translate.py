@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+from uuid import UUID
 
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ErrorResponse, Request, Response
@@ -58,6 +59,14 @@ class Context(Protocol):
         """huddle's topic registry: each topic's partition count."""
 
     @property
+    def topic_names(self) -> Mapping[UUID, str]:
+        """huddle's topic registry: the topic of each topic id."""
+
+    @property
+    def topic_ids(self) -> Mapping[str, UUID]:
+        """huddle's topic registry: each topic's id."""
+
+    @property
     def max_response_bytes(self) -> int:
         """The largest answer sent (``--max-response-bytes``)."""
 
@@ -84,3 +93,4 @@ def message(response: Response) -> str | None:
 
 
 NO_ERROR = int(ErrorCode.NONE)
+UNKNOWN_TOPIC_ID: Final = 100  # Kafka's (KIP-516): an id no topic has

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any, Final, Protocol, cast
+from uuid import UUID
 
 import msgspec
 
@@ -36,6 +37,7 @@ from huddle.coordinator.kafka import (
     admin,
     apis,
     brokers,
+    by_id,
     groups,
     header,
     heartbeat_fast,
@@ -48,7 +50,7 @@ from huddle.coordinator.kafka import (
 )
 from huddle.coordinator.kafka.answers import KafkaCodec, Slot
 from huddle.coordinator.kafka.apis import Api
-from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait
+from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait, finished
 from huddle.coordinator.kafka.nodes import Broker, KafkaNodes
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
@@ -96,19 +98,6 @@ def _answered(response: Any) -> Callable[[Any], Any]:
     return lambda parts: response
 
 
-def _put_back(
-    api_key: int,
-    version: int,
-    answer: Any,
-    refused: log_access.Refused,
-    not_led: log_access.Refused,
-) -> Any:
-    """The log's answer with the topics the ACLs refused and the partitions another node
-    leads answered too."""
-    answer = log_access.put_back(api_key, version, answer, refused)
-    return leadership.put_back(api_key, version, answer, not_led)
-
-
 class KafkaHost(Protocol):
     """What the Kafka wire needs of the server (``CoordinatorServer`` is one)."""
 
@@ -131,6 +120,14 @@ class KafkaHost(Protocol):
     @property
     def topic_partitions(self) -> Mapping[str, int]:
         """huddle's topic registry: each topic's partition count."""
+
+    @property
+    def topic_names(self) -> Mapping[UUID, str]:
+        """huddle's topic registry: the topic of each topic id."""
+
+    @property
+    def topic_ids(self) -> Mapping[str, UUID]:
+        """huddle's topic registry: each topic's id."""
 
     @property
     def authorizer(self) -> Authorizer | None:
@@ -171,7 +168,9 @@ class KafkaWire:
         self.max_response_bytes = max_response_bytes
         # what a Fetch may ask for: its answer stays within the response limit
         self._fetch_limit = max(max_response_bytes - _FETCH_OVERHEAD, 1)
-        self.log = log if log is not None else KafkaLog(server.topic_partitions.get)
+        if log is None:
+            log = KafkaLog(server.topic_partitions.get, topic_ids=server.topic_ids.get)
+        self.log = log
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
@@ -211,6 +210,14 @@ class KafkaWire:
     @property
     def topics(self) -> Mapping[str, int]:
         return self.server.topic_partitions
+
+    @property
+    def topic_names(self) -> Mapping[UUID, str]:
+        return self.server.topic_names
+
+    @property
+    def topic_ids(self) -> Mapping[str, UUID]:
+        return self.server.topic_ids
 
     def topic_changed(self, topic: str) -> None:
         self.log.topic_changed(topic)
@@ -331,7 +338,10 @@ class KafkaWire:
     def _log_api(self, conn: Connection, codec: KafkaCodec, slot: Slot, request: Any) -> None:
         """Produce, Fetch or ListOffsets: the log answers, now or (a Fetch) later."""
         codec.open(slot)
-        log, version = self.log, slot.version
+        log, version, named = self.log, slot.version, None
+        if slot.api_key == Api.FETCH and version >= by_id.FETCH_BY_ID_FROM:
+            request, named = by_id.by_name(request, version, self.server.topic_names)
+            version = by_id.BY_NAME  # the log reads it, and answers, by name
         auth, refused = self.server.authorizer, log_access.Refused()
         if auth is not None:
             request, refused = log_access.screen(auth, conn.peer, slot.api_key, request)
@@ -351,18 +361,18 @@ class KafkaWire:
                 return
             kept = log.produce_kept(answer)
             if kept is not None:  # --fsync: answered once its batches are on the disk
-                self._answer_later(conn, codec, slot, kept, refused, not_led)
+                self._answer_later(conn, codec, slot, kept, refused, not_led, version)
                 return
         else:
             if request.max_bytes > self._fetch_limit:  # as Kafka's fetch.max.bytes clamps it
                 request = dataclasses.replace(request, max_bytes=self._fetch_limit)
             answer = log.fetch_now(request, version)
             if isinstance(answer, Wait):
-                self._answer_later(
-                    conn, codec, slot, log.fetch_later(request, version), refused, not_led
-                )
+                later = log.fetch_later(request, version)
+                self._answer_later(conn, codec, slot, later, refused, not_led, version, named)
                 return
-        slot.answer = _answered(_put_back(slot.api_key, version, answer, refused, not_led))
+        answer = finished(slot.api_key, version, answer, refused, not_led, named)
+        slot.answer = _answered(answer)
         conn.send(codec.release(slot))
 
     def _close_when_answered(
@@ -410,10 +420,12 @@ class KafkaWire:
         pending: asyncio.Future[Any],
         refused: log_access.Refused,
         not_led: log_access.Refused,
+        version: int,
+        named: by_id.FetchById | None = None,
     ) -> None:
-        """The slot is answered when ``pending`` is done (a Fetch that waited, a Produce
-        kept), with the topics the ACLs refused and the partitions another node leads put
-        back; dropped if the connection closes first."""
+        """The slot is answered when ``pending`` (of ``version``) is done (a Fetch that
+        waited, a Produce kept), with the topics the ACLs refused and the partitions another
+        node leads put back; dropped if the connection closes first."""
         waits = self._waits.setdefault(conn.conn_id, set())
         waits.add(pending)
 
@@ -427,7 +439,7 @@ class KafkaWire:
                 conn.log.error("kafka_log_failed", api=api, error=repr(error))
                 conn.abort(f"the {api} failed")
                 return
-            answer = _put_back(slot.api_key, slot.version, task.result(), refused, not_led)
+            answer = finished(slot.api_key, version, task.result(), refused, not_led, named)
             slot.answer = _answered(answer)
             conn.send(codec.release(slot))
             self.server.flush()

@@ -47,7 +47,7 @@ from huddle.protocol.errors import InvalidArgumentError
 log = structlog.get_logger("huddle.kafka_log")
 
 PRODUCE_VERSIONS = range(3, 10)
-FETCH_VERSIONS = range(4, 13)
+FETCH_VERSIONS = range(4, 13)  # by name; 13+ by topic id: ``kafka.by_id``
 LIST_OFFSETS_VERSIONS = range(1, 10)
 
 EARLIEST = -2

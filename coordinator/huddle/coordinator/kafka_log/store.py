@@ -17,9 +17,10 @@ from what ``LogDisk.open`` read back (the bounds applied again, in case they wer
 The store follows huddle's topic registry through ``partitions(topic)`` (the partition
 count, None for no such topic), asked on every access: a deleted topic's log is forgotten
 (its files too), partitions past a lowered count too, and a raised count gives new empty
-partitions. A topic deleted and created again between two accesses keeps its log unless
-the server calls ``topic_changed`` when the registry changes (which also wakes the Fetches
-waiting on it).
+partitions. A topic deleted and created again between two accesses has another id
+(``topic_ids(topic)``, asked on every access too): its log is forgotten then; the server
+also calls ``topic_changed`` when the registry changes (which wakes the Fetches waiting on
+it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -56,6 +58,7 @@ class LogStore:
         self,
         partitions: Callable[[str], int | None],
         *,
+        topic_ids: Callable[[str], UUID | None] = lambda topic: None,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
         max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
@@ -75,6 +78,8 @@ class LogStore:
                 f"segment_bytes must be in 1..{max_partition_bytes}, not {segment_bytes}"
             )
         self._partitions = partitions
+        self._topic_ids = topic_ids
+        self._ids: dict[str, UUID] = {}  # each topic's id when last asked
         self.max_batch_bytes = max_batch_bytes
         self.max_partition_bytes = max_partition_bytes
         self.max_total_bytes = max_total_bytes
@@ -253,6 +258,17 @@ class LogStore:
         """Ask the registry for the topic's partition count; forget the partitions (or the
         whole topic) it no longer has."""
         count = self._partitions(topic)
+        topic_id = self._topic_ids(topic)
+        known = self._ids.get(topic)
+        if known is not None and topic_id is not None and known != topic_id:
+            # deleted and created again since: none of its log is the new topic's
+            self._forget(topic, list(self._topics.get(topic, {})))
+            self._topics.pop(topic, None)
+            self._counts.pop(topic, None)
+        if topic_id is not None and count is not None:
+            self._ids[topic] = topic_id
+        else:
+            self._ids.pop(topic, None)
         before = self._counts.get(topic)
         if before is not None and (count is None or count < before):
             logs = self._topics.get(topic, {})

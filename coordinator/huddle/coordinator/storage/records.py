@@ -4,7 +4,10 @@ Kafka keeps committed offsets in ``__consumer_offsets`` so that a coordinator re
 fail-over loses none of them. huddle keeps them, and the topics, in a journal (see
 ``huddle.coordinator.storage.journal``) of these records:
 
-- ``TopicRecord(name, partitions)``: a topic created or altered; ``partitions`` 0: deleted;
+- ``TopicRecord(name, partitions, topic_id)``: a topic created or altered, with the id it
+  was given at its creation (``huddle.coordinator.topic_ids``; None: written before topics
+  had ids, the topic is given one when the data dir is loaded, and that is recorded);
+  ``partitions`` 0: deleted;
 - ``OffsetRecord(group_id, topic, partition, offset, metadata, committed_ms,
   incarnation)``: an accepted commit, with when it was committed (for retention) and, in a
   cluster, which incarnation of its partition it was committed to;
@@ -46,6 +49,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import UUID
 
 import msgspec
 
@@ -55,6 +59,7 @@ HEADER = struct.Struct(">II")  # body length, CRC-32 of the body
 class TopicRecord(msgspec.Struct, tag="t", array_like=True, frozen=True):
     name: str
     partitions: int  # 0: deleted
+    topic_id: UUID | None = None  # None: not known (an older record, or a deletion)
 
 
 class OffsetRecord(msgspec.Struct, tag="o", array_like=True, frozen=True):

@@ -1,0 +1,184 @@
+"""A pass's group and offset changes, written to etcd in as few transactions as it takes.
+
+Each shard's changes are fenced on its epoch (its owner key's revision). A pass's changes
+for many shards go together: shards are packed whole into transactions of at most
+``MAX_TXN_OPS`` operations (etcd refuses more than ``--max-txn-ops``, 128 by default), each
+comparing the owner key of every shard it holds; a shard with more changes than that is
+written alone, in chunks, in turn. The transactions of one pass go at once (they hold
+different shards, as the per-shard transactions did before).
+
+A transaction is all or nothing. When one of its shards' epochs moved on (another node owns
+it now), etcd writes nothing and reads, in the same transaction, the owner keys whose
+revision is not the epoch: those shards are no longer served, and the others' changes are
+written again without them (at most ``COMPARE_RETRIES`` times; then the shards left are not
+served either, and are taken up again from etcd). A transaction whose outcome is unknown (no
+answer within its deadline, its connection lost) may still land later: every shard in it
+has its epoch renewed (that write is refused wherever it lands) and the changes are made
+again once under the new epochs; a shard that cannot be renewed is no longer served.
+
+Nothing here is acknowledged: ``write`` tells the keeper (``EtcdKeeper``) whether every
+change was kept, and only then do the answers go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.store import EtcdStore
+
+log = structlog.get_logger("huddle.cluster")
+
+MAX_TXN_OPS = 100  # below etcd's default --max-txn-ops (128)
+COMPARE_RETRIES = 2  # a transaction made again without the shards whose epoch moved on
+Changes = dict[bytes, bytes | None]  # key -> value; None: delete
+
+
+def pack(sizes: Mapping[int, int], limit: int = MAX_TXN_OPS) -> list[list[int]]:
+    """Shards (by their number of changes) packed whole into groups of at most ``limit``
+    changes, in shard order, each group filled before the next begins; a shard with more
+    than ``limit`` changes is a group of its own."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    room = limit
+    for shard in sorted(sizes):
+        size = sizes[shard]
+        if size > limit:
+            groups.append([shard])
+            continue
+        if size > room:
+            groups.append(current)
+            current, room = [], limit
+        current.append(shard)
+        room -= size
+    if current:
+        groups.append(current)
+    return groups
+
+
+class FencedWriter:
+    """Writes a pass's changes, by shard, fenced on each shard's epoch (see above)."""
+
+    def __init__(self, store: EtcdStore, node: ClusterNode, lost: Callable[[int, str], None]):
+        self.store = store
+        self.node = node
+        self._lost = lost  # a shard not served any more, and why (before anything is written)
+        self.transactions = 0  # made so far, for tests and status
+
+    def _owner_key(self, shard: int) -> bytes:
+        return f"{self.node.prefix}/shards/{shard}".encode()
+
+    async def write(self, by_shard: Mapping[int, Changes]) -> bool:
+        """Every shard's changes; False if one shard's could not all be kept (that shard
+        is no longer served)."""
+        groups = pack({shard: len(changes) for shard, changes in by_shard.items()})
+        calls = [
+            self._write_large(group[0], by_shard[group[0]])
+            if len(by_shard[group[0]]) > MAX_TXN_OPS
+            else self._write_packed({shard: by_shard[shard] for shard in group})
+            for group in groups
+        ]
+        return all(await asyncio.gather(*calls))
+
+    def _epochs(self, shards: list[int]) -> dict[int, int]:
+        """The epochs of the shards still served (the others are dropped, and said so)."""
+        epochs = {}
+        for shard in shards:
+            epoch = self.node.epoch(shard)
+            if epoch is None:
+                self._lost(shard, "a write for a shard no longer served")
+            else:
+                epochs[shard] = epoch
+        return epochs
+
+    async def _write_packed(self, changes: Mapping[int, Changes]) -> bool:
+        """Shards of at most ``MAX_TXN_OPS`` changes in all, in one transaction."""
+        epochs = self._epochs(sorted(changes))
+        kept = len(epochs) == len(changes)
+        renewed = False
+        retries = 0
+        while epochs:
+            try:
+                moved = await self._txn(epochs, changes)
+            except Exception as exc:
+                log.error("shard_write_failed", shards=sorted(epochs), error=type(exc).__name__)
+                if renewed:
+                    for shard in epochs:
+                        self.node.depose(shard, f"a write failed: {type(exc).__name__}")
+                    return False
+                epochs, all_renewed = await self._renew(epochs)
+                kept = kept and all_renewed
+                renewed = True
+                continue
+            if not moved:
+                return kept
+            kept = False
+            for shard in moved:
+                self.node.depose(shard, f"etcd refused a write fenced on epoch {epochs[shard]}")
+                del epochs[shard]
+            retries += 1
+            if retries > COMPARE_RETRIES:
+                for shard in epochs:
+                    self.node.depose(shard, "its epoch was refused too often in one pass")
+                return False
+        return kept
+
+    async def _txn(self, epochs: Mapping[int, int], changes: Mapping[int, Changes]) -> list[int]:
+        """One transaction of these shards' changes: the shards whose epoch moved on."""
+        owners = {self._owner_key(shard): shard for shard in epochs}
+        puts: dict[bytes, bytes] = {}
+        deletes: list[bytes] = []
+        for shard in epochs:
+            for key, value in changes[shard].items():
+                if value is None:
+                    deletes.append(key)
+                else:
+                    puts[key] = value
+        self.transactions += 1
+        fences = {key: epochs[shard] for key, shard in owners.items()}
+        moved = await self.store.write_fenced_all(fences, puts, deletes)
+        if any(key not in owners for key in moved):
+            return list(epochs)  # an answer that names a key not ours: none is trusted
+        return [owners[key] for key in moved]
+
+    async def _renew(self, epochs: Mapping[int, int]) -> tuple[dict[int, int], bool]:
+        """Each shard's epoch renewed (a write under the old one had an unknown outcome):
+        the new epochs of those renewed, and whether all were (the others are not served)."""
+        shards = list(epochs)
+        renewed = await asyncio.gather(*(self.node.renew(shard) for shard in shards))
+        again = {s: e for s, e in zip(shards, renewed, strict=True) if e is not None}
+        for shard in shards:
+            if shard not in again:
+                self.node.depose(shard, "a write failed and its epoch could not be renewed")
+        return again, len(again) == len(shards)
+
+    async def _write_large(self, shard: int, changes: Changes) -> bool:
+        """A shard with more changes than one transaction holds: in chunks, in turn, each
+        fenced on its epoch (renewed once if a chunk's outcome is unknown)."""
+        epoch = self.node.epoch(shard)
+        if epoch is None:
+            self._lost(shard, "a write for a shard no longer served")
+            return False
+        items = list(changes.items())
+        renewed = False
+        i = 0
+        while i < len(items):
+            chunk = dict(items[i : i + MAX_TXN_OPS])
+            try:
+                moved = await self._txn({shard: epoch}, {shard: chunk})
+            except Exception as exc:
+                log.error("shard_write_failed", shard=shard, error=type(exc).__name__)
+                again = None if renewed else await self.node.renew(shard)
+                if again is None:
+                    self.node.depose(shard, f"a write failed: {type(exc).__name__}")
+                    return False
+                epoch, renewed = again, True
+                continue
+            if moved:
+                self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
+                return False
+            i += MAX_TXN_OPS
+        return True

@@ -1,0 +1,103 @@
+"""What goes into and comes out of the consumer group protocol's core (KIP-848), as values.
+
+``HeartbeatRequest`` and ``HeartbeatAnswer`` carry the fields of Kafka's
+ConsumerGroupHeartbeat (API key 68, version 1) that the group state machine reads and
+writes. A wire translates to and from them; the core never sees bytes.
+
+Topics are keyed by **name** here. Kafka's messages carry topic ids (UUIDs); a wire that
+serves them maps each id to its name with the topic view (``TopicView.ids``) before it calls
+the core, and each name back to its id when it answers. Nothing below depends on the ids.
+
+Times are milliseconds on the caller's clock (``now``), as everywhere in the coordinator
+core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from huddle.protocol.errors import ErrorCode, HuddleError
+
+# topic name -> partition numbers. Treated as immutable: a new mapping replaces an old one.
+Assignment = Mapping[str, frozenset[int]]
+
+EMPTY: Assignment = {}
+
+JOIN_EPOCH = 0  # a member (re)joins
+LEAVE_EPOCH = -1  # a member leaves for good
+STATIC_LEAVE_EPOCH = -2  # a static member leaves for now, and keeps its instance id's place
+
+
+class TopicView(msgspec.Struct, frozen=True):
+    """The topics the group coordinator may assign: name -> partition count.
+
+    ``version`` changes whenever the view does (a topic created, deleted, or given
+    partitions): a group resolves its regular expressions again, and looks at its topics'
+    partition counts again, only when it sees a new version. ``ids`` (name -> topic id) is
+    where a wire that speaks topic ids keeps the mapping; the core ignores it.
+    """
+
+    partitions: Mapping[str, int]
+    version: int = 0
+    ids: Mapping[str, str] = msgspec.field(default_factory=dict)
+
+
+class ConsumerGroupConfig(msgspec.Struct, frozen=True):
+    """The coordinator's settings for consumer-protocol groups, Kafka's defaults
+    (``group.consumer.*``)."""
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    max_size: int = 2**31 - 1
+    assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    # how long a group remembers a member that left, for assignors that hold its partitions
+    departure_memory_ms: int = 300_000
+
+
+class HeartbeatRequest(msgspec.Struct, frozen=True):
+    """ConsumerGroupHeartbeat v1. ``None`` means "not sent, unchanged since the last one"
+    (Kafka's null); an empty tuple or mapping is a value."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None  # the partitions the member owns now
+
+    def is_full(self) -> bool:
+        """A full request (a join, or a member resending everything after an error): it is
+        always answered with the whole assignment."""
+        subscribed = self.subscribed_topic_names is not None or (
+            self.subscribed_topic_regex is not None
+        )
+        return self.member_epoch == JOIN_EPOCH or (
+            self.rebalance_timeout_ms != -1 and subscribed and self.owned is not None
+        )
+
+
+class HeartbeatAnswer(msgspec.Struct, frozen=True):
+    """ConsumerGroupHeartbeat's response. ``assignment`` is ``None`` when it did not change
+    (and the request was not a full one): the member keeps what it has."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+class RefusedError(HuddleError):
+    """A rule refused the request: answered with ``code`` and ``message``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -1,0 +1,96 @@
+"""One member reconciled toward its target assignment (Kafka's CurrentAssignmentBuilder).
+
+Given the member, the target assignment epoch, what the target gives it, what it says it
+owns, and who owns each partition now, ``reconcile`` returns the member's next state:
+
+- What the member has and the target no longer gives it must be revoked first. While the
+  member still owns any of it (or did not say what it owns), it stays at its epoch in
+  ``UNREVOKED_PARTITIONS`` with those partitions pending revocation.
+- Then it moves to the target epoch and is given every target partition nobody else owns.
+  Partitions still owned by another member (pending revocation there) are held back:
+  ``UNRELEASED_PARTITIONS`` until a later heartbeat finds them free.
+
+A partition is only ever added to a member's assignment when no other member owns it: this
+is the rule that keeps two members from owning one partition at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from huddle.coordinator.consumer.member import ConsumerMember, MemberState, intersects
+from huddle.coordinator.consumer.messages import EMPTY, Assignment
+
+# (topic, partition) -> the member id owning it now, or None
+OwnerOf = Callable[[str, int], str | None]
+
+
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    owned: Assignment | None,
+    owner_of: OwnerOf,
+) -> ConsumerMember:
+    """The member's next state (the same object when nothing changes)."""
+    match member.state:
+        case MemberState.STABLE:
+            if member.member_epoch != target_epoch:
+                return _next(member, target_epoch, target, owned, owner_of)
+            return member
+        case MemberState.UNREVOKED_PARTITIONS:
+            if intersects(owned, member.pending_revocation):
+                return member
+            return _next(member, target_epoch, target, owned, owner_of)
+        case MemberState.UNRELEASED_PARTITIONS:
+            return _next(member, target_epoch, target, owned, owner_of)
+
+
+def _next(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    owned: Assignment | None,
+    owner_of: OwnerOf,
+) -> ConsumerMember:
+    me = member.member_id
+    current = member.assigned
+    kept: dict[str, frozenset[int]] = {}
+    revoking: dict[str, frozenset[int]] = {}
+    adding: dict[str, frozenset[int]] = {}
+    unreleased = False
+    for topic in target.keys() | current.keys():
+        wanted = target.get(topic, frozenset())
+        had = current.get(topic, frozenset())
+        keep = had & wanted
+        if keep:
+            kept[topic] = keep
+        if had - keep:
+            revoking[topic] = had - keep
+        missing = wanted - keep
+        if missing:
+            free = frozenset(p for p in missing if owner_of(topic, p) in (None, me))
+            if len(free) < len(missing):
+                unreleased = True
+            if free:
+                adding[topic] = free
+
+    if revoking and intersects(owned, revoking):
+        # Give up first: the member stays at its epoch until it has.
+        return member.at_epoch(
+            member.member_epoch,
+            state=MemberState.UNREVOKED_PARTITIONS,
+            assigned=kept,
+            pending_revocation=revoking,
+        )
+    assigned: Assignment = kept
+    if adding:
+        merged = dict(kept)
+        for topic, partitions in adding.items():
+            merged[topic] = merged.get(topic, frozenset()) | partitions
+        assigned = merged
+    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    updated = member.at_epoch(
+        target_epoch, state=state, assigned=assigned, pending_revocation=EMPTY
+    )
+    return member if updated == member else updated

@@ -1,0 +1,100 @@
+"""The group's subscriptions resolved against the topics, and its target assignment worked out
+when the group epoch has moved past it (Kafka's TargetAssignmentBuilder).
+
+Subscriptions are topic names and, or instead, a regular expression. A regex is matched
+against every topic name in the view, whole (Python's ``re.fullmatch``; Kafka uses RE2/J
+with ``matches()``, the same for the patterns clients send). Regexes are matched again only
+when the topic view's ``version`` changes or a member brings a new one.
+
+The group epoch moves when the topics the group subscribes to, or their partition counts,
+change: a topic created that a regex matches, a topic given partitions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from huddle.coordinator.consumer.assignors import MemberSpec, ServerAssignor, spec_of
+from huddle.coordinator.consumer.group import ConsumerGroup
+from huddle.coordinator.consumer.messages import RefusedError, TopicView
+from huddle.protocol.errors import ErrorCode
+
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
+
+def compiled(regex: str) -> re.Pattern[str]:
+    """The compiled regex; INVALID_REGULAR_EXPRESSION when it does not compile."""
+    pattern = _COMPILED.get(regex)
+    if pattern is None:
+        try:
+            pattern = re.compile(regex)
+        except re.error as error:
+            raise RefusedError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION,
+                f"SubscribedTopicRegex {regex!r} is not a valid regular expression: {error}",
+            ) from None
+        if len(_COMPILED) > 10_000:
+            _COMPILED.clear()
+        _COMPILED[regex] = pattern
+    return pattern
+
+
+def refresh_subscriptions(group: ConsumerGroup, view: TopicView) -> bool:
+    """Match the group's regexes again if the view changed, and work out which topics the
+    group subscribes to with their partition counts. True when that changed (the group
+    epoch must move)."""
+    regexes = {m.subscribed_topic_regex for m in group.members.values()}
+    regexes.discard(None)
+    regexes.discard("")
+    fresh_view = view.version != group.topics_version
+    resolved: dict[str, frozenset[str]] = {}
+    for regex in regexes:
+        assert regex is not None
+        known = group.resolved.get(regex)
+        if known is None or fresh_view:
+            pattern = compiled(regex)
+            known = frozenset(t for t in view.partitions if pattern.fullmatch(t))
+        resolved[regex] = known
+    group.resolved = resolved
+    group.topics_version = view.version
+
+    subscribed: set[str] = set()
+    for member in group.members.values():
+        subscribed |= group.subscribed_topics(member)
+    partitions = {t: view.partitions[t] for t in sorted(subscribed) if t in view.partitions}
+    if partitions == group.subscribed_partitions:
+        return False
+    group.subscribed_partitions = partitions
+    return True
+
+
+def compute_target(
+    group: ConsumerGroup,
+    assignors: Mapping[str, ServerAssignor],
+    default_assignor: str,
+    now: float,
+    memory_ms: float,
+) -> None:
+    """The target assignment at the group epoch, from the previous target (what each
+    member's target gave it), with the group's preferred assignor. Members that left more
+    than ``memory_ms`` ago are forgotten (assignors see the others as ``departed``)."""
+    partitions = group.subscribed_partitions
+    members = {
+        member_id: MemberSpec(
+            member_id,
+            frozenset(t for t in group.subscribed_topics(member) if t in partitions),
+            group.target.get(member_id, {}),
+            member.instance_id,
+            member.rack_id,
+        )
+        for member_id, member in group.members.items()
+    }
+    for member_id, departure in list(group.departed.items()):
+        if departure.at < now - memory_ms or member_id in members:
+            del group.departed[member_id]
+    assignor = assignors[group.preferred_assignor(default_assignor)]
+    result = assignor.assign(spec_of(members, partitions, now, group.departed))
+    group.target = dict(result.assignments)
+    group.target_epoch = group.group_epoch
+    group.recheck_at = result.recheck_at
