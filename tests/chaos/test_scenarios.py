@@ -108,6 +108,19 @@ def test_bounded_state_takes_the_same_time_to_rebuild_however_far_a_partition_ha
     assert Workload(rate=50, restore_rate=100, state_records=200).restore_seconds(TP, 500) == 0
 
 
+def test_a_restore_cut_short_says_how_many_records_it_replayed_and_keeps_none() -> None:
+    w = Workload(rate=50, stateful=True, restore_rate=100, state_records=200)
+    other = TopicPartition("t", 1)
+    w.local[other] = 10_000
+    assert w.assign(TP, 10_000, now=1.0) == 2.0
+    w.assign(other, 10_000, now=1.0)  # its state is there: nothing to restore
+    assert w.cut_restores(frozenset({TP, other}), now=1.5) == {TP: 50}
+    assert w.release(frozenset({TP, other})) == {TP: 10_000, other: 10_000}
+    assert w.lags() == {other: 0}  # the 50 records replayed are not kept
+    w.assign(TP, 10_000, now=5.0)
+    assert w.cut_restores(frozenset({TP}), now=7.0) == {}  # finished at 7.0
+
+
 def test_bounded_state_bounds_the_reported_lag_and_a_warm_up_catches_up_within_it() -> None:
     w = Workload(rate=50, stateful=True, restore_rate=100, state_records=200)
     w.replicas = frozenset({TP})

@@ -130,34 +130,43 @@ async def test_stateful_worker_restores_before_processing(
     assert (tmp_path / "state" / "member-1.json").exists()
 
 
+async def committed_then_state_lost(
+    server: CoordinatorServer, run_dir: Path, past: int
+) -> tuple[str, Path, list[dict[str, object]], int]:
+    """A stateful worker on one partition commits past offset ``past`` and stops; then its
+    local state is deleted. The bootstrap, its event file, the events so far and the last
+    accepted commit."""
+    bootstrap = f"127.0.0.1:{server.port}"
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("chaos", 1)
+    path = run_dir / "events" / "member-1.jsonl"
+
+    def accepted() -> list[dict[str, object]]:
+        return [r for r in of(read_events(path), ev.COMMITTED) if r["accepted"]]
+
+    first = start_worker(bootstrap, run_dir, stateful=True, restore_rate=1_000.0)
+    try:
+        await wait_until(
+            lambda: any(int(str(c["offset"])) > past for c in accepted()),
+            wait_s=WAIT_S,
+            what=f"a commit past offset {past}",
+        )
+    finally:
+        assert await stop_worker(first) == 0
+    committed = int(str(accepted()[-1]["offset"]))
+    (run_dir / "state" / "member-1.json").unlink()  # the local state is gone
+    return bootstrap, path, read_events(path), committed
+
+
 async def test_a_stateful_worker_without_its_state_restores_up_to_the_commit(
     server: CoordinatorServer, tmp_path: Path
 ) -> None:
     """A member that lost its local state (a new machine) rebuilds it from 0 up to the
     committed offset before it processes: the log says from where, up to where, and how
     many records (the pipeline's restore figures and its restore safety check read them)."""
-    bootstrap = f"127.0.0.1:{server.port}"
-    async with Admin(bootstrap) as admin:
-        await admin.create_topic("chaos", 1)
-    path = tmp_path / "events" / "member-1.jsonl"
-
-    def accepted() -> list[dict[str, object]]:
-        return [r for r in of(read_events(path), ev.COMMITTED) if r["accepted"]]
-
-    first = start_worker(bootstrap, tmp_path, stateful=True, restore_rate=1_000.0)
-    try:
-        await wait_until(
-            lambda: any(int(str(c["offset"])) > 20 for c in accepted()),
-            wait_s=WAIT_S,
-            what="a commit past offset 20",
-        )
-    finally:
-        assert await stop_worker(first) == 0
-    run1 = read_events(path)
+    bootstrap, path, run1, committed = await committed_then_state_lost(server, tmp_path, 20)
     (fresh,) = of(run1, ev.RESTORE_STARTED)
     assert (fresh["offset"], fresh["from_offset"], fresh["records"]) == (0, 0, 0)
-    committed = int(str(accepted()[-1]["offset"]))
-    (tmp_path / "state" / "member-1.json").unlink()  # the local state is gone
     second = start_worker(bootstrap, tmp_path, stateful=True, restore_rate=1_000.0)
     try:
         await wait_until(
@@ -179,6 +188,33 @@ async def test_a_stateful_worker_without_its_state_restores_up_to_the_commit(
     (restored,) = of(run2, ev.RESTORED)
     assert (restored["offset"], restored["records"]) == (committed, committed)
     assert of(run2, ev.PROCESSED)[0]["offset"] == committed
+
+
+async def test_a_worker_stopped_mid_restore_says_how_many_records_it_replayed(
+    server: CoordinatorServer, tmp_path: Path
+) -> None:
+    """A task revoked before its restore finished (here: the member shuts down) writes
+    ``restore_stopped`` with the records replayed by then, fewer than the restore's, and
+    no ``restored``: the pipeline counts those, not the ones the restore planned."""
+    bootstrap, path, run1, committed = await committed_then_state_lost(server, tmp_path, 100)
+    second = start_worker(bootstrap, tmp_path, stateful=True, restore_rate=10.0)  # slow
+    try:
+        await wait_until(
+            lambda: bool(of(read_events(path)[len(run1) :], ev.RESTORE_STARTED)),
+            wait_s=WAIT_S,
+            what="the restore started",
+        )
+    finally:
+        assert await stop_worker(second) == 0
+    run2 = read_events(path)[len(run1) :]
+    (started,) = of(run2, ev.RESTORE_STARTED)
+    assert (started["records"], started["seconds"]) == (committed, committed / 10.0)
+    assert of(run2, ev.RESTORED) == []
+    (cut,) = of(run2, ev.RESTORE_STOPPED)
+    assert cut["offset"] == committed
+    assert 0 <= int(str(cut["records"])) < committed
+    kinds = [r["event"] for r in run2]
+    assert kinds.index(ev.REVOKED) < kinds.index(ev.RESTORE_STOPPED)
 
 
 @pytest.mark.parametrize(

@@ -99,3 +99,4 @@ def test_the_page_says_what_restoring_a_partition_costs() -> None:
     assert "last 250 records (5 s of input at 50 records/s)" in said
     assert "holds a departed member's partitions up to 10 s" in said
     assert "1 standby per partition" in said
+    assert "each member is started again 0.3 s after it stopped" in said

@@ -29,6 +29,8 @@ def summary(
     moved: int = 0,
     returned: int = 0,
     restored: int = 0,
+    restores: int = 0,
+    cut: int = 0,
     unowned: float | None = 0.0,
     restoring: float | None = 0.0,
     client: str = "huddle",
@@ -62,6 +64,8 @@ def summary(
         partitions_returned=returned,
         records_restored=restored,
         restore_seconds=restored / 125 if restored else 0.0,
+        restores=restores,
+        restores_cut=cut,
         unowned_partition_seconds=unowned,
         restoring_partition_seconds=restoring,
         stopped_partition_seconds=stopped,
@@ -92,19 +96,46 @@ def sentences(summaries: list[RunSummary]) -> dict[str, str]:
 def test_each_protocol_gets_a_sentence_from_its_numbers_and_its_rank() -> None:
     said = sentences(AS_DESIGNED)
     assert said["cooperative-deferred"] == (
-        "cooperative-deferred moved 0 partitions (the fewest) and restored no state; "
+        "cooperative-deferred handed no partition to another member (the fewest) and restored "
+        "no state; "
         "processing stopped for 6.0 partition-seconds (6.0 unowned, 0.0 restoring), "
         "the least: it kept processing most; 100% of that was partitions held for their "
         "member, unowned."
     )
     assert said["range"].startswith(
-        "range moved 60 partitions (the most), 20 of them back to the member that had them, "
-        "and restored 9,000 records of state (72.0 s rebuilding); processing stopped for "
+        "range handed partitions to another member 60 times (the most), handed partitions "
+        "back to the member that had them last 20 times, and restored 9,000 records of state "
+        "(72.0 s rebuilding); processing stopped for "
         "80.0 partition-seconds (8.0 unowned, 72.0 restoring), 13.3 times "
         "as long as cooperative-deferred, the most; 90% of that was state being rebuilt"
     )
     assert "7.0 times as long as cooperative-deferred;" in said["cooperative-sticky"]
     assert "(the most)" not in said["cooperative-sticky"]  # in between: no rank
+
+
+def test_moves_and_returns_are_two_counts_of_handovers_whatever_their_sizes() -> None:
+    """A return is not one of the moves: more returns than moves reads as true as fewer
+    (eager range in a rolling bounce: 80 moves, 112 returns)."""
+    runs = [
+        summary("range", moved=80, returned=112, restored=2_900, restores=40, cut=40, unowned=1),
+        summary("cooperative-sticky", moved=1, returned=1, restored=0, unowned=2.0),
+        summary("cooperative-deferred", moved=0, returned=24, unowned=14.0),
+    ]
+    said = sentences(runs)
+    assert said["range"].startswith(
+        "range handed partitions to another member 80 times (the most), handed partitions "
+        "back to the member that had them last 112 times, and restored 2,900 records of state "
+        "(23.2 s rebuilding; 40 of its 40 restores cut short); "
+    )
+    assert said["cooperative-sticky"].startswith(
+        "cooperative-sticky handed a partition to another member once, handed a partition "
+        "back to the member that had it last once, and restored no state; "
+    )
+    assert said["cooperative-deferred"].startswith(
+        "cooperative-deferred handed no partition to another member (the fewest), handed "
+        "partitions back to the member that had them last 24 times, and restored no state; "
+    )
+    assert not any("of them" in text for text in said.values())
 
 
 def test_a_different_ranking_changes_the_sentences() -> None:
@@ -175,7 +206,7 @@ def test_a_claim_needs_its_rival_and_its_situation() -> None:
     ]
     [v] = verdicts(mine, [claim])
     assert not v.held
-    assert "It moved 3 partitions, y 1." in v.text
+    assert "It handed partitions to another member 3 times, y 1." in v.text
     assert all(c.than for c in DESIGN_CLAIMS)
 
 
@@ -224,11 +255,11 @@ def test_the_page_puts_the_sentences_beside_the_chart_and_closes_with_the_findin
     assert page.count('<img src="data:image/png;base64,') == 2  # a chart per situation
     assert page.count('<div class="side">') == 2
     assert "A partition&#x27;s state takes 2 s." in page
-    assert "cooperative-deferred moved 0 partitions (the fewest)" in page
+    assert "cooperative-deferred handed no partition to another member (the fewest)" in page
     assert '<p class="missed">Not as designed: waiting for a bounced member' in page
     assert "Findings: 1 design claim did not hold in these runs" in page
     markdown = (tmp_path / "held" / "comparison.md").read_text()
-    assert "- cooperative-sticky moved 24 partitions" in markdown
+    assert "- cooperative-sticky handed partitions to another member 24 times" in markdown
     assert sorted(p.name for p in (tmp_path / "held").glob("*.png")) == [
         "tradeoff-1.png",
         "tradeoff-2.png",
@@ -264,8 +295,19 @@ def test_a_loss_to_a_protocol_that_gave_partitions_back_says_so() -> None:
     [lost] = verdicts(points)
     assert not lost.held
     assert lost.text.endswith(
-        "Where it lost: restoring 32.0 against 8.0 partition-seconds (range gave 36 partitions "
-        "back to the member that had their state, cooperative-sticky 2)."
+        "Where it lost: restoring 32.0 against 8.0 partition-seconds (range handed partitions "
+        "back to the member that had them last 36 times, cooperative-sticky 2)."
+    )
+    cut = [
+        msgspec.structs.replace(runs[0], restores=12, restores_cut=12),
+        msgspec.structs.replace(runs[1], restores=20, restores_cut=2),
+    ]
+    [points] = situations(cut).values()
+    [lost] = verdicts(points)
+    assert lost.text.endswith(
+        "Where it lost: restoring 32.0 against 8.0 partition-seconds (range cut 12 of its 12 "
+        "restores short, handing the partition on before its new owner had rebuilt its state, "
+        "and replayed 1,000 records; cooperative-sticky cut 2 of its 20 and replayed 4,000)."
     )
     unsplit = [msgspec.structs.replace(s, restoring_partition_seconds=None) for s in runs]
     [points] = situations(unsplit).values()

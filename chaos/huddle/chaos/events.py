@@ -122,7 +122,9 @@ class RestoreStarted(Event, tag="restore_started", kw_only=True):
     ``assigned`` event that gave it). The state is rebuilt up to ``offset``, the committed
     offset the task resumes processing from, by replaying the ``records`` from
     ``from_offset``, where the member's local state of that partition stood (0: it had
-    none). A task whose local state is already there restores 0 records."""
+    none). A task whose local state is already there restores 0 records. ``seconds``: how
+    long replaying them takes at the member's restore rate (None in logs written before
+    it was told)."""
 
     member_id: str
     generation: int
@@ -131,6 +133,7 @@ class RestoreStarted(Event, tag="restore_started", kw_only=True):
     offset: int
     from_offset: int = 0
     records: int = 0
+    seconds: float | None = None
 
 
 class Restored(Event, tag="restored", kw_only=True):
@@ -142,6 +145,18 @@ class Restored(Event, tag="restored", kw_only=True):
     partition: int
     offset: int | None = None
     records: int | None = None
+
+
+class RestoreStopped(Event, tag="restore_stopped", kw_only=True):
+    """Stateful mode: a task's restore was cut short, its partition revoked or lost (or the
+    member closed) before its ``restored``: ``records`` of the restore's records were
+    replayed by then, and the task keeps none of them. (A SIGKILLed member writes none.)"""
+
+    member_id: str
+    topic: str
+    partition: int
+    offset: int  # the offset the restore was rebuilding the state up to
+    records: int
 
 
 class Processed(Event, tag="processed", kw_only=True):
@@ -192,6 +207,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     Lost,
     RestoreStarted,
     Restored,
+    RestoreStopped,
     Processed,
     Committed,
     ShardsServed,
@@ -210,6 +226,7 @@ AnyEvent = (
     | Lost
     | RestoreStarted
     | Restored
+    | RestoreStopped
     | Processed
     | Committed
     | ShardsServed
@@ -234,6 +251,7 @@ REVOKED: Final = tag_of(Revoked)
 LOST: Final = tag_of(Lost)
 RESTORE_STARTED: Final = tag_of(RestoreStarted)
 RESTORED: Final = tag_of(Restored)
+RESTORE_STOPPED: Final = tag_of(RestoreStopped)
 PROCESSED: Final = tag_of(Processed)
 COMMITTED: Final = tag_of(Committed)
 SHARDS_SERVED: Final = tag_of(ShardsServed)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-import os
 import sys
 import threading
 import time
@@ -41,11 +40,14 @@ from huddle.chaos.events import EventLog, events_dir
 from huddle.chaos.kafka_workers import launch
 from huddle.chaos.kafka_workers.emit import Partition, Reporter
 from huddle.chaos.kafka_workers.options import DriverOptions
-from huddle.chaos.worker import WorkerSettings, parse_settings
+from huddle.chaos.worker import WorkerSettings, parse_settings, started_event
 from huddle.logs import configure_logging
 from huddle.protocol.errors import InvalidArgumentError
 
 log = structlog.get_logger("huddle.chaos.kafka_member")
+
+
+PartitionEvent = ev.Processed | ev.Committed  # the events of one partition's offset
 
 
 def _pairs(partitions: Iterable[Partition]) -> list[tuple[str, int]]:
@@ -101,17 +103,23 @@ class EventSink(Reporter):
             kind(member_id=self.member_id, generation=self.generation, partitions=_pairs(taken))
         )
 
-    def read(self, topic: str, partition: int, offset: int, end: int) -> None:
+    def _at(
+        self, kind: type[PartitionEvent], topic: str, partition: int, offset: int, **fields: Any
+    ) -> None:
+        """One event of a partition's offset, stamped with the member id and generation."""
         self._write(
-            ev.Processed(
+            kind(
                 member_id=self.member_id,
                 generation=self.generation,
                 topic=topic,
                 partition=partition,
                 offset=offset,
-                count=end - offset,
+                **fields,
             )
         )
+
+    def read(self, topic: str, partition: int, offset: int, end: int) -> None:
+        self._at(ev.Processed, topic, partition, offset, count=end - offset)
 
     def committed(self, offsets: Iterable[tuple[str, int, int]]) -> None:
         self._commits(offsets, None)
@@ -121,17 +129,7 @@ class EventSink(Reporter):
 
     def _commits(self, offsets: Iterable[tuple[str, int, int]], error: str | None) -> None:
         for topic, partition, offset in sorted(offsets):
-            self._write(
-                ev.Committed(
-                    member_id=self.member_id,
-                    generation=self.generation,
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                    accepted=error is None,
-                    error=error,
-                )
-            )
+            self._at(ev.Committed, topic, partition, offset, accepted=error is None, error=error)
 
 
 def driver_options(args: WorkerSettings) -> DriverOptions:
@@ -167,15 +165,7 @@ def run(args: WorkerSettings, options: DriverOptions) -> None:
     assert module is not None
     driver = importlib.import_module(module)
     with EventLog(events_dir(Path(args.run_dir)) / f"{args.name}.jsonl", args.name) as events:
-        events.write(
-            ev.ProcessStarted(
-                pid=os.getpid(),
-                role="member",
-                group_id=args.group,
-                protocol=args.protocol,
-                instance_id=args.instance_id,
-            )
-        )
+        events.write(started_event(args))
         started = time.monotonic()
         outcome = driver.run(options, EventSink(args.client, events))
         if inspect.iscoroutine(outcome):  # aiokafka's driver is a coroutine

@@ -142,6 +142,9 @@ def process_death(s: Shape) -> Scenario:
     )
 
 
+BOUNCE_DOWN_S: Final = 0.3  # a bounced member is started again this long after its SIGTERM
+
+
 def _bounce_steps(s: Shape, *, start: float, down_s: float) -> list[Step]:
     span = 0.6 * s.duration
     pause = span / max(s.members, 1)
@@ -156,7 +159,7 @@ def rolling_bounce(s: Shape) -> Scenario:
     return Scenario(
         "rolling-bounce",
         "SIGTERM every member in turn and start it again, with a pause between members",
-        tuple(_bounce_steps(s, start=0.2 * s.duration, down_s=0.3)),
+        tuple(_bounce_steps(s, start=0.2 * s.duration, down_s=BOUNCE_DOWN_S)),
     )
 
 
@@ -164,7 +167,7 @@ def static_bounce(s: Shape) -> Scenario:
     return Scenario(
         "static-bounce",
         "static members (instance ids) bounced in turn, each back within its session timeout",
-        tuple(_bounce_steps(s, start=0.2 * s.duration, down_s=0.3)),
+        tuple(_bounce_steps(s, start=0.2 * s.duration, down_s=BOUNCE_DOWN_S)),
         static=True,
     )
 

@@ -154,8 +154,8 @@ class Worker(RebalanceListener):
             offset = resume.get(tp) or 0
             from_offset = self.workload.local.get(tp, 0)
             records = self.workload.restore_records(tp, offset)
-            self.workload.assign(tp, offset, now)
-            restores.append((tp, offset, from_offset, records))
+            seconds = self.workload.assign(tp, offset, now)
+            restores.append((tp, offset, from_offset, records, seconds))
         m = self._m()
         self.events.write(
             ev.Assigned(
@@ -165,7 +165,7 @@ class Worker(RebalanceListener):
             )
         )
         if self.args.stateful:  # after the assignment that gave the tasks
-            for tp, offset, from_offset, records in restores:
+            for tp, offset, from_offset, records, seconds in restores:
                 self.events.write(
                     ev.RestoreStarted(
                         member_id=m.member_id,
@@ -175,6 +175,7 @@ class Worker(RebalanceListener):
                         offset=offset,
                         from_offset=from_offset,
                         records=records,
+                        seconds=seconds,
                     )
                 )
         if assigned:
@@ -182,7 +183,7 @@ class Worker(RebalanceListener):
 
     async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
         self._note_generation()  # cooperative: revoked after a sync, before assigned
-        positions = self.workload.release(revoked)
+        positions, cut = self._release(revoked)
         # processing of these stopped here; the commit of their positions follows
         m = self._m()
         self.events.write(
@@ -190,16 +191,45 @@ class Worker(RebalanceListener):
                 member_id=m.member_id, generation=m.generation, partitions=partitions_field(revoked)
             )
         )
+        self._write_cut(cut)
         await self.commit(positions)
 
     async def on_partitions_lost(self, lost: frozenset[TopicPartition]) -> None:
-        self.workload.release(lost)
+        _, cut = self._release(lost)
         m = self._m()
         self.events.write(
             ev.Lost(
                 member_id=m.member_id, generation=m.generation, partitions=partitions_field(lost)
             )
         )
+        self._write_cut(cut)
+
+    def _release(
+        self, tps: frozenset[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, tuple[int, int]]]:
+        """Stop processing ``tps``: their positions, and the restores this cuts short (the
+        offset each was rebuilding up to, the records it replayed). A restore that finished
+        and was not told yet is told first (``restored``)."""
+        now = time.monotonic()
+        self._report_restored(now)
+        replayed = self.workload.cut_restores(tps, now)
+        cut = {tp: (self.workload.tasks[tp].position, n) for tp, n in replayed.items()}
+        return self.workload.release(tps), cut
+
+    def _write_cut(self, cut: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        if not self.args.stateful:
+            return
+        member_id = self._m().member_id
+        for tp, (offset, records) in sorted(cut.items()):
+            self.events.write(
+                ev.RestoreStopped(
+                    member_id=member_id,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=offset,
+                    records=records,
+                )
+            )
 
     async def on_replicas_assigned(
         self, standby: frozenset[TopicPartition], warmup: frozenset[TopicPartition]
@@ -284,20 +314,9 @@ class Worker(RebalanceListener):
         self._last_tick = now
         m = self._m()
         member_id, generation = m.member_id, m.generation
-        for tp in self.workload.newly_restored(now):
-            if self.args.stateful:
-                task = self.workload.tasks[tp]  # not processed yet: still at its resume offset
-                self.events.write(
-                    ev.Restored(
-                        member_id=member_id,
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=task.position,
-                        records=task.restore_records,
-                    )
-                )
+        self._report_restored(now)
         # what the member owns *now*: empty for a zombie that just woke up
-        for batch in self.workload.tick(now, self._m().assignment):
+        for batch in self.workload.tick(now, m.assignment):
             self.events.write(
                 ev.Processed(
                     member_id=member_id,
@@ -308,6 +327,32 @@ class Worker(RebalanceListener):
                     count=batch.count,
                 )
             )
+
+    def _report_restored(self, now: float) -> None:
+        """A ``restored`` for every task whose restore finished by ``now``."""
+        for tp in self.workload.newly_restored(now):
+            if self.args.stateful:
+                task = self.workload.tasks[tp]  # not processed yet: still at its resume offset
+                self.events.write(
+                    ev.Restored(
+                        member_id=self._m().member_id,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=task.position,
+                        records=task.restore_records,
+                    )
+                )
+
+
+def started_event(args: WorkerSettings) -> ev.ProcessStarted:
+    """The ``process_started`` event of a member process run with ``args``."""
+    return ev.ProcessStarted(
+        pid=os.getpid(),
+        role="member",
+        group_id=args.group,
+        protocol=args.protocol,
+        instance_id=args.instance_id,
+    )
 
 
 def load_state(path: Path) -> dict[TopicPartition, int]:
@@ -328,15 +373,7 @@ def save_state(path: Path, local: Mapping[TopicPartition, int]) -> None:
 async def run(args: WorkerSettings) -> str:
     """Run until a signal or ``--max-seconds``; returns why it stopped."""
     with EventLog(events_dir(Path(args.run_dir)) / f"{args.name}.jsonl", args.name) as events:
-        events.write(
-            ev.ProcessStarted(
-                pid=os.getpid(),
-                role="member",
-                group_id=args.group,
-                protocol=args.protocol,
-                instance_id=args.instance_id,
-            )
-        )
+        events.write(started_event(args))
         worker = Worker(args, events)
         reason = "deadline"
         stop = anyio.Event()

@@ -30,6 +30,7 @@ class Task:
     done_since_start: int = 0
     restored_reported: bool = False
     restore_records: int = 0  # records its restore replays
+    restore_began: float = 0.0  # when its restore began
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +69,21 @@ class Workload:
         self.latest[tp] = max(self.latest.get(tp, 0), resume)
         records = self.restore_records(tp, resume)
         wait = self.restore_seconds(tp, resume)
-        self.tasks[tp] = Task(position=resume, ready_at=now + wait, restore_records=records)
+        self.tasks[tp] = Task(
+            position=resume, ready_at=now + wait, restore_records=records, restore_began=now
+        )
         return wait
+
+    def cut_restores(self, tps: frozenset[TopicPartition], now: float) -> dict[TopicPartition, int]:
+        """Of ``tps``, the tasks whose restore is still under way at ``now``, and the records
+        each has replayed by then (released next, a task keeps none of them)."""
+        cut = {}
+        for tp in sorted(tps):
+            task = self.tasks.get(tp)
+            if task is not None and now < task.ready_at:
+                replayed = int((now - task.restore_began) * self.restore_rate)
+                cut[tp] = min(max(replayed, 0), task.restore_records)
+        return cut
 
     def release(self, tps: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
         """Stop processing ``tps``; returns their positions (what to commit)."""

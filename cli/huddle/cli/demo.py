@@ -27,7 +27,7 @@ from huddle.chaos.harness import RunSettings
 from huddle.chaos.harness import run as run_chaos
 from huddle.chaos.kafka_workers.launch import CLIENTS, missing
 from huddle.chaos.protocols import ProtocolOptions
-from huddle.chaos.scenarios import BUILT_IN, Scenario, Shape
+from huddle.chaos.scenarios import BOUNCE_DOWN_S, BUILT_IN, Scenario, Shape
 from huddle.cli.render import plural
 from huddle.cli.report import missing_extra
 from huddle.logs import configure_logging
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             return result.exit_code
         run_dirs.append(settings.run_dir)
     print("\n== report (PySpark) ==", flush=True)
-    spark = build_session("local[*]", verbose=bool(args.verbose))
+    spark = build_session("local[*]", verbose=bool(args.verbose), small_data=True)
     try:
         summaries = []
         for d in run_dirs:
@@ -178,7 +178,10 @@ def intro() -> list[str]:
         f"{RESTORE_RATE:g} records/s, so a partition's state takes {rebuild_s:g} s to "
         "rebuild on a member that did not have it, and only what it missed on one that had "
         "it. Processing of a partition stops while it is unowned (moving, or held for a "
-        "member that is away) and while its state is restored.",
+        "member that is away) and while its state is restored. In the rolling bounce each "
+        f"member is started again {BOUNCE_DOWN_S:g} s after it stopped (then rejoins after "
+        f"its start-up), sooner than the {rebuild_s:g} s its partitions' state takes to "
+        "rebuild on another member.",
         f"cooperative-deferred holds a departed member's partitions up to "
         f"{DELAY_MS / 1000:g} s; static members come back within their session timeout; "
         f"high-availability runs {ha.num_standby_replicas} standby per partition, counts a "

@@ -39,6 +39,8 @@ class Point:
     unowned: float | None
     restoring: float | None
     stopped: float | None
+    restores: int | None = None  # restores with state to rebuild
+    restores_cut: int | None = None  # of them, cut short before they finished
 
 
 def point(s: RunSummary) -> Point:
@@ -61,6 +63,8 @@ def point(s: RunSummary) -> Point:
         returned=s.partitions_returned if counted else None,
         records_restored=s.records_restored if counted else None,
         restore_seconds=s.restore_seconds,
+        restores=s.restores if counted else None,
+        restores_cut=s.restores_cut if counted else None,
         unowned=s.unowned_partition_seconds,
         restoring=s.restoring_partition_seconds,
         stopped=s.total_unavailable_partition_seconds if stopped is None else stopped,
@@ -127,11 +131,31 @@ def _shared(word: str, others: Sequence[str]) -> str:
     return word + (f", as {_names(others)}" if others else "")
 
 
+def _handed(count: int, where: str) -> str:
+    """``count`` handovers of partitions ``where``: a count of handovers, not of distinct
+    partitions (one partition may move several times)."""
+    if count == 0:
+        return f"handed no partition {where}"
+    if count == 1:
+        return f"handed a partition {where} once"
+    return f"handed partitions {where} {count:,} times"
+
+
+def _restores(p: Point) -> str:
+    if not p.records_restored:
+        return "restored no state" if p.records_restored == 0 else ""
+    rebuilt = [] if p.restore_seconds is None else [f"{_num(p.restore_seconds)} s rebuilding"]
+    if p.restores_cut:
+        rebuilt.append(f"{p.restores_cut:,} of its {p.restores or 0:,} restores cut short")
+    detail = f" ({'; '.join(rebuilt)})" if rebuilt else ""
+    return f"restored {p.records_restored:,} records of state{detail}"
+
+
 def _moves(p: Point, points: Sequence[Point]) -> str:
     if p.moved is None:
         return "has no count of moved partitions in its report"
     place, others = _standing(p, points, lambda q: q.moved)
-    text = f"moved {p.moved:,} {'partition' if p.moved == 1 else 'partitions'}"
+    text = _handed(p.moved, "to another member")
     if place == "least":
         text += f" ({_shared('the fewest', others)})"
     elif place == "most":
@@ -140,12 +164,10 @@ def _moves(p: Point, points: Sequence[Point]) -> str:
         text += " (as every other run)"
     more = []
     if p.returned:
-        more.append(f"{p.returned:,} of them back to the member that had them")
-    if p.records_restored:
-        rebuilt = "" if p.restore_seconds is None else f" ({_num(p.restore_seconds)} s rebuilding)"
-        more.append(f"restored {p.records_restored:,} records of state{rebuilt}")
-    elif p.records_restored == 0:
-        more.append("restored no state")
+        last = "it" if p.returned == 1 else "them"
+        more.append(_handed(p.returned, f"back to the member that had {last} last"))
+    if restored := _restores(p):
+        more.append(restored)
     if len(more) == 2:
         return f"{text}, {more[0]}, and {more[1]}"
     return f"{text} and {more[0]}" if more else text
@@ -312,7 +334,10 @@ def _why_not(p: Point, rival: Point, metric: str) -> str:
     """The measured reason ``p`` lost to ``rival``: which part of its stops was larger, and
     whether the rival gave more partitions back to the member that had their state."""
     if metric == "moved":
-        return f"It moved {p.moved or 0:,} partitions, {rival.name} {rival.moved or 0:,}."
+        return (
+            f"It handed partitions to another member {p.moved or 0:,} times, "
+            f"{rival.name} {rival.moved or 0:,}."
+        )
     parts = [
         f"{label} {_num(mine)} against {_num(theirs)}"
         for label, mine, theirs in (
@@ -334,9 +359,26 @@ def _why_not(p: Point, rival: Point, metric: str) -> str:
             f" (its partitions waited for their member longer than {rival.name} took to move"
             " them and rebuild their state)"
         )
+    elif rebuilt and _cut_share(rival) > _cut_share(p):
+        reason += f" ({_cuts(p, rival)})"
     elif rebuilt and (rival.returned or 0) > (p.returned or 0):
         reason += (
-            f" ({rival.name} gave {rival.returned or 0:,} partitions back to the member that had"
-            f" their state, {p.name} {p.returned or 0:,})"
+            f" ({rival.name} handed partitions back to the member that had them last"
+            f" {rival.returned or 0:,} times, {p.name} {p.returned or 0:,})"
         )
     return reason + "."
+
+
+def _cut_share(p: Point) -> float:
+    return (p.restores_cut or 0) / p.restores if p.restores else 0.0
+
+
+def _cuts(p: Point, rival: Point) -> str:
+    """How many restores each of ``rival`` and ``p`` cut short, and what they replayed."""
+    return (
+        f"{rival.name} cut {rival.restores_cut or 0:,} of its {rival.restores or 0:,} restores "
+        "short, handing the partition on before its new owner had rebuilt its state, and "
+        f"replayed {rival.records_restored or 0:,} records; {p.name} cut "
+        f"{p.restores_cut or 0:,} of its {p.restores or 0:,} and replayed "
+        f"{p.records_restored or 0:,}"
+    )

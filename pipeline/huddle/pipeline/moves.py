@@ -13,7 +13,15 @@ partition the process still owned.
 a member, from its ``restore_started`` to its ``restored``, or, for a restore that never
 finished, to the member's next revocation, loss or assignment of that partition, or the
 end of that process incarnation. Standby and warm-up replicas catching up in the
-background are not restores: they do not stop processing.
+background are not restores: they do not stop processing. The records a restore
+*replayed* are all of its ``records`` when it finished; when it was cut short, those its
+``restore_stopped`` event says; for a member killed mid-restore (which writes nothing
+more), those it replayed up to its last event at its restore's pace (``records`` in
+``seconds``); none when the log does not say.
+
+*A member killed mid-restore*: the pipeline knows of it until its last event, so its
+restore counts as restoring until then, and the rest of it, until another member owns the
+partition, counts as unowned.
 
 *Why processing stopped*, per partition and within the availability window: *unowned*, no
 member owned it (the gaps in the union of its ownership intervals, in the members' own
@@ -61,10 +69,13 @@ def handovers(owned: DataFrame) -> DataFrame:
 
 def restores(control: DataFrame, owned: DataFrame) -> DataFrame:
     """``proc, member_id, topic, partition, start, end, seconds, offset, from_offset,
-    records, finished``: one row per ``restore_started`` event. It ends at the process's
-    next ``restored`` of the partition, unless the ownership interval it is in (``owned``)
-    ended first (``finished`` false)."""
-    marks = control.where(F.col("event").isin("restore_started", "restored")).select(
+    records, replayed, finished``: one row per ``restore_started`` event. It ends at the
+    process's next ``restored`` of the partition, unless the ownership interval it is in
+    (``owned``) ended first (``finished`` false). ``records``: what it had to replay;
+    ``replayed``: what it did (the module's docstring)."""
+    marks = control.where(
+        F.col("event").isin("restore_started", "restored", "restore_stopped")
+    ).select(
         "proc",
         "ts",
         "seq",
@@ -75,11 +86,14 @@ def restores(control: DataFrame, owned: DataFrame) -> DataFrame:
         "offset",
         "from_offset",
         "records",
+        F.col("seconds").alias("planned_seconds"),
     )
     w = Window.partitionBy("proc", "topic", "partition").orderBy("ts", "seq")
+    after = F.lead("event").over(w)
     started = marks.select(
         "*",
-        F.when(F.lead("event").over(w) == "restored", F.lead("ts").over(w)).alias("done"),
+        F.when(after == "restored", F.lead("ts").over(w)).alias("done"),
+        F.when(after == "restore_stopped", F.lead("records").over(w)).alias("cut_records"),
     ).where(F.col("event") == "restore_started")
     r = started.alias("r")
     o = F.broadcast(owned.select("proc", "topic", "partition", "start", "end")).alias("o")
@@ -111,7 +125,21 @@ def restores(control: DataFrame, owned: DataFrame) -> DataFrame:
         "offset",
         "from_offset",
         "records",
+        _replayed(finished, end - F.col("ts")).alias("replayed"),
         finished.alias("finished"),
+    )
+
+
+def _replayed(finished: Column, elapsed: Column) -> Column:
+    """The records a restore replayed: all when it finished, else what its
+    ``restore_stopped`` says, else (killed) its pace over ``elapsed``, else none."""
+    records, planned = F.col("records"), F.col("planned_seconds")
+    paced = F.floor(records * F.least(elapsed / planned, F.lit(1.0))).cast("long")
+    return (
+        F.when(finished | (records == 0), records)
+        .when(F.col("cut_records").isNotNull(), F.col("cut_records"))
+        .when(planned > 0, paced)
+        .otherwise(F.lit(0).cast("long"))
     )
 
 

@@ -59,8 +59,11 @@ def unavailability_rows(a: RunAnalysis) -> list[list[Any]]:
 MOVED_INTRO = (
     "Within the availability window. A member is its process: a partition moved when it "
     "went to another member than the one that had it last, returned when it went back to "
-    "that one. Restores rebuild a task's state up to its committed offset before it "
-    "processes. Processing stopped while no member owned a partition (unowned) or while "
+    "that one; both count handovers, and a partition may be handed over several times. "
+    "Restores rebuild a task's state up to its committed offset before it processes; one "
+    "cut short (its partition revoked or lost, or its member killed, before it finished) "
+    "counts the records it replayed by then. Processing stopped while no member owned a "
+    "partition (unowned) or while "
     "its owner restored its state (restoring); stopped counts both, each instant once, "
     "and unavailable is every moment nobody processed, for any reason."
 )
@@ -71,7 +74,8 @@ def moved_rows(s: RunSummary) -> list[list[Any]]:
     return [
         ["partitions moved to another member", s.partitions_moved],
         ["partitions returned to the member that had them", s.partitions_returned],
-        ["state records restored", s.records_restored],
+        ["state records restored (replayed)", s.records_restored],
+        ["restores cut short, of those with state to rebuild", f"{s.restores_cut} of {s.restores}"],
         ["restore time, all partitions (s)", s.restore_seconds],
         ["unowned partition-seconds", s.unowned_partition_seconds],
         ["restoring partition-seconds", s.restoring_partition_seconds],

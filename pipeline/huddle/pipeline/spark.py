@@ -32,6 +32,15 @@ def _own_spark_config() -> bool:
     return "log4j" in given or "extraJavaOptions" in given
 
 
+# Event logs of a few MB (the demo's runs): planning a query adaptively and compiling it
+# to Java cost more than they save there, and one shuffle partition per stage is plenty.
+SMALL_DATA = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+}
+
+
 def build_session(
     master: str = DEFAULT_MASTER,
     *,
@@ -39,11 +48,13 @@ def build_session(
     shuffle_partitions: int = 8,
     driver_memory: str | None = None,
     verbose: bool = False,
+    small_data: bool = False,
 ) -> SparkSession:
     """A session on ``master`` (local mode by default, any cluster URL otherwise).
 
     Timestamps are UTC so ISO-8601 times from the coordinator parse the same everywhere;
-    the UI is off (nobody looks at it during a report).
+    the UI is off (nobody looks at it during a report). ``small_data``: ``SMALL_DATA``'s
+    settings (``shuffle_partitions`` is then 1).
     """
     builder = (
         SparkSession.builder.master(master)
@@ -59,6 +70,8 @@ def build_session(
         builder = builder.config("spark.driver.extraJavaOptions", option)
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)
+    for key, value in (SMALL_DATA if small_data else {}).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return session

@@ -74,6 +74,9 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     partitions_moved: int = 0  # handovers to another member than the last owner
     partitions_returned: int = 0  # handovers back to the member that owned it last
     records_restored: int = 0  # state records replayed, over all partitions
+    # restores with state to rebuild (records to replay), and those of them cut short
+    restores: int = 0
+    restores_cut: int = 0
     restore_seconds: float | None = None  # seconds spent restoring, over all partitions
     # partition-seconds processing stopped because no member owned the partition, because
     # its owner was restoring its state, and because of either (each instant once)
@@ -101,6 +104,7 @@ def summarise(a: RunAnalysis) -> RunSummary:
             restoring_seconds=None if why is None else _r(why["restoring_seconds"]),
         )
     kinds = [h["kind"] for h in a.handovers]
+    rebuilt = [r for r in a.restores if (r["records"] or 0) > 0]
     durations = [_r(r["duration"]) for r in a.rebalances]
     known = [d for d in durations if d is not None]
     counts = dict.fromkeys(VIOLATION_TYPES, 0)
@@ -147,7 +151,9 @@ def summarise(a: RunAnalysis) -> RunSummary:
         ownership_intervals=len(a.ownership),
         partitions_moved=kinds.count("moved"),
         partitions_returned=kinds.count("returned"),
-        records_restored=sum(int(r["records"] or 0) for r in a.restores),
+        records_restored=sum(int(r["replayed"] or 0) for r in a.restores),
+        restores=len(rebuilt),
+        restores_cut=sum(1 for r in rebuilt if not r["finished"]),
         restore_seconds=_r(sum(float(r["seconds"]) for r in a.restores)),
         unowned_partition_seconds=_total(a.stopped, "unowned_seconds"),
         restoring_partition_seconds=_total(a.stopped, "restoring_seconds"),
