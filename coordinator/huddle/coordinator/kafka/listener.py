@@ -59,6 +59,17 @@ class _Host:
     def authorizer(self) -> Authorizer | None:
         return self._server.core.authorizer
 
+    def now_ms(self) -> float:
+        return self._server.now_ms()
+
+    @property
+    def topics_version(self) -> int:
+        return self._server.core.sessions.topics_version
+
+    def classic_members(self, group_id: str) -> int:
+        group = self._server.core.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
 
 async def listen_kafka(
     server: CoordinatorServer, host: str, port: int, advertise: str | None = None
@@ -97,7 +108,8 @@ async def listen_kafka(
     except BaseException:
         kafka_log.close()
         raise
-    server.after_close(kafka_log.close)  # once the listener's connections are closed
+    server.after_close(kafka_log.close)
+    server.after_close(wire.consumer.close)  # once the listener's connections are closed
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
     server.kafka_advertised = format_address(*wire.advertised)
     return wire

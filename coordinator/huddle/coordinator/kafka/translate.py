@@ -73,6 +73,9 @@ class Context(Protocol):
     def topic_changed(self, topic: str) -> None:
         """The registry changed ``topic`` (created, resized, deleted): the log follows."""
 
+    def consumer_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer-protocol (KIP-848) group with members."""
+
 
 def get(request: Any, name: str, default: Any = None) -> Any:
     """A field of ``request``, or ``default`` when its version has none."""

@@ -1,0 +1,170 @@
+"""The consumer group protocol (KIP-848) on the Kafka wire: ConsumerGroupHeartbeat v0-v1.
+
+Members join with epoch 0 and get their assignment as topic ids; a second member's join
+moves partitions only after their owner released them; a leave (epoch -1) gives the rest
+to the other; stale epochs are fenced; the errors Kafka answers come back; a classic
+group's id cannot be taken by the consumer protocol, nor the other way round."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from huddle.coordinator.kafka.apis import Api
+from huddle.protocol.messages import TopicSpec
+from tests.helpers import wait_until
+from tests.kafka.conftest import Listening
+from tests.kafka.raw import RawKafka
+from tests.kafka.test_wire import _create
+
+NONE, UNKNOWN_MEMBER_ID, INVALID_REQUEST = 0, 25, 42
+GROUP_ID_NOT_FOUND, FENCED_MEMBER_EPOCH = 69, 110
+
+
+def _beat(member_id: str, epoch: int, **fields: Any) -> dict[str, Any]:
+    return {"group_id": "g", "member_id": member_id, "member_epoch": epoch, **fields}
+
+
+def _join(member_id: str, *topics: str) -> dict[str, Any]:
+    return _beat(
+        member_id,
+        0,
+        rebalance_timeout=30_000,
+        subscribed_topic_names=list(topics),
+        topic_partitions=[],
+    )
+
+
+def _owned(answer: Any, topic_id: uuid.UUID) -> set[int]:
+    assert answer.assignment is not None
+    return {
+        p
+        for t in answer.assignment.topic_partitions
+        if t.topic_id == topic_id
+        for p in t.partitions
+    }
+
+
+def _owning(topic_id: uuid.UUID, partitions: set[int]) -> list[dict[str, Any]]:
+    return [{"topic_id": topic_id, "partitions": sorted(partitions)}]
+
+
+async def test_two_members_share_a_topic_and_one_leaving_gives_the_other_all(
+    kafka: Listening,
+) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=4))
+    t_id = kafka.server.core.topics.ids["t"]
+    async with RawKafka(kafka.port) as conn:
+        a = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        assert (a.error_code, a.member_id, a.member_epoch) == (NONE, "a", 1)
+        assert a.heartbeat_interval.total_seconds() == 5
+        assert _owned(a, t_id) == {0, 1, 2, 3}
+
+        b = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_join("b", "t"))
+        assert (b.error_code, b.member_epoch) == (NONE, 2)
+        # b gets nothing a still owns: a must release its share first
+        assert _owned(b, t_id) == set()
+        a2 = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            3,
+            **_beat("a", 1, topic_partitions=_owning(t_id, {0, 1, 2, 3})),
+        )
+        kept = _owned(a2, t_id)
+        assert len(kept) == 2
+        assert a2.member_epoch == 1  # it revokes the others before it moves on
+        a3 = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            4,
+            **_beat("a", 1, topic_partitions=_owning(t_id, kept)),
+        )
+        assert (a3.error_code, a3.member_epoch) == (NONE, 2)
+        b2 = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT, 1, 5, **_beat("b", 2, topic_partitions=[])
+        )
+        assert _owned(b2, t_id) == {0, 1, 2, 3} - kept
+
+        left = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 6, **_beat("a", -1))
+        assert (left.error_code, left.member_epoch) == (NONE, -1)
+        b3 = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            7,
+            **_beat("b", 2, topic_partitions=_owning(t_id, {0, 1, 2, 3} - kept)),
+        )
+        assert _owned(b3, t_id) == {0, 1, 2, 3}
+        assert b3.member_epoch == 3
+
+
+async def test_errors_as_kafka_answers_them(kafka: Listening) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=2))
+    async with RawKafka(kafka.port) as conn:
+        empty_id = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("", "t"))
+        assert empty_id.error_code == INVALID_REQUEST
+        nobody = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_beat("x", 3))
+        assert nobody.error_code == GROUP_ID_NOT_FOUND
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **_join("a", "t"))
+        stranger = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 4, **_beat("x", 1))
+        assert stranger.error_code == UNKNOWN_MEMBER_ID
+        ahead = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 5, **_beat("a", 7))
+        assert ahead.error_code == FENCED_MEMBER_EPOCH
+
+
+async def test_v0_lets_the_coordinator_choose_the_member_id(kafka: Listening) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        answer = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 0, 1, **_join("", "t"))
+    assert (answer.error_code, answer.member_epoch) == (NONE, 1)
+    assert answer.member_id
+
+
+async def test_a_member_that_stops_heartbeating_is_fenced_by_the_timer(
+    kafka: Listening,
+) -> None:
+    core = kafka.wire.consumer.core
+    core.config = type(core.config)(session_timeout_ms=200, heartbeat_interval_ms=50)
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        await wait_until(lambda: not core.groups["g"].members)
+        late = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_beat("a", 1))
+    assert late.error_code == UNKNOWN_MEMBER_ID
+
+
+async def test_a_classic_group_s_id_is_refused_to_the_consumer_protocol_and_back(
+    kafka: Listening,
+) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        join = await conn.call(
+            Api.JOIN_GROUP,
+            5,
+            2,
+            group_id="g",
+            session_timeout=10_000,
+            rebalance_timeout=10_000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": b""}],
+        )
+        assert join.error_code == GROUP_ID_NOT_FOUND
+        classic = await conn.call(
+            Api.JOIN_GROUP,
+            5,
+            3,
+            group_id="c",
+            session_timeout=10_000,
+            rebalance_timeout=10_000,
+            member_id="",
+            group_instance_id="static",
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": b""}],
+        )
+        assert classic.error_code == NONE
+        refused = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT, 1, 4, **{**_join("b", "t"), "group_id": "c"}
+        )
+        assert refused.error_code == GROUP_ID_NOT_FOUND
