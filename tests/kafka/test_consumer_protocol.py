@@ -17,7 +17,7 @@ from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_wire import _create
 
-NONE, UNKNOWN_MEMBER_ID, INVALID_REQUEST = 0, 25, 42
+NONE, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION, INVALID_REQUEST = 0, 25, 35, 42
 GROUP_ID_NOT_FOUND, FENCED_MEMBER_EPOCH = 69, 110
 
 
@@ -168,3 +168,61 @@ async def test_a_classic_group_s_id_is_refused_to_the_consumer_protocol_and_back
             Api.CONSUMER_GROUP_HEARTBEAT, 1, 4, **{**_join("b", "t"), "group_id": "c"}
         )
         assert refused.error_code == GROUP_ID_NOT_FOUND
+
+
+STALE_MEMBER_EPOCH = 113
+
+
+def _commit(member_id: str, epoch: int, offset: int) -> dict[str, Any]:
+    return {
+        "group_id": "g",
+        "generation_id_or_member_epoch": epoch,
+        "member_id": member_id,
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}
+                ],
+            }
+        ],
+    }
+
+
+def _fetch(member_id: str | None, epoch: int) -> dict[str, Any]:
+    return {
+        "groups": [
+            {
+                "group_id": "g",
+                "member_id": member_id,
+                "member_epoch": epoch,
+                "topics": [{"name": "t", "partition_indexes": [0]}],
+            }
+        ],
+        "require_stable": False,
+    }
+
+
+async def test_offsets_of_a_consumer_group_check_the_member_epoch(kafka: Listening) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        joined = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        epoch = joined.member_epoch
+        stale = await conn.call(Api.OFFSET_COMMIT, 9, 2, **_commit("a", epoch - 1, 5))
+        assert stale.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH
+        stranger = await conn.call(Api.OFFSET_COMMIT, 9, 3, **_commit("x", epoch, 5))
+        assert stranger.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID
+        old_version = await conn.call(Api.OFFSET_COMMIT, 8, 4, **_commit("a", epoch, 5))
+        assert old_version.topics[0].partitions[0].error_code == UNSUPPORTED_VERSION
+        done = await conn.call(Api.OFFSET_COMMIT, 9, 5, **_commit("a", epoch, 7))
+        assert done.topics[0].partitions[0].error_code == NONE
+
+        fetched = await conn.call(Api.OFFSET_FETCH, 9, 6, **_fetch("a", epoch))
+        (group,) = fetched.groups
+        assert group.error_code == NONE
+        assert group.topics[0].partitions[0].committed_offset == 7
+        stale_fetch = await conn.call(Api.OFFSET_FETCH, 9, 7, **_fetch("a", epoch + 1))
+        assert stale_fetch.groups[0].error_code == STALE_MEMBER_EPOCH
+        admin = await conn.call(Api.OFFSET_FETCH, 9, 8, **_fetch(None, -1))
+        assert admin.groups[0].topics[0].partitions[0].committed_offset == 7

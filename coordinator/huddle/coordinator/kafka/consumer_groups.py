@@ -49,6 +49,8 @@ log = structlog.get_logger("huddle.coordinator.kafka.consumer_groups")
 
 CONSUMER_GROUP_HEARTBEAT: Final = 68
 APIS: Final = frozenset({CONSUMER_GROUP_HEARTBEAT})
+STALE_MEMBER_EPOCH: Final = 113  # Kafka's: an offset request's member epoch is not the member's
+OFFSET_COMMIT_EPOCH_FROM: Final = 9  # OffsetCommit's first version with a member epoch
 _COORDINATOR_CHOOSES_UNTIL: Final = 0  # the last version whose join may leave the member id out
 
 
@@ -100,6 +102,31 @@ class ConsumerGroups:
         """Whether ``group_id`` is a consumer-protocol group with members."""
         group = self.core.groups.get(group_id)
         return group is not None and bool(group.members)
+
+    def check_offsets(
+        self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
+    ) -> int | None:
+        """An OffsetCommit's (``commit``) or OffsetFetch's member and epoch checked against
+        the consumer group ``group_id``, as Kafka's ``ConsumerGroup.validateOffsetCommit``
+        and ``validateOffsetFetch``: ``None`` if it is no consumer group (the classic
+        rules apply), 0 if it passes (the commit is made as one from outside the group),
+        else the error code: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, or (a member's commit
+        older than v9, which cannot carry its epoch) UNSUPPORTED_VERSION."""
+        group = self.core.groups.get(group_id)
+        if group is None:
+            return None
+        if epoch < 0 and (not group.members or not member_id):
+            # an admin's (or a consumer outside group management): only an empty group's
+            # offsets may be committed so; any may be read
+            return 0 if not commit or not group.members else int(ErrorCode.UNKNOWN_MEMBER_ID)
+        member = group.members.get(member_id or "")
+        if member is None:
+            return int(ErrorCode.UNKNOWN_MEMBER_ID)
+        if commit and version < OFFSET_COMMIT_EPOCH_FROM:
+            return int(ErrorCode.UNSUPPORTED_VERSION)
+        if member.member_epoch != epoch:
+            return STALE_MEMBER_EPOCH
+        return 0
 
     def topics(self) -> TopicView:
         """The registry as the core's topic view (made again when it changed)."""

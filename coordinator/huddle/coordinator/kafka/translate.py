@@ -76,6 +76,13 @@ class Context(Protocol):
     def consumer_group(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol (KIP-848) group with members."""
 
+    def consumer_offsets(
+        self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
+    ) -> int | None:
+        """An offset request's member and epoch checked against a consumer-protocol group
+        (``consumer_groups.ConsumerGroups.check_offsets``): None if ``group_id`` is none,
+        0 if they pass, else the error code."""
+
 
 def get(request: Any, name: str, default: Any = None) -> Any:
     """A field of ``request``, or ``default`` when its version has none."""

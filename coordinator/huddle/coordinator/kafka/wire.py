@@ -208,6 +208,11 @@ class KafkaWire:
     def consumer_group(self, group_id: str) -> bool:
         return self.consumer.has_members(group_id)
 
+    def consumer_offsets(
+        self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
+    ) -> int | None:
+        return self.consumer.check_offsets(group_id, member_id, epoch, version, commit=commit)
+
     # --- Wire ---------------------------------------------------------------------------
 
     def framing(self, max_frame_bytes: int) -> FrameReader:
