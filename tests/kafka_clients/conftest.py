@@ -133,6 +133,16 @@ class KafkaGroup:
             f"{', '.join(names)} own all {PARTITIONS} partitions",
         )
 
+    def first_reads(self, member: Driver) -> list[tuple[int, int]]:
+        """Waits until ``member`` read every partition; (partition, first offset read) of
+        each, sorted."""
+        read = self.drivers.wait(
+            lambda: member.of("consumed") if len(member.of("consumed")) == PARTITIONS else None,
+            WAIT_S,
+            f"{member.name} read every partition",
+        )
+        return sorted((e["partition"], e["offset"]) for e in read)
+
     def produce(self, per_partition: int) -> None:
         brokers.produce(self.broker.bootstrap, self.topic, PARTITIONS, per_partition)
 

@@ -52,11 +52,4 @@ def test_a_new_consumer_resumes_from_the_commit(group: KafkaGroup) -> None:
     assert first.stop() == 0
     g.produce(5)
     second = g.start("m2", CLIENT, strategy=CONSUMER_PROTOCOL, commit=True)
-    read = g.drivers.wait(
-        lambda: second.of("consumed") if len(second.of("consumed")) == PARTITIONS else None,
-        WAIT_S,
-        "m2 read every partition",
-    )
-    assert sorted((e["partition"], e["offset"]) for e in read) == [
-        (p, 5) for p in range(PARTITIONS)
-    ]
+    assert g.first_reads(second) == [(p, 5) for p in range(PARTITIONS)]

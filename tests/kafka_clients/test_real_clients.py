@@ -110,14 +110,7 @@ def test_a_new_consumer_resumes_from_the_commit(kafka_group: KafkaGroup, client:
     assert first.stop() == 0
     g.produce(5)
     second = g.start("m2", client, commit=True)
-    read = g.drivers.wait(
-        lambda: second.of("consumed") if len(second.of("consumed")) == PARTITIONS else None,
-        WAIT_S,
-        "m2 read every partition",
-    )
-    assert sorted((e["partition"], e["offset"]) for e in read) == [
-        (p, 5) for p in range(PARTITIONS)
-    ]
+    assert g.first_reads(second) == [(p, 5) for p in range(PARTITIONS)]
 
 
 def test_a_static_member_bounces_without_a_rebalance(kafka_group: KafkaGroup, client: str) -> None:
