@@ -25,6 +25,8 @@ _NO_KIP_848: Final = "kafka-python does not define KIP-848's consumer group APIs
 KAFKA_PYTHON_LACKS: Final[dict[tuple[Api, int], str]] = {
     (Api.CONSUMER_GROUP_HEARTBEAT, 0): _NO_KIP_848,
     (Api.CONSUMER_GROUP_HEARTBEAT, 1): _NO_KIP_848,
+    (Api.CONSUMER_GROUP_DESCRIBE, 0): _NO_KIP_848,
+    (Api.CONSUMER_GROUP_DESCRIBE, 1): _NO_KIP_848,
 }
 
 _MAX_RESPONSE: Final = 1 << 24

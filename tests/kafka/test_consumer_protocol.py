@@ -226,3 +226,54 @@ async def test_offsets_of_a_consumer_group_check_the_member_epoch(kafka: Listeni
         assert stale_fetch.groups[0].error_code == STALE_MEMBER_EPOCH
         admin = await conn.call(Api.OFFSET_FETCH, 9, 8, **_fetch(None, -1))
         assert admin.groups[0].topics[0].partitions[0].committed_offset == 7
+
+
+async def test_consumer_group_describe_answers_members_epochs_and_assignments(
+    kafka: Listening,
+) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=2))
+    t_id = kafka.server.core.topics.ids["t"]
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_join("b", "t"))
+        answer = await conn.call(
+            Api.CONSUMER_GROUP_DESCRIBE,
+            1,
+            3,
+            group_ids=["g", "nobody"],
+            include_authorized_operations=False,
+        )
+    described, missing = answer.groups
+    assert (described.error_code, described.group_state) == (NONE, "Reconciling")
+    assert (described.group_epoch, described.assignment_epoch) == (2, 2)
+    assert described.assignor_name == "uniform"
+    a, b = described.members
+    assert (a.member_id, a.member_epoch, a.client_id) == ("a", 1, "test")
+    assert a.subscribed_topic_names == ("t",)
+    assert a.member_type == 1
+    # a still owns both (it has not revoked one yet); the target gives each one
+    assert [(t.topic_id, t.topic_name, t.partitions) for t in a.assignment.topic_partitions] == [
+        (t_id, "t", (0, 1))
+    ]
+    targets = [
+        p for m in (a, b) for t in m.target_assignment.topic_partitions for p in t.partitions
+    ]
+    assert sorted(targets) == [0, 1]
+    assert b.assignment.topic_partitions == ()
+    assert missing.error_code == GROUP_ID_NOT_FOUND
+
+
+async def test_list_groups_lists_consumer_groups_with_their_type(kafka: Listening) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        every = await conn.call(Api.LIST_GROUPS, 5, 2, states_filter=[], types_filter=[])
+        consumers = await conn.call(
+            Api.LIST_GROUPS, 5, 3, states_filter=["stable"], types_filter=["consumer"]
+        )
+        classic = await conn.call(Api.LIST_GROUPS, 5, 4, states_filter=[], types_filter=["classic"])
+    assert [(g.group_id, g.group_type, g.group_state) for g in every.groups] == [
+        ("g", "consumer", "Stable")
+    ]
+    assert [g.group_id for g in consumers.groups] == ["g"]
+    assert classic.groups == ()

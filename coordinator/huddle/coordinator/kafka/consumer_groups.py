@@ -48,7 +48,6 @@ from huddle.protocol.errors import ErrorCode
 log = structlog.get_logger("huddle.coordinator.kafka.consumer_groups")
 
 CONSUMER_GROUP_HEARTBEAT: Final = 68
-APIS: Final = frozenset({CONSUMER_GROUP_HEARTBEAT})
 STALE_MEMBER_EPOCH: Final = 113  # Kafka's: an offset request's member epoch is not the member's
 OFFSET_COMMIT_EPOCH_FROM: Final = 9  # OffsetCommit's first version with a member epoch
 _COORDINATOR_CHOOSES_UNTIL: Final = 0  # the last version whose join may leave the member id out
@@ -97,6 +96,8 @@ class ConsumerGroups:
         self._view: TopicView | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # (group id, member id) -> the client id and host it last heartbeated from
+        self.clients: dict[tuple[str, str], tuple[str, str]] = {}
 
     def has_members(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group with members."""
@@ -183,6 +184,11 @@ class ConsumerGroups:
             return _error(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
+        key = (req.group_id, answer.member_id or member_id)
+        if answer.error or req.member_epoch < 0:
+            self.clients.pop(key, None)
+        else:
+            self.clients[key] = (peer.client_id, peer.host)
         return self._values(answer)
 
     def _screen(self, req: Any, peer: Peer) -> tuple[ErrorCode, str] | None:
@@ -247,6 +253,7 @@ class ConsumerGroups:
         self._timer = self._timer_at = None
         try:
             for fenced in self.core.expire(self.host.now_ms()):
+                self.clients.pop((fenced.group_id, fenced.member_id), None)
                 log.info(
                     "consumer_member_fenced",
                     group_id=fenced.group_id,

@@ -38,6 +38,7 @@ from huddle.coordinator.kafka import (
     apis,
     brokers,
     by_id,
+    consumer_describe,
     consumer_groups,
     groups,
     header,
@@ -274,10 +275,14 @@ class KafkaWire:
                 self._unreadable(conn, reason, start, at_once=True)
             return None
         try:
-            if api_key in consumer_groups.APIS:
-                plan = self.consumer.plan(api_key, request, version, conn.peer)
+            if api_key in consumer_describe.APIS:  # KIP-848's: answered at once
+                plan = consumer_describe.plan(self.consumer, api_key, request, version, conn.peer)
             else:
                 plan = TRANSLATIONS[api_key](request, version, self)
+            if api_key == Api.LIST_GROUPS:
+                plan = consumer_describe.with_consumer_groups(
+                    self.consumer, plan, request, conn.peer
+                )
         except Exception as exc:
             self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
             return None
