@@ -8,8 +8,11 @@ group's id cannot be taken by the consumer protocol, nor the other way round."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
+import pytest
+
+from huddle.coordinator.consumer import DoubleOwnerError
 from huddle.coordinator.kafka.apis import Api
 from huddle.protocol.messages import TopicSpec
 from tests.helpers import wait_until
@@ -17,7 +20,13 @@ from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_wire import _create
 
-NONE, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION, INVALID_REQUEST = 0, 25, 35, 42
+UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION, INVALID_REQUEST = (
+    -1,
+    0,
+    25,
+    35,
+    42,
+)
 GROUP_ID_NOT_FOUND, FENCED_MEMBER_EPOCH = 69, 110
 
 
@@ -277,3 +286,45 @@ async def test_list_groups_lists_consumer_groups_with_their_type(kafka: Listenin
     ]
     assert [g.group_id for g in consumers.groups] == ["g"]
     assert classic.groups == ()
+
+
+async def test_a_regex_subscription_follows_a_topic_created_later(kafka: Listening) -> None:
+    _create(kafka.server, TopicSpec(name="other", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        joined = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            1,
+            **_beat(
+                "a", 0, rebalance_timeout=30_000, subscribed_topic_regex="r.*", topic_partitions=[]
+            ),
+        )
+        assert joined.assignment is not None
+        assert joined.assignment.topic_partitions == ()
+        _create(kafka.server, TopicSpec(name="r1", partitions=2))
+        later = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            2,
+            **_beat("a", joined.member_epoch, topic_partitions=[]),
+        )
+    assert _owned(later, kafka.server.core.topics.ids["r1"]) == {0, 1}
+    assert later.member_epoch > joined.member_epoch
+
+
+async def test_a_bug_the_core_detects_is_answered_and_the_connection_goes_on(
+    kafka: Listening, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    core = kafka.wire.consumer.core
+
+    def double_owner(*args: object) -> NoReturn:
+        raise DoubleOwnerError("partition t-0 owned by a and b")
+
+    async with RawKafka(kafka.port) as conn:
+        with monkeypatch.context() as patch:
+            patch.setattr(core, "heartbeat", double_owner)
+            failed = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        assert failed.error_code == UNKNOWN_SERVER_ERROR
+        joined = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_join("a", "t"))
+    assert (joined.error_code, joined.member_epoch) == (NONE, 1)
