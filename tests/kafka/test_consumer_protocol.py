@@ -328,3 +328,41 @@ async def test_a_bug_the_core_detects_is_answered_and_the_connection_goes_on(
         assert failed.error_code == UNKNOWN_SERVER_ERROR
         joined = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_join("a", "t"))
     assert (joined.error_code, joined.member_epoch) == (NONE, 1)
+
+
+async def test_an_emptied_consumer_group_s_id_goes_to_a_classic_group(kafka: Listening) -> None:
+    _create(kafka.server, TopicSpec(name="t", partitions=1))
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_beat("a", -1))
+        join = await conn.call(
+            Api.JOIN_GROUP,
+            5,
+            3,
+            group_id="g",
+            session_timeout=10_000,
+            rebalance_timeout=10_000,
+            member_id="",
+            group_instance_id="static",
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": b""}],
+        )
+        assert join.error_code == NONE
+        synced = await conn.call(
+            Api.SYNC_GROUP,
+            3,
+            5,
+            group_id="g",
+            generation_id=join.generation_id,
+            member_id=join.member_id,
+            group_instance_id="static",
+            assignments=[{"member_id": join.member_id, "assignment": b""}],
+        )
+        assert synced.error_code == NONE
+        commit = await conn.call(
+            Api.OFFSET_COMMIT,
+            9,
+            4,
+            **{**_commit(join.member_id, join.generation_id, 3), "group_instance_id": "static"},
+        )
+    assert commit.topics[0].partitions[0].error_code == NONE

@@ -99,10 +99,17 @@ class ConsumerGroups:
         # (group id, member id) -> the client id and host it last heartbeated from
         self.clients: dict[tuple[str, str], tuple[str, str]] = {}
 
-    def has_members(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a consumer-protocol group with members."""
+    def refuses_classic(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
+        it is refused). An empty one is dropped: the classic group takes its id, as Kafka
+        turns an empty consumer group into a classic one."""
         group = self.core.groups.get(group_id)
-        return group is not None and bool(group.members)
+        if group is None:
+            return False
+        if group.members:
+            return True
+        del self.core.groups[group_id]
+        return False
 
     def check_offsets(
         self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
@@ -114,7 +121,7 @@ class ConsumerGroups:
         else the error code: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, or (a member's commit
         older than v9, which cannot carry its epoch) UNSUPPORTED_VERSION."""
         group = self.core.groups.get(group_id)
-        if group is None:
+        if group is None or (not group.members and self.host.classic_members(group_id)):
             return None
         if epoch < 0 and (not group.members or not member_id):
             # an admin's (or a consumer outside group management): only an empty group's

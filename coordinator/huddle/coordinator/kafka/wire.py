@@ -207,7 +207,7 @@ class KafkaWire:
         self.log.topic_changed(topic)
 
     def consumer_group(self, group_id: str) -> bool:
-        return self.consumer.has_members(group_id)
+        return self.consumer.refuses_classic(group_id)
 
     def consumer_offsets(
         self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
