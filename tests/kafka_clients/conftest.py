@@ -53,7 +53,15 @@ TANSU_GAPS: Final = {
 # The tests wait for a balanced group, not for a figure: huddle starts without Kafka's initial
 # rebalance delay (3 s, extended by 3 s while members keep arriving; the coordinator's own
 # tests cover it), which saves up to 6 s per group formed (about a third of the run).
-HUDDLE_FLAGS: Final = ("--initial-rebalance-delay-ms", "0")
+# Consumer-protocol (KIP-848) members are fenced after 6 s, as the classic tests' sessions.
+HUDDLE_FLAGS: Final = (
+    "--initial-rebalance-delay-ms",
+    "0",
+    "--consumer-session-timeout-ms",
+    "6000",
+    "--consumer-heartbeat-interval-ms",
+    "1000",
+)
 TANSU_AIOKAFKA_LEAVE: Final = (
     "its generations start at 0, and aiokafka sends LeaveGroup only from generation 1"
 )

@@ -1,6 +1,7 @@
 """confluent-kafka (librdkafka 2.16) with ``group.protocol=consumer`` (KIP-848) on huddle's
 Kafka listener: two consumers share a topic's partitions, one that leaves hands the other
-all of them, and a new consumer resumes from the offsets committed."""
+all of them, survivors take a killed one's partitions once its session ends, and a new
+consumer resumes from the offsets committed."""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def test_two_consumers_share_and_a_leave_gives_the_other_all(group: KafkaGroup) 
     g.drivers.wait(
         lambda: g.drivers.balanced(("m2",), g.partitions), WAIT_S, "m2 owns every partition"
     )
+
+
+def test_survivors_take_over_after_kill_9(group: KafkaGroup) -> None:
+    g = group
+    members = [g.start(n, CLIENT, strategy=CONSUMER_PROTOCOL) for n in ("m1", "m2", "m3")]
+    g.balanced("m1", "m2", "m3")
+    members[0].kill()
+    g.balanced("m2", "m3")  # once m1's session (6 s here) ran out
 
 
 def test_a_new_consumer_resumes_from_the_commit(group: KafkaGroup) -> None:

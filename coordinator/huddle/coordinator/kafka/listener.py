@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from uuid import UUID
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.consumer import ConsumerGroupConfig
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.log_apis import KafkaLog
 from huddle.coordinator.kafka.sasl import KafkaSasl
@@ -102,6 +103,10 @@ async def listen_kafka(
         sasl=login,
         evict_on_close_ms=cfg.kafka_evict_on_close_ms,
         log=kafka_log,
+        consumer=ConsumerGroupConfig(
+            session_timeout_ms=cfg.consumer_session_timeout_ms,
+            heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
+        ),
     )
     try:
         wire.port = await server.listen(wire, host, port)

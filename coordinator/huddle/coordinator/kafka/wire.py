@@ -32,6 +32,7 @@ from uuid import UUID
 import msgspec
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig
 from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
     admin,
@@ -135,6 +136,7 @@ class KafkaWire:
         sasl: KafkaSasl | None = None,
         evict_on_close_ms: int = -1,
         log: KafkaLog | None = None,
+        consumer: ConsumerGroupConfig | None = None,
     ) -> None:
         self.server = server
         self.sasl = sasl  # the login, when the listener requires SASL
@@ -154,7 +156,8 @@ class KafkaWire:
         if log is None:
             log = KafkaLog(server.topic_partitions.get, topic_ids=server.topic_ids.get)
         self.log = log
-        self.consumer = consumer_groups.ConsumerGroups(server)  # the KIP-848 groups
+        # the KIP-848 groups
+        self.consumer = consumer_groups.ConsumerGroups(server, ConsumerCoordinator(consumer))
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
