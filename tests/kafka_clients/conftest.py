@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -140,6 +140,22 @@ class KafkaGroup:
             timeout,
             f"{', '.join(names)} own all {PARTITIONS} partitions",
         )
+
+    def bounce(self, name: str, others: Sequence[str], restart: Callable[[], Driver]) -> None:
+        """Stops driver ``name``, starts it again (``restart``) and checks it owns what it
+        had, and that none of ``others`` noticed (nothing revoked, assigned or lost)."""
+        bounced = self.drivers.all[name]
+        had = bounced.owned
+        assert bounced.stop() == 0
+        left = bounced.last("left")
+        assert left is not None
+        back = restart()
+        self.drivers.wait(lambda: back.owned or None, WAIT_S, f"{name} owns partitions again")
+        assert back.owned == had
+        noticed = [
+            e for o in others for e in self.drivers.all[o].events if e["mono"] > left["mono"]
+        ]
+        assert not [e for e in noticed if e["event"] in ("revoked", "assigned", "lost")]
 
     def first_reads(self, member: Driver) -> list[tuple[int, int]]:
         """Waits until ``member`` read every partition; (partition, first offset read) of

@@ -62,3 +62,18 @@ def test_a_new_consumer_resumes_from_the_commit(group: KafkaGroup) -> None:
     g.produce(5)
     second = g.start("m2", CLIENT, strategy=CONSUMER_PROTOCOL, commit=True)
     assert g.first_reads(second) == [(p, 5) for p in range(PARTITIONS)]
+
+
+def test_a_static_member_bounces_and_gets_its_partitions_back(group: KafkaGroup) -> None:
+    """librdkafka's close leaves with epoch -2 (a static member's leave for now): its
+    partitions wait for it (within its session), and nobody else's change."""
+    g = group
+    names = ("m1", "m2", "m3")
+    for n in names:
+        g.start(n, CLIENT, strategy=CONSUMER_PROTOCOL, instance_id=f"static-{n}")
+    g.balanced(*names)
+    g.bounce(
+        "m1",
+        ("m2", "m3"),
+        lambda: g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL, instance_id="static-m1"),
+    )
