@@ -191,6 +191,27 @@ REFUSALS: list[tuple[Api, int, dict[str, Any], Any, int]] = [
         lambda r: r.topics[0].partitions[0].error_code,
         TOPIC_AUTHORIZATION_FAILED,
     ),
+    (
+        Api.CONSUMER_GROUP_HEARTBEAT,
+        1,
+        {
+            "group_id": "g",
+            "member_id": "m",
+            "member_epoch": 0,
+            "rebalance_timeout": 6000,
+            "subscribed_topic_names": ["t"],
+            "topic_partitions": [],
+        },
+        lambda r: r.error_code,
+        GROUP_AUTHORIZATION_FAILED,
+    ),
+    (
+        Api.CONSUMER_GROUP_DESCRIBE,
+        1,
+        {"group_ids": ["g"], "include_authorized_operations": False},
+        lambda r: r.groups[0].error_code,
+        GROUP_AUTHORIZATION_FAILED,
+    ),
 ]
 
 
@@ -297,3 +318,28 @@ async def test_a_topic_asked_for_by_id_is_refused_by_id(tmp_path: Path, logs: ob
     ]
     codes = {t.topic_id: [p.error_code for p in t.partitions] for t in fetched.responses}
     assert codes == {ids["ok"]: [0], ids["t"]: [TOPIC_AUTHORIZATION_FAILED]}
+
+
+async def test_a_consumer_group_heartbeat_needs_describe_on_its_topics(
+    tmp_path: Path, logs: object
+) -> None:
+    """KIP-848's heartbeat: READ on the group lets it in, but a subscribed topic it may not
+    describe refuses the whole request, as Kafka's KafkaApis does."""
+    anyone = "User:ANONYMOUS"
+    await keep(tmp_path, {}, [acl(anyone, Operation.READ, ResourceType.GROUP, "g")])
+    config = fast_server_config(data_dir=str(tmp_path), authorizer=True)
+    async with CoordinatorServer(config) as server:
+        port = (await listen_kafka(server, "127.0.0.1", 0)).port
+        async with RawKafka(port) as raw:
+            answer = await raw.call(
+                Api.CONSUMER_GROUP_HEARTBEAT,
+                1,
+                1,
+                group_id="g",
+                member_id="m",
+                member_epoch=0,
+                rebalance_timeout=6000,
+                subscribed_topic_names=["t"],
+                topic_partitions=[],
+            )
+    assert answer.error_code == TOPIC_AUTHORIZATION_FAILED

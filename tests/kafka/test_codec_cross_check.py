@@ -17,10 +17,17 @@ from huddle.coordinator.kafka.translate import Encoded
 from tests.kafka import second_codec
 from tests.kafka.second_codec import REQUESTS, RESPONSES
 
-# (API, version) the listener serves that kafka-python does not define, and why. Empty
-# with kafka-python 3.0: it defines every version of every API served. A version it lacks
-# (an older kafka-python, a newer listener) is listed here and skipped with its reason.
-KAFKA_PYTHON_LACKS: Final[dict[tuple[Api, int], str]] = {}
+# (API, version) the listener serves that kafka-python does not define, and why: with
+# kafka-python 3.0, only KIP-848's consumer group APIs (it has no consumer protocol;
+# tests/kafka/test_consumer_protocol.py checks them through kio against librdkafka's use).
+# A version it lacks (an older kafka-python, a newer listener) is listed here and skipped.
+_NO_KIP_848: Final = "kafka-python does not define KIP-848's consumer group APIs"
+KAFKA_PYTHON_LACKS: Final[dict[tuple[Api, int], str]] = {
+    (Api.CONSUMER_GROUP_HEARTBEAT, 0): _NO_KIP_848,
+    (Api.CONSUMER_GROUP_HEARTBEAT, 1): _NO_KIP_848,
+    (Api.CONSUMER_GROUP_DESCRIBE, 0): _NO_KIP_848,
+    (Api.CONSUMER_GROUP_DESCRIBE, 1): _NO_KIP_848,
+}
 
 _MAX_RESPONSE: Final = 1 << 24
 

@@ -62,6 +62,9 @@ class _Ids:
 
     topic_names: ClassVar[dict[UUID, str]] = {T_ID: "t"}
 
+    def consumer_offsets(self, *args: object, commit: bool) -> None:
+        return None  # no consumer-protocol group: the classic rules
+
 
 def _commit(version: int) -> Plan:
     partitions = [

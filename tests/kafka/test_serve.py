@@ -44,6 +44,10 @@ def test_a_cluster_node_takes_a_kafka_listener() -> None:
 def test_the_kafka_eviction_and_log_flags_set_their_settings() -> None:
     default = _settings("--kafka-port=9092")
     assert default.kafka_evict_on_close_ms == -1  # Kafka's rule: the session timeout
+    assert (default.consumer_session_timeout_ms, default.consumer_heartbeat_interval_ms) == (
+        45_000,
+        5_000,
+    )
     assert (default.kafka_log_partition_bytes, default.kafka_log_total_bytes) == (
         8 << 20,
         128 << 20,
@@ -53,8 +57,14 @@ def test_the_kafka_eviction_and_log_flags_set_their_settings() -> None:
         "--kafka-evict-on-close-ms=200",
         "--kafka-log-partition-bytes=2000000",
         "--kafka-log-total-bytes=9000000",
+        "--consumer-session-timeout-ms=6000",
+        "--consumer-heartbeat-interval-ms=500",
     )
     assert config.kafka_evict_on_close_ms == 200
+    assert (config.consumer_session_timeout_ms, config.consumer_heartbeat_interval_ms) == (
+        6000,
+        500,
+    )
     assert (config.kafka_log_partition_bytes, config.kafka_log_total_bytes) == (
         2_000_000,
         9_000_000,
@@ -73,6 +83,8 @@ def test_the_kafka_eviction_and_log_flags_set_their_settings() -> None:
         ["--kafka-log-partition-bytes=1000"],  # under one batch's bound
         ["--kafka-log-partition-bytes=9000000", "--kafka-log-total-bytes=8000000"],
         ["--kafka-log-total-bytes=0"],
+        ["--consumer-session-timeout-ms=1000", "--consumer-heartbeat-interval-ms=1000"],
+        ["--consumer-session-timeout-ms=0"],
     ],
 )
 def test_bad_kafka_settings_are_refused(argv: list[str]) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -53,7 +53,15 @@ TANSU_GAPS: Final = {
 # The tests wait for a balanced group, not for a figure: huddle starts without Kafka's initial
 # rebalance delay (3 s, extended by 3 s while members keep arriving; the coordinator's own
 # tests cover it), which saves up to 6 s per group formed (about a third of the run).
-HUDDLE_FLAGS: Final = ("--initial-rebalance-delay-ms", "0")
+# Consumer-protocol (KIP-848) members are fenced after 6 s, as the classic tests' sessions.
+HUDDLE_FLAGS: Final = (
+    "--initial-rebalance-delay-ms",
+    "0",
+    "--consumer-session-timeout-ms",
+    "6000",
+    "--consumer-heartbeat-interval-ms",
+    "1000",
+)
 TANSU_AIOKAFKA_LEAVE: Final = (
     "its generations start at 0, and aiokafka sends LeaveGroup only from generation 1"
 )
@@ -132,6 +140,32 @@ class KafkaGroup:
             timeout,
             f"{', '.join(names)} own all {PARTITIONS} partitions",
         )
+
+    def bounce(self, name: str, others: Sequence[str], restart: Callable[[], Driver]) -> None:
+        """Stops driver ``name``, starts it again (``restart``) and checks it owns what it
+        had, and that none of ``others`` noticed (nothing revoked, assigned or lost)."""
+        bounced = self.drivers.all[name]
+        had = bounced.owned
+        assert bounced.stop() == 0
+        left = bounced.last("left")
+        assert left is not None
+        back = restart()
+        self.drivers.wait(lambda: back.owned or None, WAIT_S, f"{name} owns partitions again")
+        assert back.owned == had
+        noticed = [
+            e for o in others for e in self.drivers.all[o].events if e["mono"] > left["mono"]
+        ]
+        assert not [e for e in noticed if e["event"] in ("revoked", "assigned", "lost")]
+
+    def first_reads(self, member: Driver) -> list[tuple[int, int]]:
+        """Waits until ``member`` read every partition; (partition, first offset read) of
+        each, sorted."""
+        read = self.drivers.wait(
+            lambda: member.of("consumed") if len(member.of("consumed")) == PARTITIONS else None,
+            WAIT_S,
+            f"{member.name} read every partition",
+        )
+        return sorted((e["partition"], e["offset"]) for e in read)
 
     def produce(self, per_partition: int) -> None:
         brokers.produce(self.broker.bootstrap, self.topic, PARTITIONS, per_partition)

@@ -110,14 +110,7 @@ def test_a_new_consumer_resumes_from_the_commit(kafka_group: KafkaGroup, client:
     assert first.stop() == 0
     g.produce(5)
     second = g.start("m2", client, commit=True)
-    read = g.drivers.wait(
-        lambda: second.of("consumed") if len(second.of("consumed")) == PARTITIONS else None,
-        WAIT_S,
-        "m2 read every partition",
-    )
-    assert sorted((e["partition"], e["offset"]) for e in read) == [
-        (p, 5) for p in range(PARTITIONS)
-    ]
+    assert g.first_reads(second) == [(p, 5) for p in range(PARTITIONS)]
 
 
 def test_a_static_member_bounces_without_a_rebalance(kafka_group: KafkaGroup, client: str) -> None:
@@ -128,14 +121,8 @@ def test_a_static_member_bounces_without_a_rebalance(kafka_group: KafkaGroup, cl
     for n in names:
         g.start(n, client, instance_id=f"static-{n}", session_ms=LONG_SESSION_MS)
     g.balanced(*names)
-    bounced = g.drivers.all["m1"]
-    had = bounced.owned
-    assert bounced.stop() == 0
-    left = bounced.last("left")
-    assert left is not None
-    back = g.start("m1", client, instance_id="static-m1", session_ms=LONG_SESSION_MS)
-    g.drivers.wait(lambda: back.owned or None, WAIT_S, "m1 owns partitions again")
-    assert back.owned == had
-    others = [g.drivers.all["m2"], g.drivers.all["m3"]]
-    noticed = [e for o in others for e in o.events if e["mono"] > left["mono"]]
-    assert not [e for e in noticed if e["event"] in ("revoked", "assigned", "lost")]
+    g.bounce(
+        "m1",
+        ("m2", "m3"),
+        lambda: g.start("m1", client, instance_id="static-m1", session_ms=LONG_SESSION_MS),
+    )

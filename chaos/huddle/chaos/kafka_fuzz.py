@@ -31,7 +31,7 @@ from huddle.chaos.kafka_frames import SERVED_VERSIONS, Encoded, KafkaSeeds, Pref
 from huddle.coordinator.kafka.apis import SERVED, Api
 from huddle.coordinator.kafka.walk import uvarint
 
-UNKNOWN_APIS: Final = (999, -1, 4, 22, 68, 71, 32_767)  # none served: 4 LeaderAndIsr ...
+UNKNOWN_APIS: Final = (999, -1, 4, 22, 67, 71, 32_767)  # none served: 4 LeaderAndIsr ...
 _LENGTH_KINDS: Final = frozenset({"int16", "int32", "uvarint"})
 
 

@@ -124,6 +124,22 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "static members always stay)",
     ),
     ServeFlag(
+        "consumer-session-timeout-ms",
+        "int",
+        _S,
+        "consumer_session_timeout_ms",
+        "a consumer-protocol (KIP-848) member not heard from this long is fenced (default "
+        "45000, Kafka's group.consumer.session.timeout.ms)",
+    ),
+    ServeFlag(
+        "consumer-heartbeat-interval-ms",
+        "int",
+        _S,
+        "consumer_heartbeat_interval_ms",
+        "how often consumer-protocol members are told to heartbeat (default 5000, Kafka's "
+        "group.consumer.heartbeat.interval.ms)",
+    ),
+    ServeFlag(
         "kafka-log-partition-bytes",
         "int",
         _S,

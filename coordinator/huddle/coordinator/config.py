@@ -132,6 +132,10 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
     problems = []
     if cfg.kafka_evict_on_close_ms < -1:
         problems.append("--kafka-evict-on-close-ms must be 0 or more (or -1: off)")
+    if cfg.consumer_heartbeat_interval_ms >= cfg.consumer_session_timeout_ms:
+        problems.append(
+            "--consumer-heartbeat-interval-ms must be below --consumer-session-timeout-ms"
+        )
     if not DEFAULT_MAX_BATCH_BYTES <= cfg.kafka_log_partition_bytes <= cfg.kafka_log_total_bytes:
         problems.append(
             f"the Kafka log's bounds must be {DEFAULT_MAX_BATCH_BYTES} (one batch, Kafka's "
@@ -209,6 +213,10 @@ class ServerConfig:
     # A dynamic Kafka member whose connection closed is removed after this grace (-1: never,
     # it stays until its session timeout, as with Kafka); static members always stay.
     kafka_evict_on_close_ms: int = -1
+    # KIP-848's consumer groups: Kafka's group.consumer.session.timeout.ms and
+    # group.consumer.heartbeat.interval.ms (the coordinator sets both for its members)
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
     # The Kafka log's bounds: each partition's bytes and all partitions' (oldest dropped)
     kafka_log_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     kafka_log_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES

@@ -1,7 +1,9 @@
 """The confluent-kafka (librdkafka) consumer driver: ``python -m
 huddle.chaos.kafka_workers.confluent_driver --bootstrap HOST:PORT --group G --topic T [...]``
 (flags: ``options``; lines: the package's docstring). Strategies: range, roundrobin,
-cooperative-sticky; static membership. librdkafka tells the generation only inside its
+cooperative-sticky, and ``consumer``: KIP-848's protocol (``group.protocol=consumer``, the
+coordinator assigns; session timeout and heartbeat interval are the coordinator's); static
+membership. librdkafka tells the generation only inside its
 serialized group metadata (``generation``); where that cannot be read, ``joined`` carries a
 null generation."""
 
@@ -14,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from huddle.chaos.kafka_workers.emit import Partition, Reporter, StopFlag
 from huddle.chaos.kafka_workers.options import (
+    CONSUMER_PROTOCOL,
     COOPERATIVE_STICKY,
     RANGE,
     ROUNDROBIN,
@@ -22,7 +25,7 @@ from huddle.chaos.kafka_workers.options import (
 )
 
 CLIENT = "confluent-kafka"
-STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
+STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY, CONSUMER_PROTOCOL)
 POLL_S = 0.05  # consume() waits for BATCH records or this long: how long a read record waits
 BATCH = 500
 
@@ -62,6 +65,11 @@ def config(options: DriverOptions) -> dict[str, str | int | bool]:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
     }
+    if options.strategy == CONSUMER_PROTOCOL:  # the coordinator's settings and assignor
+        for classic in ("session.timeout.ms", "heartbeat.interval.ms"):
+            del conf[classic]
+        del conf["partition.assignment.strategy"]
+        conf["group.protocol"] = CONSUMER_PROTOCOL
     if options.instance_id is not None:
         conf["group.instance.id"] = options.instance_id
     return conf

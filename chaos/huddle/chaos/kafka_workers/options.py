@@ -14,6 +14,9 @@ RANGE: Final = "range"
 ROUNDROBIN: Final = "roundrobin"
 COOPERATIVE_STICKY: Final = "cooperative-sticky"
 STRATEGIES: Final = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
+# Not an assignor: KIP-848's consumer group protocol (``group.protocol=consumer``), where the
+# coordinator assigns; the confluent-kafka driver offers it
+CONSUMER_PROTOCOL: Final = "consumer"
 # SASL mechanisms a driver may log in with (Kafka's names; huddle's listener serves these)
 SASL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 

@@ -18,8 +18,9 @@ The ranges are chosen so that every listed client finds what it needs:
   SaslHandshake is advertised 0-1 (librdkafka's SASL handshake feature needs v0 in the
   range) but a v0 one is refused (``kafka.sasl``): its token exchange without Kafka's
   header is not served, and every listed client sends v1;
-  ConsumerGroupHeartbeat, GetTelemetrySubscriptions, InitProducerId and the transaction
-  APIs are not served, so not advertised.
+  ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1 are the consumer group
+  protocol's (``consumer_groups``, ``consumer_describe``); GetTelemetrySubscriptions,
+  InitProducerId and the transaction APIs are not served, so not advertised.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Api(IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # (lowest, highest) version served, by API.
@@ -80,6 +83,8 @@ SERVED: Final[dict[Api, tuple[int, int]]] = {
     Api.SASL_AUTHENTICATE: (0, 2),
     Api.CREATE_PARTITIONS: (0, 3),
     Api.DELETE_GROUPS: (0, 2),
+    Api.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848: ``consumer_groups``
+    Api.CONSUMER_GROUP_DESCRIBE: (0, 1),  # KIP-848: ``consumer_describe``
 }
 
 

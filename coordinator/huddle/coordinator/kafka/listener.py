@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from uuid import UUID
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.consumer import ConsumerGroupConfig
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.log_apis import KafkaLog
 from huddle.coordinator.kafka.sasl import KafkaSasl
@@ -59,6 +60,17 @@ class _Host:
     def authorizer(self) -> Authorizer | None:
         return self._server.core.authorizer
 
+    def now_ms(self) -> float:
+        return self._server.now_ms()
+
+    @property
+    def topics_version(self) -> int:
+        return self._server.core.sessions.topics_version
+
+    def classic_members(self, group_id: str) -> int:
+        group = self._server.core.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
 
 async def listen_kafka(
     server: CoordinatorServer, host: str, port: int, advertise: str | None = None
@@ -91,13 +103,18 @@ async def listen_kafka(
         sasl=login,
         evict_on_close_ms=cfg.kafka_evict_on_close_ms,
         log=kafka_log,
+        consumer=ConsumerGroupConfig(
+            session_timeout_ms=cfg.consumer_session_timeout_ms,
+            heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
+        ),
     )
     try:
         wire.port = await server.listen(wire, host, port)
     except BaseException:
         kafka_log.close()
         raise
-    server.after_close(kafka_log.close)  # once the listener's connections are closed
+    server.after_close(kafka_log.close)
+    server.after_close(wire.consumer.close)  # once the listener's connections are closed
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
     server.kafka_advertised = format_address(*wire.advertised)
     return wire

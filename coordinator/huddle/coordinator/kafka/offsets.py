@@ -17,6 +17,12 @@
   name, in the request and the answer. An id no topic has is answered UNKNOWN_TOPIC_ID for
   each partition asked, before the group is checked, as Kafka answers it; an OffsetFetch
   of every offset answers each topic by its id.
+- A consumer-protocol group's (KIP-848) OffsetCommit v9+ carries the member epoch in
+  ``generation_id_or_member_epoch`` and OffsetFetch v9+ the member id and epoch: they are
+  checked against the member's (``consumer_groups``; UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH,
+  and a member's commit older than v9 UNSUPPORTED_VERSION, as Kafka's
+  ``ConsumerGroup.validateOffsetCommit``), and a commit that passes is made as one from
+  outside any classic group.
 """
 
 from __future__ import annotations
@@ -63,11 +69,16 @@ def _named(topics: Any, version: int, ctx: Context) -> list[str | None]:
 
 def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
     names = _named(req.topics, version, ctx)
+    generation = get(req, "generation_id_or_member_epoch", NO_GENERATION)
+    member_id, instance_id = get(req, "member_id", ""), get(req, "group_instance_id")
+    consumer = ctx.consumer_offsets(req.group_id, member_id, generation, version, commit=True)
+    if consumer is not None:  # a consumer-protocol group: its member epoch is checked here
+        generation, member_id, instance_id = NO_GENERATION, "", None
     call = OffsetCommitRequest(
         group_id=req.group_id,
-        generation_id=get(req, "generation_id_or_member_epoch", NO_GENERATION),
-        member_id=get(req, "member_id", ""),
-        group_instance_id=get(req, "group_instance_id"),
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=instance_id,
         topics=[
             OffsetCommitTopic(
                 name=name,
@@ -86,8 +97,8 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
     )
 
     def answer(parts: Sequence[Response]) -> Encoded:
-        (r,) = parts
-        group_code = r.error_code
+        r = parts[0] if parts else None  # none: the consumer group refused it (``consumer``)
+        group_code = consumer or (ErrorCode.NONE if r is None else r.error_code)
         found: dict[tuple[str, int], int] = {}
         if type(r) is OffsetCommitResponse:
             if r.no_group and version >= _GROUP_ID_NOT_FOUND_FROM:
@@ -112,7 +123,7 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
         ]
         return Encoded(offset_commit_encoding.encode(version, topics))
 
-    return Plan([call], answer)
+    return Plan([] if consumer else [call], answer)
 
 
 def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
@@ -121,6 +132,7 @@ def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
         asked = [_fetch_call(req.group_id, req.topics, version, ctx)]
     else:
         asked = [_fetch_call(g.group_id, g.topics, version, ctx) for g in groups]
+    refusals = [_member_refused(g, version, ctx) for g in groups or ()]
     calls = [call for call, _ in asked]
     ids = ctx.topic_ids if version >= _BY_ID_FROM else None
 
@@ -132,16 +144,25 @@ def offset_fetch(req: Any, version: int, ctx: Context) -> Plan:
             return {"error_code": r.error_code, "topics": _fetched(r, calls[0], per_partition)}
         return {
             "groups": [
-                {
+                {"group_id": c.group_id, "error_code": refused, "topics": []}
+                if refused
+                else {
                     "group_id": c.group_id,
                     "error_code": r.error_code,
                     "topics": [*_fetched(r, c, per_partition, ids), *_unknown(unknown)],
                 }
-                for (c, unknown), r in zip(asked, parts, strict=True)
+                for (c, unknown), r, refused in zip(asked, parts, refusals, strict=True)
             ]
         }
 
     return Plan(calls, answer)
+
+
+def _member_refused(group: Any, version: int, ctx: Context) -> int:
+    """A group's member id and epoch (v9+) checked against a consumer-protocol group: 0,
+    or the error code the group is answered with."""
+    member_id, epoch = get(group, "member_id"), get(group, "member_epoch", -1)
+    return ctx.consumer_offsets(group.group_id, member_id, epoch, version, commit=False) or 0
 
 
 Unknown = list[tuple[UUID, list[int]]]  # ids asked that no topic has, with their partitions

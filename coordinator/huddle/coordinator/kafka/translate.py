@@ -73,6 +73,17 @@ class Context(Protocol):
     def topic_changed(self, topic: str) -> None:
         """The registry changed ``topic`` (created, resized, deleted): the log follows."""
 
+    def consumer_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer-protocol (KIP-848) group with members, which a
+        JoinGroup cannot join (an empty one gives its id up)."""
+
+    def consumer_offsets(
+        self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
+    ) -> int | None:
+        """An offset request's member and epoch checked against a consumer-protocol group
+        (``consumer_groups.ConsumerGroups.check_offsets``): None if ``group_id`` is none,
+        0 if they pass, else the error code."""
+
 
 def get(request: Any, name: str, default: Any = None) -> Any:
     """A field of ``request``, or ``default`` when its version has none."""

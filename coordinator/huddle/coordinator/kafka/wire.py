@@ -32,12 +32,15 @@ from uuid import UUID
 import msgspec
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig
 from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
     admin,
     apis,
     brokers,
     by_id,
+    consumer_describe,
+    consumer_groups,
     groups,
     header,
     heartbeat_fast,
@@ -54,7 +57,6 @@ from huddle.coordinator.kafka.log_apis import KafkaLog, NoResponse, Wait, finish
 from huddle.coordinator.kafka.nodes import Broker, KafkaNodes
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.translate import Context, Plan
-from huddle.coordinator.security.acls import Authorizer
 from huddle.logs import printable
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.framing import FrameReader
@@ -98,11 +100,9 @@ def _answered(response: Any) -> Callable[[Any], Any]:
     return lambda parts: response
 
 
-class KafkaHost(Protocol):
-    """What the Kafka wire needs of the server (``CoordinatorServer`` is one)."""
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
+class KafkaHost(consumer_groups.ConsumerHost, Protocol):
+    """What the Kafka wire needs of the server (``CoordinatorServer`` is one): the consumer
+    groups' needs (the loop, the topic registry, the ACLs ...), and these."""
 
     def greeted(self, conn: Connection) -> None:
         """``conn`` is logged in: no longer watched for a stalled handshake."""
@@ -116,22 +116,6 @@ class KafkaHost(Protocol):
 
     def flush(self) -> None:
         """Write what the connections queued (after an answer made by a timer)."""
-
-    @property
-    def topic_partitions(self) -> Mapping[str, int]:
-        """huddle's topic registry: each topic's partition count."""
-
-    @property
-    def topic_names(self) -> Mapping[UUID, str]:
-        """huddle's topic registry: the topic of each topic id."""
-
-    @property
-    def topic_ids(self) -> Mapping[str, UUID]:
-        """huddle's topic registry: each topic's id."""
-
-    @property
-    def authorizer(self) -> Authorizer | None:
-        """The ACLs (``--authorizer``), which the log's APIs are checked with."""
 
 
 class KafkaWire:
@@ -152,6 +136,7 @@ class KafkaWire:
         sasl: KafkaSasl | None = None,
         evict_on_close_ms: int = -1,
         log: KafkaLog | None = None,
+        consumer: ConsumerGroupConfig | None = None,
     ) -> None:
         self.server = server
         self.sasl = sasl  # the login, when the listener requires SASL
@@ -171,6 +156,8 @@ class KafkaWire:
         if log is None:
             log = KafkaLog(server.topic_partitions.get, topic_ids=server.topic_ids.get)
         self.log = log
+        # the KIP-848 groups
+        self.consumer = consumer_groups.ConsumerGroups(server, ConsumerCoordinator(consumer))
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode
@@ -221,6 +208,14 @@ class KafkaWire:
 
     def topic_changed(self, topic: str) -> None:
         self.log.topic_changed(topic)
+
+    def consumer_group(self, group_id: str) -> bool:
+        return self.consumer.refuses_classic(group_id)
+
+    def consumer_offsets(
+        self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
+    ) -> int | None:
+        return self.consumer.check_offsets(group_id, member_id, epoch, version, commit=commit)
 
     # --- Wire ---------------------------------------------------------------------------
 
@@ -283,7 +278,14 @@ class KafkaWire:
                 self._unreadable(conn, reason, start, at_once=True)
             return None
         try:
-            plan = TRANSLATIONS[api_key](request, version, self)
+            if api_key in consumer_describe.APIS:  # KIP-848's: answered at once
+                plan = consumer_describe.plan(self.consumer, api_key, request, version, conn.peer)
+            else:
+                plan = TRANSLATIONS[api_key](request, version, self)
+            if api_key == Api.LIST_GROUPS:
+                plan = consumer_describe.with_consumer_groups(
+                    self.consumer, plan, request, conn.peer
+                )
         except Exception as exc:
             self._unreadable(conn, f"{apis.name(api_key)} v{version}: {exc!r}", start)
             return None

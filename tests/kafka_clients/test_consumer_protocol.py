@@ -1,0 +1,79 @@
+"""confluent-kafka (librdkafka 2.16) with ``group.protocol=consumer`` (KIP-848) on huddle's
+Kafka listener: two consumers share a topic's partitions, one that leaves hands the other
+all of them, survivors take a killed one's partitions once its session ends, and a new
+consumer resumes from the offsets committed."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pytest
+
+from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
+from tests.kafka_clients.conftest import PARTITIONS, WAIT_S, KafkaGroup, require_client
+
+pytestmark = pytest.mark.e2e
+
+CLIENT: Final = "confluent-kafka"
+
+
+@pytest.fixture
+def group(kafka_group: KafkaGroup) -> KafkaGroup:
+    require_client(CLIENT)
+    if kafka_group.broker.name != "huddle":
+        pytest.skip("the consumer group protocol is checked on huddle only")
+    return kafka_group
+
+
+def test_two_consumers_share_and_a_leave_gives_the_other_all(group: KafkaGroup) -> None:
+    g = group
+    first = g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL)
+    g.start("m2", CLIENT, strategy=CONSUMER_PROTOCOL)
+    g.balanced("m1", "m2")
+    first.terminate()
+    assert first.proc.wait(timeout=WAIT_S) == 0
+    assert first.last("left") is not None
+    g.drivers.wait(
+        lambda: g.drivers.balanced(("m2",), g.partitions), WAIT_S, "m2 owns every partition"
+    )
+
+
+def test_survivors_take_over_after_kill_9(group: KafkaGroup) -> None:
+    g = group
+    members = [g.start(n, CLIENT, strategy=CONSUMER_PROTOCOL) for n in ("m1", "m2", "m3")]
+    g.balanced("m1", "m2", "m3")
+    members[0].kill()
+    g.balanced("m2", "m3")  # once m1's session (6 s here) ran out
+
+
+def test_a_new_consumer_resumes_from_the_commit(group: KafkaGroup) -> None:
+    g = group
+    g.produce(5)
+    first = g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL, commit=True)
+
+    def committed_all() -> bool | None:
+        lines = first.of("committed")
+        tps = {(t, p) for e in lines for t, p, o in e["offsets"] if o == 5}
+        return len(tps) == PARTITIONS or None
+
+    g.drivers.wait(committed_all, WAIT_S, "m1 committed 5 on every partition")
+    assert not first.of("commit_failed")
+    assert first.stop() == 0
+    g.produce(5)
+    second = g.start("m2", CLIENT, strategy=CONSUMER_PROTOCOL, commit=True)
+    assert g.first_reads(second) == [(p, 5) for p in range(PARTITIONS)]
+
+
+def test_a_static_member_bounces_and_gets_its_partitions_back(group: KafkaGroup) -> None:
+    """librdkafka's close leaves with epoch -2 (a static member's leave for now): its
+    partitions wait for it (within its session), and nobody else's change."""
+    g = group
+    names = ("m1", "m2", "m3")
+    for n in names:
+        g.start(n, CLIENT, strategy=CONSUMER_PROTOCOL, instance_id=f"static-{n}")
+    g.balanced(*names)
+    g.bounce(
+        "m1",
+        ("m2", "m3"),
+        lambda: g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL, instance_id="static-m1"),
+    )
