@@ -3,6 +3,10 @@ answers and an explicit clock (milliseconds)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from huddle.coordinator.consumer import (
@@ -350,3 +354,43 @@ def test_a_leave_that_also_changes_the_subscribed_topics_moves_the_group_epoch_o
     c.heartbeat(beat("m2", -1, None), 100, TOPICS)  # nobody subscribes to b any more
     assert m1.heartbeat(c, 110).member_epoch == epoch + 1
     assert c.groups[GROUP].group_epoch == epoch + 1
+
+
+def test_a_regex_uses_kafka_s_syntax_and_refuses_backreferences() -> None:
+    """Kafka matches subscription regexes with RE2/J: a backreference is no regex there,
+    and the answer says why."""
+    c = coordinator()
+    answer = c.heartbeat(join("m1", None, regex=r"(orders)-\1"), 0, TOPICS)
+    assert answer.error is E.INVALID_REGULAR_EXPRESSION
+    assert "invalid escape sequence" in (answer.message or "")
+    assert c.groups == {}
+
+
+_BACKTRACKING = """
+from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, TopicView
+from tests.consumer.helpers import join
+c = ConsumerCoordinator(ConsumerGroupConfig())
+view = TopicView({"a" * 64: 1, "ab": 2}, version=1)
+answer = c.heartbeat(join("m1", None, regex="(a|a)*b"), 0, view)
+print(sorted(answer.assignment or {}))
+"""
+
+
+def test_a_regex_that_backtracks_does_not_hold_the_coordinator_up() -> None:
+    """``(a|a)*b`` against a 64-letter topic name: 2**64 steps for a backtracking engine,
+    one pass for RE2. Run in a process of its own so that a coordinator that hangs fails
+    the test at the deadline instead of hanging it."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _BACKTRACKING],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=root,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("matching one member's regex held the coordinator up for 60 s")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['ab']"
+    assert done.stderr == ""  # RE2 writes nothing of its own

@@ -2,8 +2,9 @@
 when the group epoch has moved past it (Kafka's TargetAssignmentBuilder).
 
 Subscriptions are topic names and, or instead, a regular expression. A regex is matched
-against every topic name in the view, whole (Python's ``re.fullmatch``; Kafka uses RE2/J
-with ``matches()``, the same for the patterns clients send). Regexes are matched again only
+against every topic name in the view, whole, with RE2 (Kafka uses RE2/J with ``matches()``:
+the same syntax, no backreferences or lookarounds, and time linear in the name whatever the
+pattern, so no client's regex can hold the coordinator up). Regexes are matched again only
 when the topic view's ``version`` changes or a member brings a new one.
 
 The group epoch moves when the topics the group subscribes to, or their partition counts,
@@ -12,27 +13,43 @@ change: a topic created that a regex matches, a topic given partitions.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from typing import Any
+
+import re2
 
 from huddle.coordinator.consumer.assignors import MemberSpec, ServerAssignor, spec_of
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.messages import RefusedError, TopicView
 from huddle.protocol.errors import ErrorCode
 
-_COMPILED: dict[str, re.Pattern[str]] = {}
+_COMPILED: dict[str, Any] = {}  # an RE2 pattern by its text
 
 
-def compiled(regex: str) -> re.Pattern[str]:
-    """The compiled regex; INVALID_REGULAR_EXPRESSION when it does not compile."""
+def _options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # refused patterns are answered, not written to stderr
+    options.never_capture = True
+    return options
+
+
+_OPTIONS = _options()
+
+
+def compiled(regex: str) -> Any:
+    """The compiled regex (RE2; its ``fullmatch``); INVALID_REGULAR_EXPRESSION when it does
+    not compile (bad syntax, a construct RE2 has not, or over RE2's memory bound)."""
     pattern = _COMPILED.get(regex)
     if pattern is None:
         try:
-            pattern = re.compile(regex)
-        except re.error as error:
+            pattern = re2.compile(regex, _OPTIONS)
+        except re2.error as error:
+            why = error.args[0] if error.args else error
+            if isinstance(why, bytes):
+                why = why.decode(errors="replace")
             raise RefusedError(
                 ErrorCode.INVALID_REGULAR_EXPRESSION,
-                f"SubscribedTopicRegex {regex!r} is not a valid regular expression: {error}",
+                f"SubscribedTopicRegex {regex!r} is not a valid regular expression: {why}",
             ) from None
         if len(_COMPILED) > 10_000:
             _COMPILED.clear()
