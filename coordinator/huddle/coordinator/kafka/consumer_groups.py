@@ -39,6 +39,7 @@ from huddle.coordinator.consumer import (
     HeartbeatRequest,
     TopicView,
 )
+from huddle.coordinator.consumer_metrics import FENCED_BY_EPOCH, ConsumerCounts
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.translate import Plan, Values, get
@@ -98,6 +99,7 @@ class ConsumerGroups:
         self._timer_at: float | None = None
         # (group id, member id) -> the client id and host it last heartbeated from
         self.clients: dict[tuple[str, str], tuple[str, str]] = {}
+        self.counts = ConsumerCounts()  # epoch bumps and fenced members (the metrics')
 
     def refuses_classic(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
@@ -178,6 +180,7 @@ class ConsumerGroups:
             owned=self._owned(req.topic_partitions),
         )
         now = self.host.now_ms()
+        before = self._epoch(req.group_id)
         try:
             answer = self.core.heartbeat(request, now, self.topics())
         except DoubleOwnerError as error:
@@ -191,12 +194,19 @@ class ConsumerGroups:
             return _error(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
+        self.counts.rebalances += max(self._epoch(req.group_id) - before, 0)
+        if answer.error == ErrorCode.FENCED_MEMBER_EPOCH:
+            self.counts.fenced[FENCED_BY_EPOCH] += 1
         key = (req.group_id, answer.member_id or member_id)
         if answer.error or req.member_epoch < 0:
             self.clients.pop(key, None)
         else:
             self.clients[key] = (peer.client_id, peer.host)
         return self._values(answer)
+
+    def _epoch(self, group_id: str) -> int:
+        group = self.core.groups.get(group_id)
+        return 0 if group is None else group.group_epoch
 
     def _screen(self, req: Any, peer: Peer) -> tuple[ErrorCode, str] | None:
         auth = self.host.authorizer
@@ -259,7 +269,9 @@ class ConsumerGroups:
     def _expire(self) -> None:
         self._timer = self._timer_at = None
         try:
+            epochs = {group_id: g.group_epoch for group_id, g in self.core.groups.items()}
             for fenced in self.core.expire(self.host.now_ms()):
+                self.counts.fenced[fenced.reason] += 1
                 self.clients.pop((fenced.group_id, fenced.member_id), None)
                 log.info(
                     "consumer_member_fenced",
@@ -268,6 +280,9 @@ class ConsumerGroups:
                     member_epoch=fenced.epoch,
                     reason=fenced.reason,
                 )
+            self.counts.rebalances += sum(
+                max(self._epoch(group_id) - epoch, 0) for group_id, epoch in epochs.items()
+            )
         except Exception:  # the timer goes on: one group's failure stops no other's expiry
             log.exception("consumer_expiry_failed")
         finally:

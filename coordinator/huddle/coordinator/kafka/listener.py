@@ -117,6 +117,8 @@ async def listen_kafka(
     server.after_close(wire.consumer.close)  # once the listener's connections are closed
     # huddle's own wire (``huddle groups list/describe``) shows the consumer groups too
     server.core.admin.consumer = wire.consumer
+    if server.metrics is not None:
+        server.metrics.consumer = wire.consumer
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
     server.kafka_advertised = format_address(*wire.advertised)
     return wire
