@@ -11,7 +11,8 @@ request path (it needs nothing of it). Here:
   of changes, so a regular expression subscription follows topics created and deleted;
 - ACLs as Kafka's ``KafkaApis.handleConsumerGroupHeartbeatRequest``: READ on the group
   (else GROUP_AUTHORIZATION_FAILED), DESCRIBE on each subscribed topic name (else
-  TOPIC_AUTHORIZATION_FAILED, the whole request);
+  TOPIC_AUTHORIZATION_FAILED, the whole request); a regex resolves only to topics the
+  principal of the heartbeat that resolves it may DESCRIBE (as Kafka 4.x);
 - version 0 lets the coordinator choose the member id on join (Kafka 4.0): one is made up
   when a v0 join sends none;
 - a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND, as Kafka
@@ -30,6 +31,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
+import msgspec
 import structlog
 
 from huddle.coordinator.consumer import (
@@ -147,6 +149,21 @@ class ConsumerGroups:
             self._view = view
         return view
 
+    def _topics_for(self, peer: Peer) -> TopicView:
+        """The topic view, with an authorizer limited for regexes to the topics ``peer``
+        may DESCRIBE (Kafka 4.x resolves a regex so, as the heartbeat that resolves it)."""
+        view = self.topics()
+        auth = self.host.authorizer
+        if auth is None:
+            return view
+
+        def describable(topic: str) -> bool:
+            return auth.allowed(
+                peer.principal, peer.host, Operation.DESCRIBE, ResourceType.TOPIC, topic
+            )
+
+        return msgspec.structs.replace(view, describable=describable)
+
     # --- requests -----------------------------------------------------------------------
 
     def plan(self, api_key: int, request: Any, version: int, peer: Peer) -> Plan:
@@ -182,7 +199,7 @@ class ConsumerGroups:
         now = self.host.now_ms()
         before = self._epoch(req.group_id)
         try:
-            answer = self.core.heartbeat(request, now, self.topics())
+            answer = self.core.heartbeat(request, now, self._topics_for(peer))
         except DoubleOwnerError as error:
             log.error(
                 "consumer_group_bug",
