@@ -10,8 +10,10 @@ import json
 import pytest
 
 from huddle.cli import main
+from huddle.client.connection import connect
 from huddle.coordinator.kafka.apis import Api
-from huddle.protocol.messages import TopicSpec
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import ListGroupsRequest, ListGroupsResponse, TopicSpec
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_consumer_protocol import _beat, _join, _owning
@@ -93,3 +95,20 @@ async def test_groups_list_shows_consumer_groups_with_their_type(
         "GROUP  TYPE      PROTOCOL-TYPE  STATE",
         "g      consumer  consumer       Reconciling",
     ]
+
+
+async def test_listing_by_state_takes_the_consumer_groups_states(kafka: Listening) -> None:
+    """huddle's ListGroups filters by a consumer group's state (Reconciling, Assigning) as
+    by a classic one's, and still refuses a state no group has."""
+    await _two_members(kafka)
+    async with connect(f"127.0.0.1:{kafka.server.port}") as conn:
+        reconciling = await conn.request(ListGroupsRequest(states=["reconciling"]))
+        stable = await conn.request(ListGroupsRequest(states=["Stable"]))
+        unknown = await conn.request(ListGroupsRequest(states=["sleeping"]))
+    assert isinstance(reconciling, ListGroupsResponse)
+    assert [(g.group_id, g.group_type) for g in reconciling.groups] == [("g", "consumer")]
+    assert isinstance(stable, ListGroupsResponse)
+    assert stable.groups == []
+    assert isinstance(unknown, ListGroupsResponse)
+    assert unknown.error_code == ErrorCode.INVALID_REQUEST
+    assert "Reconciling" in (unknown.error_message or "")
