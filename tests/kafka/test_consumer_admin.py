@@ -16,7 +16,7 @@ from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ListGroupsRequest, ListGroupsResponse, TopicSpec
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
-from tests.kafka.test_consumer_protocol import _beat, _join, _owning
+from tests.kafka.test_consumer_protocol import _beat, _commit, _join, _owning
 from tests.kafka.test_wire import _create
 
 
@@ -112,3 +112,34 @@ async def test_listing_by_state_takes_the_consumer_groups_states(kafka: Listenin
     assert isinstance(unknown, ListGroupsResponse)
     assert unknown.error_code == ErrorCode.INVALID_REQUEST
     assert "Reconciling" in (unknown.error_message or "")
+
+
+async def test_a_consumer_group_with_committed_offsets_is_shown_once_as_itself(
+    kafka: Listening, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A consumer group's commits keep its offsets where the classic groups keep theirs: the
+    group is still described and listed as the consumer group, once, with its offsets."""
+    await _two_members(kafka)
+    async with RawKafka(kafka.port) as conn:
+        done = await conn.call(Api.OFFSET_COMMIT, 9, 1, **_commit("a", 1, 7))
+    assert done.topics[0].partitions[0].error_code == 0
+    view = json.loads(await _huddle(kafka, capsys, "groups", "describe", "g", "--json"))
+    assert (view["group_type"], view["group_epoch"]) == ("consumer", 2)
+    assert {(o["partition"], o["offset"]) for o in view["offsets"]} >= {(0, 7)}
+    listed = json.loads(await _huddle(kafka, capsys, "groups", "list", "--json"))
+    assert [(g["group_id"], g["group_type"]) for g in listed] == [("g", "consumer")]
+
+
+async def test_a_consumer_group_with_members_keeps_its_offsets_from_groups_delete(
+    kafka: Listening, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _two_members(kafka)
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.OFFSET_COMMIT, 9, 1, **_commit("a", 1, 7))
+    bootstrap = f"127.0.0.1:{kafka.server.port}"
+    code = await asyncio.to_thread(main, ["groups", "delete", "g", "--bootstrap", bootstrap], {})
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err.endswith("(NON_EMPTY_GROUP)\n")
+    view = json.loads(await _huddle(kafka, capsys, "groups", "describe", "g", "--json"))
+    assert {(o["partition"], o["offset"]) for o in view["offsets"]} >= {(0, 7)}

@@ -63,7 +63,13 @@ class GroupAdmin:
         results = []
         for group_id in dict.fromkeys(request.groups):
             group = self.sessions.groups.get(group_id)
-            if group is None or group.is_(GroupState.DEAD):
+            members = self._consumer_members(group_id)
+            if members:  # a consumer group's offsets stay while it has members (Kafka's)
+                code = E.NON_EMPTY_GROUP
+                message = (
+                    f"consumer group {group_id!r} has {members} members: only an empty group goes"
+                )
+            elif group is None or group.is_(GroupState.DEAD):
                 code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
             elif group.members or not group.is_(GroupState.EMPTY):
                 code = E.NON_EMPTY_GROUP
@@ -79,7 +85,7 @@ class GroupAdmin:
         described = []
         for group_id in dict.fromkeys(request.groups):  # each group once
             group = self.sessions.groups.get(group_id)
-            consumer = self._consumer_group(group_id) if group is None else None
+            consumer = self._consumer_group(group_id) if _holds_offsets_only(group) else None
             if consumer is not None:
                 described.append(consumer)
                 continue
@@ -132,21 +138,35 @@ class GroupAdmin:
                     + ", ".join(dict.fromkeys(_KNOWN_STATES.values())),
                 )
             wanted = {STATES_BY_NAME[s] for s in asked if s in STATES_BY_NAME}
+        consumer = self.consumer.core.groups if self.consumer is not None else {}
         groups = [
             ListedGroup(
                 group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
             )
             for g in self.sessions.groups.values()
-            if wanted is None or g.state in wanted
+            if (wanted is None or g.state in wanted)
+            and not (g.group_id in consumer and _holds_offsets_only(g))
         ]
         if self.consumer is not None:
             groups += consumer_admin.listed(self.consumer, asked)
         return ListGroupsResponse(groups=sorted(groups, key=lambda g: g.group_id))
 
+    def _consumer_members(self, group_id: str) -> int:
+        if self.consumer is None:
+            return 0
+        group = self.consumer.core.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
     def _consumer_group(self, group_id: str) -> DescribedGroup | None:
         if self.consumer is None:
             return None
         return consumer_admin.described(self.consumer, group_id)
+
+
+def _holds_offsets_only(group: Group | None) -> bool:
+    """No classic group, or an Empty one without members: a consumer group of that id (whose
+    commits keep its offsets in the classic core) is shown in its place."""
+    return group is None or (not group.members and group.is_(GroupState.EMPTY))
 
 
 # every state name a group of either protocol has (lower case -> as shown)
