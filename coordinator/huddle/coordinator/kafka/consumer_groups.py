@@ -19,7 +19,11 @@ request path (it needs nothing of it). Here:
   groups are not served yet);
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
 - the core's ``DoubleOwnerError`` (a bug detector) is logged and answered
-  UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server.
+  UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server;
+- every change of a group (a heartbeat's, an expiry's) is kept as records
+  (``huddle.coordinator.storage.kept_consumer_groups``) through the server's keeper, the
+  data dir's journal; the groups kept are loaded when the listener opens, each member at
+  its epoch with a fresh session.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import structlog
@@ -43,6 +47,8 @@ from huddle.coordinator.effects import Peer
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.translate import Plan, Values, get
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.errors import ErrorCode
 
 log = structlog.get_logger("huddle.coordinator.kafka.consumer_groups")
@@ -81,6 +87,13 @@ class ConsumerHost(Protocol):
     @property
     def authorizer(self) -> Authorizer | None: ...
 
+    @property
+    def consumer_kept(self) -> ConsumerKept:
+        """The consumer groups' records, as the data dir replayed them."""
+
+    def keep(self, records: list[Record]) -> None:
+        """Keep these records of the consumer groups' changes (soon: the answers go now)."""
+
 
 def new_member_id() -> str:
     """A member id as Kafka's clients make them (``Uuid.randomUuid().toString()``)."""
@@ -98,6 +111,29 @@ class ConsumerGroups:
         self._timer_at: float | None = None
         # (group id, member id) -> the client id and host it last heartbeated from
         self.clients: dict[tuple[str, str], tuple[str, str]] = {}
+        self.kept = host.consumer_kept
+        self._load()
+
+    def _load(self) -> None:
+        """Serve the kept groups: each member at its kept epoch, with a fresh session."""
+        now = self.host.now_ms()
+        for group in self.kept.loaded_groups():
+            self.core.load(group, now)
+            log.info(
+                "consumer_group_loaded",
+                group_id=group.group_id,
+                group_epoch=group.group_epoch,
+                members=len(group.members),
+            )
+        self._arm()
+
+    def _keep(self, group_ids: Iterable[str]) -> None:
+        records: list[Record] = []
+        for group_id in group_ids:
+            group = self.core.groups.get(group_id)
+            records += self.kept.gone(group_id) if group is None else self.kept.changes(group)
+        if records:
+            self.host.keep(records)
 
     def refuses_classic(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
@@ -109,6 +145,7 @@ class ConsumerGroups:
         if group.members:
             return True
         del self.core.groups[group_id]
+        self._keep([group_id])
         return False
 
     def check_offsets(
@@ -191,6 +228,7 @@ class ConsumerGroups:
             return _error(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
+            self._keep([req.group_id])
         key = (req.group_id, answer.member_id or member_id)
         if answer.error or req.member_epoch < 0:
             self.clients.pop(key, None)
@@ -258,8 +296,10 @@ class ConsumerGroups:
 
     def _expire(self) -> None:
         self._timer = self._timer_at = None
+        touched: set[str] = set()
         try:
             for fenced in self.core.expire(self.host.now_ms()):
+                touched.add(fenced.group_id)
                 self.clients.pop((fenced.group_id, fenced.member_id), None)
                 log.info(
                     "consumer_member_fenced",
@@ -272,6 +312,7 @@ class ConsumerGroups:
             log.exception("consumer_expiry_failed")
         finally:
             self._arm()
+            self._keep(sorted(touched))
 
     def close(self) -> None:
         if self._timer is not None:

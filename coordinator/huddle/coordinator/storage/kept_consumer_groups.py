@@ -1,0 +1,174 @@
+"""Consumer-protocol groups (KIP-848) kept across a restart, as Kafka keeps its
+ConsumerGroup* records in ``__consumer_offsets``.
+
+``ConsumerKept`` holds the last ``ConsumerGroupRecord`` of each group and the last
+``ConsumerMemberRecord`` of each of its members: what the data dir's journal replays
+(``apply``) and what a compaction writes again (``copy``). ``changes(group)`` says what
+changed in a live group since it was last kept, as records (only members whose state or
+target changed), and keeps them; ``gone(group_id)`` the records that delete a group.
+
+``loaded_groups`` rebuilds the groups: each member at its kept epoch with its assigned and
+pending-revocation partitions and its target, so a member that finds the coordinator again
+goes on heartbeating at its epoch, with no rebalance and nothing revoked. Sessions are the
+caller's to start (a fresh session for every loaded member, as Kafka schedules one for
+each member of a group it loads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from huddle.coordinator.consumer.group import ConsumerGroup
+from huddle.coordinator.consumer.member import ConsumerMember, MemberState
+from huddle.coordinator.consumer.messages import Assignment
+from huddle.coordinator.storage.records import (
+    DELETED,
+    ConsumerGroupRecord,
+    ConsumerMemberRecord,
+    Record,
+)
+
+_Seen = tuple[ConsumerMember, Assignment | None]  # a member and its target, as last kept
+
+
+class ConsumerKept:
+    """The kept records of every consumer-protocol group."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, ConsumerGroupRecord] = {}
+        self.members: dict[str, dict[str, ConsumerMemberRecord]] = {}
+        # what the records were made from (identity: a member is replaced when it changes)
+        self._seen: dict[str, dict[str, _Seen]] = {}
+
+    def apply(self, record: ConsumerGroupRecord | ConsumerMemberRecord) -> None:
+        """A replayed record: the last one of each group and member counts."""
+        group_id = record.group_id
+        if isinstance(record, ConsumerGroupRecord):
+            if record.group_epoch == DELETED:
+                self.groups.pop(group_id, None)
+                self.members.pop(group_id, None)
+                self._seen.pop(group_id, None)
+            else:
+                self.groups[group_id] = record
+            return
+        members = self.members.setdefault(group_id, {})
+        if record.member_epoch == DELETED:
+            members.pop(record.member_id, None)
+            self._seen.get(group_id, {}).pop(record.member_id, None)
+        else:
+            members[record.member_id] = record
+
+    def size(self) -> int:
+        return len(self.groups) + sum(len(m) for m in self.members.values())
+
+    def copy(self) -> list[Record]:
+        """Every kept record, a group's record before its members' (for a snapshot)."""
+        out: list[Record] = []
+        for group_id, record in sorted(self.groups.items()):
+            out.append(record)
+            out.extend(self.members.get(group_id, {}).values())
+        return out
+
+    def changes(self, group: ConsumerGroup) -> list[Record]:
+        """The records of what changed in ``group`` since it was last kept (none: the
+        same), now kept; an emptied group's are ``gone``."""
+        group_id = group.group_id
+        if not group.members:
+            return self.gone(group_id)
+        out: list[Record] = []
+        record = ConsumerGroupRecord(
+            group_id, group.group_epoch, group.target_epoch, dict(group.subscribed_partitions)
+        )
+        if self.groups.get(group_id) != record:
+            out.append(record)
+        seen = self._seen.setdefault(group_id, {})
+        for member_id in [m for m in seen if m not in group.members]:
+            del seen[member_id]
+            out.append(ConsumerMemberRecord(group_id, member_id, DELETED))
+        for member_id, member in group.members.items():
+            target = group.target.get(member_id)
+            last = seen.get(member_id)
+            if last is not None and last[0] is member and last[1] is target:
+                continue
+            seen[member_id] = (member, target)
+            out.append(member_record(group_id, member, target))
+        for change in out:
+            assert isinstance(change, ConsumerGroupRecord | ConsumerMemberRecord)
+            self.apply(change)
+        return out
+
+    def gone(self, group_id: str) -> list[Record]:
+        """The record that deletes ``group_id`` with its members (none: not kept)."""
+        if group_id not in self.groups and group_id not in self.members:
+            return []
+        record = ConsumerGroupRecord(group_id, DELETED)
+        self.apply(record)
+        return [record]
+
+    def loaded_groups(self) -> Iterator[ConsumerGroup]:
+        """Every kept group, rebuilt (``loaded_group``); each is now seen as kept."""
+        for group_id, record in self.groups.items():
+            group = loaded_group(record, self.members.get(group_id, {}).values())
+            self._seen[group_id] = {
+                m.member_id: (m, group.target.get(m.member_id)) for m in group.members.values()
+            }
+            yield group
+
+
+def member_record(
+    group_id: str, member: ConsumerMember, target: Assignment | None
+) -> ConsumerMemberRecord:
+    return ConsumerMemberRecord(
+        group_id=group_id,
+        member_id=member.member_id,
+        member_epoch=member.member_epoch,
+        previous_member_epoch=member.previous_member_epoch,
+        state=member.state.value,
+        instance_id=member.instance_id,
+        rack_id=member.rack_id,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        subscribed_topic_names=sorted(member.subscribed_topic_names),
+        subscribed_topic_regex=member.subscribed_topic_regex,
+        server_assignor=member.server_assignor,
+        assigned=_lists(member.assigned),
+        pending_revocation=_lists(member.pending_revocation),
+        target=None if target is None else _lists(target),
+    )
+
+
+def loaded_group(
+    record: ConsumerGroupRecord, members: Iterable[ConsumerMemberRecord]
+) -> ConsumerGroup:
+    """The group its records keep: its epochs, its members at their epochs, their targets."""
+    group = ConsumerGroup(record.group_id)
+    group.group_epoch = record.group_epoch
+    group.target_epoch = record.target_epoch
+    group.subscribed_partitions = dict(record.subscribed_partitions)
+    for kept in members:
+        group.put(
+            ConsumerMember(
+                kept.member_id,
+                instance_id=kept.instance_id,
+                rack_id=kept.rack_id,
+                rebalance_timeout_ms=kept.rebalance_timeout_ms,
+                subscribed_topic_names=frozenset(kept.subscribed_topic_names),
+                subscribed_topic_regex=kept.subscribed_topic_regex,
+                server_assignor=kept.server_assignor,
+                member_epoch=kept.member_epoch,
+                previous_member_epoch=kept.previous_member_epoch,
+                state=MemberState(kept.state),
+                assigned=_sets(kept.assigned),
+                pending_revocation=_sets(kept.pending_revocation),
+            )
+        )
+        if kept.target is not None:
+            group.target[kept.member_id] = _sets(kept.target)
+    return group
+
+
+def _lists(assignment: Assignment) -> dict[str, list[int]]:
+    return {topic: sorted(parts) for topic, parts in sorted(assignment.items()) if parts}
+
+
+def _sets(assignment: Mapping[str, list[int]]) -> dict[str, frozenset[int]]:
+    return {topic: frozenset(parts) for topic, parts in assignment.items()}
