@@ -274,6 +274,15 @@ class ConsumerCoordinator:
     def next_deadline(self) -> float | None:
         return self.timers.next_deadline()
 
+    def unload(self, group_id: str) -> ConsumerGroup | None:
+        """Stop serving a group (its cluster shard left this node), deadlines and all."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            for member_id in group.members:
+                self._forget_deadlines(group_id, member_id)
+            self.timers.cancel(AssignorRecheck(group_id))
+        return group
+
     def load(self, group: ConsumerGroup, now: float) -> None:
         """Serve a kept group (a restart): every member keeps its epoch and partitions and
         has a fresh session from ``now`` (as Kafka schedules one for each member of a group

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import structlog
@@ -94,6 +94,10 @@ class ConsumerHost(Protocol):
     def keep(self, records: list[Record]) -> None:
         """Keep these records of the consumer groups' changes (soon: the answers go now)."""
 
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        """Why this server does not coordinate ``group_id`` now (a cluster node that does
+        not serve its shard: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS)."""
+
 
 def new_member_id() -> str:
     """A member id as Kafka's clients make them (``Uuid.randomUuid().toString()``)."""
@@ -112,12 +116,14 @@ class ConsumerGroups:
         # (group id, member id) -> the client id and host it last heartbeated from
         self.clients: dict[tuple[str, str], tuple[str, str]] = {}
         self.kept = host.consumer_kept
-        self._load()
+        self.kept.serving = self
+        self.load_kept(None)
 
-    def _load(self) -> None:
-        """Serve the kept groups: each member at its kept epoch, with a fresh session."""
+    def load_kept(self, group_ids: Iterable[str] | None) -> None:
+        """Serve kept groups (None: all): each member at its kept epoch, with a fresh
+        session."""
         now = self.host.now_ms()
-        for group in self.kept.loaded_groups():
+        for group in self.kept.loaded_groups(group_ids):
             self.core.load(group, now)
             log.info(
                 "consumer_group_loaded",
@@ -126,6 +132,13 @@ class ConsumerGroups:
                 members=len(group.members),
             )
         self._arm()
+
+    def unload(self, doomed: Callable[[str], bool]) -> None:
+        """Stop serving the groups ``doomed`` names (their cluster shard left this node)."""
+        for group_id in [g for g in self.core.groups if doomed(g)]:
+            self.core.unload(group_id)
+        for key in [k for k in self.clients if doomed(k[0])]:
+            del self.clients[key]
 
     def _keep(self, group_ids: Iterable[str]) -> None:
         records: list[Record] = []
@@ -191,6 +204,8 @@ class ConsumerGroups:
 
     def heartbeat(self, req: Any, version: int, peer: Peer) -> Values:
         refusal = self._screen(req, peer)
+        if refusal is None:
+            refusal = self.host.not_served(req.group_id)
         if refusal is not None:
             return _error(*refusal)
         member_id = req.member_id

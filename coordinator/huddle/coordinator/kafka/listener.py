@@ -18,6 +18,7 @@ from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import Record
 from huddle.protocol.addresses import format_address, parse_address
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import Call
 
 
@@ -76,6 +77,13 @@ class _Host:
     def keep(self, records: list[Record]) -> None:
         self._server.core.keep_consumer(records)
         self._server.keep_outside()
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        cluster = self._server.cluster
+        refusal = None if cluster is None else cluster.refuses_group(group_id)
+        if refusal is None:
+            return None
+        return ErrorCode(refusal.error_code), refusal.error_message or ""
 
     def classic_members(self, group_id: str) -> int:
         group = self._server.core.groups.get(group_id)

@@ -12,11 +12,16 @@ pending-revocation partitions and its target, so a member that finds the coordin
 goes on heartbeating at its epoch, with no rebalance and nothing revoked. Sessions are the
 caller's to start (a fresh session for every loaded member, as Kafka schedules one for
 each member of a group it loads).
+
+A cluster node keeps the same records in etcd: ``take`` serves a shard's records as the
+node takes the shard over, ``drop`` forgets the groups of a shard it lost; both tell the
+groups' server (``serving``, the Kafka listener's consumer groups).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
 
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState
@@ -29,6 +34,17 @@ from huddle.coordinator.storage.records import (
 )
 
 _Seen = tuple[ConsumerMember, Assignment | None]  # a member and its target, as last kept
+ConsumerRecord = ConsumerGroupRecord | ConsumerMemberRecord
+
+
+class ConsumerServing(Protocol):
+    """Who serves the kept groups (the Kafka listener's consumer groups)."""
+
+    def load_kept(self, group_ids: Iterable[str]) -> None:
+        """Serve these kept groups (a cluster shard taken over)."""
+
+    def unload(self, doomed: Callable[[str], bool]) -> None:
+        """Stop serving the groups ``doomed`` names (their shard left this node)."""
 
 
 class ConsumerKept:
@@ -39,8 +55,27 @@ class ConsumerKept:
         self.members: dict[str, dict[str, ConsumerMemberRecord]] = {}
         # what the records were made from (identity: a member is replaced when it changes)
         self._seen: dict[str, dict[str, _Seen]] = {}
+        self.serving: ConsumerServing | None = None
 
-    def apply(self, record: ConsumerGroupRecord | ConsumerMemberRecord) -> None:
+    def take(self, records: Iterable[ConsumerRecord]) -> None:
+        """A cluster shard's records, read from etcd: its groups are served from now."""
+        group_ids: set[str] = set()
+        for record in records:
+            self.apply(record)
+            group_ids.add(record.group_id)
+        if self.serving is not None:
+            self.serving.load_kept(sorted(g for g in group_ids if g in self.groups))
+
+    def drop(self, doomed: Callable[[str], bool]) -> None:
+        """The groups ``doomed`` names are no longer this node's: forgotten, unserved."""
+        for group_id in [g for g in {*self.groups, *self.members} if doomed(g)]:
+            self.groups.pop(group_id, None)
+            self.members.pop(group_id, None)
+            self._seen.pop(group_id, None)
+        if self.serving is not None:
+            self.serving.unload(doomed)
+
+    def apply(self, record: ConsumerRecord) -> None:
         """A replayed record: the last one of each group and member counts."""
         group_id = record.group_id
         if isinstance(record, ConsumerGroupRecord):
@@ -75,7 +110,7 @@ class ConsumerKept:
         group_id = group.group_id
         if not group.members:
             return self.gone(group_id)
-        out: list[Record] = []
+        out: list[ConsumerRecord] = []
         record = ConsumerGroupRecord(
             group_id, group.group_epoch, group.target_epoch, dict(group.subscribed_partitions)
         )
@@ -93,21 +128,26 @@ class ConsumerKept:
             seen[member_id] = (member, target)
             out.append(member_record(group_id, member, target))
         for change in out:
-            assert isinstance(change, ConsumerGroupRecord | ConsumerMemberRecord)
             self.apply(change)
-        return out
+        return list(out)
 
     def gone(self, group_id: str) -> list[Record]:
-        """The record that deletes ``group_id`` with its members (none: not kept)."""
+        """The records that delete ``group_id``: each member's, then the group's (none: not
+        kept). A cluster deletes each one's key."""
         if group_id not in self.groups and group_id not in self.members:
             return []
-        record = ConsumerGroupRecord(group_id, DELETED)
-        self.apply(record)
-        return [record]
+        out: list[Record] = [
+            ConsumerMemberRecord(group_id, m, DELETED) for m in self.members.get(group_id, {})
+        ]
+        out.append(ConsumerGroupRecord(group_id, DELETED))
+        self.apply(ConsumerGroupRecord(group_id, DELETED))
+        return out
 
-    def loaded_groups(self) -> Iterator[ConsumerGroup]:
-        """Every kept group, rebuilt (``loaded_group``); each is now seen as kept."""
-        for group_id, record in self.groups.items():
+    def loaded_groups(self, group_ids: Iterable[str] | None = None) -> Iterator[ConsumerGroup]:
+        """The kept groups (``group_ids``; None: all), rebuilt (``loaded_group``); each is
+        now seen as kept."""
+        for group_id in list(self.groups) if group_ids is None else group_ids:
+            record = self.groups[group_id]
             group = loaded_group(record, self.members.get(group_id, {}).values())
             self._seen[group_id] = {
                 m.member_id: (m, group.target.get(m.member_id)) for m in group.members.values()
