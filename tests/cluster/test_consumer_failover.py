@@ -14,11 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import pytest
 
 from huddle.chaos.procs import HOST
 from huddle.client import Admin
+from huddle.coordinator.cluster.shards import shard_of
+from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.storage.records import ConsumerGroupRecord, ConsumerMemberRecord
+from tests.cluster.test_failover import PREFIX, SHARDS
 from tests.cluster.test_kafka_failover import WAIT_S, coordinator, kafka_cluster, metadata
 from tests.etcd import Etcd, etcd
 from tests.kafka.raw import RawKafka
@@ -26,6 +31,8 @@ from tests.kafka.test_consumer_protocol import _beat, _join, _owned, _owning
 from tests.kafka.test_consumer_restart import _full
 
 __all__ = ["etcd"]  # the fixture
+
+_decode = msgspec.msgpack.Decoder(ConsumerGroupRecord | ConsumerMemberRecord).decode
 
 NONE, NOT_COORDINATOR = 0, 16
 ALL: Final = {0, 1, 2, 3}
@@ -84,6 +91,9 @@ def test_the_coordinator_killed_the_next_node_serves_the_members_at_their_epochs
         (survivor,) = [n for n in nodes if n.kafka != owner]
         (elsewhere,) = asyncio.run(_heartbeats(survivor.kafka, _full("a", 2, t_id, mine)))
         assert elsewhere.error_code == NOT_COORDINATOR  # not its shard (yet)
+        # the answers do not wait for etcd (docs/consumer-protocol.md): killed only once
+        # etcd holds both members at epoch 2, or the survivor fences them at their last kept
+        wait_until_sync(lambda: asyncio.run(_kept_epochs(etcd)) == {"a": 2, "b": 2}, "kept")
         dead.proc.send_signal(signal.SIGKILL)  # by its PID
         dead.proc.wait(timeout=WAIT_S)
         wait_until_sync(
@@ -94,6 +104,19 @@ def test_the_coordinator_killed_the_next_node_serves_the_members_at_their_epochs
         )
     assert (a.error_code, a.member_epoch, _owned(a, t_id)) == (NONE, 2, mine)
     assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 2, ALL - mine)
+
+
+async def _kept_epochs(etcd: Etcd) -> dict[str, int]:
+    """The member epochs etcd holds for group g."""
+    store = await EtcdStore.connect([etcd.endpoint])
+    try:
+        found = await store.get_prefix(
+            f"{PREFIX}/consumer-groups/{shard_of('g', SHARDS)}/".encode()
+        )
+    finally:
+        await store.close()
+    records = [_decode(e.value) for e in found.values()]
+    return {r.member_id: r.member_epoch for r in records if isinstance(r, ConsumerMemberRecord)}
 
 
 def _topic_id(kafka_port: int) -> uuid.UUID | None:

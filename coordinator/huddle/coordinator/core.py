@@ -143,6 +143,7 @@ class Coordinator:
         transport with a data dir or a cluster keeps them, so a restart or the node taking
         a shard over serves them on (``start``, ``load``)."""
         self.sessions.keep_groups = True
+        self.consumer_kept.enabled = True
 
     def keep_consumer(self, records: list[Record]) -> None:
         """Changes of consumer-protocol groups, kept as the core's own (``take_changes``)

@@ -140,11 +140,15 @@ class ConsumerGroups:
         for key in [k for k in self.clients if doomed(k[0])]:
             del self.clients[key]
 
-    def _keep(self, group_ids: Iterable[str]) -> None:
+    def _keep(self, group_ids: Iterable[str], only: str | None = None) -> None:
+        """Keep what changed in these groups (``only``: see ``ConsumerKept.changes``)."""
         records: list[Record] = []
         for group_id in group_ids:
             group = self.core.groups.get(group_id)
-            records += self.kept.gone(group_id) if group is None else self.kept.changes(group)
+            if group is None:
+                records += self.kept.gone(group_id)
+            else:
+                records += self.kept.changes(group, only)
         if records:
             self.host.keep(records)
 
@@ -243,7 +247,7 @@ class ConsumerGroups:
             return _error(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
-            self._keep([req.group_id])
+            self._keep([req.group_id], member_id)
         key = (req.group_id, answer.member_id or member_id)
         if answer.error or req.member_epoch < 0:
             self.clients.pop(key, None)

@@ -56,6 +56,8 @@ class ConsumerKept:
         # what the records were made from (identity: a member is replaced when it changes)
         self._seen: dict[str, dict[str, _Seen]] = {}
         self.serving: ConsumerServing | None = None
+        # whether changes are kept (a data dir or a cluster): without, ``changes`` is none
+        self.enabled = False
 
     def take(self, records: Iterable[ConsumerRecord]) -> None:
         """A cluster shard's records, read from etcd: its groups are served from now."""
@@ -104,23 +106,32 @@ class ConsumerKept:
             out.extend(self.members.get(group_id, {}).values())
         return out
 
-    def changes(self, group: ConsumerGroup) -> list[Record]:
+    def changes(self, group: ConsumerGroup, only: str | None = None) -> list[Record]:
         """The records of what changed in ``group`` since it was last kept (none: the
-        same), now kept; an emptied group's are ``gone``."""
+        same), now kept; an emptied group's are ``gone``. ``only``: the one member a
+        heartbeat may have changed, when the group's epochs and its other members did not
+        (then only it is looked at, not every member)."""
         group_id = group.group_id
+        if not self.enabled:
+            return []
         if not group.members:
             return self.gone(group_id)
         out: list[ConsumerRecord] = []
         record = ConsumerGroupRecord(
             group_id, group.group_epoch, group.target_epoch, dict(group.subscribed_partitions)
         )
+        seen = self._seen.setdefault(group_id, {})
+        members: Iterable[str] = group.members
         if self.groups.get(group_id) != record:
             out.append(record)
-        seen = self._seen.setdefault(group_id, {})
-        for member_id in [m for m in seen if m not in group.members]:
-            del seen[member_id]
-            out.append(ConsumerMemberRecord(group_id, member_id, DELETED))
-        for member_id, member in group.members.items():
+        elif only is not None and only in seen and len(seen) == len(group.members):
+            members = (only,) if only in group.members else ()
+        if members is group.members:
+            for member_id in [m for m in seen if m not in group.members]:
+                del seen[member_id]
+                out.append(ConsumerMemberRecord(group_id, member_id, DELETED))
+        for member_id in members:
+            member = group.members[member_id]
             target = group.target.get(member_id)
             last = seen.get(member_id)
             if last is not None and last[0] is member and last[1] is target:
