@@ -136,3 +136,33 @@ async def test_a_fenced_member_stays_fenced_after_a_restart(tmp_path: Path) -> N
             )
         assert a.error_code != NONE
         assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 3, ALL)
+
+
+async def test_a_static_member_back_under_a_new_id_is_kept_so(tmp_path: Path) -> None:
+    """A static member that left for now (-2) and came back as a new process (a new member
+    id): a restart serves the new id at its epoch, and the old id is unknown."""
+    async with _serving(tmp_path) as kafka:
+        _create(kafka.server, TopicSpec(name="t", partitions=2))
+        t_id = kafka.server.core.topics.ids["t"]
+        async with RawKafka(kafka.port) as conn:
+            old = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **{**_join("old", "t"), "instance_id": "i"}
+            )
+            assert (old.error_code, old.member_epoch) == (NONE, 1)
+            away = _beat("old", -2, instance_id="i")
+            assert (await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **away)).error_code == NONE
+            new = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **{**_join("new", "t"), "instance_id": "i"}
+            )
+            assert (new.error_code, _owned(new, t_id)) == (NONE, {0, 1})
+            epoch = new.member_epoch
+    async with _serving(tmp_path) as kafka:
+        async with RawKafka(kafka.port) as conn:
+            back = {
+                **_full("new", epoch, t_id, {0, 1}),
+                "instance_id": "i",
+                "subscribed_topic_names": ["t"],
+            }
+            again = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **back)
+        assert (again.error_code, again.member_epoch, _owned(again, t_id)) == (NONE, epoch, {0, 1})
+        assert list(kafka.wire.consumer.core.groups["g"].members) == ["new"]
