@@ -6,6 +6,10 @@ and the topics' (``huddle.coordinator.cluster.topics``):
 - ``P/groups/<shard>/<group>``: the group as its last rebalance left it (``GroupRecord``).
 - ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``,
   with the incarnation of its partition it was committed to).
+- ``P/consumer-groups/<shard>/<group>`` and ``.../<group>/m<member>``: a consumer-protocol
+  group's record and its members' (``ConsumerGroupRecord``, ``ConsumerMemberRecord``); a
+  shard taken over hands them to the Kafka listener's consumer groups
+  (``ConsumerKept.take``), a shard lost drops them (``ConsumerKept.drop``).
 
 Group and offset writes are fenced on the shard's epoch (an etcd transaction comparing the
 owner key's revision); a pass's changes for many shards go in as few transactions as etcd
@@ -40,6 +44,8 @@ from huddle.coordinator.cluster.topics import ClusterTopics
 from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.storage.records import (
     DELETED,
+    ConsumerGroupRecord,
+    ConsumerMemberRecord,
     GroupRecord,
     OffsetRecord,
     Record,
@@ -84,11 +90,21 @@ _encode = msgspec.msgpack.Encoder().encode
 _group_decoder = msgspec.msgpack.Decoder(GroupRecord)
 
 
-def _deletes(record: OffsetRecord | GroupRecord) -> bool:
-    """A deletion (DeleteGroups): its key goes from etcd."""
+def _deletes(
+    record: OffsetRecord | GroupRecord | ConsumerGroupRecord | ConsumerMemberRecord,
+) -> bool:
+    """A deletion (DeleteGroups, a consumer group emptied, a member gone): its key goes."""
     if isinstance(record, OffsetRecord):
         return record.offset == DELETED
+    if isinstance(record, ConsumerGroupRecord):
+        return record.group_epoch == DELETED
+    if isinstance(record, ConsumerMemberRecord):
+        return record.member_epoch == DELETED
     return record.generation == DELETED
+
+
+_consumer_decoder = msgspec.msgpack.Decoder(ConsumerGroupRecord | ConsumerMemberRecord)
+_SHARDED = (OffsetRecord, GroupRecord, ConsumerGroupRecord, ConsumerMemberRecord)
 
 
 _offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
@@ -141,6 +157,16 @@ class ClusterServing:
     def _key(self, *parts: str) -> bytes:
         return "/".join((self.prefix, *parts)).encode()
 
+    def _consumer_key(
+        self, shard: int, record: ConsumerGroupRecord | ConsumerMemberRecord
+    ) -> bytes:
+        """``P/consumer-groups/<shard>/<group>/<member>``, or ``.../<group>`` (its epochs:
+        no member id is empty, so the two never meet)."""
+        parts = ["consumer-groups", str(shard), _name(record.group_id)]
+        if isinstance(record, ConsumerMemberRecord):
+            parts.append("m" + _name(record.member_id))
+        return self._key(*parts)
+
     def shard(self, group_id: str) -> int:
         shard = self._shards.get(group_id)
         if shard is None:
@@ -159,22 +185,28 @@ class ClusterServing:
             group_ids = request.groups
         else:
             return None
-        node = self.node
         for group_id in group_ids:
-            shard = self.shard(group_id)
-            if node.serves(shard):
-                continue
-            if shard in node.loading:
-                return ErrorResponse(
-                    error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                    error_message=f"node {node.node_id} is loading shard {shard}",
-                )
-            return ErrorResponse(
-                error_code=ErrorCode.NOT_COORDINATOR,
-                error_message=f"node {node.node_id} does not coordinate group {group_id!r} "
-                f"(shard {shard})",
-            )
+            refusal = self.refuses_group(group_id)
+            if refusal is not None:
+                return refusal
         return None
+
+    def refuses_group(self, group_id: str) -> ErrorResponse | None:
+        """Why this node will not serve ``group_id`` now (None: it serves it)."""
+        node = self.node
+        shard = self.shard(group_id)
+        if node.serves(shard):
+            return None
+        if shard in node.loading:
+            return ErrorResponse(
+                error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                error_message=f"node {node.node_id} is loading shard {shard}",
+            )
+        return ErrorResponse(
+            error_code=ErrorCode.NOT_COORDINATOR,
+            error_message=f"node {node.node_id} does not coordinate group {group_id!r} "
+            f"(shard {shard})",
+        )
 
     def locate(self, group_id: str) -> FindCoordinatorResponse:
         node = self.node
@@ -228,6 +260,7 @@ class ClusterServing:
     async def shard_taken(self, shard: int, epoch: int) -> None:
         groups = await self.store.get_prefix(self._key("groups", str(shard)) + b"/")
         offsets = await self.store.get_prefix(self._key("offsets", str(shard)) + b"/")
+        consumer = await self.store.get_prefix(self._key("consumer-groups", str(shard)) + b"/")
         self.shards_lost([shard], "loading it again")  # nothing stale stays in memory
         await self.topics.load()  # after the offsets: the topics each was committed under
         records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
@@ -241,6 +274,7 @@ class ClusterServing:
         if stale:
             await self._delete(shard, epoch, stale)
         self.core.load(records, self._now())
+        self.core.consumer_kept.take(_consumer_decoder.decode(e.value) for e in consumer.values())
         self._dispatch([])  # the loaded members' sessions end even if nobody asks anything
         self.loads += 1
         log.info(
@@ -249,6 +283,7 @@ class ClusterServing:
             shard=shard,
             epoch=epoch,
             groups=len(groups),
+            consumer_records=len(consumer),
             offsets=len(offsets) - len(stale),
             stale_offsets=len(stale),
         )
@@ -264,6 +299,7 @@ class ClusterServing:
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)
         doomed = [g for g in self.core.groups if self.shard(g) in lost]
+        self.core.consumer_kept.drop(lambda group_id: self.shard(group_id) in lost)
         if doomed:
             self._dispatch(self.core.unload(doomed, self._now()))
             log.info("groups_unloaded", node=self.node.node_id, groups=len(doomed), why=why)
@@ -280,7 +316,7 @@ class ClusterServing:
         is unknown, so their shards are no longer served (taken up again from etcd, under
         a renewed epoch: that write is refused wherever it lands)."""
         shards = {
-            self.shard(r.group_id) for r, _ in records if isinstance(r, OffsetRecord | GroupRecord)
+            self.shard(r.group_id) for r, _ in records if isinstance(r, _SHARDED) and r.group_id
         }
         for shard in sorted(shards):
             self.node.depose(shard, "a write did not end in time")
@@ -298,7 +334,7 @@ class ClusterServing:
             if record.offset != DELETED:
                 record = self.topics.stamp(record)
             return record, serving
-        if isinstance(record, GroupRecord):
+        if isinstance(record, _SHARDED):
             return record, self.node.serving(self.shard(record.group_id))
         return record, None
 
@@ -331,6 +367,9 @@ class ClusterServing:
             elif isinstance(record, GroupRecord):
                 shard = self.shard(record.group_id)
                 key = self._key("groups", str(shard), _name(record.group_id))
+            elif isinstance(record, ConsumerGroupRecord | ConsumerMemberRecord):
+                shard = self.shard(record.group_id)
+                key = self._consumer_key(shard, record)
             else:
                 continue
             now_serving = servings.get(shard, -1)

@@ -20,7 +20,11 @@ request path (it needs nothing of it). Here:
   groups are not served yet);
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
 - the core's ``DoubleOwnerError`` (a bug detector) is logged and answered
-  UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server.
+  UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server;
+- every change of a group (a heartbeat's, an expiry's) is kept as records
+  (``huddle.coordinator.storage.kept_consumer_groups``) through the server's keeper, the
+  data dir's journal; the groups kept are loaded when the listener opens, each member at
+  its epoch with a fresh session.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -46,6 +50,8 @@ from huddle.coordinator.effects import Peer
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.translate import Plan, Values, get
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.errors import ErrorCode
 
 log = structlog.get_logger("huddle.coordinator.kafka.consumer_groups")
@@ -84,6 +90,17 @@ class ConsumerHost(Protocol):
     @property
     def authorizer(self) -> Authorizer | None: ...
 
+    @property
+    def consumer_kept(self) -> ConsumerKept:
+        """The consumer groups' records, as the data dir replayed them."""
+
+    def keep(self, records: list[Record]) -> None:
+        """Keep these records of the consumer groups' changes (soon: the answers go now)."""
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        """Why this server does not coordinate ``group_id`` now (a cluster node that does
+        not serve its shard: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS)."""
+
 
 def new_member_id() -> str:
     """A member id as Kafka's clients make them (``Uuid.randomUuid().toString()``)."""
@@ -102,6 +119,42 @@ class ConsumerGroups:
         # (group id, member id) -> the client id and host it last heartbeated from
         self.clients: dict[tuple[str, str], tuple[str, str]] = {}
         self.counts = ConsumerCounts()  # epoch bumps and fenced members (the metrics')
+        self.kept = host.consumer_kept
+        self.kept.serving = self
+        self.load_kept(None)
+
+    def load_kept(self, group_ids: Iterable[str] | None) -> None:
+        """Serve kept groups (None: all): each member at its kept epoch, with a fresh
+        session."""
+        now = self.host.now_ms()
+        for group in self.kept.loaded_groups(group_ids):
+            self.core.load(group, now)
+            log.info(
+                "consumer_group_loaded",
+                group_id=group.group_id,
+                group_epoch=group.group_epoch,
+                members=len(group.members),
+            )
+        self._arm()
+
+    def unload(self, doomed: Callable[[str], bool]) -> None:
+        """Stop serving the groups ``doomed`` names (their cluster shard left this node)."""
+        for group_id in [g for g in self.core.groups if doomed(g)]:
+            self.core.unload(group_id)
+        for key in [k for k in self.clients if doomed(k[0])]:
+            del self.clients[key]
+
+    def _keep(self, group_ids: Iterable[str], only: str | None = None) -> None:
+        """Keep what changed in these groups (``only``: see ``ConsumerKept.changes``)."""
+        records: list[Record] = []
+        for group_id in group_ids:
+            group = self.core.groups.get(group_id)
+            if group is None:
+                records += self.kept.gone(group_id)
+            else:
+                records += self.kept.changes(group, only)
+        if records:
+            self.host.keep(records)
 
     def refuses_classic(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
@@ -113,6 +166,7 @@ class ConsumerGroups:
         if group.members:
             return True
         del self.core.groups[group_id]
+        self._keep([group_id])
         return False
 
     def check_offsets(
@@ -173,6 +227,8 @@ class ConsumerGroups:
 
     def heartbeat(self, req: Any, version: int, peer: Peer) -> Values:
         refusal = self._screen(req, peer)
+        if refusal is None:
+            refusal = self.host.not_served(req.group_id)
         if refusal is not None:
             return _error(*refusal)
         member_id = req.member_id
@@ -211,6 +267,7 @@ class ConsumerGroups:
             return _error(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
+            self._keep([req.group_id], member_id)
         self.counts.rebalances += max(self._epoch(req.group_id) - before, 0)
         if answer.error == ErrorCode.FENCED_MEMBER_EPOCH:
             self.counts.fenced[FENCED_BY_EPOCH] += 1
@@ -285,10 +342,12 @@ class ConsumerGroups:
 
     def _expire(self) -> None:
         self._timer = self._timer_at = None
+        touched: set[str] = set()
         try:
             epochs = {group_id: g.group_epoch for group_id, g in self.core.groups.items()}
             for fenced in self.core.expire(self.host.now_ms()):
                 self.counts.fenced[fenced.reason] += 1
+                touched.add(fenced.group_id)
                 self.clients.pop((fenced.group_id, fenced.member_id), None)
                 log.info(
                     "consumer_member_fenced",
@@ -304,6 +363,7 @@ class ConsumerGroups:
             log.exception("consumer_expiry_failed")
         finally:
             self._arm()
+            self._keep(sorted(touched))
 
     def close(self) -> None:
         if self._timer is not None:

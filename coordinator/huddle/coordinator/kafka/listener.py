@@ -15,7 +15,10 @@ from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
 from huddle.coordinator.kafka_log.disk import LogDisk
 from huddle.coordinator.security.acls import Authorizer
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.addresses import format_address, parse_address
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import Call
 
 
@@ -66,6 +69,21 @@ class _Host:
     @property
     def topics_version(self) -> int:
         return self._server.core.sessions.topics_version
+
+    @property
+    def consumer_kept(self) -> ConsumerKept:
+        return self._server.core.consumer_kept
+
+    def keep(self, records: list[Record]) -> None:
+        self._server.core.keep_consumer(records)
+        self._server.keep_outside()
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        cluster = self._server.cluster
+        refusal = None if cluster is None else cluster.refuses_group(group_id)
+        if refusal is None:
+            return None
+        return ErrorCode(refusal.error_code), refusal.error_message or ""
 
     def classic_members(self, group_id: str) -> int:
         group = self._server.core.groups.get(group_id)
