@@ -313,3 +313,30 @@ def test_a_loss_to_a_protocol_that_gave_partitions_back_says_so() -> None:
     [points] = situations(unsplit).values()
     [lost] = verdicts(points)
     assert lost.text.endswith("Its stops are not split into unowned and restoring in this report.")
+
+
+def test_claims_are_checked_for_every_run_of_a_protocol_that_ran_twice(tmp_path: Path) -> None:
+    """Two runs of one protocol in a situation are told apart by their run's name, and the
+    design claims are still checked, for each of them and against each rival's run."""
+    twice = [
+        summary("range", moved=3, unowned=2.0, restoring=1.0),
+        msgspec.structs.replace(
+            summary("cooperative-sticky", moved=4, unowned=3.0, restoring=1.5), run="coop-1"
+        ),
+        msgspec.structs.replace(
+            summary("cooperative-sticky", moved=2, unowned=1.0, restoring=0.5), run="coop-2"
+        ),
+    ]
+    [points] = situations(twice).values()
+    found = [(v.held, v.text) for v in verdicts(points)]
+    assert [held for held, _ in found] == [False, True]
+    assert found[0][1].startswith("Not as designed: ")
+    assert "cooperative-sticky [coop-1] should have had no more stopped" in found[0][1]
+    assert found[1][1].startswith(
+        "As designed, cooperative-sticky [coop-2] had no more stopped partition-seconds than "
+        "range (1.5 against range 3.0)"
+    )
+    write_comparison(twice, tmp_path)
+    page = (tmp_path / "comparison.md").read_text()
+    assert "No protocol ran beside a rival" not in page
+    assert "Findings: 1 design claim did not hold in these runs" in page

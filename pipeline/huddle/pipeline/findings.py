@@ -41,6 +41,12 @@ class Point:
     stopped: float | None
     restores: int | None = None  # restores with state to rebuild
     restores_cut: int | None = None  # of them, cut short before they finished
+    kind: str = ""  # ``name`` before runs of one kind were told apart ("": ``name``)
+
+    @property
+    def protocol(self) -> str:
+        """What the design claims are about: the name without its run's tag."""
+        return self.kind or self.name
 
 
 def point(s: RunSummary) -> Point:
@@ -82,7 +88,7 @@ def situations(summaries: Sequence[RunSummary]) -> dict[str, list[Point]]:
     for situation, runs in groups.items():
         names = [p.name for _, p in runs]
         told_apart[situation] = [
-            p if names.count(p.name) == 1 else replace(p, name=f"{p.name} [{run}]")
+            p if names.count(p.name) == 1 else replace(p, name=f"{p.name} [{run}]", kind=p.name)
             for run, p in runs
         ]
     return told_apart
@@ -301,33 +307,37 @@ def verdicts(points: Sequence[Point], claims: Sequence[Claim] = DESIGN_CLAIMS) -
     """Each claim that applies to ``points`` (one situation) and has a rival present:
     held or not, with the measured numbers, and when not, the measured reason."""
     found = []
-    by_name = {p.name: p for p in points}
     for claim in claims:
-        p = by_name.get(claim.protocol)
-        if p is None or claim.situation not in (None, _scenario(p.situation)):
-            continue
-        label, key = METRICS[claim.metric]
-        value = key(p)
-        rivals = [(q, v) for n in claim.than if (q := by_name.get(n)) and (v := key(q)) is not None]
-        if value is None or not rivals:
-            continue
-        mine = _figure(claim.metric, value)
-        against = ", ".join(f"{q.name} {_figure(claim.metric, v)}" for q, v in rivals)
-        who = _names([q.name for q, _ in rivals])
-        beaten = sorted((v, q.name) for q, v in rivals if v < value)
-        if not beaten:
-            text = (
-                f"As designed, {p.name} had no more {label} than {who} "
-                f"({mine} against {against}): {claim.why}."
-            )
-        else:
-            text = (
-                f"Not as designed: {claim.why}, so {p.name} should have had no more {label} "
-                f"than {who}; it had {mine} against {against}. "
-                + _why_not(p, by_name[beaten[0][1]], claim.metric)
-            )
-        found.append(Verdict(claim, not beaten, text))
+        for p in points:
+            if p.protocol == claim.protocol and claim.situation in (None, _scenario(p.situation)):
+                found += _verdict(claim, p, [q for q in points if q.protocol in claim.than])
     return found
+
+
+def _verdict(claim: Claim, p: Point, rivals_present: Sequence[Point]) -> list[Verdict]:
+    """``claim`` checked for one run ``p`` against every run of its rivals (none: no
+    verdict)."""
+    label, key = METRICS[claim.metric]
+    value = key(p)
+    rivals = [(q, v) for q in rivals_present if (v := key(q)) is not None]
+    if value is None or not rivals:
+        return []
+    mine = _figure(claim.metric, value)
+    against = ", ".join(f"{q.name} {_figure(claim.metric, v)}" for q, v in rivals)
+    who = _names([q.name for q, _ in rivals])
+    beaten = sorted(((v, q.name, q) for q, v in rivals if v < value), key=lambda b: b[:2])
+    if not beaten:
+        text = (
+            f"As designed, {p.name} had no more {label} than {who} "
+            f"({mine} against {against}): {claim.why}."
+        )
+    else:
+        text = (
+            f"Not as designed: {claim.why}, so {p.name} should have had no more {label} "
+            f"than {who}; it had {mine} against {against}. "
+            + _why_not(p, beaten[0][2], claim.metric)
+        )
+    return [Verdict(claim, not beaten, text)]
 
 
 def _why_not(p: Point, rival: Point, metric: str) -> str:
