@@ -17,8 +17,11 @@ member_id, records, evidence`` (``evidence``: JSON of the rows that show it).
    offsets below the commit.
 6. ``restore_not_from_commit``: a stateful task that restored its state up to another
    offset than the partition's last accepted committed offset at the moment its restore
-   started (0 before any commit): its state would then miss records, or count some twice.
-   One row per restore; ``records`` is how far off it was.
+   started (0 before any commit), or whose local state did not end up at that offset: a
+   state ahead of it (``from_offset`` above ``offset``: records counted twice), or one
+   that replayed fewer records than lay between them (a gap; with ``state_records`` in the
+   run's settings, a state of the last N records needs at most N). One row per restore;
+   ``records`` is how far off it was.
 """
 
 from __future__ import annotations
@@ -196,6 +199,7 @@ def lost(runs: DataFrame) -> DataFrame:
 
 
 _EVENT_KEYS = ("ts", "seq", "proc", "member_id", "generation", "topic", "partition")
+_WHO = ("ts", "proc", "member_id", "generation")  # an event's own keys, in evidence
 
 
 def _timeline() -> WindowSpec:
@@ -242,33 +246,47 @@ def duplicates_below_commit(processed: DataFrame, accepted: DataFrame) -> DataFr
         F.col("proc"),
         F.col("member_id"),
         below - F.col("offset"),
-        F.struct(
-            "ts",
-            "proc",
-            "member_id",
-            "generation",
-            "offset",
-            "count",
-            "committed",
-            "processed_until",
-        ),
+        F.struct(*_WHO, "offset", "count", "committed", "processed_until"),
     )
 
 
-def restores_not_from_commit(control: DataFrame, accepted: DataFrame) -> DataFrame:
+def state_records(control: DataFrame) -> int | None:
+    """A partition's state in records (the run's ``state_records`` setting; None: all)."""
+    row = (
+        control.where(F.col("event") == "run_started")
+        .orderBy("ts")
+        .select(F.get_json_object("settings", "$.state_records").cast("long").alias("n"))
+        .first()
+    )
+    return None if row is None or row["n"] is None else int(row["n"])
+
+
+def restores_not_from_commit(
+    control: DataFrame, accepted: DataFrame, bound: int | None = None
+) -> DataFrame:
+    """Restores not rebuilt up to the commit (``bound``: a state's size in records)."""
     restores = control.where(F.col("event") == "restore_started")
-    swept = _beside_commits(restores, accepted, "offset").withColumn(
+    swept = _beside_commits(restores, accepted, "offset", "from_offset", "records").withColumn(
         "committed", F.coalesce(F.col("committed"), F.lit(0))
     )
-    bad = swept.where((F.col("order") == 1) & (F.col("offset") != F.col("committed")))
+    start = F.coalesce(F.col("from_offset"), F.col("offset"))
+    needed = F.greatest(F.col("offset") - start, F.lit(0))
+    if bound is not None:
+        needed = F.least(needed, F.lit(bound))
+    off = F.greatest(
+        F.abs(F.col("offset") - F.col("committed")),
+        start - F.col("offset"),  # ahead: counted twice
+        needed - F.coalesce(F.col("records"), needed),  # a gap: missed
+    )
+    bad = swept.where((F.col("order") == 1) & (off > 0))
     return _violation(
         bad,
         "restore_not_from_commit",
         F.col("ts"),
         F.col("proc"),
         F.col("member_id"),
-        F.abs(F.col("offset") - F.col("committed")),
-        F.struct("ts", "proc", "member_id", "generation", "offset", "committed"),
+        off,
+        F.struct(*_WHO, "offset", "committed", "from_offset", "records"),
     )
 
 
@@ -286,5 +304,5 @@ def violations(
         .unionByName(commit_backwards(accepted))
         .unionByName(lost(runs))
         .unionByName(duplicates_below_commit(processed, accepted))
-        .unionByName(restores_not_from_commit(control, accepted))
+        .unionByName(restores_not_from_commit(control, accepted, state_records(control)))
     )
