@@ -77,3 +77,42 @@ def test_a_restore_from_a_state_ahead_of_the_commit_or_short_of_it_is_a_violatio
     # a state of the last 50 records: 50 replayed rebuild it whatever came before
     bounded = handover_log(tmp_path / "b", {"state_records": 50}, {0: (330, 0), 1: (100, 50)})
     assert restore_violations(spark, bounded) == {}
+
+
+def killed_owner_log(run_dir: Path, restored_to: int, *, killed: bool) -> Log:
+    """member-1 processes ``t-0`` up to 330, logs a commit of 170, and is SIGKILLed at 3.125
+    (or, ``killed`` false, just stops writing): a commit of 330 may have been stored
+    without its line. member-2 restores up to ``restored_to`` at 4.0."""
+    log = Log(run_dir)
+    log.event("chaos", 0.0, "run_started", scenario="death", protocol="cooperative-sticky",
+              members=2, partitions=1, settings={})  # fmt: skip
+    log.event("chaos", 1.0, "steady", generation=1, members=2, settled=True)
+    m1, m2 = "member-1", "member-2"
+    for pid, proc in enumerate((m1, m2)):
+        log.event(proc, 0.0, "process_started", pid=pid, role="member", protocol="x")
+    log.event(m1, 0.25, "assigned", member_id="a", generation=1, partitions=[["t", 0]])
+    restore(log, m1, "a", 0.25, 0, offset=0, from_offset=0, records=0)
+    assert log.ticks(m1, "a", "t", 0, 1.0, 3.0, 0) == 330
+    log.commit(m1, "a", 2.0, 0, 170)
+    if killed:
+        log.event("chaos", 3.125, "fault", action="kill", target=m1, detail="SIGKILL")
+    log.event(m2, 4.0, "assigned", member_id="b", generation=2, partitions=[["t", 0]])
+    restore(log, m2, "b", 4.0, 0, offset=restored_to, from_offset=0, records=restored_to)
+    log.ticks(m2, "b", "t", 0, 6.0, 8.0, restored_to)
+    log.event("chaos", 8.0, "scenario_finished")
+    return log
+
+
+def test_a_restore_up_to_a_commit_a_killed_owner_did_not_log_is_not_a_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The ``committed`` line is written after the commit returns: a SIGKILL in between
+    leaves the log one commit behind the coordinator. The next owner's restore up to what
+    the killed owner had processed is accepted; beyond it, or without a kill, it is not."""
+    found = restore_violations(spark, killed_owner_log(tmp_path / "a", 330, killed=True))
+    assert found == {}
+    beyond = restore_violations(spark, killed_owner_log(tmp_path / "b", 400, killed=True))
+    assert beyond[0][0] == 230  # 400 against the logged 170
+    assert beyond[0][1]["killed_until"] == 330
+    alive = restore_violations(spark, killed_owner_log(tmp_path / "c", 330, killed=False))
+    assert alive[0][0] == 160
