@@ -340,3 +340,20 @@ def test_claims_are_checked_for_every_run_of_a_protocol_that_ran_twice(tmp_path:
     page = (tmp_path / "comparison.md").read_text()
     assert "No protocol ran beside a rival" not in page
     assert "Findings: 1 design claim did not hold in these runs" in page
+
+
+def test_restores_all_cut_before_a_record_are_not_called_no_state() -> None:
+    """40 restores started and all cut short at once: no record replayed, but the run did
+    set out to rebuild state, and the sentence says so."""
+    runs = [
+        summary("range", moved=40, returned=40, restored=0, restores=40, cut=40, unowned=1.0),
+        summary("cooperative-sticky", moved=1, restored=0, unowned=2.0),
+    ]
+    said = sentences(runs)
+    assert said["range"].startswith(
+        "range handed partitions to another member 40 times (the most), handed partitions "
+        "back to the member that had them last 40 times, and started 40 restores and cut 40 "
+        "of them short before a record of state was replayed; "
+    )
+    assert "restored no state" not in said["range"]
+    assert "and restored no state; " in said["cooperative-sticky"]

@@ -149,7 +149,13 @@ def _handed(count: int, where: str) -> str:
 
 def _restores(p: Point) -> str:
     if not p.records_restored:
-        return "restored no state" if p.records_restored == 0 else ""
+        if p.records_restored is None:
+            return ""
+        if p.restores:  # state to rebuild, but every restore was cut before a record
+            started = "a restore" if p.restores == 1 else f"{p.restores:,} restores"
+            cut = "it" if p.restores == 1 else f"{p.restores_cut or 0:,} of them"
+            return f"started {started} and cut {cut} short before a record of state was replayed"
+        return "restored no state"
     rebuilt = [] if p.restore_seconds is None else [f"{_num(p.restore_seconds)} s rebuilding"]
     if p.restores_cut:
         rebuilt.append(f"{p.restores_cut:,} of its {p.restores or 0:,} restores cut short")
