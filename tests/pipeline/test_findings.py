@@ -357,3 +357,21 @@ def test_restores_all_cut_before_a_record_are_not_called_no_state() -> None:
     )
     assert "restored no state" not in said["range"]
     assert "and restored no state; " in said["cooperative-sticky"]
+
+
+def test_a_tie_is_said_to_be_a_tie_not_a_win(tmp_path: Path) -> None:
+    """Nothing stopped under either protocol: the claim that one stops less is neither
+    shown nor refuted, and the closing note does not say it won."""
+    runs = [summary("range", unowned=0.0), summary("cooperative-sticky", unowned=0.0)]
+    [points] = situations(runs).values()
+    [tie] = verdicts(points)
+    assert tie.tied
+    assert tie.text.startswith(
+        "A tie: cooperative-sticky had as many stopped partition-seconds as range "
+        "(0.0 against range 0.0), so these runs neither show nor refute that"
+    )
+    assert "As designed" not in tie.text
+    write_comparison(runs, tmp_path)
+    closing = (tmp_path / "comparison.md").read_text().splitlines()[-1]
+    assert closing.startswith("Every check of a design claim here was a tie (1 design claim)")
+    assert "it won" not in closing

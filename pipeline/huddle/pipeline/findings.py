@@ -301,8 +301,9 @@ DESIGN_CLAIMS: Final = (
 @dataclass(frozen=True, slots=True)
 class Verdict:
     claim: Claim
-    held: bool
+    held: bool  # no rival had less
     text: str
+    tied: bool = False  # held, but a rival had as little: the runs do not show the claim
 
 
 def _scenario(situation: str) -> str:
@@ -332,6 +333,13 @@ def _verdict(claim: Claim, p: Point, rivals_present: Sequence[Point]) -> list[Ve
     against = ", ".join(f"{q.name} {_figure(claim.metric, v)}" for q, v in rivals)
     who = _names([q.name for q, _ in rivals])
     beaten = sorted(((v, q.name, q) for q, v in rivals if v < value), key=lambda b: b[:2])
+    tied = [q.name for q, v in rivals if v == value]
+    if not beaten and tied:
+        text = (
+            f"A tie: {p.name} had as many {label} as {_names(tied)} ({mine} against "
+            f"{against}), so these runs neither show nor refute that {claim.why}."
+        )
+        return [Verdict(claim, True, text, tied=True)]
     if not beaten:
         text = (
             f"As designed, {p.name} had no more {label} than {who} "
