@@ -33,6 +33,7 @@ def summary(
     cut: int = 0,
     unowned: float | None = 0.0,
     restoring: float | None = 0.0,
+    held: float | None = 0.0,
     client: str = "huddle",
     partitions: int = 24,
 ) -> RunSummary:
@@ -69,6 +70,7 @@ def summary(
         unowned_partition_seconds=unowned,
         restoring_partition_seconds=restoring,
         stopped_partition_seconds=stopped,
+        held_partition_seconds=held,
     )
 
 
@@ -78,7 +80,7 @@ AS_DESIGNED = [
     summary(
         "cooperative-sticky", moved=24, returned=4, restored=5_000, unowned=2.0, restoring=40.0
     ),
-    summary("cooperative-deferred", moved=0, unowned=6.0, restoring=0.0),
+    summary("cooperative-deferred", moved=0, unowned=6.0, restoring=0.0, held=6.0),
 ]
 # the same runs, but holding cost more than moving did
 HELD_TOO_LONG = [
@@ -99,8 +101,8 @@ def test_each_protocol_gets_a_sentence_from_its_numbers_and_its_rank() -> None:
         "cooperative-deferred handed no partition to another member (the fewest) and restored "
         "no state; "
         "processing stopped for 6.0 partition-seconds (6.0 unowned, 0.0 restoring), "
-        "the least: it kept processing most; 100% of that was partitions held for their "
-        "member, unowned."
+        "the least: it kept processing most; 100% of that was partitions held for a member "
+        "that went away, unowned."
     )
     assert said["range"].startswith(
         "range handed partitions to another member 60 times (the most), handed partitions "
@@ -375,3 +377,19 @@ def test_a_tie_is_said_to_be_a_tie_not_a_win(tmp_path: Path) -> None:
     closing = (tmp_path / "comparison.md").read_text().splitlines()[-1]
     assert closing.startswith("Every check of a design claim here was a tie (1 design claim)")
     assert "it won" not in closing
+
+
+def test_unowned_time_is_called_held_or_between_owners_from_what_the_log_shows() -> None:
+    """An eager run that moved nothing but revoked everything and gave it straight back
+    was between owners, not holding; a deferred run that moved one partition but held
+    the rest for their bounced member was mostly holding."""
+    runs = [
+        summary("range", moved=0, returned=24, unowned=6.0, restoring=0.0, held=0.0),
+        summary("cooperative-deferred", moved=1, unowned=10.0, restoring=1.0, held=8.0),
+    ]
+    said = sentences(runs)
+    assert said["range"].endswith("; 100% of that was partitions unowned, between owners.")
+    assert said["cooperative-deferred"].endswith(
+        "; 73% of that was partitions held for a member that went away, unowned; 18% was "
+        "between owners."
+    )

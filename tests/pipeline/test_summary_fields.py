@@ -55,7 +55,12 @@ def test_restore_seconds_count_only_the_part_within_the_window(tmp_path: Path) -
     its restoring partition-seconds do."""
     restore = Row(start=7.0, end=9.0, seconds=2.0, records=250, replayed=125, finished=False)
     stopped = Row(
-        topic="t", partition=0, unowned_seconds=0.0, restoring_seconds=1.0, stopped_seconds=1.0
+        topic="t",
+        partition=0,
+        unowned_seconds=0.0,
+        restoring_seconds=1.0,
+        stopped_seconds=1.0,
+        held_seconds=0.0,
     )
     analysis = RunAnalysis(
         run="r",

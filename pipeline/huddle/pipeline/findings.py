@@ -42,6 +42,7 @@ class Point:
     restores: int | None = None  # restores with state to rebuild
     restores_cut: int | None = None  # of them, cut short before they finished
     kind: str = ""  # ``name`` before runs of one kind were told apart ("": ``name``)
+    held: float | None = None  # of ``unowned``, held for a member that went away and came back
 
     @property
     def protocol(self) -> str:
@@ -74,6 +75,7 @@ def point(s: RunSummary) -> Point:
         unowned=s.unowned_partition_seconds,
         restoring=s.restoring_partition_seconds,
         stopped=s.total_unavailable_partition_seconds if stopped is None else stopped,
+        held=s.held_partition_seconds,
     )
 
 
@@ -207,10 +209,19 @@ def _cost(p: Point) -> str:
     if p.unowned is None or p.restoring is None or p.stopped is None or p.stopped <= 0:
         return ""
     if p.unowned >= p.restoring:
-        share = p.unowned / p.stopped
-        if p.moved == 0:
-            return f"; {share:.0%} of that was partitions held for their member, unowned"
-        return f"; {share:.0%} of that was partitions unowned, between owners"
+        if p.held is None:  # a summary written before the split
+            return f"; {p.unowned / p.stopped:.0%} of that was partitions unowned"
+        held, between = p.held / p.stopped, max(p.unowned - p.held, 0.0) / p.stopped
+        text = {
+            "held": f"{held:.0%} of that was partitions held for a member that went away, unowned",
+            "between": f"{between:.0%} of that was partitions unowned, between owners",
+        }
+        also = {
+            "held": f"; {between:.0%} was between owners" if between > 0 else "",
+            "between": f"; {held:.0%} was held for a member that went away" if held > 0 else "",
+        }
+        first = "held" if held >= between else "between"
+        return f"; {text[first]}{also[first]}"
     return f"; {p.restoring / p.stopped:.0%} of that was state being rebuilt on a new owner"
 
 

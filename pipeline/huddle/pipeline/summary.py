@@ -83,6 +83,8 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     unowned_partition_seconds: float | None = None
     restoring_partition_seconds: float | None = None
     stopped_partition_seconds: float | None = None
+    # of the unowned, partition-seconds held for a process that went away and came back
+    held_partition_seconds: float | None = None
 
 
 def _total(rows: list[Row], column: str) -> float | None:
@@ -168,6 +170,7 @@ def summarise(a: RunAnalysis) -> RunSummary:
         unowned_partition_seconds=_total(a.stopped, "unowned_seconds"),
         restoring_partition_seconds=_total(a.stopped, "restoring_seconds"),
         stopped_partition_seconds=_total(a.stopped, "stopped_seconds"),
+        held_partition_seconds=_total(a.stopped, "held_seconds"),
     )
 
 
