@@ -46,20 +46,27 @@ from huddle.pipeline.availability import MeasureWindow, outages
 HANDOVER_COLUMNS = ("topic", "partition", "start", "proc", "previous_proc", "kind")
 
 
-def handovers(owned: DataFrame) -> DataFrame:
-    """``topic, partition, start, proc, previous_proc, kind``: ``kind`` ``moved`` or
-    ``returned``, one row per ownership interval that follows another of the partition."""
+def _steps(owned: DataFrame) -> DataFrame:
+    """Each ownership interval beside the one before it of its partition: its ``proc``,
+    ``incarnation``, ``end`` and ``end_reason`` as ``previous_*``."""
     w = Window.partitionBy("topic", "partition").orderBy("start", "proc", "incarnation")
-    steps = owned.select(
+    before = ("proc", "incarnation", "end", "end_reason")
+    return owned.select(
         "topic",
         "partition",
         "start",
         "proc",
-        F.lag("proc").over(w).alias("previous_proc"),
-        F.lag("end_reason").over(w).alias("previous_end"),
+        "incarnation",
+        *[F.lag(c).over(w).alias(f"previous_{c}") for c in before],
     )
+
+
+def handovers(owned: DataFrame) -> DataFrame:
+    """``topic, partition, start, proc, previous_proc, kind``: ``kind`` ``moved`` or
+    ``returned``, one row per ownership interval that follows another of the partition."""
+    steps = _steps(owned)
     same = F.col("proc") == F.col("previous_proc")
-    still_owned = same & (F.col("previous_end") == "reassigned")
+    still_owned = same & (F.col("previous_end_reason") == "reassigned")
     return steps.where(F.col("previous_proc").isNotNull() & ~still_owned).select(
         "topic",
         "partition",
@@ -177,17 +184,7 @@ def held_for_their_process(owned: DataFrame) -> DataFrame:
     """``topic, partition, start, end``: from the end of each ownership interval to the
     start of the next one of its partition when that goes back to the same process, in a
     later incarnation (the process went away and came back)."""
-    w = Window.partitionBy("topic", "partition").orderBy("start", "proc", "incarnation")
-    steps = owned.select(
-        "topic",
-        "partition",
-        "start",
-        "proc",
-        "incarnation",
-        F.lag("proc").over(w).alias("previous_proc"),
-        F.lag("incarnation").over(w).alias("previous_incarnation"),
-        F.lag("end").over(w).alias("previous_end"),
-    )
+    steps = _steps(owned)
     back = (F.col("proc") == F.col("previous_proc")) & (
         F.col("incarnation") != F.col("previous_incarnation")
     )
