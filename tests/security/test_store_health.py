@@ -262,9 +262,10 @@ async def test_closing_ends_a_poller_whose_cancel_was_swallowed() -> None:
     read completes; the poller then loops on. Closing must still end it (a server's
     close hung on it in the test suite)."""
     security = ListenerSecurity(ServerConfig(sasl="SCRAM-SHA-512", data_dir="unused"))
-    swallowed = asyncio.Event()
+    swallowed, running = asyncio.Event(), asyncio.Event()
 
     async def stubborn() -> None:
+        running.set()
         while not security._closing:
             try:
                 await asyncio.sleep(0.01)
@@ -274,6 +275,6 @@ async def test_closing_ends_a_poller_whose_cancel_was_swallowed() -> None:
                 swallowed.set()  # as wait_for returning the read's result instead
 
     security._poller = asyncio.create_task(stubborn())
-    await asyncio.sleep(0)
+    await asyncio.wait_for(running.wait(), 10)
     await asyncio.wait_for(security.close(), 10)
     assert swallowed.is_set()
