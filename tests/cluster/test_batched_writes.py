@@ -9,14 +9,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import quote
 
-import msgspec
 import pytest
 
 from huddle.coordinator.cluster.fenced import MAX_TXN_OPS, pack
 from huddle.coordinator.cluster.keeper import EtcdKeeper, Held
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.offsets import kept_offsets
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore, StoreTimeoutError
@@ -105,20 +104,12 @@ def _commit(group: str, offset: int) -> list[OffsetRecord]:
     return [OffsetRecord(group, "t", p, offset) for p in range(PARTITIONS)]
 
 
-def _key(group: str, partition: int) -> bytes:
-    return (
-        f"{PREFIX}/offsets/{shard_of(group, SHARDS)}/{quote(group, safe='')}/t/{partition}".encode()
-    )
-
-
 async def _kept(store: EtcdStore, group: str) -> list[int | None]:
-    offsets: list[int | None] = []
-    for partition in range(PARTITIONS):
-        entry = await store.get(_key(group, partition))
-        offsets.append(
-            None if entry is None else msgspec.msgpack.decode(entry.value, type=OffsetRecord).offset
-        )
-    return offsets
+    kept = await kept_offsets(store, PREFIX)
+    return [
+        None if (found := kept.get((group, "t", partition))) is None else found.offset
+        for partition in range(PARTITIONS)
+    ]
 
 
 def test_shards_are_packed_whole_into_transactions_of_at_most_the_limit() -> None:
