@@ -6,6 +6,7 @@ version's layout) are loaded and moved to the new one."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
 from urllib.parse import quote
@@ -13,6 +14,7 @@ from urllib.parse import quote
 import msgspec
 import pytest
 
+from huddle.client import Admin
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.offsets import (
     BLOCK,
@@ -26,6 +28,7 @@ from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.storage.records import OffsetRecord, offset_deleted
+from tests.cluster.test_topic_offsets import node, tp
 from tests.etcd import Etcd, etcd
 
 __all__ = ["etcd"]  # the fixture
@@ -193,6 +196,26 @@ async def test_per_partition_keys_left_beside_a_block_key_are_not_read(
         block_key(PREFIX, SHARD, GROUP, "t", 0)
     ]
     await again.leave()
+
+
+@pytest.mark.e2e
+async def test_clients_committing_other_partitions_of_a_topic_at_once_lose_none(
+    etcd: Etcd,
+) -> None:
+    """Two clients commit their own halves of a topic's partitions at the same moments, on
+    one ``huddle serve --cluster`` node; a node started later loads every last offset."""
+    halves = ([0, 1, 2, 3], [4, 5, 6, 7])
+    async with node(etcd) as address, Admin(address) as first, Admin(address) as second:
+        await first.create_topic("t", 8)
+        for offset in range(1, 21):
+            await asyncio.gather(
+                *(
+                    admin.set_offsets(GROUP, {tp("t", p): offset * 10 + p for p in half})
+                    for admin, half in zip((first, second), halves, strict=True)
+                )
+            )
+    async with node(etcd) as address, Admin(address) as admin:
+        assert await admin.committed_offsets(GROUP) == {tp("t", p): 200 + p for p in range(8)}
 
 
 def test_a_block_s_write_merges_with_memory_and_an_emptied_block_is_deleted() -> None:
