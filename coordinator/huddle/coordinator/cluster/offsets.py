@@ -98,14 +98,6 @@ def block_key(prefix: str, shard: int, group_id: str, topic: str, partition: int
     return f"{prefix}/offsets/{shard}/{_name(group_id)}/{_name(topic)}/{block}".encode()
 
 
-def decode(key: bytes, value: bytes) -> list[OffsetRecord]:
-    """The offsets a key under ``P/offsets/`` holds, in either layout (a value neither
-    layout reads: ``msgspec.DecodeError``)."""
-    if key.rsplit(b"/", 1)[-1].startswith(b"p"):
-        return _block_decoder.decode(value).records()
-    return [_record_decoder.decode(value)]
-
-
 @dataclass
 class Loaded:
     """A shard's offsets as its load found them in etcd."""
@@ -244,9 +236,9 @@ async def kept_offsets(store: EtcdStore, prefix: str) -> dict[tuple[str, str, in
     by_shard: dict[int, dict[bytes, Entry]] = {}
     head = len(prefix) + len("/offsets/")
     for key, entry in entries.items():
-        shard = key[head:].split(b"/", 1)[0]
-        if shard.isdigit():
-            by_shard.setdefault(int(shard), {})[key] = entry
+        number = key[head:].split(b"/", 1)[0]
+        if number.isdigit():
+            by_shard.setdefault(int(number), {})[key] = entry
     found = {}
     for shard, held in sorted(by_shard.items()):
         for record in KeptOffsets(prefix).load(shard, held, lambda r, _: r).records:
