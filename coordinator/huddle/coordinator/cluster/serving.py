@@ -4,8 +4,10 @@ Keys under the cluster's prefix ``P``, besides the node's own (``huddle.coordina
 and the topics' (``huddle.coordinator.cluster.topics``):
 
 - ``P/groups/<shard>/<group>``: the group as its last rebalance left it (``GroupRecord``).
-- ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``,
-  with the incarnation of its partition it was committed to).
+- ``P/offsets/<shard>/<group>/<topic>/p<first>-<last>``: a group's committed offsets of a
+  block of a topic's partitions, each with the incarnation of its partition it was committed
+  to (``huddle.coordinator.cluster.offsets``: the layout, and the migration from one key per
+  partition).
 - ``P/consumer-groups/<shard>/<group>`` and ``.../<group>/m<member>``: a consumer-protocol
   group's record and its members' (``ConsumerGroupRecord``, ``ConsumerMemberRecord``); a
   shard taken over hands them to the Kafka listener's consumer groups
@@ -22,7 +24,8 @@ that loses one forgets its groups at once.
 
 A shard's load reads the topics from etcd after its offsets (the topics watch may lag: what
 it has not delivered yet is applied then, and it skips it later), keeps the offsets whose
-partition is still the one they were committed to, and deletes the others from etcd.
+partition is still the one they were committed to, and writes their blocks again without
+the others (and blocks kept one key per partition as one key), fenced on the loading epoch.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from urllib.parse import quote
 import msgspec
 import structlog
 
-from huddle.coordinator.cluster.fenced import MAX_TXN_OPS, FencedWriter
+from huddle.coordinator.cluster.fenced import MAX_TXN_BYTES, MAX_TXN_OPS, FencedWriter, size
 from huddle.coordinator.cluster.keeper import Stamped
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.offsets import Changes, KeptOffsets
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.cluster.topics import ClusterTopics
@@ -107,9 +111,6 @@ _consumer_decoder = msgspec.msgpack.Decoder(ConsumerGroupRecord | ConsumerMember
 _SHARDED = (OffsetRecord, GroupRecord, ConsumerGroupRecord, ConsumerMemberRecord)
 
 
-_offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
-
-
 @functools.lru_cache(maxsize=1 << 14)
 def _name(text: str) -> str:
     """A name as it is in keys (percent-encoded): the same few names over and over."""
@@ -148,6 +149,7 @@ class ClusterServing:
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
         self.writer = FencedWriter(store, node, lambda shard, why: self.shards_lost([shard], why))
+        self.offsets = KeptOffsets(self.prefix)  # what etcd holds of the served shards' offsets
         # ``keep``: the core's changes made outside a request (offsets a topic's change
         # dropped) are written now, the keeper's way
         self.topics = ClusterTopics(core, store, self.prefix, now=now, dispatch=dispatch, keep=keep)
@@ -264,15 +266,13 @@ class ClusterServing:
         self.shards_lost([shard], "loading it again")  # nothing stale stays in memory
         await self.topics.load()  # after the offsets: the topics each was committed under
         records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
-        stale = []
-        for key, entry in offsets.items():
-            offset = _offset_decoder.decode(entry.value)
-            if self.topics.current(offset, entry.revision):
-                records.append(offset)
-            else:  # its topic deleted, cut or made again since: gone for good
-                stale.append(key)
-        if stale:
-            await self._delete(shard, epoch, stale)
+        # offsets of a topic deleted, cut or made again since are gone for good; blocks kept
+        # one key per partition (an older version's) are written as one key
+        found = self.offsets.load(shard, offsets, self._judge)
+        if found.writes:
+            await self._rewrite(shard, epoch, found.writes)
+        self.offsets.hold(shard, found.blocks)
+        records += found.records
         self.core.load(records, self._now())
         self.core.consumer_kept.take(_consumer_decoder.decode(e.value) for e in consumer.values())
         self._dispatch([])  # the loaded members' sessions end even if nobody asks anything
@@ -284,20 +284,42 @@ class ClusterServing:
             epoch=epoch,
             groups=len(groups),
             consumer_records=len(consumer),
-            offsets=len(offsets) - len(stale),
-            stale_offsets=len(stale),
+            offsets=len(found.records),
+            stale_offsets=found.stale,
+            migrated_offsets=found.migrated,
         )
 
-    async def _delete(self, shard: int, epoch: int, keys: Sequence[bytes]) -> None:
-        """Delete ``keys`` of a shard being loaded under ``epoch`` (fenced on it)."""
+    def _judge(self, record: OffsetRecord, written_at: int) -> OffsetRecord | None:
+        """An offset etcd holds, with its partition's incarnation; None if the partition is
+        no longer the one it was committed to."""
+        if not self.topics.current(record, written_at):
+            return None
+        return record if record.incarnation else self.topics.resolve(record)
+
+    async def _rewrite(self, shard: int, epoch: int, writes: Sequence[Changes]) -> None:
+        """Writes of a shard being loaded under ``epoch`` (fenced on it): each one in a
+        single transaction (a block and the old keys it replaces), several together."""
         owner_key = self._key("shards", str(shard))
-        for i in range(0, len(keys), MAX_TXN_OPS):
-            chunk = keys[i : i + MAX_TXN_OPS]
-            if not await self.store.write_fenced(owner_key, epoch, {}, deletes=chunk):
+        together: list[Changes] = []
+        for write in writes:
+            last = together[-1] if together else None
+            if (
+                last is not None
+                and len(last) + len(write) <= MAX_TXN_OPS
+                and size(last) + size(write) <= MAX_TXN_BYTES
+            ):
+                last.update(write)
+            else:
+                together.append(dict(write))
+        for chunk in together:
+            puts = {k: v for k, v in chunk.items() if v is not None}
+            deletes = [k for k, v in chunk.items() if v is None]
+            if not await self.store.write_fenced(owner_key, epoch, puts, deletes=deletes):
                 raise FencedWriteError(f"etcd refused a write fenced on epoch {epoch}")
 
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)
+        self.offsets.drop(lost)
         doomed = [g for g in self.core.groups if self.shard(g) in lost]
         self.core.consumer_kept.drop(lambda group_id: self.shard(group_id) in lost)
         if doomed:
@@ -350,6 +372,7 @@ class ClusterServing:
         topics = [(r, seen) for r, seen in records if isinstance(r, TopicRecord)]
         failed = await self.topics.write(topics) if topics else set()
         by_shard: dict[int, dict[bytes, bytes | None]] = defaultdict(dict)  # None: delete
+        offsets: dict[int, list[OffsetRecord]] = defaultdict(list)  # merged into blocks below
         stale: set[int] = set()
         gone: set[int] = set()  # commits to a partition of another incarnation
         undone: set[int] = set()  # records of a topic whose change etcd did not keep
@@ -357,13 +380,7 @@ class ClusterServing:
         for record, serving in records:
             if isinstance(record, OffsetRecord):
                 shard = self.shard(record.group_id)
-                key = self._key(
-                    "offsets",
-                    str(shard),
-                    _name(record.group_id),
-                    _name(record.topic),
-                    str(record.partition),
-                )
+                key = b""  # its block's: below
             elif isinstance(record, GroupRecord):
                 shard = self.shard(record.group_id)
                 key = self._key("groups", str(shard), _name(record.group_id))
@@ -387,12 +404,18 @@ class ClusterServing:
                     gone.add(shard)
                     continue
                 record = resolved
-            by_shard[shard][key] = None if _deletes(record) else _encode(record)
+            if isinstance(record, OffsetRecord):
+                offsets[shard].append(record)
+            else:
+                by_shard[shard][key] = None if _deletes(record) else _encode(record)
         if stale:
             log.warning("stale_changes_dropped", node=self.node.node_id, shards=sorted(stale))
         if gone:
             log.warning("commits_to_gone_partitions", node=self.node.node_id, shards=sorted(gone))
         for shard in sorted(undone):
             self.node.depose(shard, "a topic change it depends on was not kept in etcd")
+        for shard, changed in offsets.items():
+            if shard not in undone:  # each block merged with what etcd holds of it
+                by_shard[shard].update(self.offsets.changes(shard, changed))
         kept = await self.writer.write(by_shard) if by_shard else True
         return kept and not (stale or gone or undone or failed)
