@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from huddle.coordinator import consumer_wire
 from huddle.coordinator.admission import Admission
 from huddle.coordinator.cluster.keeper import EtcdKeeper
 from huddle.coordinator.config import ServerConfig
@@ -51,6 +52,7 @@ from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError, UsageError
 from huddle.protocol.messages import (
     ClusterNodeInfo,
+    ConsumerHeartbeatRequest,
     DescribeClusterResponse,
     FindCoordinatorResponse,
     ProtocolError,
@@ -113,6 +115,15 @@ class CoordinatorServer:
         self.greeted = admission.greeted
         self.wire = HuddleWire(self, self.security)
         self.requests = RequestPath(self.core, self._conns, self.metrics)
+        # the consumer group protocol (KIP-848): one service for huddle's wire and Kafka's
+        self.consumer = consumer_wire.server_service(
+            self.core,
+            self.now_ms,
+            config.consumer_session_timeout_ms,
+            config.consumer_heartbeat_interval_ms,
+        )
+        huddle_consumer = consumer_wire.HuddleConsumer(self.consumer, self._conns)
+        self.requests.beside[ConsumerHeartbeatRequest] = huddle_consumer.serve
         self.flush_later = self.requests.flush_later  # ConnectionHost's, called per frame
         if config.cluster:  # no group is served before the node has joined its cluster
             self.requests.gate = joining_cluster
@@ -123,7 +134,7 @@ class CoordinatorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._listeners: list[asyncio.Server] = []  # of other wires (``listen``)
-        self._after_close: list[Callable[[], None]] = []  # ``after_close``
+        self._after_close: list[Callable[[], None]] = [self.consumer.close]  # ``after_close``
         self._next_conn_id = 1
         self._slices = Slices()  # the data dir's load, with requests answered in between
         self._stopping = False

@@ -1,25 +1,15 @@
 """The consumer group protocol (KIP-848) on the Kafka listener: ConsumerGroupHeartbeat.
 
-One ``ConsumerGroups`` per Kafka listener (so one per server) owns the sans-IO core
-(``huddle.coordinator.consumer.ConsumerCoordinator``): every consumer-protocol group of the
-server, keyed by group id. A heartbeat is answered at once, without the classic core's
-request path (it needs nothing of it). Here:
+``ConsumerGroups`` translates the Kafka listener's requests for the server's one
+``ConsumerService`` (``huddle.coordinator.consumer_service``: the groups, the ACL check,
+the expiry timer; huddle's own wire serves the same groups). A heartbeat is answered at
+once, without the classic core's request path (it needs nothing of it). Here:
 
 - topic ids <-> names: owned partitions arrive as topic ids and are mapped to names with
   the topic registry (an id no topic has is left out); the assignment leaves as ids;
-- the topic view the core assigns from is the registry's, its version the registry's count
-  of changes, so a regular expression subscription follows topics created and deleted;
-- ACLs as Kafka's ``KafkaApis.handleConsumerGroupHeartbeatRequest``: READ on the group
-  (else GROUP_AUTHORIZATION_FAILED), DESCRIBE on each subscribed topic name (else
-  TOPIC_AUTHORIZATION_FAILED, the whole request);
 - version 0 lets the coordinator choose the member id on join (Kafka 4.0): one is made up
   when a v0 join sends none;
-- a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND, as Kafka
-  answers a consumer-protocol join to a classic group it does not upgrade online (mixed
-  groups are not served yet);
-- a supervised timer calls the core's ``expire`` once its next deadline has passed;
-- the core's ``DoubleOwnerError`` (a bug detector) is logged and answered
-  UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server.
+- OffsetCommit / OffsetFetch v9+ are checked against the member epochs (``check_offsets``).
 """
 
 from __future__ import annotations
@@ -27,22 +17,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import structlog
 
-from huddle.coordinator.consumer import (
-    ConsumerCoordinator,
-    DoubleOwnerError,
-    HeartbeatAnswer,
-    HeartbeatRequest,
-    TopicView,
-)
+from huddle.coordinator.consumer import HeartbeatAnswer, HeartbeatRequest
+from huddle.coordinator.consumer_service import ConsumerHost as ServiceHost
+from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.translate import Plan, Values, get
-from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
 from huddle.protocol.errors import ErrorCode
 
 log = structlog.get_logger("huddle.coordinator.kafka.consumer_groups")
@@ -53,33 +37,11 @@ OFFSET_COMMIT_EPOCH_FROM: Final = 9  # OffsetCommit's first version with a membe
 _COORDINATOR_CHOOSES_UNTIL: Final = 0  # the last version whose join may leave the member id out
 
 
-class ConsumerHost(Protocol):
+class ConsumerHost(ServiceHost, Protocol):
     """What the consumer groups need of the server."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    def now_ms(self) -> float:
-        """The core's clock, in milliseconds."""
-
-    @property
-    def topic_partitions(self) -> Mapping[str, int]: ...
-
-    @property
-    def topic_names(self) -> Mapping[uuid.UUID, str]: ...
-
-    @property
-    def topic_ids(self) -> Mapping[str, uuid.UUID]: ...
-
-    @property
-    def topics_version(self) -> int:
-        """Counts the registry's changes (a topic created, resized or deleted)."""
-
-    def classic_members(self, group_id: str) -> int:
-        """Members of the classic group ``group_id`` (0: none, or no such group)."""
-
-    @property
-    def authorizer(self) -> Authorizer | None: ...
 
 
 def new_member_id() -> str:
@@ -88,28 +50,15 @@ def new_member_id() -> str:
 
 
 class ConsumerGroups:
-    """The server's consumer-protocol groups, served on its Kafka listener."""
+    """The server's consumer-protocol groups (``ConsumerService``), on its Kafka listener."""
 
-    def __init__(self, host: ConsumerHost, core: ConsumerCoordinator | None = None) -> None:
-        self.host = host
-        self.core = core or ConsumerCoordinator()
-        self._view: TopicView | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
-        # (group id, member id) -> the client id and host it last heartbeated from
-        self.clients: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def refuses_classic(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
-        it is refused). An empty one is dropped: the classic group takes its id, as Kafka
-        turns an empty consumer group into a classic one."""
-        group = self.core.groups.get(group_id)
-        if group is None:
-            return False
-        if group.members:
-            return True
-        del self.core.groups[group_id]
-        return False
+    def __init__(self, service: ConsumerService) -> None:
+        self.service = service
+        self.host = service.host
+        self.core = service.core
+        self.clients = service.clients  # (group id, member id) -> client id, host
+        self.refuses_classic = service.refuses_classic
+        self.topics = service.topics
 
     def check_offsets(
         self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
@@ -136,15 +85,6 @@ class ConsumerGroups:
             return STALE_MEMBER_EPOCH
         return 0
 
-    def topics(self) -> TopicView:
-        """The registry as the core's topic view (made again when it changed)."""
-        version = self.host.topics_version
-        view = self._view
-        if view is None or view.version != version:
-            view = TopicView(dict(self.host.topic_partitions), version=version)
-            self._view = view
-        return view
-
     # --- requests -----------------------------------------------------------------------
 
     def plan(self, api_key: int, request: Any, version: int, peer: Peer) -> Plan:
@@ -153,18 +93,12 @@ class ConsumerGroups:
         return Plan([], lambda parts: values)
 
     def heartbeat(self, req: Any, version: int, peer: Peer) -> Values:
-        refusal = self._screen(req, peer)
+        refusal = self.service.screen(req.group_id, req.subscribed_topic_names, peer)
         if refusal is not None:
             return _error(*refusal)
         member_id = req.member_id
         if not member_id and req.member_epoch == 0 and version <= _COORDINATOR_CHOOSES_UNTIL:
             member_id = new_member_id()
-        if self.host.classic_members(req.group_id):
-            return _error(
-                ErrorCode.GROUP_ID_NOT_FOUND,
-                f"Group {req.group_id} is a classic group with members: the consumer protocol "
-                "cannot join it (mixed groups are not served)",
-            )
         request = HeartbeatRequest(
             group_id=req.group_id,
             member_id=member_id,
@@ -177,38 +111,7 @@ class ConsumerGroups:
             server_assignor=req.server_assignor,
             owned=self._owned(req.topic_partitions),
         )
-        now = self.host.now_ms()
-        try:
-            answer = self.core.heartbeat(request, now, self.topics())
-        except DoubleOwnerError as error:
-            log.error(
-                "consumer_group_bug",
-                group_id=req.group_id,
-                member_id=member_id,
-                error=str(error),
-                client_id=peer.client_id,
-            )
-            return _error(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
-        finally:
-            self._arm()
-        key = (req.group_id, answer.member_id or member_id)
-        if answer.error or req.member_epoch < 0:
-            self.clients.pop(key, None)
-        else:
-            self.clients[key] = (peer.client_id, peer.host)
-        return self._values(answer)
-
-    def _screen(self, req: Any, peer: Peer) -> tuple[ErrorCode, str] | None:
-        auth = self.host.authorizer
-        if auth is None:
-            return None
-        allowed = auth.allowed
-        if not allowed(peer.principal, peer.host, Operation.READ, ResourceType.GROUP, req.group_id):
-            return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
-        for name in req.subscribed_topic_names or ():
-            if not allowed(peer.principal, peer.host, Operation.DESCRIBE, ResourceType.TOPIC, name):
-                return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Topic {name} is not authorized."
-        return None
+        return self._values(self.service.heartbeat(request, peer))
 
     def _owned(self, owned: Any) -> dict[str, frozenset[int]] | None:
         if owned is None:
@@ -241,42 +144,8 @@ class ConsumerGroups:
             }
         return values
 
-    # --- the timer ----------------------------------------------------------------------
-
-    def _arm(self) -> None:
-        """The timer set for the core's next deadline (if it moved earlier, or was none)."""
-        deadline = self.core.next_deadline()
-        if deadline is None:
-            return
-        if self._timer is not None and self._timer_at is not None and self._timer_at <= deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = self.host.loop
-        self._timer_at = deadline
-        self._timer = loop.call_at(deadline / 1000, self._expire)
-
-    def _expire(self) -> None:
-        self._timer = self._timer_at = None
-        try:
-            for fenced in self.core.expire(self.host.now_ms()):
-                self.clients.pop((fenced.group_id, fenced.member_id), None)
-                log.info(
-                    "consumer_member_fenced",
-                    group_id=fenced.group_id,
-                    member_id=fenced.member_id,
-                    member_epoch=fenced.epoch,
-                    reason=fenced.reason,
-                )
-        except Exception:  # the timer goes on: one group's failure stops no other's expiry
-            log.exception("consumer_expiry_failed")
-        finally:
-            self._arm()
-
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.service.close()
 
 
 def _maybe_tuple(names: Any) -> tuple[str, ...] | None:

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from uuid import UUID
 
 from huddle.coordinator.connection import Connection
-from huddle.coordinator.consumer import ConsumerGroupConfig
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.log_apis import KafkaLog
 from huddle.coordinator.kafka.sasl import KafkaSasl
@@ -103,10 +102,7 @@ async def listen_kafka(
         sasl=login,
         evict_on_close_ms=cfg.kafka_evict_on_close_ms,
         log=kafka_log,
-        consumer=ConsumerGroupConfig(
-            session_timeout_ms=cfg.consumer_session_timeout_ms,
-            heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
-        ),
+        consumer=server.consumer,  # the server's: huddle's wire serves the same groups
     )
     try:
         wire.port = await server.listen(wire, host, port)
@@ -114,7 +110,6 @@ async def listen_kafka(
         kafka_log.close()
         raise
     server.after_close(kafka_log.close)
-    server.after_close(wire.consumer.close)  # once the listener's connections are closed
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
     server.kafka_advertised = format_address(*wire.advertised)
     return wire

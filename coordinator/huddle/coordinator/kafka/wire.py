@@ -33,6 +33,7 @@ import msgspec
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig
+from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
     admin,
@@ -136,7 +137,7 @@ class KafkaWire:
         sasl: KafkaSasl | None = None,
         evict_on_close_ms: int = -1,
         log: KafkaLog | None = None,
-        consumer: ConsumerGroupConfig | None = None,
+        consumer: ConsumerService | ConsumerGroupConfig | None = None,
     ) -> None:
         self.server = server
         self.sasl = sasl  # the login, when the listener requires SASL
@@ -156,8 +157,10 @@ class KafkaWire:
         if log is None:
             log = KafkaLog(server.topic_partitions.get, topic_ids=server.topic_ids.get)
         self.log = log
-        # the KIP-848 groups
-        self.consumer = consumer_groups.ConsumerGroups(server, ConsumerCoordinator(consumer))
+        # the KIP-848 groups: the server's (shared with huddle's wire), or this wire's own
+        if not isinstance(consumer, ConsumerService):
+            consumer = ConsumerService(server, ConsumerCoordinator(consumer))
+        self.consumer = consumer_groups.ConsumerGroups(consumer)
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
         self._encode = msgspec.msgpack.Encoder().encode

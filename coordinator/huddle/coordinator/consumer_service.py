@@ -1,0 +1,233 @@
+"""The server's consumer-protocol groups (KIP-848), whatever wire a heartbeat came by.
+
+One ``ConsumerService`` per server owns the sans-IO core
+(``huddle.coordinator.consumer.ConsumerCoordinator``): every consumer-protocol group of the
+server, keyed by group id. The Kafka listener (``huddle.coordinator.kafka.consumer_groups``)
+and huddle's own wire (``huddle.coordinator.consumer_wire``) translate their requests to the
+core's ``HeartbeatRequest`` (topics by name) and answer with its ``HeartbeatAnswer``; both
+reach the same groups, so a group's members may heartbeat on either listener. Here:
+
+- ACLs as Kafka's ``KafkaApis.handleConsumerGroupHeartbeatRequest``: READ on the group
+  (else GROUP_AUTHORIZATION_FAILED), DESCRIBE on each subscribed topic name (else
+  TOPIC_AUTHORIZATION_FAILED, the whole request);
+- the topic view the core assigns from is the registry's, its version the registry's count
+  of changes, so a regular expression subscription follows topics created and deleted;
+- a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND (mixed groups
+  are not served yet);
+- a supervised timer calls the core's ``expire`` once its next deadline has passed;
+- after each heartbeat and expiry, every member not yet reconciled to its group's target
+  whose next heartbeat would now be answered differently (a new target, or partitions it
+  waits for released: the group's (target epoch, owned partitions) moved since it was last
+  answered or told) is named to the ``watchers``: huddle's wire pushes it a notice, so it
+  heartbeats at once rather than at its next interval;
+- the core's ``DoubleOwnerError`` (a bug detector) is logged and answered
+  UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+import structlog
+
+from huddle.coordinator.consumer import (
+    ConsumerCoordinator,
+    ConsumerGroup,
+    DoubleOwnerError,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+    TopicView,
+)
+from huddle.coordinator.effects import Peer
+from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
+from huddle.protocol.errors import ErrorCode
+
+log = structlog.get_logger("huddle.coordinator.consumer_service")
+
+# (group id, member id, the target assignment's epoch) of a member to tell
+Watcher = Callable[[str, str, int], None]
+_Mark = tuple[int, int]  # a group's target epoch and how many partitions its members own
+
+
+class ConsumerHost(Protocol):
+    """What the consumer groups need of the server."""
+
+    def now_ms(self) -> float:
+        """The core's clock, in milliseconds."""
+
+    @property
+    def topic_partitions(self) -> Mapping[str, int]: ...
+
+    @property
+    def topic_names(self) -> Mapping[uuid.UUID, str]: ...
+
+    @property
+    def topic_ids(self) -> Mapping[str, uuid.UUID]: ...
+
+    @property
+    def topics_version(self) -> int:
+        """Counts the registry's changes (a topic created, resized or deleted)."""
+
+    def classic_members(self, group_id: str) -> int:
+        """Members of the classic group ``group_id`` (0: none, or no such group)."""
+
+    @property
+    def authorizer(self) -> Authorizer | None: ...
+
+
+class ConsumerService:
+    """The server's consumer-protocol groups, served to every wire."""
+
+    def __init__(self, host: ConsumerHost, core: ConsumerCoordinator | None = None) -> None:
+        self.host = host
+        self.core = core or ConsumerCoordinator()
+        self._view: TopicView | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        # (group id, member id) -> the client id and host it last heartbeated from
+        self.clients: dict[tuple[str, str], tuple[str, str]] = {}
+        self.watchers: list[Watcher] = []
+        # (group id, member id) -> the group's mark when the member was last answered or told
+        self._told: dict[tuple[str, str], _Mark] = {}
+
+    def refuses_classic(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
+        it is refused). An empty one is dropped: the classic group takes its id, as Kafka
+        turns an empty consumer group into a classic one."""
+        group = self.core.groups.get(group_id)
+        if group is None:
+            return False
+        if group.members:
+            return True
+        del self.core.groups[group_id]
+        return False
+
+    def topics(self) -> TopicView:
+        """The registry as the core's topic view (made again when it changed)."""
+        version = self.host.topics_version
+        view = self._view
+        if view is None or view.version != version:
+            view = TopicView(dict(self.host.topic_partitions), version=version)
+            self._view = view
+        return view
+
+    def screen(
+        self, group_id: str, names: Iterable[str] | None, peer: Peer
+    ) -> tuple[ErrorCode, str] | None:
+        """The ACL check of a heartbeat (``names``: its subscribed topic names, or None)."""
+        auth = self.host.authorizer
+        if auth is None:
+            return None
+        allowed = auth.allowed
+        if not allowed(peer.principal, peer.host, Operation.READ, ResourceType.GROUP, group_id):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+        for name in names or ():
+            if not allowed(peer.principal, peer.host, Operation.DESCRIBE, ResourceType.TOPIC, name):
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Topic {name} is not authorized."
+        return None
+
+    def heartbeat(self, request: HeartbeatRequest, peer: Peer) -> HeartbeatAnswer:
+        """One heartbeat, screened (ACLs, a classic group's id) and answered by the core."""
+        refusal = self.screen(request.group_id, request.subscribed_topic_names, peer)
+        if refusal is not None:
+            return refused(*refusal)
+        if self.host.classic_members(request.group_id):
+            return refused(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"Group {request.group_id} is a classic group with members: the consumer "
+                "protocol cannot join it (mixed groups are not served)",
+            )
+        try:
+            answer = self.core.heartbeat(request, self.host.now_ms(), self.topics())
+        except DoubleOwnerError as error:
+            log.error(
+                "consumer_group_bug",
+                group_id=request.group_id,
+                member_id=request.member_id,
+                error=str(error),
+                client_id=peer.client_id,
+            )
+            return refused(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
+        finally:
+            self._arm()
+        key = (request.group_id, answer.member_id or request.member_id)
+        if answer.error or request.member_epoch < 0:
+            self.clients.pop(key, None)
+            self._told.pop(key, None)
+        else:
+            self.clients[key] = (peer.client_id, peer.host)
+            group = self.core.groups.get(request.group_id)
+            if group is not None:
+                self._told[key] = _mark(group)
+        self._tell(request.group_id)
+        return answer
+
+    def _tell(self, group_id: str) -> None:
+        """Name to the watchers each member of ``group_id`` whose target moved since it was
+        last answered (or told)."""
+        group = self.core.groups.get(group_id)
+        if group is None or not self.watchers:
+            return
+        target = group.target_epoch
+        mark: _Mark | None = None
+        for member_id, member in group.members.items():
+            if member.is_reconciled_to(target) or member.has_left_for_now():
+                continue
+            key = (group_id, member_id)
+            told = self._told.get(key)
+            mark = mark or _mark(group)
+            if told is None or told == mark:
+                continue  # unknown here (a Kafka client's), or told of this already
+            self._told[key] = mark
+            for watcher in self.watchers:
+                watcher(group_id, member_id, target)
+
+    # --- the timer ----------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        """The timer set for the core's next deadline (if it moved earlier, or was none)."""
+        deadline = self.core.next_deadline()
+        if deadline is None:
+            return
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = deadline
+        self._timer = loop.call_at(deadline / 1000, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = self._timer_at = None
+        try:
+            for fenced in self.core.expire(self.host.now_ms()):
+                self.clients.pop((fenced.group_id, fenced.member_id), None)
+                self._told.pop((fenced.group_id, fenced.member_id), None)
+                log.info(
+                    "consumer_member_fenced",
+                    group_id=fenced.group_id,
+                    member_id=fenced.member_id,
+                    member_epoch=fenced.epoch,
+                    reason=fenced.reason,
+                )
+                self._tell(fenced.group_id)
+        except Exception:  # the timer goes on: one group's failure stops no other's expiry
+            log.exception("consumer_expiry_failed")
+        finally:
+            self._arm()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _mark(group: ConsumerGroup) -> _Mark:
+    return group.target_epoch, sum(len(owners) for owners in group.owners.values())
+
+
+def refused(code: ErrorCode, message: str) -> HeartbeatAnswer:
+    return HeartbeatAnswer(error=code, message=message, member_epoch=-1)
