@@ -15,11 +15,11 @@ reach the same groups, so a group's members may heartbeat on either listener. He
 - a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND (mixed groups
   are not served yet);
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
-- after each heartbeat and expiry, every member not yet reconciled to its group's target
-  whose next heartbeat would now be answered differently (a new target, or partitions it
-  waits for released: the group's (target epoch, owned partitions) moved since it was last
-  answered or told) is named to the ``watchers``: huddle's wire pushes it a notice, so it
-  heartbeats at once rather than at its next interval;
+- after each heartbeat and expiry, every member whose next heartbeat would now be answered
+  differently (the group epoch moved past the target's: a member joined, left or changed
+  its subscription; or it is not reconciled to the target and the target or the partitions
+  owned moved since it was last answered or told) is named to the ``watchers``: huddle's
+  wire pushes it a notice, so it heartbeats at once rather than at its next interval;
 - the core's ``DoubleOwnerError`` (a bug detector) is logged and answered
   UNKNOWN_SERVER_ERROR: it never closes the connection or stops the server.
 """
@@ -49,7 +49,8 @@ log = structlog.get_logger("huddle.coordinator.consumer_service")
 
 # (group id, member id, the target assignment's epoch) of a member to tell
 Watcher = Callable[[str, str, int], None]
-_Mark = tuple[int, int]  # a group's target epoch and how many partitions its members own
+# a group's epoch, its target's epoch, and how many partitions its members own
+_Mark = tuple[int, int, int]
 
 
 class ConsumerHost(Protocol):
@@ -166,15 +167,16 @@ class ConsumerService:
         return answer
 
     def _tell(self, group_id: str) -> None:
-        """Name to the watchers each member of ``group_id`` whose target moved since it was
-        last answered (or told)."""
+        """Name to the watchers each member of ``group_id`` whose next heartbeat would be
+        answered differently than when it was last answered (or told)."""
         group = self.core.groups.get(group_id)
         if group is None or not self.watchers:
             return
         target = group.target_epoch
+        moved = group.group_epoch != target  # the next heartbeat works a new target out
         mark: _Mark | None = None
         for member_id, member in group.members.items():
-            if member.is_reconciled_to(target) or member.has_left_for_now():
+            if (not moved and member.is_reconciled_to(target)) or member.has_left_for_now():
                 continue
             key = (group_id, member_id)
             told = self._told.get(key)
@@ -183,7 +185,7 @@ class ConsumerService:
                 continue  # unknown here (a Kafka client's), or told of this already
             self._told[key] = mark
             for watcher in self.watchers:
-                watcher(group_id, member_id, target)
+                watcher(group_id, member_id, group.group_epoch)
 
     # --- the timer ----------------------------------------------------------------------
 
@@ -226,7 +228,8 @@ class ConsumerService:
 
 
 def _mark(group: ConsumerGroup) -> _Mark:
-    return group.target_epoch, sum(len(owners) for owners in group.owners.values())
+    owned = sum(len(owners) for owners in group.owners.values())
+    return group.group_epoch, group.target_epoch, owned
 
 
 def refused(code: ErrorCode, message: str) -> HeartbeatAnswer:
