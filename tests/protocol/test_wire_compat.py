@@ -154,3 +154,28 @@ async def test_the_coordinator_withholds_a_message_type_newer_than_the_peers_ver
 def test_server_errors_and_client_errors_share_one_root() -> None:
     assert issubclass(UnknownServerError, ServerError)
     assert issubclass(ServerError, HuddleError)
+
+
+async def test_a_newer_client_handshakes_again_with_an_older_coordinator_s_version() -> None:
+    seen: list[int] = []
+
+    async def older_coordinator(peer: Peer) -> None:
+        hello = await peer.receive()
+        assert isinstance(hello, messages.Handshake)
+        seen.append(hello.version)
+        if hello.version != 1:  # it speaks version 1 only, and says so
+            await peer.send(
+                messages.HandshakeResult(
+                    error_code=ErrorCode.UNSUPPORTED_VERSION,
+                    error_message=f"unsupported protocol version {hello.version}",
+                    version=1,
+                    supported_versions=[1],
+                )
+            )
+            return
+        await peer.send(messages.HandshakeResult(version=1, supported_versions=[1]))
+        await peer.receive()  # until the client closes
+
+    async with fake_coordinator(older_coordinator) as address, connect(address) as conn:
+        assert not conn.closed
+    assert seen == [PROTOCOL_VERSION, 1]
