@@ -12,6 +12,7 @@ running. Nothing here decides: docs/member.md walks through the layers.
 
 from __future__ import annotations
 
+import inspect
 import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -409,6 +410,13 @@ class Member:
         if failure is not None and (exc is None or absorbed):
             raise failure
         return absorbed or None
+
+
+# help() and IDEs show __init__'s parameters, not those of the __new__ that picks the protocol
+_INIT = inspect.signature(Member.__init__)
+Member.__signature__ = _INIT.replace(  # type: ignore[attr-defined]
+    parameters=list(_INIT.parameters.values())[1:]
+)
 
 
 def _by_topic(
