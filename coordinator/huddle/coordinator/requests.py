@@ -70,6 +70,9 @@ class RequestPath:
         self.refused_loading = 0  # requests answered so meanwhile
         self.closed = False  # stopping, or stopped by a storage failure: no more requests
         self.dirty: list[Connection] = []  # connections with frames queued to write
+        # request types served beside the core (the consumer group protocol's), answered
+        # by the handler at once: it screens them itself
+        self.beside: dict[type[Request], Callable[[Connection, Call], None]] = {}
 
     # --- one request ------------------------------------------------------------------
 
@@ -84,6 +87,11 @@ class RequestPath:
             request_type = type(call.request)
             if request_type is not HeartbeatRequest:
                 metrics.requests[conn.wire.listener, request_type] += 1
+        if self.beside:
+            handler = self.beside.get(type(call.request))
+            if handler is not None:
+                handler(conn, call)
+                return
         if self.loading or self.gate is not None:
             refusal = self.refusal(conn, call.request)
             if refusal is not None:

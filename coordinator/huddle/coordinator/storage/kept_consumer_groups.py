@@ -15,7 +15,7 @@ each member of a group it loads).
 
 A cluster node keeps the same records in etcd: ``take`` serves a shard's records as the
 node takes the shard over, ``drop`` forgets the groups of a shard it lost; both tell the
-groups' server (``serving``, the Kafka listener's consumer groups).
+groups' server (``serving``, the server's ``ConsumerService``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ ConsumerRecord = ConsumerGroupRecord | ConsumerMemberRecord
 
 
 class ConsumerServing(Protocol):
-    """Who serves the kept groups (the Kafka listener's consumer groups)."""
+    """Who serves the kept groups (the server's ``ConsumerService``)."""
 
     def load_kept(self, group_ids: Iterable[str]) -> None:
         """Serve these kept groups (a cluster shard taken over)."""
