@@ -43,7 +43,7 @@ class Host:
     def classic_members(self, group_id: str) -> int:
         return 0
 
-    def keep(self, records: list[Record]) -> None:
+    def keep(self, records: list[Record], *, outside: bool) -> None:
         self.kept += records
 
     def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:

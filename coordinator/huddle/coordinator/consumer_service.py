@@ -22,9 +22,12 @@ reach the same groups, so a group's members may heartbeat on either listener. He
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
 - every change of a group (a heartbeat's, an expiry's) is kept as records
   (``huddle.coordinator.storage.kept_consumer_groups``) through the server's keeper (the
-  data dir's journal, or etcd); the groups kept are served once the data dir is loaded
-  (``load_kept``), each member at its epoch with a fresh session, and a cluster node
-  serves and drops a shard's groups as it takes and loses the shard (``ConsumerKept``);
+  data dir's journal, or etcd), and a heartbeat's answer goes only once its records are
+  kept, as the classic protocol's answers do (either wire's: both serve the heartbeat on
+  the server's request path, ``RequestPath.beside``); the groups kept are served once the
+  data dir is loaded (``load_kept``), each member at its epoch with a fresh session, and
+  a cluster node serves and drops a shard's groups as it takes and loses the shard
+  (``ConsumerKept``);
 - it counts the group epoch bumps and the members fenced (``counts``: the metrics'), and
   ``huddle groups list/describe`` read its groups (``consumer_admin``);
 - after each heartbeat and expiry, every member whose next heartbeat would now be answered
@@ -102,8 +105,11 @@ class ConsumerHost(TopicsHost, Protocol):
     def consumer_kept(self) -> ConsumerKept:
         """The consumer groups' records, as the data dir replayed them."""
 
-    def keep(self, records: list[Record]) -> None:
-        """Keep these records of the consumer groups' changes."""
+    def keep(self, records: list[Record], *, outside: bool) -> None:
+        """Keep these records of the consumer groups' changes: with the answers of the
+        request being handled (the request path takes them with the core's changes, and
+        holds its answers until they are kept), or ``outside`` a request (an expiry: they
+        are written now)."""
 
     def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
         """Why this server does not coordinate ``group_id`` now (a cluster node that does
@@ -150,8 +156,11 @@ class ConsumerService:
             for key in [k for k in table if doomed(k[0])]:
                 del table[key]
 
-    def _keep(self, group_ids: Iterable[str], only: str | None = None) -> None:
-        """Keep what changed in these groups (``only``: see ``ConsumerKept.changes``)."""
+    def _keep(
+        self, group_ids: Iterable[str], only: str | None = None, *, outside: bool = True
+    ) -> None:
+        """Keep what changed in these groups (``only``: see ``ConsumerKept.changes``;
+        ``outside``: see ``ConsumerHost.keep``)."""
         records: list[Record] = []
         for group_id in group_ids:
             group = self.core.groups.get(group_id)
@@ -160,7 +169,7 @@ class ConsumerService:
             else:
                 records += self.kept.changes(group, only)
         if records:
-            self.host.keep(records)
+            self.host.keep(records, outside=outside)
 
     def refuses_classic(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
@@ -216,7 +225,8 @@ class ConsumerService:
 
     def heartbeat(self, request: HeartbeatRequest, peer: Peer) -> HeartbeatAnswer:
         """One heartbeat, screened (ACLs, a group not served here, a classic group's id)
-        and answered by the core; what it changed is kept (``host.keep``)."""
+        and answered by the core. What it changed goes to ``host.keep`` with the answer:
+        the caller's request path sends the answer once the records are kept."""
         group_id = request.group_id
         refusal = self.screen(group_id, request.subscribed_topic_names, peer)
         if refusal is None:
@@ -243,7 +253,7 @@ class ConsumerService:
             return refused(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
-            self._keep([group_id], request.member_id)
+            self._keep([group_id], request.member_id, outside=False)
         self.counts.rebalances += max(self._epoch(group_id) - before, 0)
         if answer.error == ErrorCode.FENCED_MEMBER_EPOCH:
             self.counts.fenced[FENCED_BY_EPOCH] += 1

@@ -3,7 +3,11 @@
 The server's one ``ConsumerService`` (``huddle.coordinator.consumer_service``) serves a
 ``ConsumerHeartbeatRequest`` (topics by name, as the core takes them) beside the classic
 core: ``HuddleConsumer.serve`` is the request path's handler for that type, so the ACLs,
-the groups and their timers are the ones the Kafka listener uses. It remembers the
+the groups and their timers are the ones the Kafka listener uses (whose
+ConsumerGroupHeartbeat is translated to the same request and served by the same handler).
+Its answer goes as the core's do: once the records the heartbeat made are kept (the data
+dir's journal, or etcd). A pushed notice is not held: it carries no state, only "heartbeat
+now", and that heartbeat's answer waits behind the write. It remembers the
 connection each member last heartbeated on and pushes it a ``ConsumerAssignmentChanged``
 when the service names the member (its next heartbeat would be answered differently), so
 a huddle member reconciles at once rather than at its next heartbeat interval. A peer that
@@ -21,6 +25,8 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
 from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.effects import Outgoing
+from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import Record
@@ -79,9 +85,10 @@ class ServerConsumerHost:
     def consumer_kept(self) -> ConsumerKept:
         return self._core.consumer_kept
 
-    def keep(self, records: list[Record]) -> None:
+    def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)
-        self._server.keep_outside()
+        if outside:
+            self._server.keep_outside()
 
     def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
         server = self._server
@@ -125,7 +132,10 @@ class HuddleConsumer:
         self.members: dict[tuple[str, str], int] = {}  # (group, member) -> its connection
         service.watchers.append(self.tell)
 
-    def serve(self, conn: Connection, call: Call) -> None:
+    def serve(self, conn: Connection, call: Call) -> list[Outgoing]:
+        """The request path's handler of a ``ConsumerHeartbeatRequest``, whatever wire it
+        came by (the Kafka listener translates its ConsumerGroupHeartbeat to one): the
+        answer, which the path holds until the heartbeat's records are kept."""
         req = call.request
         assert isinstance(req, ConsumerHeartbeatRequest)
         response: ConsumerHeartbeatResponse | ErrorResponse
@@ -139,10 +149,10 @@ class HuddleConsumer:
             key = (req.group_id, req.member_id)
             if answer.error or req.member_epoch < 0:
                 self.members.pop(key, None)
-            else:
+            elif conn.wire.listener == HuddleWire.listener:  # a Kafka client gets no notice
                 self.members[key] = conn.conn_id
             response = wire_answer(answer)
-        conn.send(Reply(correlation_id=call.correlation_id, response=response))
+        return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=response))]
 
     def tell(self, group_id: str, member_id: str, target_epoch: int) -> None:
         conn_id = self.members.get((group_id, member_id))

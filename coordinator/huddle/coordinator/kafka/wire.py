@@ -278,7 +278,7 @@ class KafkaWire:
                 self._unreadable(conn, reason, start, at_once=True)
             return None
         try:
-            if api_key in consumer_describe.APIS:  # KIP-848's: answered at once
+            if api_key in consumer_describe.APIS:  # KIP-848's (the heartbeat: huddle's)
                 plan = consumer_describe.plan(self.consumer, api_key, request, version, conn.peer)
             else:
                 plan = TRANSLATIONS[api_key](request, version, self)
