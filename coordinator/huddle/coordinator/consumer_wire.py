@@ -118,6 +118,7 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     huddle = HuddleConsumer(service, server.requests.conns)
     server.requests.beside[ConsumerHeartbeatRequest] = huddle.serve
     server.core.admin.consumer = service
+    server.core.joins.consumer_group = service.refuses_classic  # huddle's wire's JoinGroup
     if server.metrics is not None:
         server.metrics.consumer = service
     return service
