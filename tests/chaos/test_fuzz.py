@@ -18,7 +18,11 @@ from tests.helpers import error_events, wait_until
 FRAMES = 3_000
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+# Seeds whose run reaches every refusal kind asserted below: a MESSAGE_TOO_LARGE needs a wrong
+# length prefix before any other fatal frame of its connection, which few runs of 3,000 frames
+# see, and a request type added to the wire reshuffles every seed's frames (2 stopped reaching
+# it when the consumer group protocol's heartbeat came).
+@pytest.mark.parametrize("seed", [1, 5])
 async def test_fuzzed_frames_are_answered_as_the_protocol_says(
     server: CoordinatorServer, logs: list[EventDict], seed: int
 ) -> None:

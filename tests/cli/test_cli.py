@@ -235,7 +235,7 @@ async def test_admin_commands(bootstrap: str, capsys: pytest.CaptureFixture[str]
         captured = capsys.readouterr()
         return code, captured.out, captured.err
 
-    assert await huddle("ping") == (0, f"ok huddle protocol v1 at {bootstrap}\n", "")
+    assert await huddle("ping") == (0, f"ok huddle protocol v2 at {bootstrap}\n", "")
     assert await huddle("topics", "create", "orders", "--partitions", "3") == (
         0,
         'created topic "orders" with 3 partitions\n',
@@ -359,7 +359,7 @@ def test_serve_end_to_end(serve_process: tuple[subprocess.Popen[str], int]) -> N
     process, port = serve_process
     bootstrap = f"127.0.0.1:{port}"
     ping = run_huddle("ping", "--bootstrap", bootstrap)
-    assert (ping.returncode, ping.stdout) == (0, f"ok huddle protocol v1 at {bootstrap}\n")
+    assert (ping.returncode, ping.stdout) == (0, f"ok huddle protocol v2 at {bootstrap}\n")
     created = run_huddle(
         "topics", "create", "orders", "--partitions", "3", "--bootstrap", bootstrap
     )

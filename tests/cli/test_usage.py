@@ -162,7 +162,7 @@ async def test_deletions_answer_in_one_shape(
 async def test_ping_answers_in_json(bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert await huddle(bootstrap, capsys, "ping") == {
         "address": bootstrap,
-        "protocol_version": 1,
+        "protocol_version": 2,
         "node_id": bootstrap,
         "principal": None,
         "authentication_required": False,

@@ -40,7 +40,7 @@ from tests.helpers import (
 
 async def test_requests_are_answered(bootstrap: str, logs: list[EventDict]) -> None:
     async with connect(bootstrap, client_id="t") as conn:
-        assert conn.server_version == 1
+        assert conn.server_version == 2
         response = await conn.request(ListTopicsRequest(), timeout=5)
         assert isinstance(response, ListTopicsResponse)
     events = [e["event"] for e in logs]

@@ -191,5 +191,5 @@ def test_messages_are_frozen() -> None:
 def test_handshake_result_defaults() -> None:
     result = HandshakeResult()
     assert result.error_code == ErrorCode.NONE
-    assert result.version == 1
-    assert result.supported_versions == [1]
+    assert result.version == 2  # 2: the consumer group protocol's messages
+    assert result.supported_versions == [1, 2]

@@ -27,6 +27,7 @@ from huddle.protocol.errors import (
 )
 from huddle.protocol.framing import ClientCodec, frame_header
 from huddle.protocol.messages import (
+    PROTOCOL_VERSION,
     Call,
     ListTopicsRequest,
     ListTopicsResponse,
@@ -132,17 +133,18 @@ def test_every_current_message_type_is_known_in_version_1() -> None:
 async def test_the_coordinator_withholds_a_message_type_newer_than_the_peers_version(
     server: CoordinatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(messages, "INTRODUCED_IN", {TopicMetadataChanged: 2})  # as if v2 brought it
+    # as if a version after the client's brought it
+    monkeypatch.setattr(messages, "INTRODUCED_IN", {TopicMetadataChanged: PROTOCOL_VERSION + 1})
     async with connect(f"127.0.0.1:{server.port}") as conn:
         await wait_until(lambda: server.connection_count == 1, what="the server to see the client")
         (peer,) = server.connections()
         newer = TopicMetadataChanged(topics=[])
         older = RebalanceStarted(group_id="g", generation_id=1, reason="test")
-        peer.send(newer)  # a version-1 peer could not read it: not sent
+        peer.send(newer)  # a peer of the current version could not read it: not sent
         peer.send(older)
         peer.flush()
         assert await within(conn.notices.receive()) == older  # the first notice to arrive
-        peer.handshook(2)
+        peer.handshook(PROTOCOL_VERSION + 1)
         peer.send(newer)
         peer.flush()
         assert await within(conn.notices.receive()) == newer
@@ -152,3 +154,28 @@ async def test_the_coordinator_withholds_a_message_type_newer_than_the_peers_ver
 def test_server_errors_and_client_errors_share_one_root() -> None:
     assert issubclass(UnknownServerError, ServerError)
     assert issubclass(ServerError, HuddleError)
+
+
+async def test_a_newer_client_handshakes_again_with_an_older_coordinator_s_version() -> None:
+    seen: list[int] = []
+
+    async def older_coordinator(peer: Peer) -> None:
+        hello = await peer.receive()
+        assert isinstance(hello, messages.Handshake)
+        seen.append(hello.version)
+        if hello.version != 1:  # it speaks version 1 only, and says so
+            await peer.send(
+                messages.HandshakeResult(
+                    error_code=ErrorCode.UNSUPPORTED_VERSION,
+                    error_message=f"unsupported protocol version {hello.version}",
+                    version=1,
+                    supported_versions=[1],
+                )
+            )
+            return
+        await peer.send(messages.HandshakeResult(version=1, supported_versions=[1]))
+        await peer.receive()  # until the client closes
+
+    async with fake_coordinator(older_coordinator) as address, connect(address) as conn:
+        assert not conn.closed
+    assert seen == [PROTOCOL_VERSION, 1]

@@ -28,7 +28,7 @@ import msgspec.inspect as mi
 
 from huddle.protocol.errors import InvalidArgumentTypeError
 from huddle.protocol.framing import frame_header
-from huddle.protocol.messages import Call, Handshake, Message, Request
+from huddle.protocol.messages import PROTOCOL_VERSION, Call, Handshake, Message, Request
 
 GROUPS: Final = ("fuzz", "fuzz-2", "", "g")  # never the bystander's group
 TOPICS: Final = ("fuzz-t", "t", "", "x" * 250)
@@ -66,7 +66,9 @@ class FrameFuzzer:
     # --- valid frames ------------------------------------------------------------------
 
     def handshake(self) -> bytes:
-        return self._frame(self._encoder.encode(Handshake(version=1, client_id="fuzz")))
+        return self._frame(
+            self._encoder.encode(Handshake(version=PROTOCOL_VERSION, client_id="fuzz"))
+        )
 
     def call(self, request: Request, correlation_id: int) -> bytes:
         return self._frame(

@@ -28,6 +28,7 @@ from huddle.chaos.fuzz import FrameFuzzer
 from huddle.protocol.errors import ErrorCode, HuddleError, error_name
 from huddle.protocol.framing import ClientCodec, FrameReader
 from huddle.protocol.messages import (
+    PROTOCOL_VERSION,
     Call,
     ErrorResponse,
     Handshake,
@@ -97,7 +98,9 @@ class _Bystander:
                     continue
 
     async def join(self) -> HeartbeatRequest:
-        self.writer.write(self.codec.encode(Handshake(version=1, client_id="fuzz-bystander")))
+        self.writer.write(
+            self.codec.encode(Handshake(version=PROTOCOL_VERSION, client_id="fuzz-bystander"))
+        )
         request = JoinGroupRequest(
             group_id=BYSTANDER_GROUP,
             protocol_type="consumer",

@@ -38,6 +38,7 @@ from huddle.protocol.errors import (
     HuddleError,
     InvalidArgumentError,
     UnknownServerError,
+    UnsupportedVersionError,
     error_name,
     raise_for,
 )
@@ -45,6 +46,8 @@ from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from huddle.protocol.messages import (
     MAX_INCARNATION,
     MIN_INCARNATION,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
     Call,
     ClientFrame,
     ErrorResponse,
@@ -360,7 +363,9 @@ async def connect(
     Raises InvalidArgumentError (a ValueError) for a malformed address or a bad argument,
     CoordinatorUnreachableError (an OSError) when no connection can be made to it
     (refused, unreachable), ConnectTimeoutError (a TimeoutError) when it does not take the
-    connection or answer the handshake in time, UnsupportedVersionError
+    connection or answer the handshake in time (a coordinator that refuses this client's
+    protocol version but speaks an older one this client does is handshaken again with
+    that), UnsupportedVersionError
     (or another HuddleError) when the coordinator refuses the handshake. ``notices=False``
     discards pushed notices. With ``security``, the connection is TLS and/or authenticated
     by SASL: TlsError when the TLS handshake fails, SaslAuthenticationFailedError when the
@@ -379,27 +384,39 @@ async def connect(
                 f"incarnation must be {MIN_INCARNATION} to {MAX_INCARNATION} bytes, "
                 f"not {len(incarnation)}"
             )
-    stream = await open_stream(bootstrap, host, port, security, timeout)
-    opened = HandshakeExchange(
-        stream,
-        client_id=client_id,
-        security=security,
-        incarnation=incarnation,
-        max_frame_bytes=max_frame_bytes,
-    )
     login = security.sasl_mechanism is not None
     limit = max(timeout, LOGIN_TIMEOUT_S) if login else timeout
-    try:
-        with anyio.fail_after(limit):
-            await opened.run(bootstrap)
-    except TimeoutError:
-        with anyio.CancelScope(shield=True):
-            await stream.aclose()
-        raise ConnectTimeoutError(bootstrap, limit, "handshake", login=login) from None
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await stream.aclose()
-        raise
+    version = PROTOCOL_VERSION
+    while True:
+        stream = await open_stream(bootstrap, host, port, security, timeout)
+        opened = HandshakeExchange(
+            stream,
+            client_id=client_id,
+            security=security,
+            incarnation=incarnation,
+            max_frame_bytes=max_frame_bytes,
+            version=version,
+        )
+        try:
+            with anyio.fail_after(limit):
+                await opened.run(bootstrap)
+            break
+        except TimeoutError:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            raise ConnectTimeoutError(bootstrap, limit, "handshake", login=login) from None
+        except UnsupportedVersionError:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            # an older coordinator: once more, with the newest version both speak
+            common = [v for v in opened.refused_for if v in SUPPORTED_VERSIONS and v < version]
+            if not common:
+                raise
+            version = max(common)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            raise
     conn = Connection(
         stream,
         opened,

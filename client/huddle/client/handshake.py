@@ -111,8 +111,10 @@ class HandshakeExchange:
         security: Security,
         incarnation: bytes | None,
         max_frame_bytes: int,
+        version: int = PROTOCOL_VERSION,
     ) -> None:
         self._stream = stream
+        self.version = version  # the protocol version the handshake names
         self._client_id = client_id
         self._security = security
         self._incarnation = incarnation  # sent in the handshake, shown nowhere
@@ -123,6 +125,8 @@ class HandshakeExchange:
         self.disconnect_grace_ms = -1  # as the coordinator announced it
         self.node_id = ""  # the node connected to, as it named itself
         self.principal = ""  # who the coordinator says this client is, once authenticated
+        # the versions a coordinator that refused ours speaks (an older one)
+        self.refused_for: list[int] = []
 
     async def run(self, bootstrap: str) -> None:
         """The handshake (and SASL exchange); a closed connection that looks like a TLS
@@ -189,7 +193,7 @@ class HandshakeExchange:
     async def _handshake(self) -> None:
         mechanism = self._security.sasl_mechanism
         hello = Handshake(
-            version=PROTOCOL_VERSION,
+            version=self.version,
             client_id=self._client_id,
             sasl_mechanism=mechanism,
             incarnation=self._incarnation,
@@ -229,6 +233,8 @@ class HandshakeExchange:
         except (HuddleError, msgspec.MsgspecError) as exc:
             message = f"bad handshake answer from the coordinator: {exc}"
             raise ConnectionClosedError(message) from exc
+        if isinstance(frame, HandshakeResult) and frame.error_code:
+            self.refused_for = list(frame.supported_versions)
         if isinstance(frame, ProtocolError | HandshakeResult | SaslAuthenticateResult):
             raise_for(frame.error_code, frame.error_message)
         if not isinstance(frame, expect):

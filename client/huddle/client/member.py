@@ -12,6 +12,7 @@ running. Nothing here decides: docs/member.md walks through the layers.
 
 from __future__ import annotations
 
+import inspect
 import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,6 +51,7 @@ from huddle.logs import library_logger
 from huddle.protocol.embedded import HUDDLE, EmbeddedFormat, TopicPartition
 from huddle.protocol.errors import (
     ErrorCode,
+    InvalidArgumentError,
     UsageError,
     raise_for,
 )
@@ -67,7 +69,22 @@ REQUEST_PARTITIONS = 10_000  # partitions per offset commit or fetch request, at
 
 
 class Member:
-    """A group member. Use as ``async with Member(...) as member:``."""
+    """A group member. Use as ``async with Member(...) as member:``.
+
+    ``group_protocol="consumer"`` makes a member of the consumer group protocol (KIP-848,
+    ``huddle.client.consumer_member``): the coordinator assigns, and the member reconciles
+    one heartbeat at a time. The default, ``"classic"``, is JoinGroup/SyncGroup."""
+
+    def __new__(cls, *args: object, group_protocol: str = "classic", **kwargs: object) -> Self:
+        if group_protocol == "consumer" and cls is Member:
+            from huddle.client.consumer_member import ConsumerProtocolMember
+
+            return super().__new__(ConsumerProtocolMember)  # type: ignore[return-value]
+        if group_protocol not in ("classic", "consumer"):
+            raise InvalidArgumentError(
+                f"group_protocol must be 'classic' or 'consumer', not {group_protocol!r}"
+            )
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -89,6 +106,7 @@ class Member:
         security: Security = NO_SECURITY,
         metrics_registry: CollectorRegistry | None = None,
         embedded: EmbeddedFormat = HUDDLE,
+        group_protocol: str = "classic",
     ) -> None:
         # every bad argument is an InvalidArgumentError (a ValueError), raised here and now
         check_member(
@@ -392,6 +410,13 @@ class Member:
         if failure is not None and (exc is None or absorbed):
             raise failure
         return absorbed or None
+
+
+# help() and IDEs show __init__'s parameters, not those of the __new__ that picks the protocol
+_INIT = inspect.signature(Member.__init__)
+Member.__signature__ = _INIT.replace(  # type: ignore[attr-defined]
+    parameters=list(_INIT.parameters.values())[1:]
+)
 
 
 def _by_topic(

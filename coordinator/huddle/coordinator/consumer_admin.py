@@ -1,9 +1,9 @@
 """Consumer-protocol (KIP-848) groups described and listed on huddle's own wire.
 
-The consumer groups are served on the Kafka listener, which owns their core (one
-``ConsumerCoordinator`` per listener). Once the listener exists it hands the core's
-``GroupAdmin`` a ``ConsumerSource`` (its ``ConsumerGroups``), so ``huddle groups list`` and
-``huddle groups describe`` show these groups beside the classic ones: group type
+The server's one ``ConsumerService`` (``huddle.coordinator.consumer_service``) owns their
+core, whatever wire their members heartbeat on (the Kafka listener, huddle's own). The
+server hands the core's ``GroupAdmin`` that service as its ``ConsumerSource``, so ``huddle
+groups list`` and ``huddle groups describe`` show these groups beside the classic ones: group type
 ``consumer``, state (Kafka's names: Empty, Assigning, Reconciling, Stable), group epoch,
 target assignment epoch, the server assignor, and for each member its epoch, its state
 (stable, unrevoked_partitions, unreleased_partitions), what it may own now, what it must

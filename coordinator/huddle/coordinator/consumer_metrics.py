@@ -1,7 +1,7 @@
 """Prometheus metrics of the consumer-protocol (KIP-848) groups (``--metrics-port``).
 
-The Kafka listener's ``ConsumerGroups`` counts, as it answers heartbeats and expires
-members, the group epoch bumps and the members it fences; the groups and their members are
+The server's ``ConsumerService`` counts, as it answers heartbeats (on either wire) and
+expires members, the group epoch bumps and the members it fences; the groups and their members are
 read at scrape. Names, all under ``huddle_``, as Kafka's group coordinator metrics name
 them where they fit (``consumer-group-count{state}``, ``consumer-group-rebalance-count``):
 

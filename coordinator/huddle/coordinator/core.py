@@ -119,7 +119,7 @@ class Coordinator:
         )
         self.admin = GroupAdmin(sessions, self.changes)
         self.retention = Retention(sessions, self.config, self.changes)
-        # the consumer-protocol groups' records (their groups are the Kafka listener's)
+        # the consumer-protocol groups' records (their groups are the ConsumerService's)
         self.consumer_kept = ConsumerKept()
         self._loader = Loader(sessions, rebalances, self.topics, self.offsets, self.consumer_kept)
 

@@ -37,7 +37,7 @@ class GroupAdmin:
     def __init__(self, sessions: Sessions, changes: list[Record]) -> None:
         self.sessions = sessions
         self.changes = changes  # what to keep across restarts (see coordinator.storage.records)
-        # the consumer-protocol groups (the Kafka listener's, once it exists): described and
+        # the consumer-protocol groups (the server's ConsumerService): described and
         # listed beside the classic ones (huddle.coordinator.consumer_admin)
         self.consumer: ConsumerSource | None = None
 

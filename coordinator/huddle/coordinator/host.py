@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from huddle.coordinator import consumer_wire
 from huddle.coordinator.admission import Admission
 from huddle.coordinator.cluster.keeper import EtcdKeeper
 from huddle.coordinator.config import ServerConfig
@@ -113,6 +114,8 @@ class CoordinatorServer:
         self.greeted = admission.greeted
         self.wire = HuddleWire(self, self.security)
         self.requests = RequestPath(self.core, self._conns, self.metrics)
+        # the consumer group protocol (KIP-848): one service for huddle's wire and Kafka's
+        self.consumer = consumer_wire.server_service(self)
         self.flush_later = self.requests.flush_later  # ConnectionHost's, called per frame
         if config.cluster:  # no group is served before the node has joined its cluster
             self.requests.gate = joining_cluster
@@ -123,7 +126,7 @@ class CoordinatorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._listeners: list[asyncio.Server] = []  # of other wires (``listen``)
-        self._after_close: list[Callable[[], None]] = []  # ``after_close``
+        self._after_close: list[Callable[[], None]] = [self.consumer.close]  # ``after_close``
         self._next_conn_id = 1
         self._slices = Slices()  # the data dir's load, with requests answered in between
         self._stopping = False
@@ -262,6 +265,7 @@ class CoordinatorServer:
             # the loaded members' sessions start now that they can be heard (a whole session
             # each), and end even if nobody ever asks anything again
             await self._slices.run(self.core.loading_groups(self.now_ms()))  # restored otherwise
+            self.consumer.load_kept(None)  # the consumer-protocol groups, the same way
             self.core.begin_serving(self.now_ms())
             if self.core.changes:  # ids given to topics kept without one: recorded now
                 self.requests.send_outside([])

@@ -53,7 +53,7 @@ class Loader:
         self.rebalances = rebalances
         self.topics = topics
         self.offsets = offsets
-        self.consumer = consumer  # consumer-protocol groups: the Kafka listener loads them
+        self.consumer = consumer  # consumer-protocol groups: the ConsumerService loads them
         self.kept: dict[str, GroupRecord] = {}  # restored, loaded by ``loading_groups``
         self.unserved: deque[Group] = deque()  # loaded, their sessions not started yet
 

@@ -25,7 +25,7 @@ Names, all under ``huddle_``:
   seconds since it last refreshed its etcd lease, and since it last reconciled its shards;
   NaN before the first), ``cluster_task_restarts_total{task,why}`` (one of its loops started
   again: ``died`` or ``stalled``);
-- the consumer-protocol groups' (with a Kafka listener): ``consumer_groups{state}``,
+- the consumer-protocol groups' (either wire's): ``consumer_groups{state}``,
   ``consumer_group_members``, ``consumer_group_rebalances_total``,
   ``consumer_members_fenced_total{reason}`` (``huddle.coordinator.consumer_metrics``).
 """
@@ -68,7 +68,7 @@ class CoordinatorMetrics(Collector):
         self.security_store: Callable[[], tuple[bool, int]] | None = None
         self.liveness: Callable[[], NodeLiveness] | None = None  # a cluster node's
         self.restarts: Callable[[], dict[tuple[str, str], int]] | None = None  # (task, why)
-        self.consumer: ConsumerMetricsSource | None = None  # the Kafka listener's groups
+        self.consumer: ConsumerMetricsSource | None = None  # the server's ConsumerService
         # by listener: every request handled (counted per slice of a connection's input)
         self.calls: Counter[str] = Counter()
         # (listener, request class) -> handled, but heartbeats

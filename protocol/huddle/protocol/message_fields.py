@@ -10,8 +10,8 @@ from typing import Annotated
 
 from msgspec import Meta, Struct
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+PROTOCOL_VERSION = 2  # 2: the consumer group protocol (``consumer_messages``)
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2)
 NO_GENERATION = -1
 
 # Bounds on the names and ids a client sends (a frame over them is INVALID_REQUEST, naming

@@ -19,7 +19,8 @@ version or a later one; a client skips (and logs) a notice type it does not know
 This module holds the handshake (and SASL) frames, the notices, the envelopes (``Call``,
 ``Reply``) with the unions they carry, and the versioning (``INTRODUCED_IN``); the request and
 response types live by family in ``huddle.protocol.group_messages`` (members: join, sync,
-heartbeat, leave, offsets) and ``huddle.protocol.admin_messages`` (topics, groups, the
+heartbeat, leave, offsets), ``huddle.protocol.consumer_messages`` (the consumer group
+protocol's heartbeat and notice) and ``huddle.protocol.admin_messages`` (topics, groups, the
 cluster), and ``Message`` with the bounds in ``huddle.protocol.message_fields``. Every one
 of them is importable from here.
 """
@@ -62,6 +63,12 @@ from huddle.protocol.admin_messages import (
     TopicMetadata,
     TopicResult,
     TopicSpec,
+)
+from huddle.protocol.consumer_messages import (
+    ConsumerAssignmentChanged,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerTopicPartitions,
 )
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.group_messages import (
@@ -143,8 +150,12 @@ __all__ = [
     "ClientFrame",
     "ClientId",
     "ClusterNodeInfo",
+    "ConsumerAssignmentChanged",
     "ConsumerGroupState",
+    "ConsumerHeartbeatRequest",
+    "ConsumerHeartbeatResponse",
     "ConsumerMemberState",
+    "ConsumerTopicPartitions",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
     "DeleteGroupsRequest",
@@ -333,6 +344,7 @@ Request = (
     | ListGroupsRequest
     | FindCoordinatorRequest
     | DescribeClusterRequest
+    | ConsumerHeartbeatRequest
 )
 
 Response = (
@@ -351,10 +363,11 @@ Response = (
     | ListGroupsResponse
     | FindCoordinatorResponse
     | DescribeClusterResponse
+    | ConsumerHeartbeatResponse
     | ErrorResponse
 )
 
-Notice = RebalanceStarted | TopicMetadataChanged | ProtocolError
+Notice = RebalanceStarted | TopicMetadataChanged | ProtocolError | ConsumerAssignmentChanged
 
 
 class Call(Message, tag="call", frozen=True, kw_only=True):
@@ -381,10 +394,15 @@ ServerFrame = (
     | RebalanceStarted
     | TopicMetadataChanged
     | ProtocolError
+    | ConsumerAssignmentChanged
 )
 
 # The protocol version that introduced a message type; absent: version 1, the first.
-INTRODUCED_IN: dict[type[Message], int] = {}
+INTRODUCED_IN: dict[type[Message], int] = {
+    ConsumerHeartbeatRequest: 2,
+    ConsumerHeartbeatResponse: 2,
+    ConsumerAssignmentChanged: 2,
+}
 
 
 def known_in(version: int, message: type[Message]) -> bool:

@@ -10,7 +10,7 @@ and the topics' (``huddle.coordinator.cluster.topics``):
   partition).
 - ``P/consumer-groups/<shard>/<group>`` and ``.../<group>/m<member>``: a consumer-protocol
   group's record and its members' (``ConsumerGroupRecord``, ``ConsumerMemberRecord``); a
-  shard taken over hands them to the Kafka listener's consumer groups
+  shard taken over hands them to the server's consumer service
   (``ConsumerKept.take``), a shard lost drops them (``ConsumerKept.drop``).
 
 Group and offset writes are fenced on the shard's epoch (an etcd transaction comparing the

@@ -110,7 +110,8 @@ def _refused(group_id: str, code: ErrorCode, message: str | None) -> Values:
 
 
 def plan(groups: ConsumerGroups, api_key: int, req: Any, version: int, peer: Peer) -> Plan:
-    """A ConsumerGroupHeartbeat or ConsumerGroupDescribe, answered now."""
+    """A ConsumerGroupHeartbeat (huddle's heartbeat, answered once kept) or a
+    ConsumerGroupDescribe (answered now)."""
     if api_key == CONSUMER_GROUP_HEARTBEAT:
         return groups.plan(api_key, req, version, peer)
     return describe(groups, req, peer)

@@ -4,29 +4,21 @@ huddle listener, over the same core (``CoordinatorServer.listen``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from uuid import UUID
 
 from huddle.coordinator.connection import Connection
-from huddle.coordinator.consumer import ConsumerGroupConfig
+from huddle.coordinator.consumer_wire import ServerConsumerHost
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.log_apis import KafkaLog
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
 from huddle.coordinator.kafka_log.disk import LogDisk
-from huddle.coordinator.security.acls import Authorizer
-from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
-from huddle.coordinator.storage.records import Record
 from huddle.protocol.addresses import format_address, parse_address
-from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import Call
 
 
-class _Host:
-    """What ``KafkaWire`` needs of the server (``wire.KafkaHost``)."""
-
-    def __init__(self, server: CoordinatorServer) -> None:
-        self._server = server
+class _Host(ServerConsumerHost):
+    """What ``KafkaWire`` needs of the server (``wire.KafkaHost``): what the consumer
+    service reads of it (the topics, ACLs, classic groups), and these."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -46,48 +38,6 @@ class _Host:
 
     def flush(self) -> None:
         self._server.requests.flush()
-
-    @property
-    def topic_partitions(self) -> Mapping[str, int]:
-        return self._server.core.topics.partitions
-
-    @property
-    def topic_names(self) -> Mapping[UUID, str]:
-        return self._server.core.topics.names
-
-    @property
-    def topic_ids(self) -> Mapping[str, UUID]:
-        return self._server.core.topics.ids
-
-    @property
-    def authorizer(self) -> Authorizer | None:
-        return self._server.core.authorizer
-
-    def now_ms(self) -> float:
-        return self._server.now_ms()
-
-    @property
-    def topics_version(self) -> int:
-        return self._server.core.sessions.topics_version
-
-    @property
-    def consumer_kept(self) -> ConsumerKept:
-        return self._server.core.consumer_kept
-
-    def keep(self, records: list[Record]) -> None:
-        self._server.core.keep_consumer(records)
-        self._server.keep_outside()
-
-    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
-        cluster = self._server.cluster
-        refusal = None if cluster is None else cluster.refuses_group(group_id)
-        if refusal is None:
-            return None
-        return ErrorCode(refusal.error_code), refusal.error_message or ""
-
-    def classic_members(self, group_id: str) -> int:
-        group = self._server.core.groups.get(group_id)
-        return 0 if group is None else len(group.members)
 
 
 async def listen_kafka(
@@ -121,10 +71,7 @@ async def listen_kafka(
         sasl=login,
         evict_on_close_ms=cfg.kafka_evict_on_close_ms,
         log=kafka_log,
-        consumer=ConsumerGroupConfig(
-            session_timeout_ms=cfg.consumer_session_timeout_ms,
-            heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
-        ),
+        consumer=server.consumer,  # the server's: huddle's wire serves the same groups
     )
     try:
         wire.port = await server.listen(wire, host, port)
@@ -132,11 +79,6 @@ async def listen_kafka(
         kafka_log.close()
         raise
     server.after_close(kafka_log.close)
-    server.after_close(wire.consumer.close)  # once the listener's connections are closed
-    # huddle's own wire (``huddle groups list/describe``) shows the consumer groups too
-    server.core.admin.consumer = wire.consumer
-    if server.metrics is not None:
-        server.metrics.consumer = wire.consumer
     wire.advertised = parse_address(advertise) if advertise else (host, wire.port)
     server.kafka_advertised = format_address(*wire.advertised)
     return wire

@@ -15,13 +15,13 @@ each member of a group it loads).
 
 A cluster node keeps the same records in etcd: ``take`` serves a shard's records as the
 node takes the shard over, ``drop`` forgets the groups of a shard it lost; both tell the
-groups' server (``serving``, the Kafka listener's consumer groups).
+groups' server (``serving``, the server's ``ConsumerService``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState
@@ -38,7 +38,7 @@ ConsumerRecord = ConsumerGroupRecord | ConsumerMemberRecord
 
 
 class ConsumerServing(Protocol):
-    """Who serves the kept groups (the Kafka listener's consumer groups)."""
+    """Who serves the kept groups (the server's ``ConsumerService``)."""
 
     def load_kept(self, group_ids: Iterable[str]) -> None:
         """Serve these kept groups (a cluster shard taken over)."""
@@ -171,16 +171,9 @@ def member_record(
 ) -> ConsumerMemberRecord:
     return ConsumerMemberRecord(
         group_id=group_id,
-        member_id=member.member_id,
-        member_epoch=member.member_epoch,
-        previous_member_epoch=member.previous_member_epoch,
+        **_as_is(member),
         state=member.state.value,
-        instance_id=member.instance_id,
-        rack_id=member.rack_id,
-        rebalance_timeout_ms=member.rebalance_timeout_ms,
         subscribed_topic_names=sorted(member.subscribed_topic_names),
-        subscribed_topic_regex=member.subscribed_topic_regex,
-        server_assignor=member.server_assignor,
         assigned=_lists(member.assigned),
         pending_revocation=_lists(member.pending_revocation),
         target=None if target is None else _lists(target),
@@ -198,15 +191,8 @@ def loaded_group(
     for kept in members:
         group.put(
             ConsumerMember(
-                kept.member_id,
-                instance_id=kept.instance_id,
-                rack_id=kept.rack_id,
-                rebalance_timeout_ms=kept.rebalance_timeout_ms,
+                **_as_is(kept),
                 subscribed_topic_names=frozenset(kept.subscribed_topic_names),
-                subscribed_topic_regex=kept.subscribed_topic_regex,
-                server_assignor=kept.server_assignor,
-                member_epoch=kept.member_epoch,
-                previous_member_epoch=kept.previous_member_epoch,
                 state=MemberState(kept.state),
                 assigned=_sets(kept.assigned),
                 pending_revocation=_sets(kept.pending_revocation),
@@ -215,6 +201,23 @@ def loaded_group(
         if kept.target is not None:
             group.target[kept.member_id] = _sets(kept.target)
     return group
+
+
+# the fields a member record keeps as the member holds them (the others are converted)
+_AS_IS: Final = (
+    "member_id",
+    "member_epoch",
+    "previous_member_epoch",
+    "instance_id",
+    "rack_id",
+    "rebalance_timeout_ms",
+    "subscribed_topic_regex",
+    "server_assignor",
+)
+
+
+def _as_is(source: ConsumerMember | ConsumerMemberRecord) -> dict[str, Any]:
+    return {name: getattr(source, name) for name in _AS_IS}
 
 
 def _lists(assignment: Assignment) -> dict[str, list[int]]:

@@ -1,0 +1,165 @@
+"""The consumer group protocol (KIP-848) of a huddle member, sans-IO.
+
+``ConsumerCore`` holds what a consumer-protocol member knows (its member id, which it makes
+itself, its epoch, the partitions it owns, the heartbeat interval the coordinator set) and
+decides, without IO or a clock:
+
+- the next ``ConsumerHeartbeatRequest``: a full one (subscription, rebalance timeout,
+  instance id, owned partitions) when it joins (epoch 0), a short one otherwise (its epoch
+  and what it owns now, which is how it acknowledges a revocation);
+- what an answer asks of it (``Reconcile``): partitions to revoke (``on_partitions_revoked``
+  first, then they are given up), partitions to take (``on_partitions_assigned``), or, when
+  the coordinator fenced it (FENCED_MEMBER_EPOCH) or forgot it (UNKNOWN_MEMBER_ID), every
+  partition lost (``on_partitions_lost``) and a rejoin with epoch 0;
+- its leave: epoch -1, or -2 for a static member (it keeps its place until its session
+  runs out).
+
+The runtime (``huddle.client.consumer_member``) performs a ``Reconcile``, tells the core
+what it did (``revoked``, ``assigned``, ``lost``), and heartbeats again at once when the
+answer changed something (that heartbeat acknowledges it) or when the coordinator pushes a
+``ConsumerAssignmentChanged``; otherwise at the heartbeat interval.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import ErrorCode, raise_for
+from huddle.protocol.messages import (
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerTopicPartitions,
+    ErrorResponse,
+)
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+# answered so, the member has lost its partitions and joins again with epoch 0
+REJOIN_CODES = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
+# answered so, the same heartbeat is sent again after a backoff (another node, a load)
+RETRY_CODES = frozenset(
+    {
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+NOTHING: frozenset[TopicPartition] = frozenset()
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """What one answer asks of the member, in this order: ``lost`` (fenced: gone already),
+    ``revoke`` (give up, then acknowledge), ``assign`` (start). ``again``: heartbeat at once
+    (to acknowledge, or to rejoin); ``retry``: send it again after a backoff."""
+
+    lost: frozenset[TopicPartition] = NOTHING
+    revoke: frozenset[TopicPartition] = NOTHING
+    assign: frozenset[TopicPartition] = NOTHING
+    again: bool = False
+    retry: bool = False
+
+
+@dataclass
+class ConsumerCore:
+    group_id: str
+    topics: Sequence[str]
+    instance_id: str | None = None
+    rebalance_timeout_ms: int = 30_000
+    heartbeat_interval_ms: int = 1_000  # until the coordinator sets it
+    member_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    epoch: int = JOIN_EPOCH
+    owned: frozenset[TopicPartition] = NOTHING
+    # a full request is due: joining, or after an error (the coordinator may have lost track)
+    full: bool = True
+
+    def request(self) -> ConsumerHeartbeatRequest:
+        owned = _by_topic(self.owned)
+        if not self.full:
+            return ConsumerHeartbeatRequest(
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=self.epoch,
+                owned=owned,
+            )
+        return ConsumerHeartbeatRequest(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
+            instance_id=self.instance_id,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            subscribed_topic_names=list(self.topics),
+            owned=owned,
+        )
+
+    def leave_request(self) -> ConsumerHeartbeatRequest:
+        epoch = LEAVE_EPOCH if self.instance_id is None else STATIC_LEAVE_EPOCH
+        return ConsumerHeartbeatRequest(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=epoch,
+            instance_id=self.instance_id,
+        )
+
+    def answered(self, answer: ConsumerHeartbeatResponse | ErrorResponse) -> Reconcile:
+        """What ``answer`` asks; raises the registered ``HuddleError`` for a refusal the
+        member cannot get past (an authorization, UNRELEASED_INSTANCE_ID, ...). An
+        ``ErrorResponse`` in its place (the heartbeat refused before the group was asked,
+        or its change not kept: NOT_COORDINATOR from a cluster node) is read as the
+        answer's error code."""
+        if isinstance(answer, ErrorResponse):
+            code = answer.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
+            answer = ConsumerHeartbeatResponse(error_code=code, error_message=answer.error_message)
+        code = answer.error_code
+        if code in REJOIN_CODES:
+            lost = self.owned
+            self.epoch = JOIN_EPOCH
+            self.full = True
+            return Reconcile(lost=lost, again=True)
+        if code in RETRY_CODES:
+            self.full = True
+            return Reconcile(retry=True)
+        if code != ErrorCode.NONE:
+            raise_for(code, answer.error_message)
+        self.full = False
+        self.epoch = answer.member_epoch
+        if answer.heartbeat_interval_ms > 0:
+            self.heartbeat_interval_ms = answer.heartbeat_interval_ms
+        if answer.assignment is None:
+            return Reconcile()
+        target = frozenset(
+            TopicPartition(t.topic, p) for t in answer.assignment for p in t.partitions
+        )
+        revoke, assign = self.owned - target, target - self.owned
+        return Reconcile(revoke=revoke, assign=assign, again=bool(revoke or assign))
+
+    # --- what the runtime did ------------------------------------------------------------
+
+    def revoked(self, partitions: Iterable[TopicPartition]) -> None:
+        self.owned = self.owned - frozenset(partitions)
+
+    def assigned(self, partitions: Iterable[TopicPartition]) -> None:
+        self.owned = self.owned | frozenset(partitions)
+
+    def lost(self) -> None:
+        self.owned = NOTHING
+
+    def left(self) -> None:
+        self.owned = NOTHING
+        self.epoch = JOIN_EPOCH
+        self.full = True
+
+
+def _by_topic(owned: frozenset[TopicPartition]) -> list[ConsumerTopicPartitions]:
+    topics: dict[str, list[int]] = {}
+    for tp in owned:
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return [
+        ConsumerTopicPartitions(topic=topic, partitions=sorted(partitions))
+        for topic, partitions in sorted(topics.items())
+    ]

@@ -1,0 +1,288 @@
+"""``Member(..., group_protocol="consumer")``: a huddle member on the consumer group protocol
+(KIP-848), run on anyio around the sans-IO ``huddle.client.consumer_core.ConsumerCore``.
+
+The coordinator computes the assignment (its server-side assignor); the member heartbeats
+with its epoch and reconciles toward what each answer gives it: it revokes first (the
+listener's ``on_partitions_revoked``, then the partitions are given up and the next
+heartbeat, sent at once, acknowledges it), then takes what it was given
+(``on_partitions_assigned``). Fenced (FENCED_MEMBER_EPOCH) or forgotten (UNKNOWN_MEMBER_ID),
+it loses everything (``on_partitions_lost``) and joins again with epoch 0. A pushed
+``ConsumerAssignmentChanged`` wakes it to heartbeat at once, so it reconciles within a round
+trip rather than at its next heartbeat interval. Leaving the ``async with`` revokes what it
+owns and leaves with epoch -1 (a static member: -2, keeping its place until its session
+runs out). One task runs the heartbeats and the listener (callbacks never overlap); a second
+reads the connection's notices.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+
+from huddle.client.connection import Connection, connect
+from huddle.client.consumer_core import ConsumerCore, Reconcile
+from huddle.client.events import MemberFailedError, StableTimeoutError
+from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
+from huddle.client.member import Member
+from huddle.client.security import NO_SECURITY, Security
+from huddle.client.steps import MemberState
+from huddle.logs import library_logger
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import InvalidArgumentError, UsageError
+from huddle.protocol.messages import (
+    ConsumerAssignmentChanged,
+    ConsumerHeartbeatResponse,
+    ErrorResponse,
+)
+
+log = library_logger("huddle.member")
+_REQUEST_TIMEOUT_S = 10.0
+
+
+class ConsumerProtocolMember(Member):
+    """A ``Member`` on the consumer group protocol; made by ``Member(...,
+    group_protocol="consumer")``. ``assignors`` are the coordinator's then (not sent); a
+    ``pattern``, ``commit`` and ``subscribe`` are not served on this protocol yet."""
+
+    def __init__(  # the classic Member's signature: a Member is made with it
+        self,
+        bootstrap: str,
+        *,
+        group_id: str,
+        topics: Sequence[str] | None = None,
+        pattern: str | re.Pattern[str] | None = None,
+        instance_id: str | None = None,
+        heartbeat_interval_ms: int = 1_000,
+        rebalance_timeout_ms: int = 30_000,
+        listener: ListenerLike | None = None,
+        client_id: str = "huddle-member",
+        retry_backoff_ms: int = 100,
+        security: Security = NO_SECURITY,
+        group_protocol: str = "consumer",
+        **classic_only: Any,
+    ) -> None:
+        if pattern is not None or not topics:
+            raise InvalidArgumentError(
+                "group_protocol='consumer' takes a list of topics (no pattern yet)"
+            )
+        self._bootstrap = bootstrap
+        self._client_id = client_id
+        self._security = security
+        self._incarnation = secrets.token_bytes(16)
+        self._backoff_s = retry_backoff_ms / 1000
+        self._callbacks = Callbacks(listener if listener is not None else RebalanceListener())
+        self._consumer = ConsumerCore(
+            group_id=group_id,
+            topics=list(topics),
+            instance_id=instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+        )
+        self._log = log.bind(group_id=group_id, client_id=client_id, protocol="consumer")
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._conn: Connection | None = None
+        self._wake = anyio.Event()
+        self._changed = anyio.Event()
+        self._closing = False
+        self._closed = False
+        self._settled = False  # the last answer asked nothing more of the member
+        self._failed: MemberFailedError | None = None
+
+    # --- what the application sees -----------------------------------------------------
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self._consumer.owned
+
+    @property
+    def standby(self) -> frozenset[TopicPartition]:
+        return frozenset()
+
+    @property
+    def warmup(self) -> frozenset[TopicPartition]:
+        return frozenset()
+
+    @property
+    def member_id(self) -> str:
+        return self._consumer.member_id
+
+    @property
+    def generation(self) -> int:
+        """The member epoch."""
+        return self._consumer.epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return False  # the coordinator assigns
+
+    @property
+    def state(self) -> MemberState:
+        if self._failed is not None:
+            return MemberState.FAILED
+        if self._consumer.epoch <= 0:
+            return MemberState.UNJOINED
+        return MemberState.STABLE if self._settled else MemberState.JOINING
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def protocol(self) -> str | None:
+        return None
+
+    @property
+    def rebalance_protocol(self) -> str:
+        return "consumer"
+
+    @property
+    def failure(self) -> MemberFailedError | None:
+        return self._failed
+
+    @property
+    def subscription(self) -> list[str]:
+        return list(self._consumer.topics)
+
+    async def subscribe(self, topics: Sequence[str]) -> None:
+        raise UsageError("subscribe() is not served with group_protocol='consumer' yet")
+
+    async def commit(self, *args: Any, **kwargs: Any) -> None:
+        raise UsageError("commit() is not served with group_protocol='consumer' yet")
+
+    async def committed(self, *args: Any, **kwargs: Any) -> dict[TopicPartition, int | None]:
+        raise UsageError("committed() is not served with group_protocol='consumer' yet")
+
+    def _stable(self) -> bool:
+        return self._conn is not None and self._settled and self._consumer.epoch > 0
+
+    async def wait_stable(self, timeout: float | None = None) -> None:
+        """Until the member is in the group and its last heartbeat asked nothing more of it."""
+        with anyio.move_on_after(timeout):
+            while True:
+                if self._failed is not None:
+                    raise self._failed
+                if self._closed:
+                    raise UsageError("the member is closed: it will not be stable again")
+                if self._stable():
+                    return
+                await self._changed.wait()
+        raise StableTimeoutError(f"the member was not stable within {timeout:g} s")
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # --- running -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            async with connect(
+                self._bootstrap,
+                client_id=self._client_id,
+                security=self._security,
+                incarnation=self._incarnation,
+            ) as conn:
+                self._conn = conn
+                assert self._tg is not None
+                self._tg.start_soon(self._read_notices, conn)
+                await self._heartbeats(conn)
+        except Exception as exc:  # a refusal, the connection lost, the listener raising
+            if not self._closing:
+                code = (
+                    exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
+                )
+                self._failed = MemberFailedError(code, str(exc))
+                self._failed.__cause__ = exc
+                self._log.warning("member_failed", error=str(exc))
+        finally:
+            self._conn = None
+            self._closed = True
+            self._notify()
+
+    async def _heartbeats(self, conn: Connection) -> None:
+        core = self._consumer
+        while not self._closing:
+            self._wake = anyio.Event()
+            answer = await self._beat(conn)
+            step = core.answered(answer)
+            await self._reconcile(step)
+            self._settled = not (step.again or step.retry)
+            self._notify()
+            if step.again:
+                continue
+            wait_s = self._backoff_s if step.retry else core.heartbeat_interval_ms / 1000
+            with anyio.move_on_after(wait_s):
+                await self._wake.wait()
+        await self._leave(conn)
+
+    async def _beat(self, conn: Connection) -> ConsumerHeartbeatResponse | ErrorResponse:
+        answer = await conn.request(self._consumer.request(), timeout=_REQUEST_TIMEOUT_S)
+        if not isinstance(answer, ConsumerHeartbeatResponse | ErrorResponse):
+            code = getattr(answer, "error_code", None)
+            message = getattr(answer, "error_message", "") or type(answer).__name__
+            raise MemberFailedError(code, f"the coordinator answered {message}")
+        return answer
+
+    async def _reconcile(self, step: Reconcile) -> None:
+        core = self._consumer
+        if step.lost:
+            self._log.info("partitions_lost", partitions=len(step.lost))
+            await self._callbacks.call("on_partitions_lost", step.lost)
+            core.lost()
+        if step.revoke:
+            await self._callbacks.call("on_partitions_revoked", step.revoke)
+            core.revoked(step.revoke)
+        if step.revoke or step.assign:  # as the cooperative order: assigned follows, maybe empty
+            await self._callbacks.call("on_partitions_assigned", step.assign)
+            core.assigned(step.assign)
+
+    async def _leave(self, conn: Connection) -> None:
+        core = self._consumer
+        if core.epoch <= 0:
+            return
+        if core.owned:
+            await self._callbacks.call("on_partitions_revoked", core.owned)
+        with anyio.move_on_after(_REQUEST_TIMEOUT_S):
+            await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
+        core.left()
+
+    async def _read_notices(self, conn: Connection) -> None:
+        async for notice in conn.notices:
+            if (
+                isinstance(notice, ConsumerAssignmentChanged)
+                and notice.member_id == self._consumer.member_id
+            ):
+                self._wake.set()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._tg is not None:
+            raise UsageError("a Member can be entered only once")
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._run)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self._closing = True
+        self._wake.set()
+        with anyio.move_on_after(_REQUEST_TIMEOUT_S * 2):
+            while not self._closed:
+                await self._changed.wait()
+        self._tg.cancel_scope.cancel()
+        absorbed = await self._tg.__aexit__(exc_type, exc, tb)
+        if self._failed is not None and exc is None:
+            raise self._failed
+        return absorbed or None

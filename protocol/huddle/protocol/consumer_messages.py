@@ -1,0 +1,71 @@
+"""The consumer group protocol's (KIP-848) messages on huddle's wire: one heartbeat pair and
+one notice. Importable from ``huddle.protocol.messages`` too, which gathers them into the
+wire's unions (all three came with protocol version 2).
+
+The fields are Kafka's ConsumerGroupHeartbeat v1 with topics by **name** (huddle's wire
+names topics; Kafka's carries topic ids). ``None`` means "not sent, unchanged since the last
+heartbeat" (Kafka's null); an empty list is a value. The member chooses its member id (a
+UUID), joins with epoch 0, leaves with -1 (a static member for now: -2).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from msgspec import Meta, Struct
+
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.message_fields import (
+    MAX_ITEMS,
+    MAX_PROTOCOL_NAME,
+    GroupId,
+    InstanceId,
+    MemberId,
+    Message,
+    ProtocolName,
+    TopicName,
+)
+
+MAX_PARTITIONS = 100_000  # of one topic in an owned list or an assignment
+
+
+class ConsumerTopicPartitions(Struct, frozen=True, kw_only=True):
+    topic: TopicName
+    partitions: Annotated[list[int], Meta(max_length=MAX_PARTITIONS)]
+
+
+class ConsumerHeartbeatRequest(Message, tag="consumer_heartbeat", frozen=True, kw_only=True):
+    group_id: GroupId
+    member_id: MemberId
+    member_epoch: int
+    instance_id: InstanceId | None = None
+    rack_id: ProtocolName | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: Annotated[list[TopicName], Meta(max_length=MAX_ITEMS)] | None = None
+    subscribed_topic_regex: Annotated[str, Meta(max_length=MAX_PROTOCOL_NAME)] | None = None
+    server_assignor: ProtocolName | None = None
+    owned: Annotated[list[ConsumerTopicPartitions], Meta(max_length=MAX_ITEMS)] | None = None
+
+
+class ConsumerHeartbeatResponse(
+    Message, tag="consumer_heartbeat_response", frozen=True, kw_only=True
+):
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    # None: unchanged since the last answer (the member keeps what it has)
+    assignment: list[ConsumerTopicPartitions] | None = None
+
+
+class ConsumerAssignmentChanged(
+    Message, tag="consumer_assignment_changed", frozen=True, kw_only=True
+):
+    """Pushed to a consumer-protocol member whose next heartbeat would be answered with a
+    different assignment (its group's target moved, or partitions it waits for were
+    released): it should heartbeat now, not at its next interval."""
+
+    group_id: str
+    member_id: str
+    target_epoch: int

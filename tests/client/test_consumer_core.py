@@ -1,0 +1,86 @@
+"""The consumer-protocol member's sans-IO core: what each answer asks of it, its requests,
+its leave."""
+
+from __future__ import annotations
+
+import pytest
+
+from huddle.client.consumer_core import ConsumerCore
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import ErrorCode, GroupAuthorizationFailedError
+from huddle.protocol.messages import ConsumerHeartbeatResponse, ConsumerTopicPartitions
+
+
+def _answer(epoch: int, *partitions: int, interval: int = 5_000) -> ConsumerHeartbeatResponse:
+    return ConsumerHeartbeatResponse(
+        member_epoch=epoch,
+        heartbeat_interval_ms=interval,
+        assignment=[ConsumerTopicPartitions(topic="t", partitions=list(partitions))],
+    )
+
+
+def _tps(*partitions: int) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition("t", p) for p in partitions)
+
+
+def _joined(*partitions: int) -> ConsumerCore:
+    core = ConsumerCore(group_id="g", topics=["t"])
+    step = core.answered(_answer(1, *partitions))
+    core.assigned(step.assign)
+    return core
+
+
+def test_a_join_is_a_full_request_with_epoch_0_then_heartbeats_are_short() -> None:
+    core = ConsumerCore(group_id="g", topics=["t"], rebalance_timeout_ms=9_000)
+    join = core.request()
+    assert (join.member_epoch, join.subscribed_topic_names, join.rebalance_timeout_ms) == (
+        0,
+        ["t"],
+        9_000,
+    )
+    step = core.answered(_answer(1, 0, 1))
+    assert (step.assign, step.again) == (_tps(0, 1), True)  # taken, then acknowledged at once
+    core.assigned(step.assign)
+    beat = core.request()
+    assert beat.member_epoch == 1
+    assert beat.subscribed_topic_names is None  # unchanged: not sent again
+    assert beat.owned == [ConsumerTopicPartitions(topic="t", partitions=[0, 1])]
+    assert core.heartbeat_interval_ms == 5_000  # the coordinator's
+
+
+def test_a_revocation_is_given_up_before_it_is_acknowledged() -> None:
+    core = _joined(0, 1, 2)
+    step = core.answered(_answer(1, 0))
+    assert (step.revoke, step.assign, step.again) == (_tps(1, 2), frozenset(), True)
+    assert core.request().owned == [ConsumerTopicPartitions(topic="t", partitions=[0, 1, 2])]
+    core.revoked(step.revoke)  # after on_partitions_revoked
+    assert core.request().owned == [ConsumerTopicPartitions(topic="t", partitions=[0])]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID])
+def test_fenced_or_unknown_loses_everything_and_rejoins_with_epoch_0(code: ErrorCode) -> None:
+    core = _joined(0, 1)
+    member_id = core.member_id
+    step = core.answered(ConsumerHeartbeatResponse(error_code=code))
+    assert (step.lost, step.again) == (_tps(0, 1), True)
+    core.lost()
+    rejoin = core.request()
+    assert (rejoin.member_epoch, rejoin.member_id, rejoin.owned) == (0, member_id, [])
+    assert rejoin.subscribed_topic_names == ["t"]
+
+
+def test_a_leave_is_epoch_minus_1_and_a_static_member_s_minus_2() -> None:
+    assert _joined(0).leave_request().member_epoch == -1
+    static = ConsumerCore(group_id="g", topics=["t"], instance_id="i-1")
+    assert static.leave_request().member_epoch == -2
+    assert static.leave_request().instance_id == "i-1"
+
+
+def test_a_retriable_error_retries_and_a_fatal_one_raises() -> None:
+    core = _joined(0)
+    retry = ConsumerHeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert core.answered(retry).retry
+    assert core.owned == _tps(0)  # nothing lost
+    refused = ConsumerHeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(GroupAuthorizationFailedError):
+        core.answered(refused)
