@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
+from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.huddle_wire import HuddleWire
+from huddle.coordinator.mixed_groups import MixedGroups, classic_snapshot, drop_classic
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import Record
@@ -77,6 +79,12 @@ class ServerConsumerHost:
         group = self._core.groups.get(group_id)
         return 0 if group is None else len(group.members)
 
+    def classic_snapshot(self, group_id: str) -> ClassicGroupSnapshot | tuple[ErrorCode, str]:
+        return classic_snapshot(self._server, group_id)
+
+    def drop_classic(self, group_id: str) -> None:
+        drop_classic(self._server, group_id)
+
     @property
     def authorizer(self) -> Authorizer | None:
         return self._core.authorizer
@@ -113,10 +121,12 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     config = ConsumerGroupConfig(
         session_timeout_ms=cfg.consumer_session_timeout_ms,
         heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
+        migration_policy=cfg.consumer_migration_policy,
     )
     service = ConsumerService(ServerConsumerHost(server), ConsumerCoordinator(config))
     huddle = HuddleConsumer(service, server.requests.conns)
     server.requests.beside[ConsumerHeartbeatRequest] = huddle.serve
+    MixedGroups(server, service)  # the Kafka listener's classic members of consumer groups
     server.core.admin.consumer = service
     server.core.joins.consumer_group = service.refuses_classic  # huddle's wire's JoinGroup
     if server.metrics is not None:
