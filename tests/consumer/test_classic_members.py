@@ -5,11 +5,17 @@ client acts on its answers, and no partition is ever held by two of them."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 import pytest
 
-from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, TopicView
+from huddle.coordinator.consumer import (
+    ConsumerCoordinator,
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    TopicView,
+)
 from huddle.coordinator.consumer import classic as mixed
 from huddle.coordinator.consumer.classic import ClassicJoin, ClassicSnapshot
 from huddle.coordinator.consumer.messages import RefusedError
@@ -77,6 +83,10 @@ class ClassicClient:
             self.rejoin(core, now)
         else:
             assert code is E.NONE
+
+    def leave(self, core: ConsumerCoordinator, now: float) -> None:
+        assert mixed.leave(core, GROUP, self.member_id, now) is E.NONE
+        self.holds = {}
 
 
 def _classic_group(eager: bool = False) -> tuple[list[ClassicSnapshot], list[ClassicClient]]:
@@ -243,3 +253,45 @@ def test_a_group_that_cannot_be_converted_is_left_alone() -> None:
     with pytest.raises(RefusedError):
         mixed.convert(core, GROUP, GENERATION, twice, 0, TOPICS)
     assert GROUP not in core.groups
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_mixed_steps_never_hold_a_partition_twice_and_settle(seed: int) -> None:
+    """Classic members (cooperative and eager) and consumer-protocol members heartbeat,
+    rejoin, join and leave in a random order: after every step no partition is held by
+    two clients, and once they all go on heartbeating every partition is held."""
+    rng = random.Random(seed)
+    core = ConsumerCoordinator()
+    snapshots, classics = _classic_group(eager=rng.random() < 0.5)
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    consumers: list[Client] = []
+    now = 0.0
+    for step in range(60):
+        now += 50
+        roll = rng.random()
+        if roll < 0.1 and len(consumers) < 4:
+            consumers.append(Client(f"new-{step}", topics=("t",)))
+            consumers[-1].heartbeat(core, now, TOPICS)
+        elif roll < 0.15 and len(classics) > 1:
+            classics.pop(rng.randrange(len(classics))).leave(core, now)
+        elif roll < 0.2 and len(consumers) > 1:
+            gone = consumers.pop(rng.randrange(len(consumers)))
+            assert core.heartbeat(_leave(gone), now, TOPICS).error is E.NONE
+        elif roll < 0.6 and consumers:
+            rng.choice(consumers).heartbeat(core, now, TOPICS)
+        else:
+            rng.choice(classics).heartbeat(core, now)
+        _no_partition_held_twice([*(c.owned for c in consumers), *(c.holds for c in classics)])
+    for _ in range(8):  # everyone heartbeats: the group settles
+        now += 50
+        for consumer in consumers:
+            consumer.heartbeat(core, now, TOPICS)
+        for client in classics:
+            client.heartbeat(core, now)
+        _no_partition_held_twice([*(c.owned for c in consumers), *(c.holds for c in classics)])
+    held = [*(flat(c.owned) for c in consumers), *(flat(c.holds) for c in classics)]
+    assert set().union(*held) == {("t", p) for p in range(6)}
+
+
+def _leave(client: Client) -> HeartbeatRequest:
+    return HeartbeatRequest(GROUP, client.member_id, -1)

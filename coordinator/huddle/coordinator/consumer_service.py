@@ -309,12 +309,18 @@ class ConsumerService:
         log.info("classic_group_converted", group_id=group_id, members=len(members))
         return None
 
-    def changed(self, group_id: str, member_id: str | None) -> None:
-        """A classic member's request changed ``group_id`` (``member_id``'s, if only it):
-        its records kept with the answer, its deadlines armed, its members told."""
+    def changed(self, group_id: str, member_id: str | None, before: int) -> None:
+        """A classic member's request changed ``group_id`` (``member_id``'s, if only it; the
+        group epoch was ``before``): its records kept with the answer, its deadlines armed,
+        its epoch bumps counted, its members told."""
+        self.counts.rebalances += max(self._epoch(group_id) - before, 0)
         self._arm()
         self._keep([group_id], member_id, outside=False)
         self._tell(group_id)
+
+    def epoch(self, group_id: str) -> int:
+        """The group epoch of ``group_id`` (0: no such consumer group)."""
+        return self._epoch(group_id)
 
     def _epoch(self, group_id: str) -> int:
         group = self.core.groups.get(group_id)

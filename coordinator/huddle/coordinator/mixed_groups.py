@@ -162,8 +162,9 @@ class MixedGroups:
                 req.require_known_member_id,
             )
             now = self.server.now_ms()
+            before = self.service.epoch(req.group_id)
             answer = classic.join(self.core, request, new_member_id(), now, self.service.topics())
-            self.service.changed(req.group_id, answer.member_id)
+            self.service.changed(req.group_id, answer.member_id, before)
             response = _join_answer(answer)
         return _reply(conn, call, response)
 
@@ -216,6 +217,7 @@ class MixedGroups:
             return _reply(conn, call, LeaveGroupResponse(error_code=refusal[0]))
         group = self.core.groups[req.group_id]
         now = self.server.now_ms()
+        before = group.group_epoch
         results = []
         for m in req.members:
             member_id = m.member_id
@@ -227,7 +229,7 @@ class MixedGroups:
                     member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=code
                 )
             )
-        self.service.changed(req.group_id, None)
+        self.service.changed(req.group_id, None, before)
         return _reply(conn, call, LeaveGroupResponse(members=results))
 
 
