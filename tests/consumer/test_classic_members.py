@@ -238,6 +238,14 @@ def test_a_classic_member_leaves_or_is_fenced_at_its_own_session_timeout() -> No
     assert not group.members
 
 
+def test_a_classic_member_its_leader_gave_nothing_owns_nothing() -> None:
+    core = ConsumerCoordinator()
+    snapshots, _ = _classic_group()
+    nothing = ClassicSnapshot("idle", None, SESSION_MS, 1, snapshots[0].protocols, b"")
+    group = mixed.convert(core, GROUP, GENERATION, [*snapshots, nothing], 0, TOPICS)
+    assert group.members["idle"].assigned == {}
+
+
 def test_a_group_that_cannot_be_converted_is_left_alone() -> None:
     core = ConsumerCoordinator()
     snapshots, _ = _classic_group()

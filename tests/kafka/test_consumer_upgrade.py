@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import pytest
+
+from huddle.coordinator.consumer import DoubleOwnerError
+from huddle.coordinator.consumer import classic as consumer_classic
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
@@ -27,7 +31,8 @@ from tests.kafka.raw import RawKafka
 from tests.kafka.test_consumer_protocol import _beat, _join, _owned, _owning
 from tests.kafka.test_wire import _create
 
-NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, GROUP_ID_NOT_FOUND = 0, 22, 27, 69
+UNKNOWN_SERVER_ERROR, NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = -1, 0, 22, 27
+GROUP_ID_NOT_FOUND = 69
 ALL = {0, 1, 2, 3}
 
 
@@ -222,3 +227,20 @@ async def test_the_upgrade_is_refused_when_the_policy_is_disabled(logs: object) 
             assert b.error_code == GROUP_ID_NOT_FOUND
             assert "disabled" in b.error_message
             assert await classic.heartbeat() == NONE  # the classic group goes on
+
+
+async def test_a_bug_in_a_classic_request_to_a_consumer_group_is_answered(
+    kafka: Listening, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure serving a classic member of a consumer group (here the core's bug
+    detector) is answered UNKNOWN_SERVER_ERROR; the connection and the group go on."""
+
+    def broken(*args: object) -> NoReturn:
+        raise DoubleOwnerError("planted")
+
+    async with RawKafka(kafka.port) as conn:
+        _, classic, _ = await _upgrade(kafka, conn)
+        monkeypatch.setattr(consumer_classic, "join", broken)
+        failed = await classic.call(Api.JOIN_GROUP, 5, **_classic_join(classic.member_id, set()))
+        assert failed.error_code == UNKNOWN_SERVER_ERROR
+        assert await classic.heartbeat() == REBALANCE_IN_PROGRESS

@@ -17,6 +17,7 @@ classic members served by the consumer group (``huddle.coordinator.consumer.clas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -36,6 +37,7 @@ from huddle.coordinator.storage.records import group_deleted
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     Call,
+    ErrorResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
     from huddle.coordinator.host import CoordinatorServer
 
 log = structlog.get_logger("huddle.coordinator.mixed_groups")
+
+Handler = Callable[[Connection, Call], "list[Outgoing] | None"]
 
 KAFKA_LISTENER = "kafka"
 
@@ -109,7 +113,9 @@ def drop_classic(server: CoordinatorServer, group_id: str) -> None:
         sessions.forget(group.remove(member_id))
     group.transition(GroupState.PREPARING_REBALANCE)
     group.transition(GroupState.EMPTY)
-    group.protocol_name = group.leader = None
+    # what is left holds the offsets only, as a consumer group's do (retention counts each
+    # from its own commit: docs/coordinator.md section 8)
+    group.protocol_type = group.protocol_name = group.leader = None
     if sessions.keep_groups and group.kept is not None:
         group.kept = None
         core.changes.append(group_deleted(group_id))
@@ -125,10 +131,13 @@ class MixedGroups:
         self.service = service
         self.core = service.core
         beside = server.requests.beside
-        beside[JoinGroupRequest] = self.join
-        beside[SyncGroupRequest] = self.sync
-        beside[HeartbeatRequest] = self.heartbeat
-        beside[LeaveGroupRequest] = self.leave
+        for kind, handler in (
+            (JoinGroupRequest, self.join),
+            (SyncGroupRequest, self.sync),
+            (HeartbeatRequest, self.heartbeat),
+            (LeaveGroupRequest, self.leave),
+        ):
+            beside[kind] = _guarded(handler)
 
     def _mine(self, conn: Connection, group_id: str) -> bool:
         """Whether a classic request for ``group_id`` is the consumer group's to serve."""
@@ -231,6 +240,25 @@ class MixedGroups:
             )
         self.service.changed(req.group_id, None, before)
         return _reply(conn, call, LeaveGroupResponse(members=results))
+
+
+def _guarded(handler: Handler) -> Handler:
+    """The handler, its failures (a bug: the core's ``DoubleOwnerError``, say) logged and
+    answered UNKNOWN_SERVER_ERROR: the connection and the server go on."""
+
+    def guarded(conn: Connection, call: Call) -> list[Outgoing] | None:
+        try:
+            return handler(conn, call)
+        except Exception:
+            kind = type(call.request).__struct_config__.tag
+            log.exception("mixed_group_failed", request=kind)
+            refusal = ErrorResponse(
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                error_message=f"the coordinator failed handling a {kind} request",
+            )
+            return _reply(conn, call, refusal)
+
+    return guarded
 
 
 def _join_answer(answer: ClassicAnswer) -> JoinGroupResponse:

@@ -132,7 +132,8 @@ def convert(
     try:
         for snapshot in members:
             subscription = read_subscription(snapshot.protocols[0][1])
-            assigned = _assignment(read_assignment(snapshot.assignment).assigned_partitions)
+            given = snapshot.assignment  # none: its leader gave it nothing
+            assigned = _assignment(read_assignment(given).assigned_partitions) if given else {}
             group.put(
                 ConsumerMember(
                     snapshot.member_id,
