@@ -151,6 +151,13 @@ async def test_a_consumer_member_joins_a_classic_group_and_the_classic_member_re
             **{**_beat("b", first + 1, topic_partitions=[]), "group_id": "g"},
         )
         assert _owned(beat, t_id) == ALL - classic.holds
+        described = await conn.call(
+            Api.CONSUMER_GROUP_DESCRIBE, 1, 7, group_ids=["g"], include_authorized_operations=False
+        )
+        members = {m.member_id: m for m in described.groups[0].members}
+        assert members[classic.member_id].member_type == 0  # classic
+        assert members["b"].member_type == 1  # consumer
+        assert members[classic.member_id].member_epoch == classic.generation
 
         # offsets: the classic member commits with its epoch as generation
         commit = await conn.call(

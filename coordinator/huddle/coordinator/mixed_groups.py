@@ -109,8 +109,11 @@ def drop_classic(server: CoordinatorServer, group_id: str) -> None:
     core = server.core
     sessions = core.sessions
     group = core.groups[group_id]
+    clients = server.consumer.clients  # who each member is, as ConsumerGroupDescribe shows
     for member_id in list(group.members):
-        sessions.forget(group.remove(member_id))
+        member = group.remove(member_id)
+        sessions.forget(member)
+        clients[group_id, member_id] = (member.client_id, member.host)
     group.transition(GroupState.PREPARING_REBALANCE)
     group.transition(GroupState.EMPTY)
     # what is left holds the offsets only, as a consumer group's do (retention counts each
@@ -173,6 +176,9 @@ class MixedGroups:
             now = self.server.now_ms()
             before = self.service.epoch(req.group_id)
             answer = classic.join(self.core, request, new_member_id(), now, self.service.topics())
+            if not answer.error:
+                key = (req.group_id, answer.member_id)
+                self.service.clients[key] = (conn.peer.client_id, conn.peer.host)
             self.service.changed(req.group_id, answer.member_id, before)
             response = _join_answer(answer)
         return _reply(conn, call, response)
@@ -233,6 +239,7 @@ class MixedGroups:
             if not member_id and m.group_instance_id is not None:
                 member_id = group.static.get(m.group_instance_id, "")
             code = classic.leave(self.core, req.group_id, member_id, now)
+            self.service.clients.pop((req.group_id, member_id), None)
             results.append(
                 LeaveGroupMemberResult(
                     member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=code
