@@ -126,6 +126,7 @@ def test_a_killed_consumer_protocol_members_partitions_are_owned_again_after_its
     result = run(settings, built_in("process-death", Shape(duration, 3)), lines.append)
 
     assert result.outcome == "completed", lines[-5:]
+    assert any("group settled at epoch" in line for line in lines)  # no generation here
     _well_formed(tmp_path, ("member-1", "member-2", "member-3"))
     records = handovers.run_events(tmp_path)
     t = handovers.timeline(records)
