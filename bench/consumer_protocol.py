@@ -16,7 +16,8 @@ First ``rolling-bounce`` (each member SIGTERMed and started again in turn), ``--
 rounds, the protocols in a rotated order each round; then one ``join-and-kill`` run per
 protocol: a member joins at 20 % of the run, ``member-1`` is SIGKILLed at 45 %. Measured
 from the members' events (``bench.handovers``): the partition-seconds no member owned in the
-rolling bounce (the report's *unowned* figure; median over the rounds), the partition-seconds
+rolling bounce (the report's *unowned* figure; median over the rounds) and the partitions
+moved to another member (median), the partition-seconds
 two members owned at once (a safety figure), the seconds a joining member took to own its
 share, the partitions other members stopped in that join that did not go to it, and the
 seconds until each partition of the killed member was owned again (its session must end
@@ -89,6 +90,7 @@ def join_and_kill(shape: Shape) -> Scenario:
 @dataclass(slots=True)
 class Figures:
     bounce: list[float] = field(default_factory=list)  # unowned partition-seconds per round
+    moved: list[int] = field(default_factory=list)  # partitions moved per round
     twice: float = 0.0  # partition-seconds owned twice, over every run
     failed: list[str] = field(default_factory=list)  # runs that did not complete or settle
     join: handovers.Join | None = None
@@ -129,6 +131,7 @@ def measure(
     figures.twice += handovers.twice_seconds(t)
     if scenario.name == "rolling-bounce":
         figures.bounce.append(handovers.unowned_seconds(t))
+        figures.moved.append(handovers.moves(t))
     else:
         figures.join = handovers.join(t, records)
         figures.kill = handovers.kill(t)
@@ -146,8 +149,9 @@ def report(all_cases: list[Case], figures: dict[str, Figures], args: argparse.Na
         f"{args.join_duration:g} s; session {SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms"
     )
     print(
-        f"{'protocol':38} {'bounce unowned p-s (median; each)':34} {'join share s':>12} "
-        f"{'join: others stopped':>20} {'kill re-owned s (median/max)':>28} {'owned twice p-s':>15}"
+        f"{'protocol':38} {'bounce unowned p-s (median; each)':34} {'moved':>5} "
+        f"{'join share s':>12} {'join: others stopped':>20} "
+        f"{'kill re-owned s (median/max)':>28} {'owned twice p-s':>15}"
     )
     for case in all_cases:
         f = figures[case.label]
@@ -163,7 +167,11 @@ def report(all_cases: list[Case], figures: dict[str, Figures], args: argparse.Na
         else:
             kill = f"{statistics.median(k.seconds):.2f}/{max(k.seconds):.2f}"
             kill += f" never {k.never}" if k.never else ""
-        print(f"{case.label:38} {bounce:34} {share:>12} {others:>20} {kill:>28} {f.twice:15.2f}")
+        moved = f"{statistics.median(f.moved):g}" if f.moved else "-"
+        print(
+            f"{case.label:38} {bounce:34} {moved:>5} {share:>12} {others:>20} {kill:>28} "
+            f"{f.twice:15.2f}"
+        )
     met = True
     consumer, cooperative = (figures[c.label] for c in all_cases[:2])
     if consumer.bounce and cooperative.bounce:

@@ -10,6 +10,7 @@ to its ``scenario_finished``):
 - ``unowned_seconds``: partition-seconds no live process owned (the pipeline's *unowned*
   figure, without its processing islands), and ``twice_seconds``: partition-seconds two
   processes owned at once (a safety figure: 0 under every protocol);
+- ``moves``: partitions handed to another process than the one that had them last;
 - ``join``: for a member started during the scenario, the seconds from its
   ``process_started`` until it owned its share (the run's partitions over the live
   members, rounded down), the partitions other members gave it, and the partitions other
@@ -137,6 +138,24 @@ def unowned_seconds(t: Timeline) -> float:
 def twice_seconds(t: Timeline) -> float:
     """Partition-seconds within the window that two or more processes owned at once."""
     return sum(s * sum(1 for n in counts.values() if n > 1) for s, counts in _counted(t))
+
+
+def moves(t: Timeline) -> int:
+    """Handovers within the window to another process than the one that owned the
+    partition last (a bounced ``member-3`` is the same process: the pipeline's
+    ``partitions_moved``)."""
+    low, high = _window(t)
+    last: dict[Partition, str] = {}
+    before: dict[str, frozenset[Partition]] = {}
+    moved = 0
+    for c in t.changes:
+        gained = c.owned - before.get(c.proc, frozenset())
+        before[c.proc] = c.owned
+        for p in gained:
+            if low <= c.ts <= high and last.get(p, c.proc) != c.proc:
+                moved += 1
+            last[p] = c.proc
+    return moved
 
 
 @dataclass(frozen=True, slots=True)

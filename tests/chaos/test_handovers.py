@@ -49,6 +49,21 @@ def test_unowned_time_counts_each_partition_nobody_owned_within_the_window() -> 
     # partition 1 between its revocation and its assignment, partition 0 from the kill on
     assert handovers.unowned_seconds(t) == pytest.approx(0.5 + 2.5)
     assert handovers.twice_seconds(t) == 0.0
+    assert handovers.moves(t) == 2  # partition 1 to the new member, 0 after the kill
+
+
+def test_a_partition_back_with_its_process_is_no_move() -> None:
+    bounced = run(
+        ev(0.5, "process_started", "member-1"),
+        ev(1.0, "assigned", "member-1", partitions=tps(0, 1)),
+        ev(10.5, "revoked", "member-1", partitions=tps(0, 1)),
+        ev(10.6, "process_stopped", "member-1"),
+        ev(10.9, "process_started", "member-1"),
+        ev(11.2, "assigned", "member-1", partitions=tps(0, 1)),
+    )
+    t = handovers.timeline(bounced)
+    assert handovers.moves(t) == 0
+    assert handovers.unowned_seconds(t) == pytest.approx(2 * 0.7 + 2 * 6.0)  # and the kill
 
 
 def test_a_join_is_timed_to_its_share_and_what_it_cost_the_others() -> None:
