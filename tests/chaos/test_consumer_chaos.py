@@ -42,6 +42,9 @@ def test_consumer_is_a_chaos_protocol_of_confluent_kafka(tmp_path: Path) -> None
         bootstrap="127.0.0.1:9092", name="m", run_dir="r", client=CLIENT, protocol="consumer"
     )
     assert driver_options(worker).strategy == "consumer"
+    # no group-wide generation: the progress lines say what the members tell
+    assert clients.generation_word("consumer") == "epoch"
+    assert clients.generation_word("cooperative-sticky") == "generation"
 
 
 @pytest.mark.parametrize(

@@ -8,15 +8,17 @@ Kafka listener, reading real records that a producer process
 write the same event file (``huddle.chaos.events``).
 
 ``check`` refuses, with one line, what a Kafka-client run cannot do (yet): stateful tasks,
-a protocol the client does not have, and a running coordinator (``--bootstrap``) without its
-Kafka listener (``--kafka-bootstrap``) or behind the fault proxy. A cluster scenario runs every node
-with a Kafka listener, and the members bootstrap from all of them.
+a protocol the client does not have, and a running coordinator (``--bootstrap``) without
+its Kafka listener (``--kafka-bootstrap``) or behind the fault proxy. A cluster scenario
+runs every node with a Kafka listener, and the members bootstrap from all of them.
 
 The ``consumer`` protocol (KIP-848) is confluent-kafka's ``group.protocol=consumer``: its
 session timeout and heartbeat interval are the coordinator's, so the run's
 (``session_timeout_ms``, ``heartbeat_interval_ms``) go to ``huddle serve`` as
 ``--consumer-session-timeout-ms`` and ``--consumer-heartbeat-interval-ms``
-(``listener_flags``): a consumer-protocol member is fenced as late as a classic one.
+(``listener_flags``): a consumer-protocol member is fenced as late as a classic one. It
+has no group-wide generation: a member tells its member epoch where a classic member tells
+its generation (``generation_word``).
 """
 
 from __future__ import annotations
@@ -88,6 +90,12 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
 def consumer_clients() -> list[str]:
     """The Kafka clients that speak the ``consumer`` protocol (KIP-848)."""
     return [c for c in KAFKA_CLIENTS if CONSUMER_PROTOCOL in launch.CLIENTS[c].strategies]
+
+
+def generation_word(protocol: str) -> str:
+    """What the members' ``generation`` is under ``protocol``: the consumer protocol's is
+    each member's epoch (all equal once the group settled)."""
+    return "epoch" if protocol == CONSUMER_PROTOCOL else "generation"
 
 
 def consumer_flags(settings: RunSettings) -> list[str]:

@@ -31,7 +31,6 @@ from huddle.chaos import clients
 from huddle.chaos import events as ev
 from huddle.chaos.cluster import SHARDS, ChaosCluster
 from huddle.chaos.events import EventLog, events_dir
-from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
 from huddle.chaos.procs import HOST, NotListeningError, signal_pid, spawn, stop_all
 from huddle.chaos.progress import EventTail
 from huddle.chaos.proxy import FaultProxy, fault_proxy
@@ -258,15 +257,10 @@ class Harness:
         gen = self.tail.generation
         self.events.write(ev.Steady(generation=gen, members=len(names), settled=settled))
         if settled:
-            self.progress(f"group settled at {self._generation} {gen}; the scenario starts")
+            word = clients.generation_word(self.s.protocol)
+            self.progress(f"group settled at {word} {gen}; the scenario starts")
         else:
             self.progress(f"the group did not settle in {STEADY_WAIT_S:g} s; starting anyway")
-
-    @property
-    def _generation(self) -> str:
-        """What the members' ``generation`` is: the consumer protocol has no group-wide
-        generation, each member tells its member epoch (equal once the group settled)."""
-        return "epoch" if self.s.protocol == CONSUMER_PROTOCOL else "generation"
 
     async def _report(self, elapsed: float) -> None:
         # in a thread: reading a second of events must not hold up the proxy's forwarding
@@ -274,10 +268,10 @@ class Harness:
         live = sum(1 for p in self.members.values() if p.poll() is None)
         gen = "-" if self.tail.generation is None else str(self.tail.generation)
         frozen = f" ({len(self.frozen)} frozen)" if self.frozen else ""
+        word = clients.generation_word(self.s.protocol)
         self.progress(
             f"[{elapsed:5.1f}s/{self.s.duration:g}s] members {live}/{len(self.members)} live"
-            f"{frozen}  {self._generation} {gen}  records {self.tail.processed}  "
-            f"faults {self.faults}"
+            f"{frozen}  {word} {gen}  records {self.tail.processed}  faults {self.faults}"
         )
 
     # --- steps -----------------------------------------------------------------------
