@@ -313,8 +313,7 @@ DESIGN_CLAIMS: Final = (
         "scale-up",
         "stopped",
         ("range",),
-        "a member that joins takes its share without stopping anyone else's partitions "
-        "(KIP-848)",
+        "a member that joins takes its share without stopping anyone else's partitions (KIP-848)",
     ),
     Claim(
         "high-availability",
