@@ -1,0 +1,169 @@
+"""The consumer group protocol (KIP-848) on the simulated coordinator: the server's real
+``ConsumerService`` and sans-IO ``ConsumerCoordinator``, served on huddle's wire as
+``huddle.coordinator.consumer_wire`` serves them, with the expiry timer on simulated time.
+
+A crash keeps what the data dir keeps of consumer groups (every member at its epoch, with
+its assignment and what it is revoking); the restart serves them again with a fresh session
+for every member, and a member still revoking gets its rebalance timeout again, as a
+coordinator that loads its data dir does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from huddle.coordinator.consumer import (
+    ConsumerCoordinator,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+)
+from huddle.coordinator.consumer.timeouts import SessionEnds
+from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.consumer_wire import CoreConsumerHost, core_request, wire_answer
+from huddle.coordinator.core import Coordinator
+from huddle.coordinator.effects import Peer
+from huddle.protocol.messages import ConsumerAssignmentChanged, ConsumerHeartbeatRequest, Reply
+from huddle.sim.network import Link
+from huddle.sim.scheduler import Scheduler, Timer
+
+GroupMaker = Callable[[str], ConsumerGroup]
+
+
+class ConsumerObserver(Protocol):
+    """Sees the consumer groups after each heartbeat and expiry, for the invariants."""
+
+    def consumer_changed(self, core: ConsumerCoordinator) -> None: ...
+
+
+class SimConsumerService(ConsumerService):
+    """The server's consumer service, its expiry timer on the simulated clock (the
+    server's runs on its event loop)."""
+
+    def __init__(
+        self,
+        host: CoreConsumerHost,
+        core: ConsumerCoordinator,
+        sched: Scheduler,
+        expired: Callable[[], None],
+    ) -> None:
+        super().__init__(host, core)
+        self._sched = sched
+        self._expired = expired
+        self._wake: Timer | None = None
+
+    def _arm(self) -> None:
+        deadline = self.core.next_deadline()
+        if deadline is None:
+            return
+        wake = self._wake
+        if wake is not None and wake.pending and wake.when <= deadline:
+            return
+        if wake is not None:
+            wake.cancel()
+        self._wake = self._sched.at(deadline, self._due)
+
+    def _due(self) -> None:
+        self._wake = None
+        self._expire()  # the service's own expiry: fences, tells the watchers, re-arms
+        self._expired()
+
+    def close(self) -> None:
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+
+
+class ConsumerPart:
+    """The consumer groups of one simulated coordinator, across its crashes."""
+
+    def __init__(
+        self,
+        sched: Scheduler,
+        config: ConsumerGroupConfig,
+        observer: ConsumerObserver,
+        make_group: GroupMaker | None = None,
+    ) -> None:
+        self.sched = sched
+        self.config = config
+        self.observer = observer
+        self.make_group = make_group  # a planted bug's faulty group, made up front
+        self.kept: dict[str, ConsumerGroup] = {}  # what the data dir holds
+        self.service: SimConsumerService | None = None
+        self.links: dict[tuple[str, str], Link] = {}  # (group, member) -> its connection
+
+    @property
+    def core(self) -> ConsumerCoordinator | None:
+        return None if self.service is None else self.service.core
+
+    def started(self, coordinator: Coordinator) -> None:
+        core = ConsumerCoordinator(self.config)
+        now = self.sched.now
+        for group in self.kept.values():
+            load(core, group, now)
+        self.kept = core.groups  # the data dir follows the groups as they change
+        service = SimConsumerService(
+            CoreConsumerHost(coordinator, self._now), core, self.sched, self._changed
+        )
+        service.watchers.append(self._tell)
+        self.service = service
+        service._arm()  # the loaded sessions' deadlines
+
+    def crashed(self) -> None:
+        if self.service is not None:
+            self.service.close()
+        self.service = None
+        self.links.clear()
+
+    def group(self, group_id: str) -> None:
+        """Make ``group_id`` up front as the planted bug's faulty group, if one is planted
+        (an empty group is what a first heartbeat would make)."""
+        core = self.core
+        if self.make_group is not None and core is not None and group_id not in core.groups:
+            core.groups[group_id] = self.make_group(group_id)
+
+    def serve(self, link: Link, peer: Peer, cid: int, request: ConsumerHeartbeatRequest) -> None:
+        """A heartbeat on huddle's wire (``consumer_wire.HuddleConsumer.serve``)."""
+        service = self.service
+        if service is None:
+            return
+        answer = service.heartbeat(core_request(request), peer)
+        key = (request.group_id, request.member_id)
+        if answer.error or request.member_epoch < 0:
+            self.links.pop(key, None)
+        else:
+            self.links[key] = link
+        link.deliver(Reply(correlation_id=cid, response=wire_answer(answer)))
+        self._changed()
+
+    def _tell(self, group_id: str, member_id: str, target_epoch: int) -> None:
+        link = self.links.get((group_id, member_id))
+        if link is None:
+            return
+        if link.coordinator_closed:
+            del self.links[group_id, member_id]
+            return
+        link.deliver(
+            ConsumerAssignmentChanged(
+                group_id=group_id, member_id=member_id, target_epoch=target_epoch
+            )
+        )
+
+    def _changed(self) -> None:
+        core = self.core
+        if core is not None:
+            self.observer.consumer_changed(core)
+
+    def _now(self) -> float:
+        return self.sched.now
+
+
+def load(core: ConsumerCoordinator, group: ConsumerGroup, now: float) -> None:
+    """Serve a kept group again: every member at its epoch with a fresh session, one still
+    revoking with its rebalance timeout from ``now``."""
+    core.groups[group.group_id] = group
+    for member in group.members.values():
+        core.timers.set(
+            SessionEnds(group.group_id, member.member_id), now + core.config.session_timeout_ms
+        )
+        core._arm_revocation(group, member, now)
