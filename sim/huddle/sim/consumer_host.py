@@ -18,7 +18,6 @@ from huddle.coordinator.consumer import (
     ConsumerGroup,
     ConsumerGroupConfig,
 )
-from huddle.coordinator.consumer.timeouts import SessionEnds
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.consumer_wire import CoreConsumerHost, core_request, wire_answer
 from huddle.coordinator.core import Coordinator
@@ -100,7 +99,7 @@ class ConsumerPart:
         core = ConsumerCoordinator(self.config)
         now = self.sched.now
         for group in self.kept.values():
-            load(core, group, now)
+            core.load(group, now)  # each member at its epoch, a fresh session
         self.kept = core.groups  # the data dir follows the groups as they change
         service = SimConsumerService(
             CoreConsumerHost(coordinator, self._now), core, self.sched, self._changed
@@ -156,14 +155,3 @@ class ConsumerPart:
 
     def _now(self) -> float:
         return self.sched.now
-
-
-def load(core: ConsumerCoordinator, group: ConsumerGroup, now: float) -> None:
-    """Serve a kept group again: every member at its epoch with a fresh session, one still
-    revoking with its rebalance timeout from ``now``."""
-    core.groups[group.group_id] = group
-    for member in group.members.values():
-        core.timers.set(
-            SessionEnds(group.group_id, member.member_id), now + core.config.session_timeout_ms
-        )
-        core._arm_revocation(group, member, now)

@@ -274,6 +274,27 @@ class ConsumerCoordinator:
     def next_deadline(self) -> float | None:
         return self.timers.next_deadline()
 
+    def unload(self, group_id: str) -> ConsumerGroup | None:
+        """Stop serving a group (its cluster shard left this node), deadlines and all."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            for member_id in group.members:
+                self._forget_deadlines(group_id, member_id)
+            self.timers.cancel(AssignorRecheck(group_id))
+        return group
+
+    def load(self, group: ConsumerGroup, now: float) -> None:
+        """Serve a kept group (a restart): every member keeps its epoch and partitions and
+        has a fresh session from ``now`` (as Kafka schedules one for each member of a group
+        it loads); one still revoking has its rebalance timeout again from ``now``."""
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self.timers.set(
+                SessionEnds(group.group_id, member.member_id),
+                now + self.config.session_timeout_ms,
+            )
+            self._arm_revocation(group, member, now)
+
     # -- deadlines
 
     def _arm_revocation(self, group: ConsumerGroup, member: ConsumerMember, now: float) -> None:
