@@ -160,3 +160,19 @@ def test_the_checker_reports_a_group_epoch_going_back() -> None:
     with pytest.raises(ViolationFoundError) as found:
         world.consumer.observer.consumer_changed(core)
     assert found.value.violation.invariant == "epochs"
+
+
+def test_huddle_sim_run_runs_the_consumer_protocol_with_its_default_kinds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from huddle.cli import main
+
+    assert main(["sim", "run", "--seeds", "4", "--protocol", "consumer"], {}) == 0
+    out = capsys.readouterr().out
+    assert "consumer              4 seeds, 0 violations" in out
+    planted = ["--protocol", "consumer", "--plant", "consumer-fenced-keeps", "--seeds", "2"]
+    assert main(["sim", "run", *planted], {}) == 1
+    out = capsys.readouterr().out
+    assert "fenced-owns-nothing" in out
+    assert "replay: huddle sim replay 0 --protocol consumer --plant consumer-fenced-keeps" in out
+    assert "--kinds" not in out  # the consumer protocol's default kinds need not be named
