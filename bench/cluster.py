@@ -17,7 +17,9 @@ Two sections (``--sections commits,scale``):
 
 ``--compare`` runs the one node with ``--fsync`` and the three-node cluster both from another
 checkout (a git worktree of main, in this virtualenv) and from this one, in turn each round,
-and prints the ratios.
+and prints the ratios. ``--profile DIR`` records one node of each cluster with ``py-spy``
+while the most committers commit (``DIR/<setup>-<round>.txt``, collapsed stacks: read them
+with ``python -m bench.profile_summary``).
 
 Needs the ``etcd`` binary (``apt-get install etcd-server``). Prints the CPU model.
 """
@@ -27,8 +29,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,6 +66,7 @@ from huddle.protocol.messages import (
 from huddle.sim.cli import cpu_model
 
 SHARDS = 50
+PROFILE: list[Path] = []  # --profile: where py-spy's recordings go
 ETCD_PIDS: dict[int, int] = {}  # the etcd started, by port: its CPU is counted too
 READY_S = 60.0
 
@@ -217,6 +222,7 @@ async def throughput(setup: Setup, connections: int, seconds: float) -> float:
             done += 1
 
     store = [setup.store_pid] if setup.store_pid is not None else []
+    spy = recording(setup, seconds) if PROFILE and len(setup.pids) > 1 else None
     try:
         cpu = sum(map(cpu_seconds, setup.pids))
         store_cpu = sum(map(cpu_seconds, store))
@@ -228,7 +234,20 @@ async def throughput(setup: Setup, connections: int, seconds: float) -> float:
         setup.store_cpu_per_commit.append(used / max(done, 1))
         return done / elapsed
     finally:
+        if spy is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(seconds + 10)
         await close_all(conns)
+
+
+def recording(setup: Setup, seconds: float) -> subprocess.Popen[bytes]:
+    """py-spy recording the first node for ``seconds`` (the last load's recording wins)."""
+    here = Path(sys.executable).with_name("py-spy")
+    spy = here if here.exists() else shutil.which("py-spy") or "py-spy"
+    out = PROFILE[0] / f"{setup.name}.txt"
+    command = [str(spy), "record", "--pid", str(setup.pids[0]), "--duration", str(int(seconds))]
+    command += ["--format", "raw", "--nonblocking", "-o", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 Starter = Callable[[int], contextlib.AbstractContextManager[Setup]]
@@ -526,7 +545,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="another checkout (a git worktree of main): the one node with --fsync and the "
         "three-node cluster run from it and from this one, in turn",
     )
+    parser.add_argument("--profile", type=Path, help="py-spy recordings of a cluster node here")
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE.append(args.profile)
     quiet_logs()
     sections = set(args.sections.split(","))
     loop = new_event_loop()

@@ -121,6 +121,26 @@ def test_a_restore_cut_short_says_how_many_records_it_replayed_and_keeps_none() 
     assert w.cut_restores(frozenset({TP}), now=7.0) == {}  # finished at 7.0
 
 
+def test_the_state_kept_is_the_state_at_the_commit_and_a_state_ahead_is_rebuilt() -> None:
+    """Processing goes on while a commit is under way: the state kept on disk is the one at
+    the accepted commit, so a member killed after it restores from there; a state ahead of
+    the commit (records applied, not committed) is not taken as restored: it is rebuilt."""
+    w = Workload(rate=100, stateful=True, restore_rate=100)
+    w.assign(TP, 0, now=0.0)
+    w.tick(0.0)
+    w.tick(1.0)  # processed up to 101
+    w.accepted({TP: 101})
+    w.tick(2.0)  # up to 201, not committed
+    assert w.local[TP] == 201
+    assert w.checkpoint() == {TP: 101}
+    after_kill = Workload(rate=100, stateful=True, restore_rate=100, local=w.checkpoint())
+    assert after_kill.state_from(TP, 101) == 101
+    assert after_kill.assign(TP, 101, now=5.0) == 0.0  # its state is at the commit
+    ahead = Workload(rate=100, stateful=True, restore_rate=100, local={TP: 201})
+    assert ahead.state_from(TP, 101) == 0  # records 101-200 would count twice
+    assert ahead.assign(TP, 101, now=5.0) == 1.01  # rebuilt up to the commit
+
+
 def test_bounded_state_bounds_the_reported_lag_and_a_warm_up_catches_up_within_it() -> None:
     w = Workload(rate=50, stateful=True, restore_rate=100, state_records=200)
     w.replicas = frozenset({TP})

@@ -9,14 +9,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import quote
 
-import msgspec
 import pytest
 
-from huddle.coordinator.cluster.fenced import MAX_TXN_OPS, pack
+from huddle.coordinator.cluster.fenced import MAX_TXN_BYTES, MAX_TXN_OPS, chunks, pack
 from huddle.coordinator.cluster.keeper import EtcdKeeper, Held
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.offsets import kept_offsets
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore, StoreTimeoutError
@@ -105,26 +104,49 @@ def _commit(group: str, offset: int) -> list[OffsetRecord]:
     return [OffsetRecord(group, "t", p, offset) for p in range(PARTITIONS)]
 
 
-def _key(group: str, partition: int) -> bytes:
-    return (
-        f"{PREFIX}/offsets/{shard_of(group, SHARDS)}/{quote(group, safe='')}/t/{partition}".encode()
-    )
-
-
 async def _kept(store: EtcdStore, group: str) -> list[int | None]:
-    offsets: list[int | None] = []
-    for partition in range(PARTITIONS):
-        entry = await store.get(_key(group, partition))
-        offsets.append(
-            None if entry is None else msgspec.msgpack.decode(entry.value, type=OffsetRecord).offset
-        )
-    return offsets
+    kept = await kept_offsets(store, PREFIX)
+    return [
+        None if (found := kept.get((group, "t", partition))) is None else found.offset
+        for partition in range(PARTITIONS)
+    ]
 
 
 def test_shards_are_packed_whole_into_transactions_of_at_most_the_limit() -> None:
     assert pack({0: 60, 1: 30, 2: 50, 3: 250, 4: 50}) == [[0, 1], [3], [2, 4]]
     assert pack({5: MAX_TXN_OPS}) == [[5]]
     assert pack({}) == []
+
+
+def test_shards_are_packed_by_bytes_too_and_a_large_shard_is_cut_by_bytes() -> None:
+    weights = {0: 600_000, 1: 600_000, 2: MAX_TXN_BYTES + 1}
+    assert pack({0: 1, 1: 1, 2: 1}, weights=weights) == [[0], [2], [1]]
+    changes: dict[bytes, bytes | None] = {b"a": b"x" * 10, b"b": b"y" * 10, b"c": None}
+    assert chunks(changes, limit=2, max_bytes=15) == [
+        {b"a": b"x" * 10},
+        {b"b": b"y" * 10, b"c": None},
+    ]
+    assert chunks(changes, limit=2) == [{b"a": b"x" * 10, b"b": b"y" * 10}, {b"c": None}]
+
+
+async def test_a_pass_larger_than_etcd_takes_in_one_request_is_written_in_several(
+    store: CountingStore,
+) -> None:
+    """Commits with the most metadata a commit may carry (4 KiB a partition), of a topic's
+    64 partitions for 8 groups: over 2 MB, more than etcd takes in one request (1.5 MiB)."""
+    node, serving = await _serving(store)
+    await store.put(f"{PREFIX}/topics/wide".encode(), b"64")
+    await serving.topics.load()
+    groups = [f"wide-{i}" for i in range(8)]
+    metadata = "m" * 4096
+    records = [
+        serving.stamp(OffsetRecord(g, "wide", p, 9, metadata)) for g in groups for p in range(64)
+    ]
+    assert await serving.write(records)
+    kept = await kept_offsets(store, PREFIX)
+    assert sum(1 for g, _, _ in kept if g in groups) == 8 * 64
+    assert sorted(node.owned()) == list(range(SHARDS))
+    await node.leave()
 
 
 async def test_commits_of_groups_in_several_shards_go_in_one_transaction(

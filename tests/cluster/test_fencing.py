@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from urllib.parse import quote
 
 import anyio
 import msgspec
@@ -16,6 +15,7 @@ import pytest
 
 from huddle.coordinator.cluster.keeper import EtcdKeeper, Stamped
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.offsets import kept_offsets
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import Entry, EtcdStore, Lease
@@ -134,11 +134,10 @@ async def test_a_change_of_an_earlier_serving_is_not_written(store: EtcdStore) -
     await node.reconcile()  # taken up again, from what etcd holds
     assert node.serves(shard)
     assert not await serving.write([earlier])  # refused, not written
-    key = f"/fencing/offsets/{shard}/{quote(group, safe='')}/t/0".encode()
-    assert await store.get(key) is None
+    assert await kept_offsets(store, "/fencing") == {}
     now: Stamped = serving.stamp(record)
     assert await serving.write([now])
-    assert await store.get(key) is not None
+    assert (await kept_offsets(store, "/fencing"))[group, "t", 0].offset == 41
     await node.leave()
 
 

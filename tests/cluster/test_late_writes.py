@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgspec
 import pytest
 
 from huddle.client import Admin
 from huddle.client.connection import connect
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.offsets import kept_offsets
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.store import EtcdStore, StoreTimeoutError
 from huddle.coordinator.core import Coordinator
@@ -94,9 +94,7 @@ async def test_an_abandoned_commit_never_sets_an_acknowledged_one_back(etcd: Etc
             assert len(set(epochs)) == len(epochs) == 2, epochs  # never one epoch twice
             link.deliver(early_s=1.0)
             await wait_until(lambda: link.answered_late > 0, what="etcd answered the late bytes")
-            kept = await direct.get(b"/late/offsets/0/g/t/0")
-            assert kept is not None
-            offset = msgspec.msgpack.decode(kept.value, type=OffsetRecord).offset
+            offset = (await kept_offsets(direct, "/late"))["g", "t", 0].offset
             assert offset == 20, f"acknowledged 20, etcd holds {offset} (epochs {epochs})"
     finally:
         await direct.close()
@@ -205,9 +203,7 @@ async def test_a_commit_whose_write_outcome_is_unknown_is_written_again_renewed(
         assert renewed is not None
         assert renewed > epoch
         assert serving.loads == 1  # served all along
-        kept = await store.get(b"/lost/offsets/0/g/t/0")
-        assert kept is not None
-        assert msgspec.msgpack.decode(kept.value, type=OffsetRecord).offset == 42
+        assert (await kept_offsets(store, "/lost"))["g", "t", 0].offset == 42
         await node.leave()
     finally:
         await store.close()

@@ -3,13 +3,16 @@ from a dead node only after it fenced itself."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import anyio
 import pytest
 
-from huddle.coordinator.cluster.node import ClusterConfigError, ClusterNode
+from huddle.coordinator.cluster import node as node_module
+from huddle.coordinator.cluster.node import OURS, ClusterConfigError, ClusterNode
 from huddle.coordinator.cluster.store import EtcdStore
 from tests.etcd import Etcd, etcd
 
@@ -182,3 +185,32 @@ async def test_two_nodes_with_one_kafka_broker_id_cannot_both_run(stores: Connec
         await same_id.register()
     assert same_id.lease is None
     await a.leave()
+
+
+@pytest.mark.parametrize("family", ["topics", "topic-ids", "topic-cuts", "consumer-groups"])
+async def test_a_prefix_holding_only_a_cluster_s_own_keys_is_taken(
+    stores: Connect, family: str
+) -> None:
+    """A topic created while the first node registers writes its id and cuts with it: a
+    node must not then call the prefix another application's (the topic-ids key once made
+    a starting node refuse its own cluster's prefix)."""
+    store = await stores()
+    prefix = f"/own-{family}"
+    await store.put(f"{prefix}/{family}/x".encode(), b"1")
+    first = ClusterNode(
+        store, node_id="na", advertise="127.0.0.1:1", shards=SHARDS, prefix=prefix, ttl_s=TTL_S
+    )
+    await first.register()
+    await first.leave()
+
+
+def test_every_key_family_the_cluster_writes_is_known_as_its_own() -> None:
+    """The families named in the cluster package's key builders are all in OURS, so a new
+    one cannot be forgotten there again."""
+    package = Path(node_module.__file__).parent
+    source = "\n".join(p.read_text() for p in package.glob("*.py"))
+    families = set(re.findall(r'_key\(\s*"([a-z-]+)"', source))
+    families |= set(re.findall(r"prefix\}/([a-z-]+)", source))
+    families.discard("topic")  # the read of topics, topic-ids and topic-cuts in one prefix
+    assert families >= {"topics", "topic-ids", "consumer-groups", "offsets"}
+    assert {f.encode() for f in families} <= OURS

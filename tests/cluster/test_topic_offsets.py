@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from huddle.client import Admin
+from huddle.coordinator.cluster.offsets import kept_offsets
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.cluster.topics import TopicState, parse_cuts
 from huddle.protocol.embedded import TopicPartition
@@ -43,10 +44,11 @@ async def node(etcd: Etcd) -> AsyncIterator[str]:
         yield address
 
 
-async def _offset_keys(etcd: Etcd) -> list[bytes]:
+async def _kept(etcd: Etcd) -> list[tuple[str, str, int]]:
+    """The offsets etcd holds, by group, topic and partition."""
     store = await EtcdStore.connect([etcd.endpoint])
     try:
-        return sorted(await store.keys(f"{PREFIX}/offsets/".encode()))
+        return sorted(await kept_offsets(store, PREFIX))
     finally:
         await store.close()
 
@@ -71,7 +73,7 @@ async def test_a_topic_deleted_and_created_again_has_none_of_its_old_offsets(
     async with node(etcd) as address, Admin(address, timeout=30) as admin:
         assert await admin.committed_offsets("g") == {tp("kept", 0): 3}
         assert await admin.committed_offsets("h") == {tp("t", 0): 9}
-    assert len(await _offset_keys(etcd)) == 2  # gone from etcd too
+    assert await _kept(etcd) == [("g", "kept", 0), ("h", "t", 0)]  # gone from etcd too
 
 
 @pytest.mark.e2e
@@ -86,7 +88,7 @@ async def test_partitions_a_shrink_cut_off_come_back_with_no_offsets(etcd: Etcd)
         assert await admin.committed_offsets("g") == expected
     async with node(etcd) as address, Admin(address, timeout=30) as admin:
         assert await admin.committed_offsets("g") == expected
-    assert len(await _offset_keys(etcd)) == 3
+    assert await _kept(etcd) == [("g", "t", 0), ("g", "t", 1), ("g", "t", 3)]
 
 
 def test_a_partition_s_incarnation_changes_only_where_a_shrink_cut() -> None:

@@ -12,6 +12,8 @@ from huddle.coordinator.consumer import HeartbeatRequest
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.errors import ErrorCode
 
 
@@ -32,12 +34,20 @@ class Host:
         self.topic_names: Mapping[uuid.UUID, str] = {}
         self.topic_ids: Mapping[str, uuid.UUID] = {}
         self.topics_version = 1
+        self.consumer_kept = ConsumerKept()
+        self.kept: list[Record] = []
 
     def now_ms(self) -> float:
         return 0.0
 
     def classic_members(self, group_id: str) -> int:
         return 0
+
+    def keep(self, records: list[Record], *, outside: bool) -> None:
+        self.kept += records
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        return None
 
 
 PEER = Peer(conn_id=1, principal="User:alice")

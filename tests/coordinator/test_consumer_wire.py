@@ -20,9 +20,10 @@ from huddle.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     ErrorResponse,
+    JoinGroupResponse,
     TopicSpec,
 )
-from tests.helpers import wait_until, within
+from tests.helpers import join_request, wait_until, within
 from tests.kafka.raw import RawKafka
 
 
@@ -112,4 +113,25 @@ async def test_a_version_1_peer_is_answered_unsupported_version(
         answer = await conn.request(_join("a", "t"), timeout=5)
         assert isinstance(answer, ErrorResponse)
         assert answer.error_code == ErrorCode.UNSUPPORTED_VERSION
+        assert "g" not in server.consumer.core.groups
+
+
+async def test_a_classic_join_on_huddle_s_wire_is_refused_a_consumer_group_s_id(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """As on the Kafka listener: a consumer-protocol group with members keeps its id from
+    classic members; once it is empty, a classic JoinGroup takes the id."""
+    async with connect(bootstrap) as conn:
+        await conn.call(
+            CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]), CreateTopicsResponse
+        )
+        await conn.call(_join("a", "t"), ConsumerHeartbeatResponse)
+        refused = await conn.request(join_request(), timeout=5)
+        assert isinstance(refused, JoinGroupResponse)
+        assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        left = await conn.call(_beat("a", -1, set()), ConsumerHeartbeatResponse)
+        assert left.error_code == ErrorCode.NONE
+        joined = await conn.request(join_request(), timeout=5)
+        assert isinstance(joined, JoinGroupResponse)
+        assert joined.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
         assert "g" not in server.consumer.core.groups

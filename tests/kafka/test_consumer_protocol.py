@@ -44,6 +44,19 @@ def _join(member_id: str, *topics: str) -> dict[str, Any]:
     )
 
 
+def _classic_join(group_id: str, instance_id: str | None) -> dict[str, Any]:
+    """A classic JoinGroup (v5) of a new member, with the range assignor."""
+    return {
+        "group_id": group_id,
+        "session_timeout": 10_000,
+        "rebalance_timeout": 10_000,
+        "member_id": "",
+        "group_instance_id": instance_id,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b""}],
+    }
+
+
 def _owned(answer: Any, topic_id: uuid.UUID) -> set[int]:
     assert answer.assignment is not None
     return {
@@ -147,31 +160,9 @@ async def test_a_classic_group_s_id_is_refused_to_the_consumer_protocol_and_back
     _create(kafka.server, TopicSpec(name="t", partitions=1))
     async with RawKafka(kafka.port) as conn:
         await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
-        join = await conn.call(
-            Api.JOIN_GROUP,
-            5,
-            2,
-            group_id="g",
-            session_timeout=10_000,
-            rebalance_timeout=10_000,
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=[{"name": "range", "metadata": b""}],
-        )
+        join = await conn.call(Api.JOIN_GROUP, 5, 2, **_classic_join("g", None))
         assert join.error_code == GROUP_ID_NOT_FOUND
-        classic = await conn.call(
-            Api.JOIN_GROUP,
-            5,
-            3,
-            group_id="c",
-            session_timeout=10_000,
-            rebalance_timeout=10_000,
-            member_id="",
-            group_instance_id="static",
-            protocol_type="consumer",
-            protocols=[{"name": "range", "metadata": b""}],
-        )
+        classic = await conn.call(Api.JOIN_GROUP, 5, 3, **_classic_join("c", "static"))
         assert classic.error_code == NONE
         refused = await conn.call(
             Api.CONSUMER_GROUP_HEARTBEAT, 1, 4, **{**_join("b", "t"), "group_id": "c"}
@@ -335,18 +326,7 @@ async def test_an_emptied_consumer_group_s_id_goes_to_a_classic_group(kafka: Lis
     async with RawKafka(kafka.port) as conn:
         await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
         await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_beat("a", -1))
-        join = await conn.call(
-            Api.JOIN_GROUP,
-            5,
-            3,
-            group_id="g",
-            session_timeout=10_000,
-            rebalance_timeout=10_000,
-            member_id="",
-            group_instance_id="static",
-            protocol_type="consumer",
-            protocols=[{"name": "range", "metadata": b""}],
-        )
+        join = await conn.call(Api.JOIN_GROUP, 5, 3, **_classic_join("g", "static"))
         assert join.error_code == NONE
         synced = await conn.call(
             Api.SYNC_GROUP,

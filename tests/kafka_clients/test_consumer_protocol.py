@@ -5,12 +5,15 @@ consumer resumes from the offsets committed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 import pytest
+from anyio.from_thread import start_blocking_portal
 
 from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
 from tests.kafka_clients.conftest import PARTITIONS, WAIT_S, KafkaGroup, require_client
+from tests.kafka_clients.test_mixed_groups import HuddleMembers, _balanced
 
 pytestmark = pytest.mark.e2e
 
@@ -77,3 +80,28 @@ def test_a_static_member_bounces_and_gets_its_partitions_back(group: KafkaGroup)
         ("m2", "m3"),
         lambda: g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL, instance_id="static-m1"),
     )
+
+
+@pytest.fixture
+def huddle_members(group: KafkaGroup) -> Iterator[HuddleMembers]:
+    """huddle's own consumer-protocol Members of the group (on huddle serve's listener)."""
+    with start_blocking_portal() as portal:
+        members = HuddleMembers(portal, group, CONSUMER_PROTOCOL, group_protocol="consumer")
+        try:
+            yield members
+        finally:
+            members.close()
+
+
+def test_a_kafka_consumer_and_a_huddle_member_share_one_group(
+    group: KafkaGroup, huddle_members: HuddleMembers
+) -> None:
+    """Both wires reach the server's one consumer service: one group, each partition once;
+    the Kafka consumer's leave hands the huddle member every partition."""
+    g = group
+    kafka = g.start("k1", CLIENT, strategy=CONSUMER_PROTOCOL)
+    huddle_members.start("h1")
+    _balanced(g, huddle_members, "k1", "h1")
+    kafka.terminate()
+    assert kafka.proc.wait(timeout=WAIT_S) == 0
+    _balanced(g, huddle_members, "h1")

@@ -40,8 +40,11 @@ CASES: Final = [
 class HuddleMembers:
     """huddle Members of one test's group; each left cleanly when the test ends."""
 
-    def __init__(self, portal: BlockingPortal, g: KafkaGroup, strategy: str) -> None:
+    def __init__(
+        self, portal: BlockingPortal, g: KafkaGroup, strategy: str, group_protocol: str = "classic"
+    ) -> None:
         self.portal, self.g, self.strategy = portal, g, strategy
+        self.group_protocol = group_protocol
         self.members: dict[str, Member] = {}
         self._exits: dict[str, Callable[[], object]] = {}
 
@@ -59,6 +62,7 @@ class HuddleMembers:
                 rebalance_timeout_ms=10_000,
                 client_id=f"huddle-{name}",
                 embedded="kafka",
+                group_protocol=self.group_protocol,
             )
 
         member = self.portal.call(make)

@@ -33,6 +33,7 @@ def summary(
     cut: int = 0,
     unowned: float | None = 0.0,
     restoring: float | None = 0.0,
+    held: float | None = 0.0,
     client: str = "huddle",
     partitions: int = 24,
 ) -> RunSummary:
@@ -69,6 +70,7 @@ def summary(
         unowned_partition_seconds=unowned,
         restoring_partition_seconds=restoring,
         stopped_partition_seconds=stopped,
+        held_partition_seconds=held,
     )
 
 
@@ -78,7 +80,7 @@ AS_DESIGNED = [
     summary(
         "cooperative-sticky", moved=24, returned=4, restored=5_000, unowned=2.0, restoring=40.0
     ),
-    summary("cooperative-deferred", moved=0, unowned=6.0, restoring=0.0),
+    summary("cooperative-deferred", moved=0, unowned=6.0, restoring=0.0, held=6.0),
 ]
 # the same runs, but holding cost more than moving did
 HELD_TOO_LONG = [
@@ -99,8 +101,8 @@ def test_each_protocol_gets_a_sentence_from_its_numbers_and_its_rank() -> None:
         "cooperative-deferred handed no partition to another member (the fewest) and restored "
         "no state; "
         "processing stopped for 6.0 partition-seconds (6.0 unowned, 0.0 restoring), "
-        "the least: it kept processing most; 100% of that was partitions held for their "
-        "member, unowned."
+        "the least: it kept processing most; 100% of that was partitions held for a member "
+        "that went away, unowned."
     )
     assert said["range"].startswith(
         "range handed partitions to another member 60 times (the most), handed partitions "
@@ -313,3 +315,81 @@ def test_a_loss_to_a_protocol_that_gave_partitions_back_says_so() -> None:
     [points] = situations(unsplit).values()
     [lost] = verdicts(points)
     assert lost.text.endswith("Its stops are not split into unowned and restoring in this report.")
+
+
+def test_claims_are_checked_for_every_run_of_a_protocol_that_ran_twice(tmp_path: Path) -> None:
+    """Two runs of one protocol in a situation are told apart by their run's name, and the
+    design claims are still checked, for each of them and against each rival's run."""
+    twice = [
+        summary("range", moved=3, unowned=2.0, restoring=1.0),
+        msgspec.structs.replace(
+            summary("cooperative-sticky", moved=4, unowned=3.0, restoring=1.5), run="coop-1"
+        ),
+        msgspec.structs.replace(
+            summary("cooperative-sticky", moved=2, unowned=1.0, restoring=0.5), run="coop-2"
+        ),
+    ]
+    [points] = situations(twice).values()
+    found = [(v.held, v.text) for v in verdicts(points)]
+    assert [held for held, _ in found] == [False, True]
+    assert found[0][1].startswith("Not as designed: ")
+    assert "cooperative-sticky [coop-1] should have had no more stopped" in found[0][1]
+    assert found[1][1].startswith(
+        "As designed, cooperative-sticky [coop-2] had no more stopped partition-seconds than "
+        "range (1.5 against range 3.0)"
+    )
+    write_comparison(twice, tmp_path)
+    page = (tmp_path / "comparison.md").read_text()
+    assert "No protocol ran beside a rival" not in page
+    assert "Findings: 1 design claim did not hold in these runs" in page
+
+
+def test_restores_all_cut_before_a_record_are_not_called_no_state() -> None:
+    """40 restores started and all cut short at once: no record replayed, but the run did
+    set out to rebuild state, and the sentence says so."""
+    runs = [
+        summary("range", moved=40, returned=40, restored=0, restores=40, cut=40, unowned=1.0),
+        summary("cooperative-sticky", moved=1, restored=0, unowned=2.0),
+    ]
+    said = sentences(runs)
+    assert said["range"].startswith(
+        "range handed partitions to another member 40 times (the most), handed partitions "
+        "back to the member that had them last 40 times, and started 40 restores and cut 40 "
+        "of them short before a record of state was replayed; "
+    )
+    assert "restored no state" not in said["range"]
+    assert "and restored no state; " in said["cooperative-sticky"]
+
+
+def test_a_tie_is_said_to_be_a_tie_not_a_win(tmp_path: Path) -> None:
+    """Nothing stopped under either protocol: the claim that one stops less is neither
+    shown nor refuted, and the closing note does not say it won."""
+    runs = [summary("range", unowned=0.0), summary("cooperative-sticky", unowned=0.0)]
+    [points] = situations(runs).values()
+    [tie] = verdicts(points)
+    assert tie.tied
+    assert tie.text.startswith(
+        "A tie: cooperative-sticky had as many stopped partition-seconds as range "
+        "(0.0 against range 0.0), so these runs neither show nor refute that"
+    )
+    assert "As designed" not in tie.text
+    write_comparison(runs, tmp_path)
+    closing = (tmp_path / "comparison.md").read_text().splitlines()[-1]
+    assert closing.startswith("Every check of a design claim here was a tie (1 design claim)")
+    assert "it won" not in closing
+
+
+def test_unowned_time_is_called_held_or_between_owners_from_what_the_log_shows() -> None:
+    """An eager run that moved nothing but revoked everything and gave it straight back
+    was between owners, not holding; a deferred run that moved one partition but held
+    the rest for their bounced member was mostly holding."""
+    runs = [
+        summary("range", moved=0, returned=24, unowned=6.0, restoring=0.0, held=0.0),
+        summary("cooperative-deferred", moved=1, unowned=10.0, restoring=1.0, held=8.0),
+    ]
+    said = sentences(runs)
+    assert said["range"].endswith("; 100% of that was partitions unowned, between owners.")
+    assert said["cooperative-deferred"].endswith(
+        "; 73% of that was partitions held for a member that went away, unowned; 18% was "
+        "between owners."
+    )

@@ -481,6 +481,9 @@ def test_what_moved_and_restored_and_why_processing_stopped(
     assert summary.unowned_partition_seconds == 1.5
     assert summary.restoring_partition_seconds == 0.75
     assert summary.stopped_partition_seconds == 2.25
+    # held for member-2 while it restarted (6.0625-6.5, both partitions back to it), not
+    # the moves' gaps
+    assert summary.held_partition_seconds == 0.875
     assert summary.total_unavailable_partition_seconds == 2.25
     assert summary.violations == {
         **NO_VIOLATIONS,

@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from huddle.pipeline.summary import read_summary
+from pyspark.sql import Row
+
+from huddle.pipeline.analysis import RunAnalysis
+from huddle.pipeline.availability import MeasureWindow
+from huddle.pipeline.summary import read_summary, summarise
 
 BEFORE_WHAT_MOVED = {
     "run": "old",
@@ -44,3 +48,39 @@ def test_a_summary_written_before_what_moved_was_measured_still_reads(tmp_path: 
     assert summary.restoring_partition_seconds is None
     figures = summary.per_partition["t-0"]
     assert (figures.unowned_seconds, figures.restoring_seconds) == (None, None)
+
+
+def test_restore_seconds_count_only_the_part_within_the_window(tmp_path: Path) -> None:
+    """A restore that runs past the scenario's end counts its seconds up to the end, as
+    its restoring partition-seconds do."""
+    restore = Row(start=7.0, end=9.0, seconds=2.0, records=250, replayed=125, finished=False)
+    stopped = Row(
+        topic="t",
+        partition=0,
+        unowned_seconds=0.0,
+        restoring_seconds=1.0,
+        stopped_seconds=1.0,
+        held_seconds=0.0,
+    )
+    analysis = RunAnalysis(
+        run="r",
+        run_dir=tmp_path,
+        protocol="range",
+        scenario="rolling-bounce",
+        gap_ms=100.0,
+        client="huddle",
+        window=MeasureWindow(start=1.0, end=8.0),
+        ownership=[],
+        unavailability=[],
+        outages=[],
+        rebalances=[],
+        violations=[],
+        offsets=[],
+        tables={},
+        first_ts=0.0,
+        restores=[restore],
+        stopped=[stopped],
+    )
+    summary = summarise(analysis)
+    assert summary.restore_seconds == 1.0
+    assert summary.restore_seconds == summary.restoring_partition_seconds

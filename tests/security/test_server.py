@@ -271,6 +271,15 @@ async def test_a_server_certificate_from_another_ca_is_refused(
             pass
 
 
+async def test_a_tls_client_at_a_plain_listener_is_told_it_has_no_tls(pki: Pki) -> None:
+    """The plain listener answers a ClientHello in its own framing: the client says what
+    that most likely means, not only OpenSSL's WRONG_VERSION_NUMBER."""
+    async with running_server() as plain:
+        with pytest.raises(TlsError, match=r"did not answer in TLS.*probably has no TLS"):
+            async with connect(address(plain), security=Security(ca_file=pki.ca)):
+                pass
+
+
 async def test_the_principal_of_a_certificate_is_its_subject(
     mtls: CoordinatorServer, pki: Pki
 ) -> None:

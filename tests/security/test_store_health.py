@@ -255,3 +255,26 @@ async def test_a_store_read_that_never_returns_fails_the_polls_after_it_at_once(
     monkeypatch.undo()
     await wait_until(lambda: store._reading is not None and store._reading.done(), what="it")
     assert await store.poll() is None  # nothing changed since: read again, at once
+
+
+async def test_closing_ends_a_poller_whose_cancel_was_swallowed() -> None:
+    """Python 3.11's ``asyncio.wait_for`` can swallow a cancel that lands as the store's
+    read completes; the poller then loops on. Closing must still end it (a server's
+    close hung on it in the test suite)."""
+    security = ListenerSecurity(ServerConfig(sasl="SCRAM-SHA-512", data_dir="unused"))
+    swallowed, running = asyncio.Event(), asyncio.Event()
+
+    async def stubborn() -> None:
+        running.set()
+        while not security._closing:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if swallowed.is_set():
+                    raise
+                swallowed.set()  # as wait_for returning the read's result instead
+
+    security._poller = asyncio.create_task(stubborn())
+    await asyncio.wait_for(running.wait(), 10)
+    await asyncio.wait_for(security.close(), 10)
+    assert swallowed.is_set()

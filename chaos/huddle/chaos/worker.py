@@ -152,7 +152,7 @@ class Worker(RebalanceListener):
         restores = []
         for tp in sorted(assigned):
             offset = resume.get(tp) or 0
-            from_offset = self.workload.local.get(tp, 0)
+            from_offset = self.workload.state_from(tp, offset) if self.args.stateful else 0
             records = self.workload.restore_records(tp, offset)
             seconds = self.workload.assign(tp, offset, now)
             restores.append((tp, offset, from_offset, records, seconds))
@@ -275,8 +275,7 @@ class Worker(RebalanceListener):
                 )
             )
         if error is None:
-            for tp, offset in positions.items():
-                self.workload.latest[tp] = max(self.workload.latest.get(tp, 0), offset)
+            self.workload.accepted(positions)
 
     async def commit_loop(self) -> None:
         interval = self.args.commit_interval_ms / 1000
@@ -285,7 +284,7 @@ class Worker(RebalanceListener):
             await self.commit(self.workload.positions())
             if self.args.stateful:
                 await self._refresh_replicas()
-                save_state(self._state_file, self.workload.local)
+                save_state(self._state_file, self.workload.checkpoint())
 
     async def _refresh_replicas(self) -> None:
         replicas = self.workload.replicas - set(self.workload.tasks)
@@ -400,7 +399,7 @@ async def run(args: WorkerSettings) -> str:
                 ticking.cancel_scope.cancel()
             outer.cancel_scope.cancel()
         if args.stateful:
-            save_state(worker._state_file, worker.workload.local)
+            save_state(worker._state_file, worker.workload.checkpoint())
         events.write(ev.ProcessStopped(reason=reason))
         return reason
 

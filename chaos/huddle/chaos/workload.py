@@ -11,10 +11,15 @@ brings it to the resume offset at ``restore_rate`` records per second. With
 ``state_records``, a partition's state is its last ``state_records`` records (a windowed
 aggregate): a member that did not have it rebuilds at most that many, so rebuilding a
 partition from nothing takes ``state_records / restore_rate`` seconds however far it has come.
+A task's state is kept on disk as it stood at its last accepted commit (``checkpoint``), and
+a local state ahead of the offset a task resumes from (records applied after the commit)
+cannot be rewound: it is dropped and rebuilt up to the commit (``state_from``), so no record
+counts twice in it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from huddle.protocol.embedded import TopicPartition
@@ -31,6 +36,7 @@ class Task:
     restored_reported: bool = False
     restore_records: int = 0  # records its restore replays
     restore_began: float = 0.0  # when its restore began
+    committed: int = 0  # its last accepted commit here (its resume offset before one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,14 @@ class Workload:
         lag = max(offset - self.local.get(tp, 0), 0)
         return lag if self.state_records is None else min(lag, self.state_records)
 
+    def state_from(self, tp: TopicPartition, resume: int) -> int:
+        """Where ``tp``'s local state starts for a restore up to ``resume``: a state ahead
+        of ``resume`` holds records after the commit (they would count twice when processed
+        again) and cannot be rewound, so it is dropped (0: rebuilt from nothing)."""
+        if self.local.get(tp, 0) > resume:
+            del self.local[tp]
+        return self.local.get(tp, 0)
+
     def restore_records(self, tp: TopicPartition, resume: int) -> int:
         """Records of state restored before ``tp`` is processed from ``resume``."""
         return self._behind(tp, resume) if self.stateful else 0
@@ -67,10 +81,16 @@ class Workload:
     def assign(self, tp: TopicPartition, resume: int, now: float) -> float:
         """Own ``tp`` from offset ``resume``; returns the seconds it takes to restore."""
         self.latest[tp] = max(self.latest.get(tp, 0), resume)
+        if self.stateful:
+            self.state_from(tp, resume)
         records = self.restore_records(tp, resume)
         wait = self.restore_seconds(tp, resume)
         self.tasks[tp] = Task(
-            position=resume, ready_at=now + wait, restore_records=records, restore_began=now
+            position=resume,
+            ready_at=now + wait,
+            restore_records=records,
+            restore_began=now,
+            committed=resume,
         )
         return wait
 
@@ -91,6 +111,23 @@ class Workload:
 
     def positions(self) -> dict[TopicPartition, int]:
         return {tp: t.position for tp, t in self.tasks.items() if t.started is not None}
+
+    def accepted(self, positions: Mapping[TopicPartition, int]) -> None:
+        """The commit of ``positions`` was accepted."""
+        for tp, offset in positions.items():
+            self.latest[tp] = max(self.latest.get(tp, 0), offset)
+            if (task := self.tasks.get(tp)) is not None:
+                task.committed = max(task.committed, offset)
+
+    def checkpoint(self) -> dict[TopicPartition, int]:
+        """The local state to keep on disk: a task being processed as it stood at its last
+        accepted commit (processing goes on during and after a commit, and what it applied
+        since is not committed: after a kill it would count twice), the others as they are."""
+        kept = dict(self.local)
+        for tp, task in self.tasks.items():
+            if task.started is not None:
+                kept[tp] = task.committed
+        return kept
 
     def newly_restored(self, now: float) -> list[TopicPartition]:
         """Tasks whose restore finished by ``now`` and were not reported yet."""

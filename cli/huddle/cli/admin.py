@@ -19,6 +19,7 @@ import anyio
 import msgspec
 
 from huddle.cli.client_security import add_security_flags, security_of
+from huddle.cli.consumer_render import groups_table, render_consumer_group
 from huddle.cli.group_admin import add_group_admin, delete_group, offsets_table, reset_offsets
 from huddle.cli.parsing import positive_seconds
 from huddle.cli.render import format_table, plural, to_json
@@ -445,17 +446,15 @@ async def run_admin_command(
                     return to_json(groups)
                 if not groups:
                     return "no groups"
-                return format_table(
-                    ("GROUP", "PROTOCOL-TYPE", "STATE"),
-                    [(g.group_id, g.protocol_type or "-", g.state or "-") for g in groups],
-                )
+                return groups_table(groups)
             case ("groups", "describe"):
                 group = await admin.describe(args.group)
                 offsets = await admin.committed_offsets(args.group)
                 if as_json:
                     return to_json(describe_view(group, offsets))
                 owners = {tp: m.member_id for m in group.members for tp in m.owned}
-                text = render_group(group)
+                consumer = group.group_epoch is not None
+                text = render_consumer_group(group) if consumer else render_group(group)
                 if offsets or owners:
                     text += "\n\n" + offsets_table(offsets, owners)
                 return text

@@ -32,6 +32,7 @@ from huddle.protocol.messages import (
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
     ConsumerTopicPartitions,
+    ErrorResponse,
 )
 
 JOIN_EPOCH = 0
@@ -105,9 +106,15 @@ class ConsumerCore:
             instance_id=self.instance_id,
         )
 
-    def answered(self, answer: ConsumerHeartbeatResponse) -> Reconcile:
+    def answered(self, answer: ConsumerHeartbeatResponse | ErrorResponse) -> Reconcile:
         """What ``answer`` asks; raises the registered ``HuddleError`` for a refusal the
-        member cannot get past (an authorization, UNRELEASED_INSTANCE_ID, ...)."""
+        member cannot get past (an authorization, UNRELEASED_INSTANCE_ID, ...). An
+        ``ErrorResponse`` in its place (the heartbeat refused before the group was asked,
+        or its change not kept: NOT_COORDINATOR from a cluster node) is read as the
+        answer's error code."""
+        if isinstance(answer, ErrorResponse):
+            code = answer.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
+            answer = ConsumerHeartbeatResponse(error_code=code, error_message=answer.error_message)
         code = answer.error_code
         if code in REJOIN_CODES:
             lost = self.owned

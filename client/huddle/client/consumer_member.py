@@ -34,7 +34,11 @@ from huddle.client.steps import MemberState
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import InvalidArgumentError, UsageError
-from huddle.protocol.messages import ConsumerAssignmentChanged, ConsumerHeartbeatResponse
+from huddle.protocol.messages import (
+    ConsumerAssignmentChanged,
+    ConsumerHeartbeatResponse,
+    ErrorResponse,
+)
 
 log = library_logger("huddle.member")
 _REQUEST_TIMEOUT_S = 10.0
@@ -216,9 +220,9 @@ class ConsumerProtocolMember(Member):
                 await self._wake.wait()
         await self._leave(conn)
 
-    async def _beat(self, conn: Connection) -> ConsumerHeartbeatResponse:
+    async def _beat(self, conn: Connection) -> ConsumerHeartbeatResponse | ErrorResponse:
         answer = await conn.request(self._consumer.request(), timeout=_REQUEST_TIMEOUT_S)
-        if not isinstance(answer, ConsumerHeartbeatResponse):
+        if not isinstance(answer, ConsumerHeartbeatResponse | ErrorResponse):
             code = getattr(answer, "error_code", None)
             message = getattr(answer, "error_message", "") or type(answer).__name__
             raise MemberFailedError(code, f"the coordinator answered {message}")

@@ -61,6 +61,11 @@ def _tls_reason(exc: ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"the coordinator's certificate was refused: {exc.verify_message}"
     reason = exc.reason or str(exc)
+    if reason == "WRONG_VERSION_NUMBER":  # the first bytes back were not TLS
+        return (
+            "it did not answer in TLS (WRONG_VERSION_NUMBER): the listener probably has no "
+            "TLS (drop --tls/--tls-ca), or the address is not a coordinator's"
+        )
     if "ALERT" in str(reason).upper():  # the coordinator refused this client's certificate
         return f"the coordinator refused the connection ({reason}): check the client certificate"
     return str(reason)

@@ -9,12 +9,27 @@ reach the same groups, so a group's members may heartbeat on either listener. He
 
 - ACLs as Kafka's ``KafkaApis.handleConsumerGroupHeartbeatRequest``: READ on the group
   (else GROUP_AUTHORIZATION_FAILED), DESCRIBE on each subscribed topic name (else
-  TOPIC_AUTHORIZATION_FAILED, the whole request);
+  TOPIC_AUTHORIZATION_FAILED, the whole request); a regex resolves only to topics the
+  principal of the heartbeat that resolves it may DESCRIBE (as Kafka 4.x);
+- a group this server does not coordinate now (a cluster node that does not serve its
+  shard, or is loading it; the data dir loading) is refused as the host says
+  (``not_served``: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS);
 - the topic view the core assigns from is the registry's, its version the registry's count
   of changes, so a regular expression subscription follows topics created and deleted;
-- a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND (mixed groups
-  are not served yet);
+- a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND, as Kafka
+  answers a consumer-protocol join to a classic group it does not upgrade online (mixed
+  groups are not served yet);
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
+- every change of a group (a heartbeat's, an expiry's) is kept as records
+  (``huddle.coordinator.storage.kept_consumer_groups``) through the server's keeper (the
+  data dir's journal, or etcd), and a heartbeat's answer goes only once its records are
+  kept, as the classic protocol's answers do (either wire's: both serve the heartbeat on
+  the server's request path, ``RequestPath.beside``); the groups kept are served once the
+  data dir is loaded (``load_kept``), each member at its epoch with a fresh session, and
+  a cluster node serves and drops a shard's groups as it takes and loses the shard
+  (``ConsumerKept``);
+- it counts the group epoch bumps and the members fenced (``counts``: the metrics'), and
+  ``huddle groups list/describe`` read its groups (``consumer_admin``);
 - after each heartbeat and expiry, every member whose next heartbeat would now be answered
   differently (the group epoch moved past the target's: a member joined, left or changed
   its subscription; or it is not reconciled to the target and the target or the partitions
@@ -31,6 +46,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
+import msgspec
 import structlog
 
 from huddle.coordinator.consumer import (
@@ -41,8 +57,11 @@ from huddle.coordinator.consumer import (
     HeartbeatRequest,
     TopicView,
 )
+from huddle.coordinator.consumer_metrics import FENCED_BY_EPOCH, ConsumerCounts
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.errors import ErrorCode
 
 log = structlog.get_logger("huddle.coordinator.consumer_service")
@@ -53,8 +72,8 @@ Watcher = Callable[[str, str, int], None]
 _Mark = tuple[int, int, int]
 
 
-class ConsumerHost(Protocol):
-    """What the consumer groups need of the server."""
+class TopicsHost(Protocol):
+    """The server's topics, ACLs and classic groups, as the consumer groups read them."""
 
     def now_ms(self) -> float:
         """The core's clock, in milliseconds."""
@@ -79,6 +98,24 @@ class ConsumerHost(Protocol):
     def authorizer(self) -> Authorizer | None: ...
 
 
+class ConsumerHost(TopicsHost, Protocol):
+    """What the consumer service needs of the server."""
+
+    @property
+    def consumer_kept(self) -> ConsumerKept:
+        """The consumer groups' records, as the data dir replayed them."""
+
+    def keep(self, records: list[Record], *, outside: bool) -> None:
+        """Keep these records of the consumer groups' changes: with the answers of the
+        request being handled (the request path takes them with the core's changes, and
+        holds its answers until they are kept), or ``outside`` a request (an expiry: they
+        are written now)."""
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        """Why this server does not coordinate ``group_id`` now (a cluster node that does
+        not serve its shard: NOT_COORDINATOR; loading: COORDINATOR_LOAD_IN_PROGRESS)."""
+
+
 class ConsumerService:
     """The server's consumer-protocol groups, served to every wire."""
 
@@ -93,6 +130,46 @@ class ConsumerService:
         self.watchers: list[Watcher] = []
         # (group id, member id) -> the group's mark when the member was last answered or told
         self._told: dict[tuple[str, str], _Mark] = {}
+        self.counts = ConsumerCounts()  # epoch bumps and fenced members (the metrics')
+        self.kept = host.consumer_kept
+        self.kept.serving = self
+
+    def load_kept(self, group_ids: Iterable[str] | None) -> None:
+        """Serve kept groups (None: all): each member at its kept epoch, with a fresh
+        session."""
+        now = self.host.now_ms()
+        for group in self.kept.loaded_groups(group_ids):
+            self.core.load(group, now)
+            log.info(
+                "consumer_group_loaded",
+                group_id=group.group_id,
+                group_epoch=group.group_epoch,
+                members=len(group.members),
+            )
+        self._arm()
+
+    def unload(self, doomed: Callable[[str], bool]) -> None:
+        """Stop serving the groups ``doomed`` names (their cluster shard left this node)."""
+        for group_id in [g for g in self.core.groups if doomed(g)]:
+            self.core.unload(group_id)
+        for table in (self.clients, self._told):
+            for key in [k for k in table if doomed(k[0])]:
+                del table[key]
+
+    def _keep(
+        self, group_ids: Iterable[str], only: str | None = None, *, outside: bool = True
+    ) -> None:
+        """Keep what changed in these groups (``only``: see ``ConsumerKept.changes``;
+        ``outside``: see ``ConsumerHost.keep``)."""
+        records: list[Record] = []
+        for group_id in group_ids:
+            group = self.core.groups.get(group_id)
+            if group is None:
+                records += self.kept.gone(group_id)
+            else:
+                records += self.kept.changes(group, only)
+        if records:
+            self.host.keep(records, outside=outside)
 
     def refuses_classic(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group with members (a JoinGroup for
@@ -104,6 +181,7 @@ class ConsumerService:
         if group.members:
             return True
         del self.core.groups[group_id]
+        self._keep([group_id])
         return False
 
     def topics(self) -> TopicView:
@@ -114,6 +192,21 @@ class ConsumerService:
             view = TopicView(dict(self.host.topic_partitions), version=version)
             self._view = view
         return view
+
+    def _topics_for(self, peer: Peer) -> TopicView:
+        """The topic view, with an authorizer limited for regexes to the topics ``peer``
+        may DESCRIBE (Kafka 4.x resolves a regex so, as the heartbeat that resolves it)."""
+        view = self.topics()
+        auth = self.host.authorizer
+        if auth is None:
+            return view
+
+        def describable(topic: str) -> bool:
+            return auth.allowed(
+                peer.principal, peer.host, Operation.DESCRIBE, ResourceType.TOPIC, topic
+            )
+
+        return msgspec.structs.replace(view, describable=describable)
 
     def screen(
         self, group_id: str, names: Iterable[str] | None, peer: Peer
@@ -131,18 +224,24 @@ class ConsumerService:
         return None
 
     def heartbeat(self, request: HeartbeatRequest, peer: Peer) -> HeartbeatAnswer:
-        """One heartbeat, screened (ACLs, a classic group's id) and answered by the core."""
-        refusal = self.screen(request.group_id, request.subscribed_topic_names, peer)
+        """One heartbeat, screened (ACLs, a group not served here, a classic group's id)
+        and answered by the core. What it changed goes to ``host.keep`` with the answer:
+        the caller's request path sends the answer once the records are kept."""
+        group_id = request.group_id
+        refusal = self.screen(group_id, request.subscribed_topic_names, peer)
+        if refusal is None:
+            refusal = self.host.not_served(group_id)
         if refusal is not None:
             return refused(*refusal)
-        if self.host.classic_members(request.group_id):
+        if self.host.classic_members(group_id):
             return refused(
                 ErrorCode.GROUP_ID_NOT_FOUND,
-                f"Group {request.group_id} is a classic group with members: the consumer "
+                f"Group {group_id} is a classic group with members: the consumer "
                 "protocol cannot join it (mixed groups are not served)",
             )
+        before = self._epoch(group_id)
         try:
-            answer = self.core.heartbeat(request, self.host.now_ms(), self.topics())
+            answer = self.core.heartbeat(request, self.host.now_ms(), self._topics_for(peer))
         except DoubleOwnerError as error:
             log.error(
                 "consumer_group_bug",
@@ -154,17 +253,25 @@ class ConsumerService:
             return refused(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
             self._arm()
-        key = (request.group_id, answer.member_id or request.member_id)
+            self._keep([group_id], request.member_id, outside=False)
+        self.counts.rebalances += max(self._epoch(group_id) - before, 0)
+        if answer.error == ErrorCode.FENCED_MEMBER_EPOCH:
+            self.counts.fenced[FENCED_BY_EPOCH] += 1
+        key = (group_id, answer.member_id or request.member_id)
         if answer.error or request.member_epoch < 0:
             self.clients.pop(key, None)
             self._told.pop(key, None)
         else:
             self.clients[key] = (peer.client_id, peer.host)
-            group = self.core.groups.get(request.group_id)
+            group = self.core.groups.get(group_id)
             if group is not None:
                 self._told[key] = _mark(group)
-        self._tell(request.group_id)
+        self._tell(group_id)
         return answer
+
+    def _epoch(self, group_id: str) -> int:
+        group = self.core.groups.get(group_id)
+        return 0 if group is None else group.group_epoch
 
     def _tell(self, group_id: str) -> None:
         """Name to the watchers each member of ``group_id`` whose next heartbeat would be
@@ -204,8 +311,12 @@ class ConsumerService:
 
     def _expire(self) -> None:
         self._timer = self._timer_at = None
+        touched: set[str] = set()
         try:
+            epochs = {group_id: g.group_epoch for group_id, g in self.core.groups.items()}
             for fenced in self.core.expire(self.host.now_ms()):
+                self.counts.fenced[fenced.reason] += 1
+                touched.add(fenced.group_id)
                 self.clients.pop((fenced.group_id, fenced.member_id), None)
                 self._told.pop((fenced.group_id, fenced.member_id), None)
                 log.info(
@@ -216,10 +327,14 @@ class ConsumerService:
                     reason=fenced.reason,
                 )
                 self._tell(fenced.group_id)
+            self.counts.rebalances += sum(
+                max(self._epoch(group_id) - epoch, 0) for group_id, epoch in epochs.items()
+            )
         except Exception:  # the timer goes on: one group's failure stops no other's expiry
             log.exception("consumer_expiry_failed")
         finally:
             self._arm()
+            self._keep(sorted(touched))
 
     def close(self) -> None:
         if self._timer is not None:

@@ -3,7 +3,11 @@
 The server's one ``ConsumerService`` (``huddle.coordinator.consumer_service``) serves a
 ``ConsumerHeartbeatRequest`` (topics by name, as the core takes them) beside the classic
 core: ``HuddleConsumer.serve`` is the request path's handler for that type, so the ACLs,
-the groups and their timers are the ones the Kafka listener uses. It remembers the
+the groups and their timers are the ones the Kafka listener uses (whose
+ConsumerGroupHeartbeat is translated to the same request and served by the same handler).
+Its answer goes as the core's do: once the records the heartbeat made are kept (the data
+dir's journal, or etcd). A pushed notice is not held: it carries no state, only "heartbeat
+now", and that heartbeat's answer waits behind the write. It remembers the
 connection each member last heartbeated on and pushes it a ``ConsumerAssignmentChanged``
 when the service names the member (its next heartbeat would be answered differently), so
 a huddle member reconciles at once rather than at its next heartbeat interval. A peer that
@@ -14,14 +18,18 @@ UNSUPPORTED_VERSION.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
 from huddle.coordinator.consumer_service import ConsumerService
-from huddle.coordinator.core import Coordinator
+from huddle.coordinator.effects import Outgoing
+from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.security.acls import Authorizer
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     INTRODUCED_IN,
@@ -34,16 +42,20 @@ from huddle.protocol.messages import (
     Reply,
 )
 
+if TYPE_CHECKING:
+    from huddle.coordinator.host import CoordinatorServer
+
 _SINCE = INTRODUCED_IN[ConsumerHeartbeatRequest]
 
 
-class CoreConsumerHost:
-    """The server's topics, ACLs and classic groups as the consumer service reads them
-    (``consumer_service.ConsumerHost``)."""
+class ServerConsumerHost:
+    """The server's topics, ACLs, classic groups, keeper and cluster as the consumer
+    service reads them (``consumer_service.ConsumerHost``)."""
 
-    def __init__(self, core: Coordinator, now_ms: Callable[[], float]) -> None:
-        self._core = core
-        self.now_ms = now_ms
+    def __init__(self, server: CoordinatorServer) -> None:
+        self._server = server
+        self._core = server.core
+        self.now_ms = server.now_ms
 
     @property
     def topic_partitions(self) -> Mapping[str, int]:
@@ -69,13 +81,47 @@ class CoreConsumerHost:
     def authorizer(self) -> Authorizer | None:
         return self._core.authorizer
 
+    @property
+    def consumer_kept(self) -> ConsumerKept:
+        return self._core.consumer_kept
 
-def server_service(
-    core: Coordinator, now_ms: Callable[[], float], session_ms: int, heartbeat_ms: int
-) -> ConsumerService:
-    """A server's consumer service, with the server's timeouts."""
-    config = ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms)
-    return ConsumerService(CoreConsumerHost(core, now_ms), ConsumerCoordinator(config))
+    def keep(self, records: list[Record], *, outside: bool) -> None:
+        self._core.keep_consumer(records)
+        if outside:
+            self._server.keep_outside()
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        server = self._server
+        if server.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is loading its data dir"
+        cluster = server.cluster
+        if cluster is None:
+            if server.config.cluster:
+                return ErrorCode.NOT_COORDINATOR, "the node is joining its cluster"
+            return None
+        refusal = cluster.refuses_group(group_id)
+        if refusal is None:
+            return None
+        return ErrorCode(refusal.error_code), refusal.error_message or ""
+
+
+def server_service(server: CoordinatorServer) -> ConsumerService:
+    """A server's consumer service, with the server's timeouts: its heartbeats served on
+    huddle's wire, its groups listed and described there (``consumer_admin``) and counted
+    in the metrics (``consumer_metrics``)."""
+    cfg = server.config
+    config = ConsumerGroupConfig(
+        session_timeout_ms=cfg.consumer_session_timeout_ms,
+        heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
+    )
+    service = ConsumerService(ServerConsumerHost(server), ConsumerCoordinator(config))
+    huddle = HuddleConsumer(service, server.requests.conns)
+    server.requests.beside[ConsumerHeartbeatRequest] = huddle.serve
+    server.core.admin.consumer = service
+    server.core.joins.consumer_group = service.refuses_classic  # huddle's wire's JoinGroup
+    if server.metrics is not None:
+        server.metrics.consumer = service
+    return service
 
 
 class HuddleConsumer:
@@ -87,7 +133,10 @@ class HuddleConsumer:
         self.members: dict[tuple[str, str], int] = {}  # (group, member) -> its connection
         service.watchers.append(self.tell)
 
-    def serve(self, conn: Connection, call: Call) -> None:
+    def serve(self, conn: Connection, call: Call) -> list[Outgoing]:
+        """The request path's handler of a ``ConsumerHeartbeatRequest``, whatever wire it
+        came by (the Kafka listener translates its ConsumerGroupHeartbeat to one): the
+        answer, which the path holds until the heartbeat's records are kept."""
         req = call.request
         assert isinstance(req, ConsumerHeartbeatRequest)
         response: ConsumerHeartbeatResponse | ErrorResponse
@@ -101,10 +150,10 @@ class HuddleConsumer:
             key = (req.group_id, req.member_id)
             if answer.error or req.member_epoch < 0:
                 self.members.pop(key, None)
-            else:
+            elif conn.wire.listener == HuddleWire.listener:  # a Kafka client gets no notice
                 self.members[key] = conn.conn_id
             response = wire_answer(answer)
-        conn.send(Reply(correlation_id=call.correlation_id, response=response))
+        return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=response))]
 
     def tell(self, group_id: str, member_id: str, target_epoch: int) -> None:
         conn_id = self.members.get((group_id, member_id))

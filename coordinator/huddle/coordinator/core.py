@@ -40,6 +40,7 @@ from huddle.coordinator.retention import Retention
 from huddle.coordinator.security.access import described_topics, screen
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.sessions import RebalanceObserver, Sessions, uuid_member_id
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import (
     GroupRecord,
     OffsetRecord,
@@ -118,7 +119,9 @@ class Coordinator:
         )
         self.admin = GroupAdmin(sessions, self.changes)
         self.retention = Retention(sessions, self.config, self.changes)
-        self._loader = Loader(sessions, rebalances, self.topics, self.offsets)
+        # the consumer-protocol groups' records (their groups are the ConsumerService's)
+        self.consumer_kept = ConsumerKept()
+        self._loader = Loader(sessions, rebalances, self.topics, self.offsets, self.consumer_kept)
 
         # Which node coordinates a group: the transport sets it (its own address, or the
         # cluster's shard owners); without one, nobody is known.
@@ -140,6 +143,13 @@ class Coordinator:
         transport with a data dir or a cluster keeps them, so a restart or the node taking
         a shard over serves them on (``start``, ``load``)."""
         self.sessions.keep_groups = True
+        self.consumer_kept.enabled = True
+
+    def keep_consumer(self, records: list[Record]) -> None:
+        """Changes of consumer-protocol groups, kept as the core's own (``take_changes``)
+        when groups are kept."""
+        if self.sessions.keep_groups:
+            self.changes.extend(records)
 
     @property
     def keeps_groups(self) -> bool:
@@ -396,6 +406,7 @@ class Coordinator:
         topics = dict(self.topics.partitions)
         ids = dict(self.topics.ids)
         fence = self.sessions.unserved_fence_ms
+        consumer = self.consumer_kept.copy()
         groups: list[tuple[str, GroupRecord | None, dict[tuple[str, int], Committed]]] = []
         for gid in list(self.groups):
             group = self.groups.get(gid)
@@ -408,6 +419,7 @@ class Coordinator:
                 yield SessionRecord(fence)
             for name, count in sorted(topics.items()):
                 yield TopicRecord(name, count, ids.get(name))
+            yield from consumer
             # one group's copy freed at a time: freeing them all at once is one long stall
             groups.sort(key=lambda item: item[0], reverse=True)
             while groups:
@@ -423,6 +435,7 @@ class Coordinator:
     def kept_size(self) -> int:
         """How many records ``snapshot()`` would return."""
         kept = len(self.topics.partitions) + (1 if self.sessions.unserved_fence_ms else 0)
+        kept += self.consumer_kept.size()
         return kept + sum(len(g.offsets) + (g.kept is not None) for g in self.groups.values())
 
     # --- topics and inspection -------------------------------------------------------

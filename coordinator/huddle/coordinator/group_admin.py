@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import structlog
 
+from huddle.coordinator import consumer_admin
+from huddle.coordinator.consumer import GroupPhase
+from huddle.coordinator.consumer_admin import ConsumerSource
 from huddle.coordinator.group import Group
 from huddle.coordinator.sessions import Sessions
 from huddle.coordinator.state import STATES_BY_NAME, GroupState
@@ -34,6 +37,9 @@ class GroupAdmin:
     def __init__(self, sessions: Sessions, changes: list[Record]) -> None:
         self.sessions = sessions
         self.changes = changes  # what to keep across restarts (see coordinator.storage.records)
+        # the consumer-protocol groups (the server's ConsumerService): described and
+        # listed beside the classic ones (huddle.coordinator.consumer_admin)
+        self.consumer: ConsumerSource | None = None
 
     def forget_group(self, group: Group) -> None:
         """The group and its offsets go, and stay gone: deletions are kept as records.
@@ -57,7 +63,13 @@ class GroupAdmin:
         results = []
         for group_id in dict.fromkeys(request.groups):
             group = self.sessions.groups.get(group_id)
-            if group is None or group.is_(GroupState.DEAD):
+            members = self._consumer_members(group_id)
+            if members:  # a consumer group's offsets stay while it has members (Kafka's)
+                code = E.NON_EMPTY_GROUP
+                message = (
+                    f"consumer group {group_id!r} has {members} members: only an empty group goes"
+                )
+            elif group is None or group.is_(GroupState.DEAD):
                 code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
             elif group.members or not group.is_(GroupState.EMPTY):
                 code = E.NON_EMPTY_GROUP
@@ -73,6 +85,10 @@ class GroupAdmin:
         described = []
         for group_id in dict.fromkeys(request.groups):  # each group once
             group = self.sessions.groups.get(group_id)
+            consumer = self._consumer_group(group_id) if _holds_offsets_only(group) else None
+            if consumer is not None:
+                described.append(consumer)
+                continue
             if group is None:
                 described.append(
                     DescribedGroup(
@@ -111,21 +127,50 @@ class GroupAdmin:
 
     def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
         wanted: set[GroupState] | None = None
+        asked: set[str] | None = None
         if request.states is not None:
-            unknown = [s for s in request.states if s.lower() not in STATES_BY_NAME]
+            asked = {s.lower() for s in request.states}
+            unknown = [s for s in request.states if s.lower() not in _KNOWN_STATES]
             if unknown:
                 return ListGroupsResponse(
                     error_code=E.INVALID_REQUEST,
                     error_message=f"unknown group states {unknown}; known: "
-                    + ", ".join(s.value for s in GroupState),
+                    + ", ".join(dict.fromkeys(_KNOWN_STATES.values())),
                 )
-            wanted = {STATES_BY_NAME[s.lower()] for s in request.states}
-        return ListGroupsResponse(
-            groups=[
-                ListedGroup(
-                    group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
-                )
-                for g in sorted(self.sessions.groups.values(), key=lambda g: g.group_id)
-                if wanted is None or g.state in wanted
-            ]
-        )
+            wanted = {STATES_BY_NAME[s] for s in asked if s in STATES_BY_NAME}
+        consumer = self.consumer.core.groups if self.consumer is not None else {}
+        groups = [
+            ListedGroup(
+                group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
+            )
+            for g in self.sessions.groups.values()
+            if (wanted is None or g.state in wanted)
+            and not (g.group_id in consumer and _holds_offsets_only(g))
+        ]
+        if self.consumer is not None:
+            groups += consumer_admin.listed(self.consumer, asked)
+        return ListGroupsResponse(groups=sorted(groups, key=lambda g: g.group_id))
+
+    def _consumer_members(self, group_id: str) -> int:
+        if self.consumer is None:
+            return 0
+        group = self.consumer.core.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
+    def _consumer_group(self, group_id: str) -> DescribedGroup | None:
+        if self.consumer is None:
+            return None
+        return consumer_admin.described(self.consumer, group_id)
+
+
+def _holds_offsets_only(group: Group | None) -> bool:
+    """No classic group, or an Empty one without members: a consumer group of that id (whose
+    commits keep its offsets in the classic core) is shown in its place."""
+    return group is None or (not group.members and group.is_(GroupState.EMPTY))
+
+
+# every state name a group of either protocol has (lower case -> as shown)
+_KNOWN_STATES: dict[str, str] = {
+    **{s.value.lower(): s.value for s in GroupState},
+    **{p.value.lower(): p.value for p in GroupPhase},
+}

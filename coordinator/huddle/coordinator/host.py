@@ -52,7 +52,6 @@ from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.errors import ErrorCode, HuddleError, UsageError
 from huddle.protocol.messages import (
     ClusterNodeInfo,
-    ConsumerHeartbeatRequest,
     DescribeClusterResponse,
     FindCoordinatorResponse,
     ProtocolError,
@@ -116,14 +115,7 @@ class CoordinatorServer:
         self.wire = HuddleWire(self, self.security)
         self.requests = RequestPath(self.core, self._conns, self.metrics)
         # the consumer group protocol (KIP-848): one service for huddle's wire and Kafka's
-        self.consumer = consumer_wire.server_service(
-            self.core,
-            self.now_ms,
-            config.consumer_session_timeout_ms,
-            config.consumer_heartbeat_interval_ms,
-        )
-        huddle_consumer = consumer_wire.HuddleConsumer(self.consumer, self._conns)
-        self.requests.beside[ConsumerHeartbeatRequest] = huddle_consumer.serve
+        self.consumer = consumer_wire.server_service(self)
         self.flush_later = self.requests.flush_later  # ConnectionHost's, called per frame
         if config.cluster:  # no group is served before the node has joined its cluster
             self.requests.gate = joining_cluster
@@ -273,6 +265,7 @@ class CoordinatorServer:
             # the loaded members' sessions start now that they can be heard (a whole session
             # each), and end even if nobody ever asks anything again
             await self._slices.run(self.core.loading_groups(self.now_ms()))  # restored otherwise
+            self.consumer.load_kept(None)  # the consumer-protocol groups, the same way
             self.core.begin_serving(self.now_ms())
             if self.core.changes:  # ids given to topics kept without one: recorded now
                 self.requests.send_outside([])

@@ -4,6 +4,8 @@ phase ends (``Rebalances.complete_join`` answers it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from huddle.coordinator.answers import inconsistent, join_error, refuse_held
 from huddle.coordinator.effects import Effects, Peer, Waiter
 from huddle.coordinator.group import Group, Member
@@ -20,6 +22,10 @@ class Joins:
         self.groups = sessions.groups
         self.timers = sessions.timers
         self.config = sessions.config
+        # Whether a consumer-protocol group with members has this id (the server's consumer
+        # service says): its JoinGroup is refused, as Kafka refuses one without online
+        # migration, whatever wire it came by.
+        self.consumer_group: Callable[[str], bool] = _no_consumer_group
 
     def join(self, fx: Effects, conn: Peer, cid: int, req: JoinGroupRequest) -> None:
         waiter = (conn.conn_id, cid)
@@ -57,6 +63,12 @@ class Joins:
         cfg = self.config
         if not req.group_id:
             return Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
+        if self.consumer_group(req.group_id):
+            return Refusal(
+                E.GROUP_ID_NOT_FOUND,
+                f"group {req.group_id!r} is a consumer-protocol group with members: a classic "
+                "member cannot join it (mixed groups are not served)",
+            )
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return Refusal(
                 E.INVALID_SESSION_TIMEOUT,
@@ -321,3 +333,7 @@ class Joins:
             members=group.join_members() if is_leader else [],
             skip_assignment=skip_assignment and is_leader,
         )
+
+
+def _no_consumer_group(group_id: str) -> bool:
+    return False

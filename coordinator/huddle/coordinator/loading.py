@@ -23,8 +23,11 @@ from huddle.coordinator.group import Group
 from huddle.coordinator.offsets import Offsets
 from huddle.coordinator.rebalance import Rebalances
 from huddle.coordinator.sessions import Sessions
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import (
     DELETED,
+    ConsumerGroupRecord,
+    ConsumerMemberRecord,
     GroupRecord,
     OffsetRecord,
     Record,
@@ -39,12 +42,18 @@ RESTORE_STEP = 512  # records replayed between two yields of ``restoring``
 
 class Loader:
     def __init__(
-        self, sessions: Sessions, rebalances: Rebalances, topics: TopicRegistry, offsets: Offsets
+        self,
+        sessions: Sessions,
+        rebalances: Rebalances,
+        topics: TopicRegistry,
+        offsets: Offsets,
+        consumer: ConsumerKept,
     ) -> None:
         self.sessions = sessions
         self.rebalances = rebalances
         self.topics = topics
         self.offsets = offsets
+        self.consumer = consumer  # consumer-protocol groups: the ConsumerService loads them
         self.kept: dict[str, GroupRecord] = {}  # restored, loaded by ``loading_groups``
         self.unserved: deque[Group] = deque()  # loaded, their sessions not started yet
 
@@ -60,6 +69,8 @@ class Loader:
                 sessions.unserved_fence_ms = record.longest_ms
                 if record.longest_ms > 0 and self.kept:
                     self._forget_kept_groups()
+            elif isinstance(record, ConsumerGroupRecord | ConsumerMemberRecord):
+                self.consumer.apply(record)
             elif isinstance(record, GroupRecord):  # loaded later, the last one of each
                 if record.generation == DELETED:
                     self.kept.pop(record.group_id, None)

@@ -24,7 +24,10 @@ Names, all under ``huddle_``:
 - ``cluster_lease_refresh_age_seconds``, ``cluster_reconcile_age_seconds`` (a cluster node:
   seconds since it last refreshed its etcd lease, and since it last reconciled its shards;
   NaN before the first), ``cluster_task_restarts_total{task,why}`` (one of its loops started
-  again: ``died`` or ``stalled``).
+  again: ``died`` or ``stalled``);
+- the consumer-protocol groups' (either wire's): ``consumer_groups{state}``,
+  ``consumer_group_members``, ``consumer_group_rebalances_total``,
+  ``consumer_members_fenced_total{reason}`` (``huddle.coordinator.consumer_metrics``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from huddle.coordinator import consumer_metrics
+from huddle.coordinator.consumer_metrics import ConsumerMetricsSource
 from huddle.protocol.errors import error_name
 from huddle.protocol.messages import NodeLiveness, Reply
 
@@ -63,6 +68,7 @@ class CoordinatorMetrics(Collector):
         self.security_store: Callable[[], tuple[bool, int]] | None = None
         self.liveness: Callable[[], NodeLiveness] | None = None  # a cluster node's
         self.restarts: Callable[[], dict[tuple[str, str], int]] | None = None  # (task, why)
+        self.consumer: ConsumerMetricsSource | None = None  # the server's ConsumerService
         # by listener: every request handled (counted per slice of a connection's input)
         self.calls: Counter[str] = Counter()
         # (listener, request class) -> handled, but heartbeats
@@ -152,6 +158,8 @@ class CoordinatorMetrics(Collector):
             states.add_metric([state], by_state.get(state, 0))
         yield states
         yield _gauge("huddle_members", "Members of every group", members)
+        if self.consumer is not None:
+            yield from consumer_metrics.collect(self.consumer)
         if self.shards is not None:
             yield _gauge("huddle_shards_owned", "Shards this cluster node serves", self.shards())
         if self.security_store is not None:

@@ -6,7 +6,9 @@ takes it from there, the same for every wire:
 1. screen: refused by the ACLs, while the data dir loads, or by a cluster node that does
    not serve the group (``refusal``), answered at once without the core;
 2. core: ``Coordinator.handle`` (a failure inside it is logged and answered with
-   UNKNOWN_SERVER_ERROR: the server keeps serving);
+   UNKNOWN_SERVER_ERROR: the server keeps serving), or for a request type served beside
+   the core (``beside``: the consumer group protocol's heartbeat, whichever wire it came
+   by) its handler, which screens it itself;
 3. effects: the changes the core made (``take_changes``) go to the keeper (the data dir's
    group commit, or etcd) and the answers are held until they are kept
    (``huddle.coordinator.held``); without changes the answers are queued at once;
@@ -70,9 +72,10 @@ class RequestPath:
         self.refused_loading = 0  # requests answered so meanwhile
         self.closed = False  # stopping, or stopped by a storage failure: no more requests
         self.dirty: list[Connection] = []  # connections with frames queued to write
-        # request types served beside the core (the consumer group protocol's), answered
-        # by the handler at once: it screens them itself
-        self.beside: dict[type[Request], Callable[[Connection, Call], None]] = {}
+        # request types served beside the core (the consumer group protocol's): the handler
+        # screens them itself and returns its frames, which go as the core's do (held until
+        # the changes it made, the core's ``take_changes``, are kept)
+        self.beside: dict[type[Request], Callable[[Connection, Call], list[Outgoing]]] = {}
 
     # --- one request ------------------------------------------------------------------
 
@@ -87,35 +90,18 @@ class RequestPath:
             request_type = type(call.request)
             if request_type is not HeartbeatRequest:
                 metrics.requests[conn.wire.listener, request_type] += 1
-        if self.beside:
-            handler = self.beside.get(type(call.request))
-            if handler is not None:
-                handler(conn, call)
-                return
-        if self.loading or self.gate is not None:
-            refusal = self.refusal(conn, call.request)
-            if refusal is not None:
-                if metrics is not None:
-                    metrics.errors[refusal.error_code] += 1
-                conn.send(Reply(correlation_id=call.correlation_id, response=refusal))
-                return
-        try:
-            out = self.core.handle(conn.peer, call.correlation_id, call.request, now)
-        except Exception:
-            kind = type(call.request).__struct_config__.tag
-            conn.log.exception("core_failed", operation="handle", request=kind)
-            out = [
-                (
-                    conn.conn_id,
-                    Reply(
-                        correlation_id=call.correlation_id,
-                        response=ErrorResponse(
-                            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
-                            error_message=f"the coordinator failed handling a {kind} request",
-                        ),
-                    ),
-                )
-            ]
+        handler = self.beside.get(type(call.request)) if self.beside else None
+        if handler is not None:
+            out = handler(conn, call)  # it screens the request itself
+        else:
+            if self.loading or self.gate is not None:
+                refusal = self.refusal(conn, call.request)
+                if refusal is not None:
+                    if metrics is not None:
+                        metrics.errors[refusal.error_code] += 1
+                    conn.send(Reply(correlation_id=call.correlation_id, response=refusal))
+                    return
+            out = self._handle(conn, call, now)
         if metrics is not None:  # inline: an answer's error code, a notice's type
             if len(out) == 1:
                 frame = out[0][1]
@@ -136,6 +122,20 @@ class RequestPath:
             conn.send(out[0][1])  # the common case: one answer to the caller
         else:
             self.dispatch(out)
+
+    def _handle(self, conn: Connection, call: Call, now: float) -> list[Outgoing]:
+        """The core's frames for the request (a failure inside it is logged and answered
+        UNKNOWN_SERVER_ERROR)."""
+        try:
+            return self.core.handle(conn.peer, call.correlation_id, call.request, now)
+        except Exception:
+            kind = type(call.request).__struct_config__.tag
+            conn.log.exception("core_failed", operation="handle", request=kind)
+            refusal = ErrorResponse(
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                error_message=f"the coordinator failed handling a {kind} request",
+            )
+            return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=refusal))]
 
     def refusal(self, conn: Connection, request: Request) -> Response | None:
         """Why the request is not handled here now, checked in Kafka's order: may the

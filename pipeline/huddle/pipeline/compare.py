@@ -93,7 +93,7 @@ def write_comparison(
         *[html.paragraph(line, "lead") for line in intro],
     ]
     missed: list[str] = []
-    checked = 0
+    checked = ties = 0
     for i, (situation, points) in enumerate(groups.items(), start=1):
         drawn, missing = findings.tradeoff(points)
         plot = plots.tradeoff(situation, drawn, missing, styles, out_dir / f"tradeoff-{i}.png")
@@ -101,8 +101,12 @@ def write_comparison(
         verdicts = findings.verdicts(points)
         missed += [v.text for v in verdicts if not v.held]
         checked += len(verdicts)
+        ties += sum(v.tied for v in verdicts)
         judged = [v.text for v in verdicts]
-        marked = [html.paragraph(v.text, "held" if v.held else "missed") for v in verdicts]
+        marked = [
+            html.paragraph(v.text, "tied" if v.tied else "held" if v.held else "missed")
+            for v in verdicts
+        ]
         md += [f"## {situation}\n", f"![{situation}]({plot.name})\n"]
         md += [f"- {line}" for line in said] + [""] + [f"{line}\n" for line in judged]
         parts += [
@@ -112,7 +116,7 @@ def write_comparison(
                 html.bullets(said) + "".join(marked),
             ),
         ]
-    closing = _closing(missed, checked)
+    closing = _closing(missed, checked, ties)
     md += ["## Every figure\n", table, "", *[f"Note: {n}.\n" for n in notes], closing]
     (out_dir / "comparison.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     parts += [
@@ -139,17 +143,32 @@ def write_comparison(
     return table
 
 
-def _closing(missed: Sequence[str], checked: int) -> str:
-    """The closing note: whether every design did what it is for here, from the verdicts."""
+def _claims(count: int) -> str:
+    return f"{count} design {'claim' if count == 1 else 'claims'}"
+
+
+def _closing(missed: Sequence[str], checked: int, ties: int = 0) -> str:
+    """The closing note: whether every design did what it is for here, from the verdicts
+    (``ties`` of them held only as a tie: neither won)."""
     if not checked:
         return (
             "No protocol ran beside a rival in a situation its design claims to win, so no "
             "design claim was checked here."
         )
+    tied = f" {_claims(ties)} ended in a tie, which shows neither way." if ties else ""
     if not missed:
-        return (
+        if ties == checked:
+            return (
+                f"Every check of a design claim here was a tie ({_claims(ties)}): these runs "
+                "neither show nor refute them (each check is under its chart)."
+            )
+        won = (
             "Where a design claims to win and a rival ran beside it, it won in these runs "
-            "(each check is under its chart)."
+            "(each check is under its chart)"
         )
-    count = f"{len(missed)} design {'claim' if len(missed) == 1 else 'claims'}"
-    return f"Findings: {count} did not hold in these runs (measured, above): " + " ".join(missed)
+        return won + (f", or tied.{tied}" if ties else ".")
+    return (
+        f"Findings: {_claims(len(missed))} did not hold in these runs (measured, above): "
+        + " ".join(missed)
+        + tied
+    )

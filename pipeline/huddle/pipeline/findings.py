@@ -41,6 +41,13 @@ class Point:
     stopped: float | None
     restores: int | None = None  # restores with state to rebuild
     restores_cut: int | None = None  # of them, cut short before they finished
+    kind: str = ""  # ``name`` before runs of one kind were told apart ("": ``name``)
+    held: float | None = None  # of ``unowned``, held for a member that went away and came back
+
+    @property
+    def protocol(self) -> str:
+        """What the design claims are about: the name without its run's tag."""
+        return self.kind or self.name
 
 
 def point(s: RunSummary) -> Point:
@@ -68,6 +75,7 @@ def point(s: RunSummary) -> Point:
         unowned=s.unowned_partition_seconds,
         restoring=s.restoring_partition_seconds,
         stopped=s.total_unavailable_partition_seconds if stopped is None else stopped,
+        held=s.held_partition_seconds,
     )
 
 
@@ -82,7 +90,7 @@ def situations(summaries: Sequence[RunSummary]) -> dict[str, list[Point]]:
     for situation, runs in groups.items():
         names = [p.name for _, p in runs]
         told_apart[situation] = [
-            p if names.count(p.name) == 1 else replace(p, name=f"{p.name} [{run}]")
+            p if names.count(p.name) == 1 else replace(p, name=f"{p.name} [{run}]", kind=p.name)
             for run, p in runs
         ]
     return told_apart
@@ -143,7 +151,13 @@ def _handed(count: int, where: str) -> str:
 
 def _restores(p: Point) -> str:
     if not p.records_restored:
-        return "restored no state" if p.records_restored == 0 else ""
+        if p.records_restored is None:
+            return ""
+        if p.restores:  # state to rebuild, but every restore was cut before a record
+            started = "a restore" if p.restores == 1 else f"{p.restores:,} restores"
+            cut = "it" if p.restores == 1 else f"{p.restores_cut or 0:,} of them"
+            return f"started {started} and cut {cut} short before a record of state was replayed"
+        return "restored no state"
     rebuilt = [] if p.restore_seconds is None else [f"{_num(p.restore_seconds)} s rebuilding"]
     if p.restores_cut:
         rebuilt.append(f"{p.restores_cut:,} of its {p.restores or 0:,} restores cut short")
@@ -195,10 +209,19 @@ def _cost(p: Point) -> str:
     if p.unowned is None or p.restoring is None or p.stopped is None or p.stopped <= 0:
         return ""
     if p.unowned >= p.restoring:
-        share = p.unowned / p.stopped
-        if p.moved == 0:
-            return f"; {share:.0%} of that was partitions held for their member, unowned"
-        return f"; {share:.0%} of that was partitions unowned, between owners"
+        if p.held is None:  # a summary written before the split
+            return f"; {p.unowned / p.stopped:.0%} of that was partitions unowned"
+        held, between = p.held / p.stopped, max(p.unowned - p.held, 0.0) / p.stopped
+        text = {
+            "held": f"{held:.0%} of that was partitions held for a member that went away, unowned",
+            "between": f"{between:.0%} of that was partitions unowned, between owners",
+        }
+        also = {
+            "held": f"; {between:.0%} was between owners" if between > 0 else "",
+            "between": f"; {held:.0%} was held for a member that went away" if held > 0 else "",
+        }
+        first = "held" if held >= between else "between"
+        return f"; {text[first]}{also[first]}"
     return f"; {p.restoring / p.stopped:.0%} of that was state being rebuilt on a new owner"
 
 
@@ -289,8 +312,9 @@ DESIGN_CLAIMS: Final = (
 @dataclass(frozen=True, slots=True)
 class Verdict:
     claim: Claim
-    held: bool
+    held: bool  # no rival had less
     text: str
+    tied: bool = False  # held, but a rival had as little: the runs do not show the claim
 
 
 def _scenario(situation: str) -> str:
@@ -301,33 +325,44 @@ def verdicts(points: Sequence[Point], claims: Sequence[Claim] = DESIGN_CLAIMS) -
     """Each claim that applies to ``points`` (one situation) and has a rival present:
     held or not, with the measured numbers, and when not, the measured reason."""
     found = []
-    by_name = {p.name: p for p in points}
     for claim in claims:
-        p = by_name.get(claim.protocol)
-        if p is None or claim.situation not in (None, _scenario(p.situation)):
-            continue
-        label, key = METRICS[claim.metric]
-        value = key(p)
-        rivals = [(q, v) for n in claim.than if (q := by_name.get(n)) and (v := key(q)) is not None]
-        if value is None or not rivals:
-            continue
-        mine = _figure(claim.metric, value)
-        against = ", ".join(f"{q.name} {_figure(claim.metric, v)}" for q, v in rivals)
-        who = _names([q.name for q, _ in rivals])
-        beaten = sorted((v, q.name) for q, v in rivals if v < value)
-        if not beaten:
-            text = (
-                f"As designed, {p.name} had no more {label} than {who} "
-                f"({mine} against {against}): {claim.why}."
-            )
-        else:
-            text = (
-                f"Not as designed: {claim.why}, so {p.name} should have had no more {label} "
-                f"than {who}; it had {mine} against {against}. "
-                + _why_not(p, by_name[beaten[0][1]], claim.metric)
-            )
-        found.append(Verdict(claim, not beaten, text))
+        for p in points:
+            if p.protocol == claim.protocol and claim.situation in (None, _scenario(p.situation)):
+                found += _verdict(claim, p, [q for q in points if q.protocol in claim.than])
     return found
+
+
+def _verdict(claim: Claim, p: Point, rivals_present: Sequence[Point]) -> list[Verdict]:
+    """``claim`` checked for one run ``p`` against every run of its rivals (none: no
+    verdict)."""
+    label, key = METRICS[claim.metric]
+    value = key(p)
+    rivals = [(q, v) for q in rivals_present if (v := key(q)) is not None]
+    if value is None or not rivals:
+        return []
+    mine = _figure(claim.metric, value)
+    against = ", ".join(f"{q.name} {_figure(claim.metric, v)}" for q, v in rivals)
+    who = _names([q.name for q, _ in rivals])
+    beaten = sorted(((v, q.name, q) for q, v in rivals if v < value), key=lambda b: b[:2])
+    tied = [q.name for q, v in rivals if v == value]
+    if not beaten and tied:
+        text = (
+            f"A tie: {p.name} had as many {label} as {_names(tied)} ({mine} against "
+            f"{against}), so these runs neither show nor refute that {claim.why}."
+        )
+        return [Verdict(claim, True, text, tied=True)]
+    if not beaten:
+        text = (
+            f"As designed, {p.name} had no more {label} than {who} "
+            f"({mine} against {against}): {claim.why}."
+        )
+    else:
+        text = (
+            f"Not as designed: {claim.why}, so {p.name} should have had no more {label} "
+            f"than {who}; it had {mine} against {against}. "
+            + _why_not(p, beaten[0][2], claim.metric)
+        )
+    return [Verdict(claim, not beaten, text)]
 
 
 def _why_not(p: Point, rival: Point, metric: str) -> str:

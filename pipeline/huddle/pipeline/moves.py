@@ -27,7 +27,10 @@ partition, counts as unowned.
 member owned it (the gaps in the union of its ownership intervals, in the members' own
 view: a killed member stops owning at its last event); *restoring*, its owner was
 restoring its state (the union of its restores); *stopped*, the union of both, each
-instant counted once.
+instant counted once. Of the unowned time, *held* is the part while a partition waited for
+the process that owned it to come back (it went back to the same process after that
+process restarted: Design II's hold, a static member's bounce); the rest was between
+owners (a move, or an eager rebalance that revoked it and gave it straight back).
 
 Handovers and restores count when they start within the window (the whole run when there
 is none: nothing was processed).
@@ -43,20 +46,27 @@ from huddle.pipeline.availability import MeasureWindow, outages
 HANDOVER_COLUMNS = ("topic", "partition", "start", "proc", "previous_proc", "kind")
 
 
-def handovers(owned: DataFrame) -> DataFrame:
-    """``topic, partition, start, proc, previous_proc, kind``: ``kind`` ``moved`` or
-    ``returned``, one row per ownership interval that follows another of the partition."""
+def _steps(owned: DataFrame) -> DataFrame:
+    """Each ownership interval beside the one before it of its partition: its ``proc``,
+    ``incarnation``, ``end`` and ``end_reason`` as ``previous_*``."""
     w = Window.partitionBy("topic", "partition").orderBy("start", "proc", "incarnation")
-    steps = owned.select(
+    before = ("proc", "incarnation", "end", "end_reason")
+    return owned.select(
         "topic",
         "partition",
         "start",
         "proc",
-        F.lag("proc").over(w).alias("previous_proc"),
-        F.lag("end_reason").over(w).alias("previous_end"),
+        "incarnation",
+        *[F.lag(c).over(w).alias(f"previous_{c}") for c in before],
     )
+
+
+def handovers(owned: DataFrame) -> DataFrame:
+    """``topic, partition, start, proc, previous_proc, kind``: ``kind`` ``moved`` or
+    ``returned``, one row per ownership interval that follows another of the partition."""
+    steps = _steps(owned)
     same = F.col("proc") == F.col("previous_proc")
-    still_owned = same & (F.col("previous_end") == "reassigned")
+    still_owned = same & (F.col("previous_end_reason") == "reassigned")
     return steps.where(F.col("previous_proc").isNotNull() & ~still_owned).select(
         "topic",
         "partition",
@@ -170,18 +180,46 @@ def union_seconds(intervals: DataFrame, window: MeasureWindow) -> DataFrame:
     return swept.groupBy("topic", "partition").agg(F.sum("new").alias("seconds"))
 
 
+def held_for_their_process(owned: DataFrame) -> DataFrame:
+    """``topic, partition, start, end``: from the end of each ownership interval to the
+    start of the next one of its partition when that goes back to the same process, in a
+    later incarnation (the process went away and came back)."""
+    steps = _steps(owned)
+    back = (F.col("proc") == F.col("previous_proc")) & (
+        F.col("incarnation") != F.col("previous_incarnation")
+    )
+    return steps.where(back & (F.col("start") > F.col("previous_end"))).select(
+        "topic", "partition", F.col("previous_end").alias("start"), F.col("start").alias("end")
+    )
+
+
 def stopped(
     owned: DataFrame, restore_rows: DataFrame, partitions: DataFrame, window: MeasureWindow
 ) -> DataFrame:
-    """``topic, partition, unowned_seconds, restoring_seconds, stopped_seconds`` for every
-    partition the run knows of."""
+    """``topic, partition, unowned_seconds, restoring_seconds, stopped_seconds,
+    held_seconds`` for every partition the run knows of."""
     unowned = outages(owned.select("topic", "partition", "start", "end"), partitions, window)
+    gaps = unowned.select("topic", "partition", "start", "end")
     restoring = restore_rows.select("topic", "partition", "start", "end")
-    either = unowned.select("topic", "partition", "start", "end").unionByName(restoring)
+    either = gaps.unionByName(restoring)
+    held = held_for_their_process(owned)
+
+    def seconds(intervals: DataFrame) -> DataFrame:
+        return union_seconds(intervals, window).withColumnRenamed("seconds", "s")
+
+    # unowned and held: |U| + |H| - |U or H|
+    held_unowned = (
+        seconds(gaps)
+        .withColumnRenamed("s", "u")
+        .join(seconds(held).withColumnRenamed("s", "h"), ["topic", "partition"])
+        .join(seconds(gaps.unionByName(held)), ["topic", "partition"])
+        .select("topic", "partition", (F.col("u") + F.col("h") - F.col("s")).alias("s"))
+    )
     figures = [
         (unowned.groupBy("topic", "partition").agg(F.sum("duration").alias("s")), "unowned"),
-        (union_seconds(restoring, window).withColumnRenamed("seconds", "s"), "restoring"),
-        (union_seconds(either, window).withColumnRenamed("seconds", "s"), "stopped"),
+        (seconds(restoring), "restoring"),
+        (seconds(either), "stopped"),
+        (held_unowned, "held"),
     ]
     table = partitions.select("topic", "partition")
     for df, name in figures:

@@ -135,7 +135,7 @@ def tradeoff(
     ax.set_xlim(left=0, right=right * 1.45 + 1)
     ax.set_ylim(bottom=0, top=top * 1.3 + 0.5)
     ax.set_xlabel("partitions that changed owner")
-    ax.set_ylabel("partition-seconds processing stopped\n(unowned + restoring)")
+    ax.set_ylabel("partition-seconds processing stopped\n(unowned or restoring, each instant once)")
     ax.set_title(f"{title}\n(nearer the lower left is better)", fontsize="medium")
     ax.grid(True, color="#e3e3e3", zorder=0)
     if missing:

@@ -17,8 +17,13 @@ member_id, records, evidence`` (``evidence``: JSON of the rows that show it).
    offsets below the commit.
 6. ``restore_not_from_commit``: a stateful task that restored its state up to another
    offset than the partition's last accepted committed offset at the moment its restore
-   started (0 before any commit): its state would then miss records, or count some twice.
-   One row per restore; ``records`` is how far off it was.
+   started (0 before any commit), or whose local state did not end up at that offset: a
+   state ahead of it (``from_offset`` above ``offset``: records counted twice), or one
+   that replayed fewer records than lay between them (a gap; with ``state_records`` in the
+   run's settings, a state of the last N records needs at most N). After the partition's
+   previous owner was killed, a restore up to an offset above its last logged commit is
+   accepted up to what that owner had processed: its last commit may have been stored
+   without its ``committed`` line. One row per restore; ``records`` is how far off it was.
 """
 
 from __future__ import annotations
@@ -196,6 +201,7 @@ def lost(runs: DataFrame) -> DataFrame:
 
 
 _EVENT_KEYS = ("ts", "seq", "proc", "member_id", "generation", "topic", "partition")
+_WHO = ("ts", "proc", "member_id", "generation")  # an event's own keys, in evidence
 
 
 def _timeline() -> WindowSpec:
@@ -242,33 +248,96 @@ def duplicates_below_commit(processed: DataFrame, accepted: DataFrame) -> DataFr
         F.col("proc"),
         F.col("member_id"),
         below - F.col("offset"),
-        F.struct(
-            "ts",
-            "proc",
-            "member_id",
-            "generation",
-            "offset",
-            "count",
-            "committed",
-            "processed_until",
-        ),
+        F.struct(*_WHO, "offset", "count", "committed", "processed_until"),
     )
 
 
-def restores_not_from_commit(control: DataFrame, accepted: DataFrame) -> DataFrame:
+def state_records(control: DataFrame) -> int | None:
+    """A partition's state in records (the run's ``state_records`` setting; None: all)."""
+    row = (
+        control.where(F.col("event") == "run_started")
+        .orderBy("ts")
+        .select(F.get_json_object("settings", "$.state_records").cast("long").alias("n"))
+        .first()
+    )
+    return None if row is None or row["n"] is None else int(row["n"])
+
+
+_RESTORE = ("ts", "seq", "proc", "topic", "partition")  # one restore_started
+
+
+def killed_owners(control: DataFrame, processed: DataFrame) -> DataFrame:
+    """Per restore (``_RESTORE``): ``killed_until``, how far the partition's previous owner
+    (the last process that processed it) had processed it, when that process was killed
+    after its last record and before the restore; no row otherwise. A commit it made just
+    before the kill may be missing from the log (the coordinator stored it, the
+    ``committed`` line was never written), but it cannot be above what it processed."""
+    restores = control.where(F.col("event") == "restore_started").select(*_RESTORE)
+    last = (
+        restores.alias("r")
+        .join(
+            processed.alias("p"),
+            (F.col("r.topic") == F.col("p.topic"))
+            & (F.col("r.partition") == F.col("p.partition"))
+            & (F.col("p.ts") < F.col("r.ts")),
+        )
+        .groupBy(*[F.col(f"r.{k}").alias(k) for k in _RESTORE])
+        .agg(
+            F.max(
+                F.struct(
+                    F.col("p.ts").alias("at"),
+                    F.col("p.proc").alias("owner"),
+                    (F.col("p.offset") + F.col("p.count")).alias("until"),
+                )
+            ).alias("last")
+        )
+    )
+    kills = control.where((F.col("event") == "fault") & (F.col("action") == "kill")).select(
+        F.col("target").alias("owner"), F.col("ts").alias("killed")
+    )
+    return (
+        last.join(
+            kills,
+            (F.col("last.owner") == kills["owner"])
+            & (kills["killed"] >= F.col("last.at"))
+            & (kills["killed"] <= last["ts"]),
+        )
+        .groupBy(*[last[k] for k in _RESTORE])
+        .agg(F.max("last.until").alias("killed_until"))
+    )
+
+
+def restores_not_from_commit(
+    control: DataFrame, accepted: DataFrame, processed: DataFrame, bound: int | None = None
+) -> DataFrame:
+    """Restores not rebuilt up to the commit (``bound``: a state's size in records). A
+    restore up to an offset above the last logged commit is accepted after its previous
+    owner was killed, up to what that owner had processed (``killed_owners``)."""
     restores = control.where(F.col("event") == "restore_started")
-    swept = _beside_commits(restores, accepted, "offset").withColumn(
-        "committed", F.coalesce(F.col("committed"), F.lit(0))
+    swept = (
+        _beside_commits(restores, accepted, "offset", "from_offset", "records")
+        .withColumn("committed", F.coalesce(F.col("committed"), F.lit(0)))
+        .join(killed_owners(control, processed), list(_RESTORE), "left")
     )
-    bad = swept.where((F.col("order") == 1) & (F.col("offset") != F.col("committed")))
+    unlogged = (F.col("offset") > F.col("committed")) & (F.col("offset") <= F.col("killed_until"))
+    start = F.coalesce(F.col("from_offset"), F.col("offset"))
+    needed = F.greatest(F.col("offset") - start, F.lit(0))
+    if bound is not None:
+        needed = F.least(needed, F.lit(bound))
+    off = F.greatest(
+        F.when(unlogged, 0).otherwise(F.abs(F.col("offset") - F.col("committed"))),
+        start - F.col("offset"),  # ahead: counted twice
+        needed - F.coalesce(F.col("records"), needed),  # a gap: missed
+    )
+    bad = swept.where((F.col("order") == 1) & (off > 0))
     return _violation(
         bad,
         "restore_not_from_commit",
         F.col("ts"),
         F.col("proc"),
         F.col("member_id"),
-        F.abs(F.col("offset") - F.col("committed")),
-        F.struct("ts", "proc", "member_id", "generation", "offset", "committed"),
+        off,
+        F.struct(*_WHO, "offset", "committed", "from_offset", "records", "killed_until"),
     )
 
 
@@ -286,5 +355,5 @@ def violations(
         .unionByName(commit_backwards(accepted))
         .unionByName(lost(runs))
         .unionByName(duplicates_below_commit(processed, accepted))
-        .unionByName(restores_not_from_commit(control, accepted))
+        .unionByName(restores_not_from_commit(control, accepted, processed, state_records(control)))
     )

@@ -13,7 +13,7 @@ import msgspec
 from pyspark.sql import Row
 
 from huddle.pipeline.analysis import RunAnalysis
-from huddle.pipeline.availability import WINDOW_DEFINITION
+from huddle.pipeline.availability import WINDOW_DEFINITION, MeasureWindow
 from huddle.pipeline.safety import VIOLATION_TYPES
 
 DIGITS = 6
@@ -83,11 +83,23 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     unowned_partition_seconds: float | None = None
     restoring_partition_seconds: float | None = None
     stopped_partition_seconds: float | None = None
+    # of the unowned, partition-seconds held for a process that went away and came back
+    held_partition_seconds: float | None = None
 
 
 def _total(rows: list[Row], column: str) -> float | None:
     """The sum of ``column`` over ``rows``; None when there are no rows (nothing measured)."""
     return _r(sum(float(r[column]) for r in rows)) if rows else None
+
+
+def _in(window: MeasureWindow | None, restore: Row) -> float:
+    """A restore's seconds within ``window`` (as its restoring partition-seconds are)."""
+    seconds = float(restore["seconds"])
+    if window is None:
+        return seconds
+    start = float(restore["start"])
+    end = start + seconds if restore["end"] is None else float(restore["end"])
+    return max(min(end, window.end) - max(start, window.start), 0.0)
 
 
 def summarise(a: RunAnalysis) -> RunSummary:
@@ -154,10 +166,11 @@ def summarise(a: RunAnalysis) -> RunSummary:
         records_restored=sum(int(r["replayed"] or 0) for r in a.restores),
         restores=len(rebuilt),
         restores_cut=sum(1 for r in rebuilt if not r["finished"]),
-        restore_seconds=_r(sum(float(r["seconds"]) for r in a.restores)),
+        restore_seconds=_r(sum(_in(window, r) for r in a.restores)),
         unowned_partition_seconds=_total(a.stopped, "unowned_seconds"),
         restoring_partition_seconds=_total(a.stopped, "restoring_seconds"),
         stopped_partition_seconds=_total(a.stopped, "stopped_seconds"),
+        held_partition_seconds=_total(a.stopped, "held_seconds"),
     )
 
 

@@ -88,6 +88,27 @@ class DescribeGroupsRequest(Message, tag="describe_groups", frozen=True, kw_only
     groups: Annotated[list[GroupId], Meta(max_length=MAX_ITEMS)]
 
 
+class AssignedTopic(Struct, frozen=True, kw_only=True):
+    """Partitions of one topic in a consumer-protocol member's assignment."""
+
+    topic: str
+    partitions: list[int]
+
+
+class ConsumerMemberState(Struct, frozen=True, kw_only=True):
+    """A consumer-protocol (KIP-848) member's reconciliation: its epoch, its state
+    (``stable``, ``unrevoked_partitions``, ``unreleased_partitions``), what it may own now,
+    what it must give up first, and what the group's target assignment gives it."""
+
+    member_epoch: int
+    state: str
+    subscribed_topics: list[str] = field(default_factory=list)
+    subscribed_regex: str | None = None
+    assigned: list[AssignedTopic] = field(default_factory=list)
+    pending_revocation: list[AssignedTopic] = field(default_factory=list)
+    target: list[AssignedTopic] = field(default_factory=list)
+
+
 class DescribedMember(Struct, frozen=True, kw_only=True):
     member_id: str
     group_instance_id: str | None = None
@@ -95,6 +116,15 @@ class DescribedMember(Struct, frozen=True, kw_only=True):
     client_host: str = ""
     metadata: bytes = b""  # the member's metadata for the chosen protocol
     assignment: bytes = b""
+    consumer: ConsumerMemberState | None = None  # a consumer-protocol member's; else None
+
+
+class ConsumerGroupState(Struct, frozen=True, kw_only=True):
+    """A consumer-protocol (KIP-848) group's epochs and the server assignor it uses."""
+
+    group_epoch: int
+    target_epoch: int
+    assignor: str
 
 
 class DescribedGroup(Struct, frozen=True, kw_only=True):
@@ -107,6 +137,8 @@ class DescribedGroup(Struct, frozen=True, kw_only=True):
     protocol_name: str = ""
     leader: str = ""
     members: list[DescribedMember] = field(default_factory=list)
+    group_type: str = "classic"  # "consumer": a consumer-protocol (KIP-848) group
+    consumer: ConsumerGroupState | None = None  # a consumer-protocol group's; else None
 
 
 class DescribeGroupsResponse(Message, tag="describe_groups_response", frozen=True, kw_only=True):
@@ -144,6 +176,7 @@ class ListedGroup(Struct, frozen=True, kw_only=True):
     group_id: str
     protocol_type: str = ""
     state: str = ""
+    group_type: str = "classic"  # "consumer": a consumer-protocol (KIP-848) group
 
 
 class ListGroupsResponse(Message, tag="list_groups_response", frozen=True, kw_only=True):

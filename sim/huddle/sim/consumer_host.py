@@ -2,15 +2,16 @@
 ``ConsumerService`` and sans-IO ``ConsumerCoordinator``, served on huddle's wire as
 ``huddle.coordinator.consumer_wire`` serves them, with the expiry timer on simulated time.
 
-A crash keeps what the data dir keeps of consumer groups (every member at its epoch, with
-its assignment and what it is revoking); the restart serves them again with a fresh session
-for every member, and a member still revoking gets its rebalance timeout again, as a
-coordinator that loads its data dir does.
+The consumer groups' records go to the simulated data dir with the core's own
+(``CoordinatorHost.kept``); a restart replays them and the service serves every kept group
+again (``ConsumerService.load_kept``): each member at its epoch with a fresh session, one
+still revoking with its rebalance timeout again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from huddle.coordinator.consumer import (
@@ -19,9 +20,13 @@ from huddle.coordinator.consumer import (
     ConsumerGroupConfig,
 )
 from huddle.coordinator.consumer_service import ConsumerService
-from huddle.coordinator.consumer_wire import CoreConsumerHost, core_request, wire_answer
+from huddle.coordinator.consumer_wire import core_request, wire_answer
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Peer
+from huddle.coordinator.security.acls import Authorizer
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
+from huddle.coordinator.storage.records import Record
+from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ConsumerAssignmentChanged, ConsumerHeartbeatRequest, Reply
 from huddle.sim.network import Link
 from huddle.sim.scheduler import Scheduler, Timer
@@ -35,13 +40,63 @@ class ConsumerObserver(Protocol):
     def consumer_changed(self, core: ConsumerCoordinator) -> None: ...
 
 
+class SimConsumerHost:
+    """The simulated coordinator as the consumer service reads it
+    (``consumer_service.ConsumerHost``): its core's topics, classic groups and kept consumer
+    records, the simulated clock, every group served here."""
+
+    def __init__(self, core: Coordinator, sched: Scheduler, kept: Callable[[], None]) -> None:
+        self._core = core
+        self._sched = sched
+        self._kept = kept  # the core's changes go to the data dir now
+
+    def now_ms(self) -> float:
+        return self._sched.now
+
+    @property
+    def topic_partitions(self) -> Mapping[str, int]:
+        return self._core.topics.partitions
+
+    @property
+    def topic_names(self) -> Mapping[uuid.UUID, str]:
+        return self._core.topics.names
+
+    @property
+    def topic_ids(self) -> Mapping[str, uuid.UUID]:
+        return self._core.topics.ids
+
+    @property
+    def topics_version(self) -> int:
+        return self._core.sessions.topics_version
+
+    def classic_members(self, group_id: str) -> int:
+        group = self._core.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        return self._core.authorizer
+
+    @property
+    def consumer_kept(self) -> ConsumerKept:
+        return self._core.consumer_kept
+
+    def keep(self, records: list[Record], *, outside: bool) -> None:
+        self._core.keep_consumer(records)
+        if outside:  # an expiry's: a heartbeat's are taken with the request's
+            self._kept()
+
+    def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        return None
+
+
 class SimConsumerService(ConsumerService):
     """The server's consumer service, its expiry timer on the simulated clock (the
     server's runs on its event loop)."""
 
     def __init__(
         self,
-        host: CoreConsumerHost,
+        host: SimConsumerHost,
         core: ConsumerCoordinator,
         sched: Scheduler,
         expired: Callable[[], None],
@@ -81,13 +136,16 @@ class ConsumerPart:
         sched: Scheduler,
         config: ConsumerGroupConfig,
         observer: ConsumerObserver,
+        kept: Callable[[], None],
         make_group: GroupMaker | None = None,
     ) -> None:
         self.sched = sched
         self.config = config
         self.observer = observer
         self.make_group = make_group  # a planted bug's faulty group, made up front
-        self.kept: dict[str, ConsumerGroup] = {}  # what the data dir holds
+        self.take_changes = kept  # the coordinator's changes go to its data dir
+        # the groups as last served (while the coordinator is down: as it left them)
+        self.kept: dict[str, ConsumerGroup] = {}
         self.service: SimConsumerService | None = None
         self.links: dict[tuple[str, str], Link] = {}  # (group, member) -> its connection
 
@@ -96,17 +154,14 @@ class ConsumerPart:
         return None if self.service is None else self.service.core
 
     def started(self, coordinator: Coordinator) -> None:
+        """The coordinator (re)started, its data dir replayed: the kept groups are served."""
         core = ConsumerCoordinator(self.config)
-        now = self.sched.now
-        for group in self.kept.values():
-            core.load(group, now)  # each member at its epoch, a fresh session
-        self.kept = core.groups  # the data dir follows the groups as they change
-        service = SimConsumerService(
-            CoreConsumerHost(coordinator, self._now), core, self.sched, self._changed
-        )
+        host = SimConsumerHost(coordinator, self.sched, self.take_changes)
+        service = SimConsumerService(host, core, self.sched, self._changed)
         service.watchers.append(self._tell)
         self.service = service
-        service._arm()  # the loaded sessions' deadlines
+        service.load_kept(None)  # each member at its epoch, with a fresh session
+        self.kept = core.groups
 
     def crashed(self) -> None:
         if self.service is not None:
@@ -152,6 +207,3 @@ class ConsumerPart:
         core = self.core
         if core is not None:
             self.observer.consumer_changed(core)
-
-    def _now(self) -> float:
-        return self.sched.now

@@ -33,6 +33,7 @@ from huddle.protocol.messages import (
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
     ConsumerTopicPartitions,
+    ErrorResponse,
     Reply,
     Response,
     ServerFrame,
@@ -197,7 +198,7 @@ class ConsumerRuntime:
                 self.beat()
 
     def _answered(self, response: Response) -> None:
-        if not isinstance(response, ConsumerHeartbeatResponse):
+        if not isinstance(response, ConsumerHeartbeatResponse | ErrorResponse):
             self.fail(f"the coordinator answered {type(response).__name__}")
             return
         code = response.error_code

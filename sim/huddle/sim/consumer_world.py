@@ -35,9 +35,13 @@ class ConsumerWorld(World):
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
             ),
             cast(ConsumerChecker, self.checker),
+            self._keep_changes,
             self.parts.consumer_group,
         )
         return self.consumer
+
+    def _keep_changes(self) -> None:
+        self.host.keep_changes()
 
     def _process(self, index: int, *, static: bool) -> MemberProcess:
         return ConsumerProcess(self, index, static=static)

@@ -132,6 +132,7 @@ class CoordinatorHost:
             return
         if type(request) is ConsumerHeartbeatRequest and self.consumer is not None:
             self.consumer.serve(link, peer, cid, request)  # beside the core, as the server
+            self.kept.extend(core.take_changes())  # its records, before the answer arrives
             return
         if type(request) is OffsetCommitRequest:
             before = _committed(core, request)
@@ -182,6 +183,11 @@ class CoordinatorHost:
             if wake is not None:
                 wake.cancel()
             self._wake = self.sched.at(deadline, self._advance)
+
+    def keep_changes(self) -> None:
+        """What the core changed outside a request (a consumer group's expiry) is kept."""
+        if self.core is not None:
+            self.kept.extend(self.core.take_changes())
 
     def _advance(self) -> None:
         self._wake = None

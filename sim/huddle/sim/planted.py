@@ -36,7 +36,7 @@ from huddle.client.heartbeat import Liveness
 from huddle.client.leader import RoundCheck, check_cooperative
 from huddle.coordinator.consumer import ConsumerGroup, ConsumerMember
 from huddle.protocol.errors import InvalidArgumentError
-from huddle.protocol.messages import ConsumerHeartbeatResponse
+from huddle.protocol.messages import ConsumerHeartbeatResponse, ErrorResponse
 from huddle.sim import faulty_offsets as coordinator_switch
 
 BUGS = frozenset(
@@ -129,7 +129,7 @@ class UncheckedGroup(ConsumerGroup):
 class FencedKeepsCore(ConsumerCore):
     """``consumer-fenced-keeps``: a fenced member rejoins and keeps what it owned."""
 
-    def answered(self, answer: ConsumerHeartbeatResponse) -> Reconcile:
+    def answered(self, answer: ConsumerHeartbeatResponse | ErrorResponse) -> Reconcile:
         if answer.error_code in REJOIN_CODES:
             self.epoch = JOIN_EPOCH
             self.full = True

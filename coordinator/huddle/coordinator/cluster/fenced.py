@@ -3,9 +3,10 @@
 Each shard's changes are fenced on its epoch (its owner key's revision). A pass's changes
 for many shards go together: shards are packed whole into transactions of at most
 ``MAX_TXN_OPS`` operations (etcd refuses more than ``--max-txn-ops``, 128 by default), each
-comparing the owner key of every shard it holds; a shard with more changes than that is
-written alone, in chunks, in turn. The transactions of one pass go at once (they hold
-different shards, as the per-shard transactions did before).
+comparing the owner key of every shard it holds, and of at most ``MAX_TXN_BYTES`` bytes
+(etcd refuses a request over ``--max-request-bytes``, 1.5 MiB by default); a shard with more
+changes than that is written alone, in chunks, in turn. The transactions of one pass go at
+once (they hold different shards, as the per-shard transactions did before).
 
 A transaction is all or nothing. When one of its shards' epochs moved on (another node owns
 it now), etcd writes nothing and reads, in the same transaction, the owner keys whose
@@ -33,30 +34,63 @@ from huddle.coordinator.cluster.store import EtcdStore
 log = structlog.get_logger("huddle.cluster")
 
 MAX_TXN_OPS = 100  # below etcd's default --max-txn-ops (128)
+MAX_TXN_BYTES = 1 << 20  # below etcd's default --max-request-bytes (1.5 MiB)
 COMPARE_RETRIES = 2  # a transaction made again without the shards whose epoch moved on
 Changes = dict[bytes, bytes | None]  # key -> value; None: delete
 
 
-def pack(sizes: Mapping[int, int], limit: int = MAX_TXN_OPS) -> list[list[int]]:
-    """Shards (by their number of changes) packed whole into groups of at most ``limit``
-    changes, in shard order, each group filled before the next begins; a shard with more
-    than ``limit`` changes is a group of its own."""
+def size(changes: Changes) -> int:
+    """The bytes a shard's changes take in a transaction (keys and values)."""
+    return sum(len(key) + len(value or b"") for key, value in changes.items())
+
+
+def pack(
+    sizes: Mapping[int, int],
+    limit: int = MAX_TXN_OPS,
+    weights: Mapping[int, int] | None = None,
+    max_bytes: int = MAX_TXN_BYTES,
+) -> list[list[int]]:
+    """Shards (by their number of changes, and their ``weights`` in bytes) packed whole
+    into groups of at most ``limit`` changes and ``max_bytes`` bytes, in shard order, each
+    group filled before the next begins; a shard over either limit is a group of its own."""
     groups: list[list[int]] = []
     current: list[int] = []
-    room = limit
+    room, room_bytes = limit, max_bytes
     for shard in sorted(sizes):
-        size = sizes[shard]
-        if size > limit:
+        count = sizes[shard]
+        weight = 0 if weights is None else weights[shard]
+        if count > limit or weight > max_bytes:
             groups.append([shard])
             continue
-        if size > room:
+        if count > room or weight > room_bytes:
             groups.append(current)
-            current, room = [], limit
+            current, room, room_bytes = [], limit, max_bytes
         current.append(shard)
-        room -= size
+        room -= count
+        room_bytes -= weight
     if current:
         groups.append(current)
     return groups
+
+
+def chunks(
+    changes: Changes, limit: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES
+) -> list[Changes]:
+    """``changes`` in order, cut into chunks of at most ``limit`` changes and ``max_bytes``
+    bytes (a change larger than that alone)."""
+    out: list[Changes] = []
+    current: Changes = {}
+    used = 0
+    for key, value in changes.items():
+        weight = len(key) + len(value or b"")
+        if current and (len(current) >= limit or used + weight > max_bytes):
+            out.append(current)
+            current, used = {}, 0
+        current[key] = value
+        used += weight
+    if current:
+        out.append(current)
+    return out
 
 
 class FencedWriter:
@@ -74,12 +108,13 @@ class FencedWriter:
     async def write(self, by_shard: Mapping[int, Changes]) -> bool:
         """Every shard's changes; False if one shard's could not all be kept (that shard
         is no longer served)."""
-        groups = pack({shard: len(changes) for shard, changes in by_shard.items()})
+        sizes = {shard: len(changes) for shard, changes in by_shard.items()}
+        weights = {shard: size(changes) for shard, changes in by_shard.items()}
         calls = [
             self._write_large(group[0], by_shard[group[0]])
-            if len(by_shard[group[0]]) > MAX_TXN_OPS
+            if sizes[group[0]] > MAX_TXN_OPS or weights[group[0]] > MAX_TXN_BYTES
             else self._write_packed({shard: by_shard[shard] for shard in group})
-            for group in groups
+            for group in pack(sizes, weights=weights)
         ]
         return all(await asyncio.gather(*calls))
 
@@ -162,11 +197,11 @@ class FencedWriter:
         if epoch is None:
             self._lost(shard, "a write for a shard no longer served")
             return False
-        items = list(changes.items())
+        parts = chunks(changes)
         renewed = False
         i = 0
-        while i < len(items):
-            chunk = dict(items[i : i + MAX_TXN_OPS])
+        while i < len(parts):
+            chunk = parts[i]
             try:
                 moved = await self._txn({shard: epoch}, {shard: chunk})
             except Exception as exc:
@@ -180,5 +215,5 @@ class FencedWriter:
             if moved:
                 self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
                 return False
-            i += MAX_TXN_OPS
+            i += 1
         return True

@@ -49,7 +49,13 @@ from huddle.protocol.messages import NodeLiveness
 log = structlog.get_logger("huddle.cluster")
 
 
-OURS = frozenset(b"config nodes addresses shards topics groups offsets security kafka".split())
+# Every key family a cluster writes under its prefix: a prefix holding anything else is
+# refused at start. A topic created while a node registers (its id and cuts written with
+# it), or a consumer group kept, must not make the next node refuse the prefix.
+OURS = frozenset(
+    b"config nodes addresses shards topics topic-ids topic-cuts groups consumer-groups "
+    b"offsets security kafka".split()
+)
 
 
 class ClusterConfigError(HuddleError):

@@ -4,8 +4,14 @@ Keys under the cluster's prefix ``P``, besides the node's own (``huddle.coordina
 and the topics' (``huddle.coordinator.cluster.topics``):
 
 - ``P/groups/<shard>/<group>``: the group as its last rebalance left it (``GroupRecord``).
-- ``P/offsets/<shard>/<group>/<topic>/<partition>``: a committed offset (``OffsetRecord``,
-  with the incarnation of its partition it was committed to).
+- ``P/offsets/<shard>/<group>/<topic>/p<first>-<last>``: a group's committed offsets of a
+  block of a topic's partitions, each with the incarnation of its partition it was committed
+  to (``huddle.coordinator.cluster.offsets``: the layout, and the migration from one key per
+  partition).
+- ``P/consumer-groups/<shard>/<group>`` and ``.../<group>/m<member>``: a consumer-protocol
+  group's record and its members' (``ConsumerGroupRecord``, ``ConsumerMemberRecord``); a
+  shard taken over hands them to the server's consumer service
+  (``ConsumerKept.take``), a shard lost drops them (``ConsumerKept.drop``).
 
 Group and offset writes are fenced on the shard's epoch (an etcd transaction comparing the
 owner key's revision); a pass's changes for many shards go in as few transactions as etcd
@@ -18,7 +24,8 @@ that loses one forgets its groups at once.
 
 A shard's load reads the topics from etcd after its offsets (the topics watch may lag: what
 it has not delivered yet is applied then, and it skips it later), keeps the offsets whose
-partition is still the one they were committed to, and deletes the others from etcd.
+partition is still the one they were committed to, and writes their blocks again without
+the others (and blocks kept one key per partition as one key), fenced on the loading epoch.
 """
 
 from __future__ import annotations
@@ -31,15 +38,18 @@ from urllib.parse import quote
 import msgspec
 import structlog
 
-from huddle.coordinator.cluster.fenced import MAX_TXN_OPS, FencedWriter
+from huddle.coordinator.cluster.fenced import MAX_TXN_BYTES, MAX_TXN_OPS, FencedWriter, size
 from huddle.coordinator.cluster.keeper import Stamped
 from huddle.coordinator.cluster.node import ClusterNode
+from huddle.coordinator.cluster.offsets import Changes, KeptOffsets
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.cluster.topics import ClusterTopics
 from huddle.coordinator.core import Coordinator, Outgoing
 from huddle.coordinator.storage.records import (
     DELETED,
+    ConsumerGroupRecord,
+    ConsumerMemberRecord,
     GroupRecord,
     OffsetRecord,
     Record,
@@ -84,14 +94,21 @@ _encode = msgspec.msgpack.Encoder().encode
 _group_decoder = msgspec.msgpack.Decoder(GroupRecord)
 
 
-def _deletes(record: OffsetRecord | GroupRecord) -> bool:
-    """A deletion (DeleteGroups): its key goes from etcd."""
+def _deletes(
+    record: OffsetRecord | GroupRecord | ConsumerGroupRecord | ConsumerMemberRecord,
+) -> bool:
+    """A deletion (DeleteGroups, a consumer group emptied, a member gone): its key goes."""
     if isinstance(record, OffsetRecord):
         return record.offset == DELETED
+    if isinstance(record, ConsumerGroupRecord):
+        return record.group_epoch == DELETED
+    if isinstance(record, ConsumerMemberRecord):
+        return record.member_epoch == DELETED
     return record.generation == DELETED
 
 
-_offset_decoder = msgspec.msgpack.Decoder(OffsetRecord)
+_consumer_decoder = msgspec.msgpack.Decoder(ConsumerGroupRecord | ConsumerMemberRecord)
+_SHARDED = (OffsetRecord, GroupRecord, ConsumerGroupRecord, ConsumerMemberRecord)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -132,6 +149,7 @@ class ClusterServing:
         node.listener = self
         self.loads = 0  # shards loaded, for tests and status
         self.writer = FencedWriter(store, node, lambda shard, why: self.shards_lost([shard], why))
+        self.offsets = KeptOffsets(self.prefix)  # what etcd holds of the served shards' offsets
         # ``keep``: the core's changes made outside a request (offsets a topic's change
         # dropped) are written now, the keeper's way
         self.topics = ClusterTopics(core, store, self.prefix, now=now, dispatch=dispatch, keep=keep)
@@ -140,6 +158,16 @@ class ClusterServing:
 
     def _key(self, *parts: str) -> bytes:
         return "/".join((self.prefix, *parts)).encode()
+
+    def _consumer_key(
+        self, shard: int, record: ConsumerGroupRecord | ConsumerMemberRecord
+    ) -> bytes:
+        """``P/consumer-groups/<shard>/<group>/<member>``, or ``.../<group>`` (its epochs:
+        no member id is empty, so the two never meet)."""
+        parts = ["consumer-groups", str(shard), _name(record.group_id)]
+        if isinstance(record, ConsumerMemberRecord):
+            parts.append("m" + _name(record.member_id))
+        return self._key(*parts)
 
     def shard(self, group_id: str) -> int:
         shard = self._shards.get(group_id)
@@ -159,22 +187,28 @@ class ClusterServing:
             group_ids = request.groups
         else:
             return None
-        node = self.node
         for group_id in group_ids:
-            shard = self.shard(group_id)
-            if node.serves(shard):
-                continue
-            if shard in node.loading:
-                return ErrorResponse(
-                    error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                    error_message=f"node {node.node_id} is loading shard {shard}",
-                )
-            return ErrorResponse(
-                error_code=ErrorCode.NOT_COORDINATOR,
-                error_message=f"node {node.node_id} does not coordinate group {group_id!r} "
-                f"(shard {shard})",
-            )
+            refusal = self.refuses_group(group_id)
+            if refusal is not None:
+                return refusal
         return None
+
+    def refuses_group(self, group_id: str) -> ErrorResponse | None:
+        """Why this node will not serve ``group_id`` now (None: it serves it)."""
+        node = self.node
+        shard = self.shard(group_id)
+        if node.serves(shard):
+            return None
+        if shard in node.loading:
+            return ErrorResponse(
+                error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                error_message=f"node {node.node_id} is loading shard {shard}",
+            )
+        return ErrorResponse(
+            error_code=ErrorCode.NOT_COORDINATOR,
+            error_message=f"node {node.node_id} does not coordinate group {group_id!r} "
+            f"(shard {shard})",
+        )
 
     def locate(self, group_id: str) -> FindCoordinatorResponse:
         node = self.node
@@ -228,19 +262,19 @@ class ClusterServing:
     async def shard_taken(self, shard: int, epoch: int) -> None:
         groups = await self.store.get_prefix(self._key("groups", str(shard)) + b"/")
         offsets = await self.store.get_prefix(self._key("offsets", str(shard)) + b"/")
+        consumer = await self.store.get_prefix(self._key("consumer-groups", str(shard)) + b"/")
         self.shards_lost([shard], "loading it again")  # nothing stale stays in memory
         await self.topics.load()  # after the offsets: the topics each was committed under
         records: list[Record] = [_group_decoder.decode(e.value) for e in groups.values()]
-        stale = []
-        for key, entry in offsets.items():
-            offset = _offset_decoder.decode(entry.value)
-            if self.topics.current(offset, entry.revision):
-                records.append(offset)
-            else:  # its topic deleted, cut or made again since: gone for good
-                stale.append(key)
-        if stale:
-            await self._delete(shard, epoch, stale)
+        # offsets of a topic deleted, cut or made again since are gone for good; blocks kept
+        # one key per partition (an older version's) are written as one key
+        found = self.offsets.load(shard, offsets, self._judge)
+        if found.writes:
+            await self._rewrite(shard, epoch, found.writes)
+        self.offsets.hold(shard, found.blocks)
+        records += found.records
         self.core.load(records, self._now())
+        self.core.consumer_kept.take(_consumer_decoder.decode(e.value) for e in consumer.values())
         self._dispatch([])  # the loaded members' sessions end even if nobody asks anything
         self.loads += 1
         log.info(
@@ -249,21 +283,45 @@ class ClusterServing:
             shard=shard,
             epoch=epoch,
             groups=len(groups),
-            offsets=len(offsets) - len(stale),
-            stale_offsets=len(stale),
+            consumer_records=len(consumer),
+            offsets=len(found.records),
+            stale_offsets=found.stale,
+            migrated_offsets=found.migrated,
         )
 
-    async def _delete(self, shard: int, epoch: int, keys: Sequence[bytes]) -> None:
-        """Delete ``keys`` of a shard being loaded under ``epoch`` (fenced on it)."""
+    def _judge(self, record: OffsetRecord, written_at: int) -> OffsetRecord | None:
+        """An offset etcd holds, with its partition's incarnation; None if the partition is
+        no longer the one it was committed to."""
+        if not self.topics.current(record, written_at):
+            return None
+        return record if record.incarnation else self.topics.resolve(record)
+
+    async def _rewrite(self, shard: int, epoch: int, writes: Sequence[Changes]) -> None:
+        """Writes of a shard being loaded under ``epoch`` (fenced on it): each one in a
+        single transaction (a block and the old keys it replaces), several together."""
         owner_key = self._key("shards", str(shard))
-        for i in range(0, len(keys), MAX_TXN_OPS):
-            chunk = keys[i : i + MAX_TXN_OPS]
-            if not await self.store.write_fenced(owner_key, epoch, {}, deletes=chunk):
+        together: list[Changes] = []
+        for write in writes:
+            last = together[-1] if together else None
+            if (
+                last is not None
+                and len(last) + len(write) <= MAX_TXN_OPS
+                and size(last) + size(write) <= MAX_TXN_BYTES
+            ):
+                last.update(write)
+            else:
+                together.append(dict(write))
+        for chunk in together:
+            puts = {k: v for k, v in chunk.items() if v is not None}
+            deletes = [k for k, v in chunk.items() if v is None]
+            if not await self.store.write_fenced(owner_key, epoch, puts, deletes=deletes):
                 raise FencedWriteError(f"etcd refused a write fenced on epoch {epoch}")
 
     def shards_lost(self, shards: list[int], why: str) -> None:
         lost = set(shards)
+        self.offsets.drop(lost)
         doomed = [g for g in self.core.groups if self.shard(g) in lost]
+        self.core.consumer_kept.drop(lambda group_id: self.shard(group_id) in lost)
         if doomed:
             self._dispatch(self.core.unload(doomed, self._now()))
             log.info("groups_unloaded", node=self.node.node_id, groups=len(doomed), why=why)
@@ -280,7 +338,7 @@ class ClusterServing:
         is unknown, so their shards are no longer served (taken up again from etcd, under
         a renewed epoch: that write is refused wherever it lands)."""
         shards = {
-            self.shard(r.group_id) for r, _ in records if isinstance(r, OffsetRecord | GroupRecord)
+            self.shard(r.group_id) for r, _ in records if isinstance(r, _SHARDED) and r.group_id
         }
         for shard in sorted(shards):
             self.node.depose(shard, "a write did not end in time")
@@ -298,7 +356,7 @@ class ClusterServing:
             if record.offset != DELETED:
                 record = self.topics.stamp(record)
             return record, serving
-        if isinstance(record, GroupRecord):
+        if isinstance(record, _SHARDED):
             return record, self.node.serving(self.shard(record.group_id))
         return record, None
 
@@ -314,6 +372,7 @@ class ClusterServing:
         topics = [(r, seen) for r, seen in records if isinstance(r, TopicRecord)]
         failed = await self.topics.write(topics) if topics else set()
         by_shard: dict[int, dict[bytes, bytes | None]] = defaultdict(dict)  # None: delete
+        offsets: dict[int, list[OffsetRecord]] = defaultdict(list)  # merged into blocks below
         stale: set[int] = set()
         gone: set[int] = set()  # commits to a partition of another incarnation
         undone: set[int] = set()  # records of a topic whose change etcd did not keep
@@ -321,16 +380,13 @@ class ClusterServing:
         for record, serving in records:
             if isinstance(record, OffsetRecord):
                 shard = self.shard(record.group_id)
-                key = self._key(
-                    "offsets",
-                    str(shard),
-                    _name(record.group_id),
-                    _name(record.topic),
-                    str(record.partition),
-                )
+                key = b""  # its block's: below
             elif isinstance(record, GroupRecord):
                 shard = self.shard(record.group_id)
                 key = self._key("groups", str(shard), _name(record.group_id))
+            elif isinstance(record, ConsumerGroupRecord | ConsumerMemberRecord):
+                shard = self.shard(record.group_id)
+                key = self._consumer_key(shard, record)
             else:
                 continue
             now_serving = servings.get(shard, -1)
@@ -348,12 +404,18 @@ class ClusterServing:
                     gone.add(shard)
                     continue
                 record = resolved
-            by_shard[shard][key] = None if _deletes(record) else _encode(record)
+            if isinstance(record, OffsetRecord):
+                offsets[shard].append(record)
+            else:
+                by_shard[shard][key] = None if _deletes(record) else _encode(record)
         if stale:
             log.warning("stale_changes_dropped", node=self.node.node_id, shards=sorted(stale))
         if gone:
             log.warning("commits_to_gone_partitions", node=self.node.node_id, shards=sorted(gone))
         for shard in sorted(undone):
             self.node.depose(shard, "a topic change it depends on was not kept in etcd")
+        for shard, changed in offsets.items():
+            if shard not in undone:  # each block merged with what etcd holds of it
+                by_shard[shard].update(self.offsets.changes(shard, changed))
         kept = await self.writer.write(by_shard) if by_shard else True
         return kept and not (stale or gone or undone or failed)

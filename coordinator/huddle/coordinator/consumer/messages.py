@@ -14,7 +14,7 @@ core.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import msgspec
 
@@ -37,11 +37,15 @@ class TopicView(msgspec.Struct, frozen=True):
     partitions): a group resolves its regular expressions again, and looks at its topics'
     partition counts again, only when it sees a new version. ``ids`` (name -> topic id) is
     where a wire that speaks topic ids keeps the mapping; the core ignores it.
+    ``describable``, when set, says which topics a regular expression may resolve to: those
+    the principal of the heartbeat that resolves it may DESCRIBE (Kafka 4.x filters
+    regex-resolved topics so); None: every topic.
     """
 
     partitions: Mapping[str, int]
     version: int = 0
     ids: Mapping[str, str] = msgspec.field(default_factory=dict)
+    describable: Callable[[str], bool] | None = None
 
 
 class ConsumerGroupConfig(msgspec.Struct, frozen=True):

@@ -33,26 +33,12 @@ def reconcile(
     owner_of: OwnerOf,
 ) -> ConsumerMember:
     """The member's next state (the same object when nothing changes)."""
-    match member.state:
-        case MemberState.STABLE:
-            if member.member_epoch != target_epoch:
-                return _next(member, target_epoch, target, owned, owner_of)
-            return member
-        case MemberState.UNREVOKED_PARTITIONS:
-            if intersects(owned, member.pending_revocation):
-                return member
-            return _next(member, target_epoch, target, owned, owner_of)
-        case MemberState.UNRELEASED_PARTITIONS:
-            return _next(member, target_epoch, target, owned, owner_of)
+    state = member.state
+    if state is MemberState.STABLE and member.member_epoch == target_epoch:
+        return member  # reconciled already
+    if state is MemberState.UNREVOKED_PARTITIONS and intersects(owned, member.pending_revocation):
+        return member  # it still owns what it must give up first
 
-
-def _next(
-    member: ConsumerMember,
-    target_epoch: int,
-    target: Assignment,
-    owned: Assignment | None,
-    owner_of: OwnerOf,
-) -> ConsumerMember:
     me = member.member_id
     current = member.assigned
     kept: dict[str, frozenset[int]] = {}

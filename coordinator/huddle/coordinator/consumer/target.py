@@ -71,7 +71,12 @@ def refresh_subscriptions(group: ConsumerGroup, view: TopicView) -> bool:
         known = group.resolved.get(regex)
         if known is None or fresh_view:
             pattern = compiled(regex)
-            known = frozenset(t for t in view.partitions if pattern.fullmatch(t))
+            allowed = view.describable
+            known = frozenset(
+                t
+                for t in view.partitions
+                if pattern.fullmatch(t) and (allowed is None or allowed(t))
+            )
         resolved[regex] = known
     group.resolved = resolved
     group.topics_version = view.version

@@ -79,7 +79,8 @@ def describe_groups(req: Any, version: int, ctx: Context) -> Plan:
 
 
 def _described(g: DescribedGroup) -> Values:
-    if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:  # Kafka: no error, a Dead group
+    if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND or g.group_type != _CLASSIC:
+        # Kafka: no error, a Dead group (a consumer group is ConsumerGroupDescribe's)
         return {"group_id": g.group_id, "error_code": 0, "group_state": _DEAD}
     stable = g.state == _STABLE  # else Kafka names no protocol and no member's metadata
     return {
@@ -112,6 +113,8 @@ def list_groups(req: Any, version: int, ctx: Context) -> Plan:
     def answer(parts: Sequence[Response]) -> Values:
         (r,) = parts
         listed = r.groups if type(r) is ListGroupsResponse else []
+        # the consumer groups are ``consumer_describe.with_consumer_groups``'s
+        listed = [g for g in listed if g.group_type == _CLASSIC]
         if (kinds and _CLASSIC not in kinds) or (asked and not states):
             listed = []  # every group of huddle is a classic group; no state is asked
         return {

@@ -7,7 +7,8 @@
   named by id and name. A group id no consumer group has is GROUP_ID_NOT_FOUND ("is not a
   consumer group" when a classic group has it), as Kafka's
   ``GroupMetadataManager.consumerGroupDescribe``; DESCRIBE on the group is needed
-  (GROUP_AUTHORIZATION_FAILED). Authorized operations are not computed.
+  (GROUP_AUTHORIZATION_FAILED). The group's authorized operations when the request asks
+  (``include_authorized_operations``; ``huddle.coordinator.kafka.authorized``).
 - ConsumerGroupHeartbeat goes to ``consumer_groups`` (``plan``).
 - ListGroups: the consumer groups are listed beside the classic ones, group type
   ``consumer`` (v5's field), protocol type ``consumer``, filtered by state and type as
@@ -23,6 +24,7 @@ from uuid import UUID
 from huddle.coordinator.consumer import ConsumerGroup
 from huddle.coordinator.consumer.messages import Assignment
 from huddle.coordinator.effects import Peer
+from huddle.coordinator.kafka.authorized import NOT_ASKED, group_operations
 from huddle.coordinator.kafka.consumer_groups import CONSUMER_GROUP_HEARTBEAT, ConsumerGroups
 from huddle.coordinator.kafka.translate import Plan, Values, get
 from huddle.coordinator.security.acls import Operation, ResourceType
@@ -33,10 +35,9 @@ CONSUMER_GROUP_DESCRIBE: Final = 69
 APIS: Final = frozenset({CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE})  # ``plan``'s
 CONSUMER: Final = "consumer"  # the group type, and the protocol type Kafka lists them with
 _MEMBER_TYPE_CONSUMER: Final = 1  # v1's member type: 0 classic, 1 consumer
-_NOT_ASKED: Final = -(2**31)
 
 
-def _described(groups: ConsumerGroups, group_id: str, peer: Peer) -> Values:
+def _described(groups: ConsumerGroups, group_id: str, peer: Peer, operations: bool) -> Values:
     auth = groups.host.authorizer
     if auth is not None and not auth.allowed(
         peer.principal, peer.host, Operation.DESCRIBE, ResourceType.GROUP, group_id
@@ -54,7 +55,9 @@ def _described(groups: ConsumerGroups, group_id: str, peer: Peer) -> Values:
         "group_epoch": group.group_epoch,
         "assignment_epoch": group.target_epoch,
         "assignor_name": group.preferred_assignor(groups.core.config.assignors[0]),
-        "authorized_operations": _NOT_ASKED,
+        "authorized_operations": (
+            group_operations(auth, peer, group_id) if operations else NOT_ASKED
+        ),
         "members": [_member(groups, group, member_id, ids) for member_id in sorted(group.members)],
     }
 
@@ -102,12 +105,13 @@ def _refused(group_id: str, code: ErrorCode, message: str | None) -> Values:
         "assignment_epoch": -1,
         "assignor_name": "",
         "members": [],
-        "authorized_operations": _NOT_ASKED,
+        "authorized_operations": NOT_ASKED,
     }
 
 
 def plan(groups: ConsumerGroups, api_key: int, req: Any, version: int, peer: Peer) -> Plan:
-    """A ConsumerGroupHeartbeat or ConsumerGroupDescribe, answered now."""
+    """A ConsumerGroupHeartbeat (huddle's heartbeat, answered once kept) or a
+    ConsumerGroupDescribe (answered now)."""
     if api_key == CONSUMER_GROUP_HEARTBEAT:
         return groups.plan(api_key, req, version, peer)
     return describe(groups, req, peer)
@@ -116,7 +120,10 @@ def plan(groups: ConsumerGroups, api_key: int, req: Any, version: int, peer: Pee
 def describe(groups: ConsumerGroups, req: Any, peer: Peer) -> Plan:
     values = {
         "throttle_time": 0,
-        "groups": [_described(groups, group_id, peer) for group_id in req.group_ids],
+        "groups": [
+            _described(groups, group_id, peer, bool(req.include_authorized_operations))
+            for group_id in req.group_ids
+        ],
     }
     return Plan([], lambda parts: values)
 

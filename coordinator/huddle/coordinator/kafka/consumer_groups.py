@@ -2,8 +2,9 @@
 
 ``ConsumerGroups`` translates the Kafka listener's requests for the server's one
 ``ConsumerService`` (``huddle.coordinator.consumer_service``: the groups, the ACL check,
-the expiry timer; huddle's own wire serves the same groups). A heartbeat is answered at
-once, without the classic core's request path (it needs nothing of it). Here:
+the expiry timer, the records kept, the counts; huddle's own wire serves the same groups).
+A heartbeat becomes huddle's ``ConsumerHeartbeatRequest``, served on the server's request
+path like huddle's own: its answer goes once the records it made are kept. Here:
 
 - topic ids <-> names: owned partitions arrive as topic ids and are mapped to names with
   the topic registry (an id no topic has is left out); the assignment leaves as ids;
@@ -21,13 +22,17 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from huddle.coordinator.consumer import HeartbeatAnswer, HeartbeatRequest
-from huddle.coordinator.consumer_service import ConsumerHost as ServiceHost
-from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.consumer_service import ConsumerService, TopicsHost
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.kafka import schemas
 from huddle.coordinator.kafka.translate import Plan, Values, get
 from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerTopicPartitions,
+    Response,
+)
 
 log = structlog.get_logger("huddle.coordinator.kafka.consumer_groups")
 
@@ -37,8 +42,8 @@ OFFSET_COMMIT_EPOCH_FROM: Final = 9  # OffsetCommit's first version with a membe
 _COORDINATOR_CHOOSES_UNTIL: Final = 0  # the last version whose join may leave the member id out
 
 
-class ConsumerHost(ServiceHost, Protocol):
-    """What the consumer groups need of the server."""
+class ConsumerHost(TopicsHost, Protocol):
+    """What the Kafka listener's consumer groups need of the server."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -88,46 +93,48 @@ class ConsumerGroups:
     # --- requests -----------------------------------------------------------------------
 
     def plan(self, api_key: int, request: Any, version: int, peer: Peer) -> Plan:
-        """The request answered now (no call to the classic core)."""
-        values = self.heartbeat(request, version, peer)
-        return Plan([], lambda parts: values)
+        """A ConsumerGroupHeartbeat as huddle's ``ConsumerHeartbeatRequest`` (topics by
+        name), served by the server's request path like huddle's own (the service's
+        handler: ``consumer_wire.HuddleConsumer.serve``), so its answer goes once the
+        records it made are kept; the answer's topics are given their ids back."""
+        call = self.heartbeat(request, version)
+        return Plan([call], lambda parts: self._values(parts[0]))
 
-    def heartbeat(self, req: Any, version: int, peer: Peer) -> Values:
-        refusal = self.service.screen(req.group_id, req.subscribed_topic_names, peer)
-        if refusal is not None:
-            return _error(*refusal)
+    def heartbeat(self, req: Any, version: int) -> ConsumerHeartbeatRequest:
         member_id = req.member_id
         if not member_id and req.member_epoch == 0 and version <= _COORDINATOR_CHOOSES_UNTIL:
             member_id = new_member_id()
-        request = HeartbeatRequest(
+        names = req.subscribed_topic_names
+        return ConsumerHeartbeatRequest(
             group_id=req.group_id,
             member_id=member_id,
             member_epoch=req.member_epoch,
             instance_id=req.instance_id,
             rack_id=req.rack_id,
             rebalance_timeout_ms=schemas.milliseconds(req.rebalance_timeout),
-            subscribed_topic_names=_maybe_tuple(req.subscribed_topic_names),
+            subscribed_topic_names=None if names is None else list(names),
             subscribed_topic_regex=get(req, "subscribed_topic_regex"),
             server_assignor=req.server_assignor,
             owned=self._owned(req.topic_partitions),
         )
-        return self._values(self.service.heartbeat(request, peer))
 
-    def _owned(self, owned: Any) -> dict[str, frozenset[int]] | None:
+    def _owned(self, owned: Any) -> list[ConsumerTopicPartitions] | None:
+        """The owned partitions, by topic name (an id no topic has is left out)."""
         if owned is None:
             return None
         names = self.host.topic_names
-        mapped: dict[str, frozenset[int]] = {}
-        for topic in owned:
-            name = names.get(topic.topic_id)
-            if name is not None:
-                mapped[name] = mapped.get(name, frozenset()) | frozenset(topic.partitions)
-        return mapped
+        return [
+            ConsumerTopicPartitions(topic=names[topic.topic_id], partitions=list(topic.partitions))
+            for topic in owned
+            if topic.topic_id in names
+        ]
 
-    def _values(self, answer: HeartbeatAnswer) -> Values:
+    def _values(self, answer: Response) -> Values:
+        if not isinstance(answer, ConsumerHeartbeatResponse):  # refused before, or not kept
+            return _error(ErrorCode(answer.error_code), getattr(answer, "error_message", ""))
         values: dict[str, Any] = {
-            "error_code": answer.error,
-            "error_message": answer.message,
+            "error_code": answer.error_code,
+            "error_message": answer.error_message,
             "member_id": answer.member_id,
             "member_epoch": answer.member_epoch,
             "heartbeat_interval": answer.heartbeat_interval_ms,
@@ -137,9 +144,9 @@ class ConsumerGroups:
             ids = self.host.topic_ids
             values["assignment"] = {
                 "topic_partitions": [
-                    {"topic_id": ids[name], "partitions": sorted(partitions)}
-                    for name, partitions in sorted(answer.assignment.items())
-                    if name in ids and partitions
+                    {"topic_id": ids[topic.topic], "partitions": topic.partitions}
+                    for topic in answer.assignment
+                    if topic.topic in ids
                 ]
             }
         return values
@@ -148,9 +155,5 @@ class ConsumerGroups:
         self.service.close()
 
 
-def _maybe_tuple(names: Any) -> tuple[str, ...] | None:
-    return None if names is None else tuple(names)
-
-
-def _error(code: ErrorCode, message: str) -> Values:
+def _error(code: ErrorCode, message: str | None) -> Values:
     return {"error_code": code, "error_message": message, "member_epoch": -1, "throttle_time": 0}

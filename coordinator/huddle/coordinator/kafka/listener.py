@@ -4,25 +4,21 @@ huddle listener, over the same core (``CoordinatorServer.listen``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from uuid import UUID
 
 from huddle.coordinator.connection import Connection
+from huddle.coordinator.consumer_wire import ServerConsumerHost
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.log_apis import KafkaLog
 from huddle.coordinator.kafka.sasl import KafkaSasl
 from huddle.coordinator.kafka.wire import KafkaWire
 from huddle.coordinator.kafka_log.disk import LogDisk
-from huddle.coordinator.security.acls import Authorizer
 from huddle.protocol.addresses import format_address, parse_address
 from huddle.protocol.messages import Call
 
 
-class _Host:
-    """What ``KafkaWire`` needs of the server (``wire.KafkaHost``)."""
-
-    def __init__(self, server: CoordinatorServer) -> None:
-        self._server = server
+class _Host(ServerConsumerHost):
+    """What ``KafkaWire`` needs of the server (``wire.KafkaHost``): what the consumer
+    service reads of it (the topics, ACLs, classic groups), and these."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -42,33 +38,6 @@ class _Host:
 
     def flush(self) -> None:
         self._server.requests.flush()
-
-    @property
-    def topic_partitions(self) -> Mapping[str, int]:
-        return self._server.core.topics.partitions
-
-    @property
-    def topic_names(self) -> Mapping[UUID, str]:
-        return self._server.core.topics.names
-
-    @property
-    def topic_ids(self) -> Mapping[str, UUID]:
-        return self._server.core.topics.ids
-
-    @property
-    def authorizer(self) -> Authorizer | None:
-        return self._server.core.authorizer
-
-    def now_ms(self) -> float:
-        return self._server.now_ms()
-
-    @property
-    def topics_version(self) -> int:
-        return self._server.core.sessions.topics_version
-
-    def classic_members(self, group_id: str) -> int:
-        group = self._server.core.groups.get(group_id)
-        return 0 if group is None else len(group.members)
 
 
 async def listen_kafka(

@@ -32,7 +32,6 @@ from uuid import UUID
 import msgspec
 
 from huddle.coordinator.connection import Connection
-from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.handshake import FAILED
 from huddle.coordinator.kafka import (
@@ -133,11 +132,11 @@ class KafkaWire:
         server: KafkaHost,
         advertised: tuple[str, int],
         *,
+        consumer: ConsumerService,
         max_response_bytes: int,
         sasl: KafkaSasl | None = None,
         evict_on_close_ms: int = -1,
         log: KafkaLog | None = None,
-        consumer: ConsumerService | ConsumerGroupConfig | None = None,
     ) -> None:
         self.server = server
         self.sasl = sasl  # the login, when the listener requires SASL
@@ -157,9 +156,7 @@ class KafkaWire:
         if log is None:
             log = KafkaLog(server.topic_partitions.get, topic_ids=server.topic_ids.get)
         self.log = log
-        # the KIP-848 groups: the server's (shared with huddle's wire), or this wire's own
-        if not isinstance(consumer, ConsumerService):
-            consumer = ConsumerService(server, ConsumerCoordinator(consumer))
+        # the KIP-848 groups: the server's (shared with huddle's wire)
         self.consumer = consumer_groups.ConsumerGroups(consumer)
         self._waits: dict[int, set[asyncio.Future[Any]]] = {}  # Fetches waiting, by conn
         # a request of the core is checked as huddle's wire checks it (its bounds)
@@ -281,7 +278,7 @@ class KafkaWire:
                 self._unreadable(conn, reason, start, at_once=True)
             return None
         try:
-            if api_key in consumer_describe.APIS:  # KIP-848's: answered at once
+            if api_key in consumer_describe.APIS:  # KIP-848's (the heartbeat: huddle's)
                 plan = consumer_describe.plan(self.consumer, api_key, request, version, conn.peer)
             else:
                 plan = TRANSLATIONS[api_key](request, version, self)

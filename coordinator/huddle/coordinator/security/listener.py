@@ -90,6 +90,7 @@ class ListenerSecurity:
         self._store_unreadable = ""  # why the last read of it failed
         self._etcd: Any = None
         self._poller: asyncio.Task[None] | None = None
+        self._closing = False
         self._live: ssl.SSLContext | None = None  # what new TLS connections use (reloads)
         self._chain: list[Names] = []  # the names of the certificate chain in use
 
@@ -139,10 +140,13 @@ class ListenerSecurity:
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
         if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-            self._poller = None
+            poller, self._poller = self._poller, None
+            self._closing = True  # a cancel that asyncio.wait_for swallowed still ends it
+            while not poller.done():
+                poller.cancel()
+                await asyncio.wait({poller}, timeout=POLL_S)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                poller.result()
         if self._etcd is not None:
             with contextlib.suppress(Exception):
                 await self._etcd.close()
@@ -208,7 +212,7 @@ class ListenerSecurity:
         a fault, not "no users"), the last good users and ACLs are kept, the failure is
         logged (once) and counted, and ``store_healthy`` is False."""
         assert self.store is not None
-        while True:
+        while not self._closing:
             await asyncio.sleep(POLL_S)
             was_healthy = self.store_healthy
             try:

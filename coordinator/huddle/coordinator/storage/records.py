@@ -27,6 +27,14 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
   the data dir after them, or ``huddle data repair`` skipped damage) makes a start load
   those groups forgotten (``huddle.coordinator.loading``).
 
+- ``ConsumerGroupRecord(group_id, group_epoch, target_epoch, subscribed_partitions)`` and
+  ``ConsumerMemberRecord(group_id, member_id, member_epoch, ...)``: a consumer-protocol
+  group (KIP-848) and each of its members, with its epochs, subscription, assigned and
+  pending-revocation partitions and target assignment, written whenever they change
+  (``huddle.coordinator.storage.kept_consumer_groups``); a group record with
+  ``group_epoch`` -1 deletes the group and its members, a member record with
+  ``member_epoch`` -1 the member.
+
 Replaying them in order rebuilds the state (``Coordinator.restore``, then
 ``Coordinator.start``): topics, offsets, and every group Stable in its kept generation with
 a fresh session for each member (``huddle.coordinator.storage.kept_groups``), as a cluster node
@@ -125,7 +133,48 @@ class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
     members_removed: bool = False
 
 
-Record = TopicRecord | OffsetRecord | SessionRecord | GroupRecord
+class ConsumerGroupRecord(msgspec.Struct, tag="cg", array_like=True, frozen=True):
+    """A consumer-protocol group's epochs (Kafka's ConsumerGroupMetadata and
+    TargetAssignmentMetadata records) and the partition counts of the topics it subscribes
+    to (ConsumerGroupPartitionMetadata); ``group_epoch`` -1 (``DELETED``): the group was
+    deleted or emptied, with every member record of it."""
+
+    group_id: str
+    group_epoch: int
+    target_epoch: int = 0
+    subscribed_partitions: dict[str, int] = {}
+
+
+class ConsumerMemberRecord(msgspec.Struct, tag="cm", array_like=True, frozen=True):
+    """A consumer-protocol member (Kafka's ConsumerGroupMemberMetadata, its
+    CurrentMemberAssignment and its TargetAssignmentMember records in one): partitions as
+    topic name -> partition numbers. ``member_epoch`` -1 (``DELETED``): the member left or
+    was fenced."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    previous_member_epoch: int = 0
+    state: str = "stable"  # huddle.coordinator.consumer.MemberState's value
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] = []
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    assigned: dict[str, list[int]] = {}
+    pending_revocation: dict[str, list[int]] = {}
+    target: dict[str, list[int]] | None = None  # None: it has no target assignment yet
+
+
+Record = (
+    TopicRecord
+    | OffsetRecord
+    | SessionRecord
+    | GroupRecord
+    | ConsumerGroupRecord
+    | ConsumerMemberRecord
+)
 
 DELETED = -1  # an OffsetRecord's offset, or a GroupRecord's generation: it was deleted
 

@@ -1,0 +1,168 @@
+"""Consumer-protocol groups (KIP-848) kept in the data dir: after a restart on the same data
+dir (and after a compaction), the members' heartbeats at their epochs are accepted and they
+keep their partitions, with no epoch moved; a group that emptied is gone."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from huddle.coordinator.host import CoordinatorServer
+from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.listener import listen_kafka
+from huddle.coordinator.storage.records import ConsumerGroupRecord, ConsumerMemberRecord
+from huddle.protocol.messages import TopicSpec
+from tests.helpers import fast_server_config
+from tests.kafka.conftest import Listening
+from tests.kafka.raw import RawKafka
+from tests.kafka.test_consumer_protocol import _beat, _join, _owned, _owning
+from tests.kafka.test_wire import _create
+
+NONE, GROUP_ID_NOT_FOUND = 0, 69
+ALL = {0, 1, 2, 3}
+
+
+@asynccontextmanager
+async def _serving(data_dir: Path) -> AsyncIterator[Listening]:
+    async with CoordinatorServer(fast_server_config(data_dir=str(data_dir))) as server:
+        yield Listening(server, await listen_kafka(server, "127.0.0.1", 0))
+
+
+def _full(member_id: str, epoch: int, t_id: uuid.UUID, owned: set[int]) -> dict[str, Any]:
+    """A full heartbeat (as a member sends after finding the coordinator again)."""
+    return _beat(
+        member_id,
+        epoch,
+        rebalance_timeout=30_000,
+        subscribed_topic_names=["t"],
+        topic_partitions=_owning(t_id, owned),
+    )
+
+
+async def _form(kafka: Listening) -> tuple[uuid.UUID, set[int]]:
+    """Members a and b share topic t (4 partitions), reconciled at epoch 2: (t's id, a's)."""
+    _create(kafka.server, TopicSpec(name="t", partitions=4))
+    t_id = kafka.server.core.topics.ids["t"]
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
+        await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_join("b", "t"))
+        a = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **_beat("a", 1, topic_partitions=_owning(t_id, ALL))
+        )
+        mine = _owned(a, t_id)
+        a = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            4,
+            **_beat("a", 1, topic_partitions=_owning(t_id, mine)),
+        )
+        assert (a.error_code, a.member_epoch) == (NONE, 2)
+        b = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT, 1, 5, **_beat("b", 2, topic_partitions=[])
+        )
+        assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 2, ALL - mine)
+    return t_id, mine
+
+
+async def _carry_on(kafka: Listening, t_id: uuid.UUID, mine: set[int]) -> None:
+    """Both members heartbeat at epoch 2 and keep their partitions; no epoch moves."""
+    async with RawKafka(kafka.port) as conn:
+        a = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_full("a", 2, t_id, mine))
+        b = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_full("b", 2, t_id, ALL - mine))
+    assert (a.error_code, a.member_epoch, _owned(a, t_id)) == (NONE, 2, mine)
+    assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 2, ALL - mine)
+    group = kafka.wire.consumer.core.groups["g"]
+    assert (group.group_epoch, group.target_epoch) == (2, 2)
+
+
+async def test_members_carry_on_at_their_epochs_after_a_restart(tmp_path: Path) -> None:
+    async with _serving(tmp_path) as kafka:
+        t_id, mine = await _form(kafka)
+    async with _serving(tmp_path) as kafka:
+        await _carry_on(kafka, t_id, mine)
+    async with _serving(tmp_path) as kafka:  # and again: what the restart served was kept
+        await _carry_on(kafka, t_id, mine)
+
+
+async def test_a_compacted_data_dir_keeps_the_consumer_group(tmp_path: Path) -> None:
+    async with _serving(tmp_path) as kafka:
+        t_id, mine = await _form(kafka)
+    async with _serving(tmp_path) as kafka:
+        journal = kafka.server.journal
+        assert journal is not None
+        assert journal.compact(kafka.server.core.snapshot)
+        kept = [
+            r
+            for r in kafka.server.core.snapshot()
+            if isinstance(r, ConsumerGroupRecord | ConsumerMemberRecord)
+        ]
+        assert len(kept) == 3  # the group, a and b
+    async with _serving(tmp_path) as kafka:
+        await _carry_on(kafka, t_id, mine)
+
+
+async def test_a_group_that_emptied_is_gone_after_a_restart(tmp_path: Path) -> None:
+    async with _serving(tmp_path) as kafka:
+        t_id, mine = await _form(kafka)
+    async with _serving(tmp_path) as kafka:  # kept, then emptied
+        await _carry_on(kafka, t_id, mine)
+        async with RawKafka(kafka.port) as conn:
+            for i, member in enumerate(("a", "b")):
+                left = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, i, **_beat(member, -1))
+                assert left.error_code == NONE
+    async with _serving(tmp_path) as kafka:
+        assert "g" not in kafka.wire.consumer.core.groups
+        async with RawKafka(kafka.port) as conn:
+            late = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_full("a", 2, t_id, mine))
+        assert late.error_code == GROUP_ID_NOT_FOUND
+
+
+async def test_a_fenced_member_stays_fenced_after_a_restart(tmp_path: Path) -> None:
+    """A member that left is written out: after a restart its old epoch is not accepted,
+    and the member left behind owns everything at the group's next epoch."""
+    async with _serving(tmp_path) as kafka:
+        t_id, mine = await _form(kafka)
+        async with RawKafka(kafka.port) as conn:
+            left = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_beat("a", -1))
+            assert left.error_code == NONE
+    async with _serving(tmp_path) as kafka:
+        async with RawKafka(kafka.port) as conn:
+            a = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_full("a", 2, t_id, mine))
+            b = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_full("b", 2, t_id, ALL - mine)
+            )
+        assert a.error_code != NONE
+        assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 3, ALL)
+
+
+async def test_a_static_member_back_under_a_new_id_is_kept_so(tmp_path: Path) -> None:
+    """A static member that left for now (-2) and came back as a new process (a new member
+    id): a restart serves the new id at its epoch, and the old id is unknown."""
+    async with _serving(tmp_path) as kafka:
+        _create(kafka.server, TopicSpec(name="t", partitions=2))
+        t_id = kafka.server.core.topics.ids["t"]
+        async with RawKafka(kafka.port) as conn:
+            old = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **{**_join("old", "t"), "instance_id": "i"}
+            )
+            assert (old.error_code, old.member_epoch) == (NONE, 1)
+            away = _beat("old", -2, instance_id="i")
+            assert (await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **away)).error_code == NONE
+            new = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **{**_join("new", "t"), "instance_id": "i"}
+            )
+            assert (new.error_code, _owned(new, t_id)) == (NONE, {0, 1})
+            epoch = new.member_epoch
+    async with _serving(tmp_path) as kafka:
+        async with RawKafka(kafka.port) as conn:
+            back = {
+                **_full("new", epoch, t_id, {0, 1}),
+                "instance_id": "i",
+                "subscribed_topic_names": ["t"],
+            }
+            again = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **back)
+        assert (again.error_code, again.member_epoch, _owned(again, t_id)) == (NONE, epoch, {0, 1})
+        assert list(kafka.wire.consumer.core.groups["g"].members) == ["new"]
