@@ -25,6 +25,7 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
 from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.security.acls import Authorizer
@@ -48,14 +49,13 @@ if TYPE_CHECKING:
 _SINCE = INTRODUCED_IN[ConsumerHeartbeatRequest]
 
 
-class ServerConsumerHost:
-    """The server's topics, ACLs, classic groups, keeper and cluster as the consumer
-    service reads them (``consumer_service.ConsumerHost``)."""
+class CoreConsumerView:
+    """A coordinator core's topics, ACLs, classic groups and kept consumer records as the
+    consumer service reads them: the part of ``consumer_service.ConsumerHost`` that any
+    transport of the core shares (the server's, the simulator's)."""
 
-    def __init__(self, server: CoordinatorServer) -> None:
-        self._server = server
-        self._core = server.core
-        self.now_ms = server.now_ms
+    def __init__(self, core: Coordinator) -> None:
+        self._core = core
 
     @property
     def topic_partitions(self) -> Mapping[str, int]:
@@ -84,6 +84,16 @@ class ServerConsumerHost:
     @property
     def consumer_kept(self) -> ConsumerKept:
         return self._core.consumer_kept
+
+
+class ServerConsumerHost(CoreConsumerView):
+    """The server as the consumer service reads it (``consumer_service.ConsumerHost``): its
+    core's view, its clock, its keeper and its cluster."""
+
+    def __init__(self, server: CoordinatorServer) -> None:
+        super().__init__(server.core)
+        self._server = server
+        self.now_ms = server.now_ms
 
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)

@@ -10,8 +10,7 @@ still revoking with its rebalance timeout again.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 from huddle.coordinator.consumer import (
@@ -20,11 +19,9 @@ from huddle.coordinator.consumer import (
     ConsumerGroupConfig,
 )
 from huddle.coordinator.consumer_service import ConsumerService
-from huddle.coordinator.consumer_wire import core_request, wire_answer
+from huddle.coordinator.consumer_wire import CoreConsumerView, core_request, wire_answer
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Peer
-from huddle.coordinator.security.acls import Authorizer
-from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import Record
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import ConsumerAssignmentChanged, ConsumerHeartbeatRequest, Reply
@@ -40,46 +37,18 @@ class ConsumerObserver(Protocol):
     def consumer_changed(self, core: ConsumerCoordinator) -> None: ...
 
 
-class SimConsumerHost:
+class SimConsumerHost(CoreConsumerView):
     """The simulated coordinator as the consumer service reads it
-    (``consumer_service.ConsumerHost``): its core's topics, classic groups and kept consumer
-    records, the simulated clock, every group served here."""
+    (``consumer_service.ConsumerHost``): its core's view, the simulated clock, every group
+    served here."""
 
     def __init__(self, core: Coordinator, sched: Scheduler, kept: Callable[[], None]) -> None:
-        self._core = core
+        super().__init__(core)
         self._sched = sched
         self._kept = kept  # the core's changes go to the data dir now
 
     def now_ms(self) -> float:
         return self._sched.now
-
-    @property
-    def topic_partitions(self) -> Mapping[str, int]:
-        return self._core.topics.partitions
-
-    @property
-    def topic_names(self) -> Mapping[uuid.UUID, str]:
-        return self._core.topics.names
-
-    @property
-    def topic_ids(self) -> Mapping[str, uuid.UUID]:
-        return self._core.topics.ids
-
-    @property
-    def topics_version(self) -> int:
-        return self._core.sessions.topics_version
-
-    def classic_members(self, group_id: str) -> int:
-        group = self._core.groups.get(group_id)
-        return 0 if group is None else len(group.members)
-
-    @property
-    def authorizer(self) -> Authorizer | None:
-        return self._core.authorizer
-
-    @property
-    def consumer_kept(self) -> ConsumerKept:
-        return self._core.consumer_kept
 
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)
