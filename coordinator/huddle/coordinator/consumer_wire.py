@@ -26,6 +26,7 @@ from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
 from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.mixed_groups import MixedGroups, classic_snapshot, drop_classic
@@ -50,14 +51,13 @@ if TYPE_CHECKING:
 _SINCE = INTRODUCED_IN[ConsumerHeartbeatRequest]
 
 
-class ServerConsumerHost:
-    """The server's topics, ACLs, classic groups, keeper and cluster as the consumer
-    service reads them (``consumer_service.ConsumerHost``)."""
+class CoreConsumerView:
+    """A coordinator core's topics, ACLs, classic groups and kept consumer records as the
+    consumer service reads them: the part of ``consumer_service.ConsumerHost`` that any
+    transport of the core shares (the server's, the simulator's)."""
 
-    def __init__(self, server: CoordinatorServer) -> None:
-        self._server = server
-        self._core = server.core
-        self.now_ms = server.now_ms
+    def __init__(self, core: Coordinator) -> None:
+        self._core = core
 
     @property
     def topic_partitions(self) -> Mapping[str, int]:
@@ -92,6 +92,16 @@ class ServerConsumerHost:
     @property
     def consumer_kept(self) -> ConsumerKept:
         return self._core.consumer_kept
+
+
+class ServerConsumerHost(CoreConsumerView):
+    """The server as the consumer service reads it (``consumer_service.ConsumerHost``): its
+    core's view, its clock, its keeper and its cluster."""
+
+    def __init__(self, server: CoordinatorServer) -> None:
+        super().__init__(server.core)
+        self._server = server
+        self.now_ms = server.now_ms
 
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)
