@@ -79,12 +79,6 @@ class CoreConsumerView:
         group = self._core.groups.get(group_id)
         return 0 if group is None else len(group.members)
 
-    def classic_snapshot(self, group_id: str) -> ClassicGroupSnapshot | tuple[ErrorCode, str]:
-        return classic_snapshot(self._server, group_id)
-
-    def drop_classic(self, group_id: str) -> None:
-        drop_classic(self._server, group_id)
-
     @property
     def authorizer(self) -> Authorizer | None:
         return self._core.authorizer
@@ -102,6 +96,12 @@ class ServerConsumerHost(CoreConsumerView):
         super().__init__(server.core)
         self._server = server
         self.now_ms = server.now_ms
+
+    def classic_snapshot(self, group_id: str) -> ClassicGroupSnapshot | tuple[ErrorCode, str]:
+        return classic_snapshot(self._server, group_id)
+
+    def drop_classic(self, group_id: str) -> None:
+        drop_classic(self._server, group_id)
 
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)

@@ -58,6 +58,13 @@ class SimConsumerHost(CoreConsumerView):
     def not_served(self, group_id: str) -> tuple[ErrorCode, str] | None:
         return None
 
+    def classic_snapshot(self, group_id: str) -> tuple[ErrorCode, str]:
+        """The simulator runs one protocol per run: a classic group is never upgraded."""
+        return ErrorCode.GROUP_ID_NOT_FOUND, "the simulator does not mix group protocols"
+
+    def drop_classic(self, group_id: str) -> None:
+        raise AssertionError("no classic group is upgraded in the simulator")
+
 
 class SimConsumerService(ConsumerService):
     """The server's consumer service, its expiry timer on the simulated clock (the
