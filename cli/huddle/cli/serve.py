@@ -140,6 +140,15 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "group.consumer.heartbeat.interval.ms)",
     ),
     ServeFlag(
+        "consumer-assignors",
+        "str",
+        _S,
+        "consumer_assignors",
+        "the server assignors consumer-protocol groups may ask for, comma-separated, the "
+        "first the default (default uniform,range; also deferred, paced: Kafka's "
+        "group.consumer.assignors)",
+    ),
+    ServeFlag(
         "kafka-log-partition-bytes",
         "int",
         _S,

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from huddle.coordinator.config import consumer_assignors
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
@@ -113,6 +114,7 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     config = ConsumerGroupConfig(
         session_timeout_ms=cfg.consumer_session_timeout_ms,
         heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
+        assignors=consumer_assignors(cfg.consumer_assignors),
     )
     service = ConsumerService(ServerConsumerHost(server), ConsumerCoordinator(config))
     huddle = HuddleConsumer(service, server.requests.conns)
