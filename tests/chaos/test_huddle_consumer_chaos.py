@@ -19,7 +19,7 @@ from huddle.chaos.events import EventLog
 from huddle.chaos.harness import RunSettings, run
 from huddle.chaos.kafka_member import driver_options
 from huddle.chaos.kafka_workers.confluent_driver import config
-from huddle.chaos.protocols import protocol_names
+from huddle.chaos.protocols import ProtocolOptions, protocol_names
 from huddle.chaos.scenarios import ScenarioError, Shape, built_in
 from huddle.chaos.worker import Worker, WorkerSettings
 from huddle.cli import parse_args
@@ -57,6 +57,9 @@ def test_the_run_gives_the_coordinator_its_timers_and_the_asked_assignor_first(
     assert flags["--consumer-assignors"] == "uniform,range,deferred,paced"
     deferred = _flags(_settings(tmp_path, protocol="consumer-deferred"))
     assert deferred["--consumer-assignors"] == "deferred,uniform,range,paced"
+    assert "--consumer-deferred-hold-ms" not in deferred
+    held = _settings(tmp_path, protocol="consumer-deferred", options=ProtocolOptions(delay_ms=4000))
+    assert _flags(held)["--consumer-deferred-hold-ms"] == "4000"
     paced = _flags(_settings(tmp_path, protocol="consumer-paced"))
     assert paced["--consumer-assignors"].split(",")[0] == "paced"
 

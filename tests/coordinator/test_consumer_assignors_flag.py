@@ -11,6 +11,7 @@ from huddle.cli.serve import serve_settings
 from huddle.cli.usage import UsageError
 from huddle.client.connection import connect
 from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.consumer.assignors import DeferredAssignor
 from huddle.protocol.consumer_messages import ConsumerHeartbeatRequest, ConsumerHeartbeatResponse
 from huddle.protocol.errors import ErrorCode, UnsupportedAssignorError
 from huddle.protocol.messages import CreateTopicsRequest, CreateTopicsResponse, TopicSpec
@@ -78,3 +79,24 @@ async def test_a_member_may_ask_only_for_an_offered_assignor() -> None:
             "deferred"
         )
         assert groups["g"].preferred_assignor("deferred") == "paced"
+
+
+async def test_the_deferred_hold_is_set_by_its_flag() -> None:
+    assert _settings().consumer_deferred_hold_ms == 300_000
+    config = _settings("--consumer-assignors=deferred", "--consumer-deferred-hold-ms=900000")
+    with pytest.raises(UsageError, match="consumer_deferred_hold_ms must be positive"):
+        _settings("--consumer-deferred-hold-ms=0")
+    async with running_server(fast_server_config(**_overrides(config))) as server:
+        core = server.consumer.core
+        deferred = core.assignors["deferred"]
+        assert isinstance(deferred, DeferredAssignor)
+        assert deferred.hold_ms == 900_000
+        # the group remembers a departure as long as it is held
+        assert core.config.departure_memory_ms == 900_000
+
+
+def _overrides(config: ServerConfig) -> dict[str, object]:
+    return {
+        "consumer_assignors": config.consumer_assignors,
+        "consumer_deferred_hold_ms": config.consumer_deferred_hold_ms,
+    }

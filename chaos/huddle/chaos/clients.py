@@ -136,12 +136,17 @@ def generation_word(protocol: str) -> str:
 def consumer_flags(settings: RunSettings) -> list[str]:
     """``huddle serve``'s flags for the consumer protocol: the run's session timeout and
     heartbeat interval (a classic member sends its own), and the server assignors, the one
-    the run's protocol asks for first (the default)."""
-    return [
+    the run's protocol asks for first (the default); ``consumer-deferred``'s hold is the
+    run's ``--delay-ms``."""
+    flags = [
         "--consumer-session-timeout-ms", str(settings.session_timeout_ms),
         "--consumer-heartbeat-interval-ms", str(settings.heartbeat_interval_ms),
         "--consumer-assignors", server_assignors(settings.protocol),
     ]  # fmt: skip
+    hold_ms = settings.options.delay_ms
+    if hold_ms is not None and CONSUMER_PROTOCOLS.get(settings.protocol) == "deferred":
+        flags += ["--consumer-deferred-hold-ms", str(hold_ms)]
+    return flags
 
 
 def listener_flags(

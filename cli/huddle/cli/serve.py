@@ -149,6 +149,14 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "group.consumer.assignors)",
     ),
     ServeFlag(
+        "consumer-deferred-hold-ms",
+        "int",
+        _S,
+        "consumer_deferred_hold_ms",
+        "how long the deferred server assignor holds a departed member's partitions for its "
+        "return (default 300000, as Kafka Connect's scheduled.rebalance.max.delay.ms)",
+    ),
+    ServeFlag(
         "kafka-log-partition-bytes",
         "int",
         _S,

@@ -243,6 +243,9 @@ class ServerConfig:
     # the server assignors consumer-protocol groups may ask for, the first the default
     # (Kafka's group.consumer.assignors): uniform, range, and huddle's deferred and paced
     consumer_assignors: str = "uniform,range"
+    # how long the deferred server assignor holds a departed member's partitions for its
+    # return (Kafka Connect's scheduled.rebalance.max.delay.ms)
+    consumer_deferred_hold_ms: int = 300_000
     # The Kafka log's bounds: each partition's bytes and all partitions' (oldest dropped)
     kafka_log_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     kafka_log_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
