@@ -22,7 +22,11 @@ from huddle.chaos.kafka_workers.confluent_driver import config
 from huddle.chaos.protocols import ProtocolOptions, protocol_names
 from huddle.chaos.scenarios import ScenarioError, Shape, built_in
 from huddle.chaos.worker import Worker, WorkerSettings
+from huddle.chaos.worker_offsets import ConsumerOffsets
 from huddle.cli import parse_args
+from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import FencedMemberEpochError
+from huddle.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 
 SHAPE = Shape(duration=10.0, members=3)
 
@@ -175,3 +179,33 @@ def test_the_deferred_server_assignor_holds_a_bounced_members_partitions(
     t = handovers.timeline(handovers.run_events(tmp_path))
     assert handovers.moves(t) == 0
     assert handovers.twice_seconds(t) == 0.0
+
+
+class _Owner:
+    assignment = frozenset({TopicPartition("t", 0)})
+
+
+class _Conn:
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    async def call(self, request: object, expect: type[object], **_: object) -> object:
+        self.sent.append(request)
+        return OffsetCommitResponse()
+
+
+async def test_a_consumer_member_commits_only_what_it_owns() -> None:
+    """Its commits are not fenced by the coordinator (no member epoch on huddle's wire's
+    OffsetCommit): the worker sends none that names a partition the member does not own."""
+    conn = _Conn()
+    offsets = ConsumerOffsets(conn, "g", _Owner())  # type: ignore[arg-type]
+    with pytest.raises(FencedMemberEpochError, match="no longer owns"):
+        await offsets.commit({TopicPartition("t", 0): 5, TopicPartition("t", 1): 7})
+    assert conn.sent == []
+    await offsets.commit({TopicPartition("t", 0): 5})
+    [request] = conn.sent
+    assert isinstance(request, OffsetCommitRequest)
+    assert (request.generation_id, request.member_id) == (-1, "")
+    assert [(t.name, [(p.partition, p.offset) for p in t.partitions]) for t in request.topics] == [
+        ("t", [(0, 5)])
+    ]
