@@ -10,7 +10,12 @@ run), with these members:
 - ``cooperative-sticky (confluent-kafka)``: the same client, classic protocol (KIP-429);
 - ``cooperative-sticky (huddle)`` and ``cooperative-deferred (huddle)``: huddle's own
   members on huddle's listener, the classic protocol with Design II's hold (``--delay-ms``)
-  and without it (its baseline: huddle's members are not confluent-kafka's).
+  and without it (its baseline: huddle's members are not confluent-kafka's);
+- ``consumer (huddle)``: huddle's own ``Member(group_protocol="consumer")`` on the same
+  server (``uniform``; pushed notices make it reconcile at once, not at its next heartbeat);
+- ``consumer-deferred (huddle)``: the same members with the ``deferred`` server assignor,
+  its hold ``--delay-ms``, on a coordinator of the harness's own (huddle's member cannot ask
+  for a server assignor yet, so the deferred one must be that coordinator's default).
 
 First ``rolling-bounce`` (each member SIGTERMed and started again in turn), ``--repeats``
 rounds, the protocols in a rotated order each round; then one ``join-and-kill`` run per
@@ -53,6 +58,7 @@ SERVE_FLAGS: Final = (
     "--disconnect-grace-ms", "1000",
     "--consumer-session-timeout-ms", str(SESSION_MS),
     "--consumer-heartbeat-interval-ms", str(HEARTBEAT_MS),
+    "--consumer-assignors", "uniform,range,deferred,paced",
 )  # fmt: skip
 
 
@@ -62,6 +68,7 @@ class Case:
     protocol: str
     client: str
     options: ProtocolOptions = field(default_factory=ProtocolOptions)
+    own_coordinator: bool = False  # the harness starts one for this case's runs
 
 
 def cases(delay_ms: int) -> list[Case]:
@@ -74,6 +81,14 @@ def cases(delay_ms: int) -> list[Case]:
             "cooperative-deferred",
             "huddle",
             ProtocolOptions(delay_ms=delay_ms),
+        ),
+        Case("consumer (huddle)", "consumer", "huddle"),
+        Case(
+            f"consumer-deferred {delay_ms / 1000:g}s (huddle)",
+            "consumer-deferred",
+            "huddle",
+            ProtocolOptions(delay_ms=delay_ms),
+            own_coordinator=True,
         ),
     ]
 
@@ -119,6 +134,7 @@ def measure(
         group=name,
         topic=name,
         kafka_bootstrap=base.kafka_bootstrap if case.client != "huddle" else None,
+        bootstrap=None if case.own_coordinator else base.bootstrap,
     )
     began = time.monotonic()
     result = run(settings, scenario, _progress)
@@ -151,7 +167,8 @@ def report(all_cases: list[Case], figures: dict[str, Figures], args: argparse.Na
     print(
         f"{'protocol':38} {'bounce unowned p-s (median; each)':34} {'moved':>5} "
         f"{'join share s':>12} {'join: others stopped':>20} "
-        f"{'kill re-owned s (median/max)':>28} {'owned twice p-s':>15}"
+        f"{'kill re-owned s (median/max)':>28} {'owned twice p-s':>15} "
+        f"{'unowned ms per move':>19}"
     )
     for case in all_cases:
         f = figures[case.label]
@@ -168,9 +185,10 @@ def report(all_cases: list[Case], figures: dict[str, Figures], args: argparse.Na
             kill = f"{statistics.median(k.seconds):.2f}/{max(k.seconds):.2f}"
             kill += f" never {k.never}" if k.never else ""
         moved = f"{statistics.median(f.moved):g}" if f.moved else "-"
+        per_move = _per_move(f)
         print(
             f"{case.label:38} {bounce:34} {moved:>5} {share:>12} {others:>20} {kill:>28} "
-            f"{f.twice:15.2f}"
+            f"{f.twice:15.2f} {per_move:>19}"
         )
     met = True
     consumer, cooperative = (figures[c.label] for c in all_cases[:2])
@@ -190,12 +208,37 @@ def report(all_cases: list[Case], figures: dict[str, Figures], args: argparse.Na
         f"{'-' if join is None else join.disturbed} stopped: {'met' if ok else 'NOT met'}"
     )
     met &= ok
+    met &= _huddle_targets(figures)
     twice = sum(f.twice for f in figures.values())
     failed = [name for f in figures.values() for name in f.failed]
     print(f"owned twice over every run: {twice:.2f} partition-seconds")
     if failed:
         print(f"runs left out: {', '.join(failed)}")
     return met and twice == 0 and not failed
+
+
+def _per_move(f: Figures) -> str:
+    """The bounce's unowned partition-seconds per partition moved, in ms: how long a
+    handover left a partition unowned, on average ("-": nothing moved)."""
+    moved = sum(f.moved)
+    return "-" if not moved else f"{1000 * sum(f.bounce) / moved:.0f}"
+
+
+def _huddle_targets(figures: dict[str, Figures]) -> bool:
+    """huddle's members: the consumer protocol's bounce against their cooperative-sticky."""
+    mine, theirs = (
+        figures["consumer (huddle)"].bounce,
+        figures["cooperative-sticky (huddle)"].bounce,
+    )
+    if not (mine and theirs):
+        return True
+    a, b = statistics.median(mine), statistics.median(theirs)
+    ok = a <= b
+    print(
+        f"target: consumer (huddle) rolling-bounce unowned <= cooperative-sticky (huddle): "
+        f"{a:.2f} vs {b:.2f} partition-seconds: {'met' if ok else 'NOT met'}"
+    )
+    return ok
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     try:
-        with brokers.huddle(root, *SERVE_FLAGS) as server:
+        held = ["--consumer-deferred-hold-ms", str(args.delay_ms)]
+        with brokers.huddle(root, *SERVE_FLAGS, *held) as server:
             met = _bench(args, root, server)
     finally:
         if args.keep is None:

@@ -462,3 +462,25 @@ def test_the_comparison_page_has_the_consumer_protocols_figures_and_verdict(tmp_
     rows = msgspec.json.decode((tmp_path / "comparison.json").read_bytes())
     assert [(r["protocol"], r["client"]) for r in rows][-1] == ("consumer", "confluent-kafka")
     assert "consumer (confluent-kafka)" in (tmp_path / "comparison.html").read_text()
+
+
+def test_the_deferred_server_assignor_is_held_to_design_iis_claim() -> None:
+    """huddle's members through one rolling bounce: the consumer protocol with the
+    deferred server assignor moves no more partitions than cooperative-sticky and the
+    consumer protocol's default assignor, beside cooperative-deferred."""
+    runs = [
+        summary("cooperative-sticky", moved=12, unowned=1.0),
+        summary("cooperative-deferred", moved=0, unowned=9.0, held=8.0),
+        summary("consumer", moved=12, unowned=0.1),
+        summary("consumer-deferred", moved=0, unowned=8.4, held=8.0),
+    ]
+    [points] = situations(runs).values()
+    found = {(v.claim.protocol, v.claim.metric): v for v in verdicts(points)}
+    deferred = found[("consumer-deferred", "moved")]
+    assert deferred.held
+    assert "cooperative-sticky 12, consumer 12" in deferred.text
+    assert found[("consumer", "stopped")].held  # range did not run: against cooperative-sticky
+    moving = [*runs[:3], summary("consumer-deferred", moved=13, unowned=0.1)]
+    [points] = situations(moving).values()
+    [lost] = [v for v in verdicts(points) if v.claim.protocol == "consumer-deferred"]
+    assert not lost.held

@@ -45,7 +45,12 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
         help="huddle's assignors; a Kafka client: range, roundrobin or cooperative-sticky; "
         "consumer: KIP-848, the coordinator assigns (--client confluent-kafka)",
     )
-    r.add_argument("--delay-ms", type=int, help="cooperative-deferred: max scheduled delay")
+    r.add_argument(
+        "--delay-ms",
+        type=int,
+        help="cooperative-deferred: max scheduled delay; consumer-deferred: the server "
+        "assignor's hold (--consumer-deferred-hold-ms)",
+    )
     r.add_argument("--acceptable-recovery-lag", type=int, help="high-availability")
     r.add_argument("--num-standby-replicas", type=int, help="high-availability")
     r.add_argument("--probing-interval-ms", type=int, help="high-availability")

@@ -12,13 +12,21 @@ a protocol the client does not have, and a running coordinator (``--bootstrap``)
 its Kafka listener (``--kafka-bootstrap``) or behind the fault proxy. A cluster scenario
 runs every node with a Kafka listener, and the members bootstrap from all of them.
 
-The ``consumer`` protocol (KIP-848) is confluent-kafka's ``group.protocol=consumer``: its
-session timeout and heartbeat interval are the coordinator's, so the run's
-(``session_timeout_ms``, ``heartbeat_interval_ms``) go to ``huddle serve`` as
-``--consumer-session-timeout-ms`` and ``--consumer-heartbeat-interval-ms``
-(``listener_flags``): a consumer-protocol member is fenced as late as a classic one. It
-has no group-wide generation: a member tells its member epoch where a classic member tells
-its generation (``generation_word``).
+The ``consumer`` protocol (KIP-848, and ``consumer-deferred``/``consumer-paced``: the same
+with huddle's server assignors) is confluent-kafka's ``group.protocol=consumer`` or
+huddle's ``Member(group_protocol="consumer")``: its session timeout and heartbeat interval
+are the coordinator's, so the run's (``session_timeout_ms``, ``heartbeat_interval_ms``) go
+to ``huddle serve`` as ``--consumer-session-timeout-ms`` and
+``--consumer-heartbeat-interval-ms`` (``consumer_flags``): a consumer-protocol member is
+fenced as late as a classic one. ``--consumer-assignors`` offers every server assignor, the
+one the protocol's name asks for first: huddle's member asks for none, so it gets the
+default. It has no group-wide generation: a member tells its member epoch where a classic
+member tells its generation (``generation_word``).
+
+huddle's consumer member does not reconnect after a lost connection yet: a scenario that
+kills or fails over the coordinator or cuts connections (network faults) is refused for
+it, and so is a running coordinator (``--bootstrap``: its default server assignor is its
+own, and that member cannot ask for another).
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ import sys
 from typing import Final
 
 from huddle.chaos.kafka_workers import launch
-from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
+from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL, CONSUMER_PROTOCOLS, is_consumer
 from huddle.chaos.procs import HOST
+from huddle.chaos.protocols import server_assignors
 from huddle.chaos.proxy import FaultProxy
 from huddle.chaos.runsettings import HUDDLE_CLIENT, RunSettings
 from huddle.chaos.scenarios import Scenario, ScenarioError
@@ -46,6 +55,11 @@ def is_kafka(client: str) -> bool:
     return client != HUDDLE_CLIENT
 
 
+def huddle_consumer(settings: RunSettings) -> bool:
+    """Whether the run's members are huddle's own on the consumer protocol."""
+    return not is_kafka(settings.client) and is_consumer(settings.protocol)
+
+
 def check(settings: RunSettings, scenario: Scenario) -> None:
     """ScenarioError (one line) if this run cannot have ``settings.client`` as its members."""
     client = settings.client
@@ -54,11 +68,8 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
     if settings.kafka_bootstrap is not None and (not is_kafka(client) or not settings.bootstrap):
         raise ScenarioError("--kafka-bootstrap: for Kafka-client members, with --bootstrap")
     if not is_kafka(client):
-        if settings.protocol == CONSUMER_PROTOCOL:
-            raise ScenarioError(
-                f"protocol {CONSUMER_PROTOCOL}: its members are Kafka consumers on the Kafka "
-                f"listener (--client {', '.join(consumer_clients())})"
-            )
+        if is_consumer(settings.protocol):
+            _check_huddle_consumer(settings, scenario)
         return
     why = launch.missing(client)
     if why is not None:
@@ -87,6 +98,30 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
             raise ScenarioError(f"client {client}: {why}")
 
 
+def _check_huddle_consumer(settings: RunSettings, scenario: Scenario) -> None:
+    """huddle's consumer member: what it cannot do yet (see the module)."""
+    protocol = settings.protocol
+    refusals = [
+        (
+            scenario.coordinator_faults or scenario.cluster,
+            "it does not reconnect to a restarted or failed-over coordinator yet",
+        ),
+        (scenario.network_faults, "it does not reconnect after a cut connection yet"),
+        (
+            settings.bootstrap is not None and CONSUMER_PROTOCOLS[protocol] is not None,
+            "it asks for no server assignor: the harness's own coordinator makes "
+            f"{CONSUMER_PROTOCOLS[protocol]} its default (no --bootstrap)",
+        ),
+        (settings.stateful, "--stateful: it has no standby tasks"),
+    ]
+    for refused, why in refusals:
+        if refused:
+            raise ScenarioError(
+                f"protocol {protocol} with huddle's members ({scenario.name}): {why}; "
+                f"Kafka consumers can (--client {', '.join(consumer_clients())})"
+            )
+
+
 def consumer_clients() -> list[str]:
     """The Kafka clients that speak the ``consumer`` protocol (KIP-848)."""
     return [c for c in KAFKA_CLIENTS if CONSUMER_PROTOCOL in launch.CLIENTS[c].strategies]
@@ -95,16 +130,23 @@ def consumer_clients() -> list[str]:
 def generation_word(protocol: str) -> str:
     """What the members' ``generation`` is under ``protocol``: the consumer protocol's is
     each member's epoch (all equal once the group settled)."""
-    return "epoch" if protocol == CONSUMER_PROTOCOL else "generation"
+    return "epoch" if is_consumer(protocol) else "generation"
 
 
 def consumer_flags(settings: RunSettings) -> list[str]:
-    """``huddle serve``'s flags for the consumer protocol's timers: the run's session
-    timeout and heartbeat interval (a classic member sends its own)."""
-    return [
+    """``huddle serve``'s flags for the consumer protocol: the run's session timeout and
+    heartbeat interval (a classic member sends its own), and the server assignors, the one
+    the run's protocol asks for first (the default); ``consumer-deferred``'s hold is the
+    run's ``--delay-ms``."""
+    flags = [
         "--consumer-session-timeout-ms", str(settings.session_timeout_ms),
         "--consumer-heartbeat-interval-ms", str(settings.heartbeat_interval_ms),
+        "--consumer-assignors", server_assignors(settings.protocol),
     ]  # fmt: skip
+    hold_ms = settings.options.delay_ms
+    if hold_ms is not None and CONSUMER_PROTOCOLS.get(settings.protocol) == "deferred":
+        flags += ["--consumer-deferred-hold-ms", str(hold_ms)]
+    return flags
 
 
 def listener_flags(

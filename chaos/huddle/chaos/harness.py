@@ -423,6 +423,7 @@ class Harness:
             "--data-dir",
             str(self.run_dir / "coordinator-data"),
             *(clients.listener_flags(self.kafka_port, self.s, self.proxy) if self.kafka else []),
+            *(clients.consumer_flags(self.s) if clients.huddle_consumer(self.s) else []),
         ]
         proc = spawn(
             argv,

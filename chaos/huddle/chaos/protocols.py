@@ -2,8 +2,11 @@
 
 ``consumer`` is KIP-848's consumer group protocol: no assignor of the members' own, the
 coordinator assigns (its server-side assignor, ``uniform`` unless the members ask for
-another) and reconciles each member with ConsumerGroupHeartbeat. Its members are real
-Kafka consumers (confluent-kafka, ``group.protocol=consumer``) on the Kafka listener.
+another) and reconciles each member with ConsumerGroupHeartbeat. ``consumer-deferred`` and
+``consumer-paced`` are the same protocol with huddle's ``deferred`` (Design II) or
+``paced`` (Design III) server assignor. Its members are huddle's own ``Member(...,
+group_protocol="consumer")`` or real Kafka consumers (confluent-kafka,
+``group.protocol=consumer``) on the Kafka listener.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
-from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
+from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOLS
 from huddle.client.assignors import ASSIGNORS, Assignor, DeferredAssignor, HighAvailabilityAssignor
+from huddle.coordinator.consumer.assignors import ASSIGNORS as SERVER_ASSIGNORS
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +29,16 @@ class ProtocolOptions:
 
 
 def protocol_names() -> list[str]:
-    """huddle's assignors and ``consumer``."""
-    return sorted([*ASSIGNORS.by_name, CONSUMER_PROTOCOL])
+    """huddle's assignors and the consumer protocol's names."""
+    return sorted([*ASSIGNORS.by_name, *CONSUMER_PROTOCOLS])
+
+
+def server_assignors(protocol: str) -> str:
+    """``huddle serve --consumer-assignors`` for a run of ``protocol``: every server
+    assignor, the one its name asks for first (the default, for members that ask none)."""
+    names = list(SERVER_ASSIGNORS)
+    asked = CONSUMER_PROTOCOLS.get(protocol)
+    return ",".join(dict.fromkeys([asked, *names] if asked else names))
 
 
 def build_assignor(name: str, options: ProtocolOptions) -> Assignor:

@@ -8,16 +8,23 @@ Runs a ``Member`` with the synthetic workload of ``huddle.chaos.workload`` and w
 does to ``events/<NAME>.jsonl`` (see ``huddle.chaos.events``): joins, assignments, revocations,
 losses, every batch of records processed and every commit, accepted or refused. SIGTERM
 or SIGINT shut it down cleanly (revoke -> commit -> leave); SIGKILL ends it mid-line.
+
+Under a consumer protocol (``consumer``, ``consumer-deferred``, ``consumer-paced``: KIP-848)
+the member is ``Member(group_protocol="consumer")``: the coordinator assigns, its session
+timeout is the coordinator's, a ``joined`` line tells each new member epoch (it moves
+without a callback too: the worker looks at every tick), and its offsets go by a
+connection of the worker's (``huddle.chaos.worker_offsets``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -26,11 +33,14 @@ import structlog
 
 from huddle.chaos import events as ev
 from huddle.chaos.events import EventLog, events_dir, partitions_field
+from huddle.chaos.kafka_workers.options import is_consumer
 from huddle.chaos.protocols import ProtocolOptions, build_assignor
+from huddle.chaos.worker_offsets import ConsumerOffsets, MemberOffsets, Offsets
 from huddle.chaos.workload import Workload
+from huddle.client.connection import connect
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
-from huddle.client.security import NO_SECURITY, security_from_env
+from huddle.client.security import NO_SECURITY, Security, security_from_env
 from huddle.logs import configure_logging
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import InvalidArgumentError
@@ -47,7 +57,8 @@ class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run_dir: str
     group: str = "chaos"
     topic: str = "chaos"
-    protocol: str = "cooperative-sticky"  # assignor name
+    # an assignor's name, or a consumer-protocol one (``consumer``, ``consumer-deferred``...)
+    protocol: str = "cooperative-sticky"
     options: ProtocolOptions = msgspec.field(default_factory=ProtocolOptions)
     instance_id: str | None = None  # static membership (KIP-345)
     session_timeout_ms: int = 3_000
@@ -104,6 +115,8 @@ class Worker(RebalanceListener):
             state_records=args.state_records,
         )
         self.member: Member | None = None
+        self.offsets: Offsets | None = None
+        self.consumer = is_consumer(args.protocol)  # KIP-848: the coordinator assigns
         self._last_tick = time.monotonic()
         self._generation = -1
         self._state_file = Path(args.run_dir) / "state" / f"{args.name}.json"
@@ -114,6 +127,8 @@ class Worker(RebalanceListener):
 
     def make_member(self) -> Member:
         a = self.args
+        if self.consumer:
+            return self._make_consumer_member()
         options = a.options
         self.member = Member(
             a.bootstrap,
@@ -127,13 +142,55 @@ class Worker(RebalanceListener):
             listener=self,
             client_id=a.name,
             lags=self.workload.lags if a.stateful else None,
-            security=security_from_env(os.environ) if a.secure_from_env else NO_SECURITY,
+            security=self._security(),
+        )
+        self.offsets = MemberOffsets(self.member)
+        return self.member
+
+    def _make_consumer_member(self) -> Member:
+        """A consumer-protocol (KIP-848) member: the coordinator assigns, with its own
+        session timeout (``huddle serve --consumer-session-timeout-ms``); the server
+        assignor is the coordinator's default (the harness puts the one the protocol's name
+        asks for first). Its offsets go by a connection of their own (``open_offsets``)."""
+        a = self.args
+        self.member = Member(
+            a.bootstrap,
+            group_id=a.group,
+            topics=[a.topic],
+            instance_id=a.instance_id,
+            heartbeat_interval_ms=a.heartbeat_interval_ms,
+            rebalance_timeout_ms=a.rebalance_timeout_ms,
+            listener=self,
+            client_id=a.name,
+            security=self._security(),
+            group_protocol="consumer",
         )
         return self.member
+
+    def _security(self) -> Security:
+        return security_from_env(os.environ) if self.args.secure_from_env else NO_SECURITY
+
+    @contextlib.asynccontextmanager
+    async def open_offsets(self) -> AsyncIterator[None]:
+        """Where this member's offsets go while it runs: its own member (classic), or a
+        connection of the worker's (consumer protocol, ``worker_offsets``)."""
+        if self.offsets is not None:
+            yield
+            return
+        a = self.args
+        async with connect(
+            a.bootstrap, client_id=f"{a.name}-offsets", notices=False, security=self._security()
+        ) as conn:
+            self.offsets = ConsumerOffsets(conn, a.group, self._m())
+            yield
 
     def _m(self) -> Member:
         assert self.member is not None
         return self.member
+
+    def _o(self) -> Offsets:
+        assert self.offsets is not None
+        return self.offsets
 
     def _note_generation(self) -> None:
         m = self._m()
@@ -243,7 +300,7 @@ class Worker(RebalanceListener):
             return {}
         for attempt in range(5):
             try:
-                return await self._m().committed(tps)
+                return await self._o().committed(tps)
             except Exception as exc:  # not connected, timed out: try again shortly
                 log.warning("committed_fetch_failed", error=repr(exc), attempt=attempt)
                 await anyio.sleep(0.1 * (attempt + 1))
@@ -259,7 +316,7 @@ class Worker(RebalanceListener):
         member_id, generation = self._m().member_id, self._m().generation
         error: str | None = None
         try:
-            await self._m().commit(dict(positions))
+            await self._o().commit(positions)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         for tp, offset in sorted(positions.items()):
@@ -291,7 +348,7 @@ class Worker(RebalanceListener):
         if not replicas:
             return
         try:
-            offsets = await self._m().committed(replicas)
+            offsets = await self._o().committed(replicas)
         except Exception as exc:
             log.info("replica_offsets_unavailable", error=repr(exc))
             return
@@ -312,6 +369,8 @@ class Worker(RebalanceListener):
         self.workload.catch_up(now - self._last_tick)
         self._last_tick = now
         m = self._m()
+        if self.consumer and m.generation > 0:  # its epoch moves without callbacks too
+            self._note_generation()
         member_id, generation = m.member_id, m.generation
         self._report_restored(now)
         # what the member owns *now*: empty for a zombie that just woke up
@@ -385,7 +444,7 @@ async def run(args: WorkerSettings) -> str:
                     stop.set()
 
         member = worker.make_member()
-        async with anyio.create_task_group() as outer:
+        async with worker.open_offsets(), anyio.create_task_group() as outer:
             outer.start_soon(watch_signals)
             async with anyio.create_task_group() as ticking:
                 async with member, anyio.create_task_group() as committing:

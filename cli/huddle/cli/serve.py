@@ -151,6 +151,23 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         choices=("upgrade", "disabled"),
     ),
     ServeFlag(
+        "consumer-assignors",
+        "str",
+        _S,
+        "consumer_assignors",
+        "the server assignors consumer-protocol groups may ask for, comma-separated, the "
+        "first the default (default uniform,range; also deferred, paced: Kafka's "
+        "group.consumer.assignors)",
+    ),
+    ServeFlag(
+        "consumer-deferred-hold-ms",
+        "int",
+        _S,
+        "consumer_deferred_hold_ms",
+        "how long the deferred server assignor holds a departed member's partitions for its "
+        "return (default 300000, as Kafka Connect's scheduled.rebalance.max.delay.ms)",
+    ),
+    ServeFlag(
         "kafka-log-partition-bytes",
         "int",
         _S,

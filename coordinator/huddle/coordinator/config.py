@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from huddle.coordinator.consumer.assignors import ASSIGNORS
 from huddle.protocol.addresses import host_problem, parse_address, parse_endpoints
 from huddle.protocol.errors import InvalidArgumentError
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -89,6 +90,7 @@ _OTHER_FIELDS = (
     "kafka_advertise",
     "kafka_evict_on_close_ms",
     "consumer_migration_policy",
+    "consumer_assignors",
 )
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
@@ -96,6 +98,26 @@ SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 def sasl_mechanisms(spec: str) -> tuple[str, ...]:
     """``"SCRAM-SHA-512, scram-sha-256"`` -> the mechanisms, upper case, in order."""
     return tuple(dict.fromkeys(m.strip().upper() for m in spec.split(",") if m.strip()))
+
+
+def consumer_assignors(spec: str) -> tuple[str, ...]:
+    """``"deferred, uniform"`` -> the server assignors offered, in order (the first is the
+    default), each once."""
+    return tuple(dict.fromkeys(a.strip() for a in spec.split(",") if a.strip()))
+
+
+def consumer_assignor_problems(spec: str) -> list[str]:
+    """What is wrong with ``--consumer-assignors`` (Kafka's ``group.consumer.assignors``)."""
+    names = consumer_assignors(spec)
+    if not names:
+        return [f"--consumer-assignors: name one or more of {', '.join(ASSIGNORS)}"]
+    unknown = [name for name in names if name not in ASSIGNORS]
+    if unknown:
+        return [
+            f"--consumer-assignors: no server assignor {', '.join(unknown)} "
+            f"(one or more of {', '.join(ASSIGNORS)})"
+        ]
+    return []
 
 
 def super_users(spec: str) -> tuple[str, ...]:
@@ -135,6 +157,7 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
         problems.append("--kafka-evict-on-close-ms must be 0 or more (or -1: off)")
     if cfg.consumer_migration_policy not in ("upgrade", "disabled"):
         problems.append("--consumer-migration-policy must be upgrade or disabled")
+    problems.extend(consumer_assignor_problems(cfg.consumer_assignors))
     if cfg.consumer_heartbeat_interval_ms >= cfg.consumer_session_timeout_ms:
         problems.append(
             "--consumer-heartbeat-interval-ms must be below --consumer-session-timeout-ms"
@@ -223,6 +246,12 @@ class ServerConfig:
     # Kafka's group.consumer.migration.policy, of the two huddle serves: "upgrade" (a
     # consumer-protocol member joining a classic group converts it) or "disabled"
     consumer_migration_policy: str = "upgrade"
+    # the server assignors consumer-protocol groups may ask for, the first the default
+    # (Kafka's group.consumer.assignors): uniform, range, and huddle's deferred and paced
+    consumer_assignors: str = "uniform,range"
+    # how long the deferred server assignor holds a departed member's partitions for its
+    # return (Kafka Connect's scheduled.rebalance.max.delay.ms)
+    consumer_deferred_hold_ms: int = 300_000
     # The Kafka log's bounds: each partition's bytes and all partitions' (oldest dropped)
     kafka_log_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     kafka_log_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES

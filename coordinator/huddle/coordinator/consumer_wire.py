@@ -21,9 +21,11 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from huddle.coordinator.config import consumer_assignors
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
+from huddle.coordinator.consumer.assignors import ASSIGNORS, DeferredAssignor
 from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.core import Coordinator
@@ -128,12 +130,17 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     huddle's wire, its groups listed and described there (``consumer_admin``) and counted
     in the metrics (``consumer_metrics``)."""
     cfg = server.config
+    hold_ms = cfg.consumer_deferred_hold_ms
     config = ConsumerGroupConfig(
         session_timeout_ms=cfg.consumer_session_timeout_ms,
         heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
         migration_policy=cfg.consumer_migration_policy,
+        assignors=consumer_assignors(cfg.consumer_assignors),
+        departure_memory_ms=max(ConsumerGroupConfig().departure_memory_ms, hold_ms),
     )
-    service = ConsumerService(ServerConsumerHost(server), ConsumerCoordinator(config))
+    assignors = {**ASSIGNORS, "deferred": DeferredAssignor(hold_ms=hold_ms)}
+    core = ConsumerCoordinator(config, assignors)
+    service = ConsumerService(ServerConsumerHost(server), core)
     huddle = HuddleConsumer(service, server.requests.conns)
     server.requests.beside[ConsumerHeartbeatRequest] = huddle.serve
     MixedGroups(server, service)  # the Kafka listener's classic members of consumer groups

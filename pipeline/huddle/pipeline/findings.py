@@ -13,7 +13,9 @@ against the runs present, and a claim that did not hold is said so, with the mea
 reason (``verdicts``): a protocol that loses where it should win is a finding. A claim is
 about protocols, whoever the members are: among Kafka consumers (one client per
 situation) ``consumer``, KIP-848's protocol, is checked against the same client's
-``range`` and ``cooperative-sticky``.
+``range`` and ``cooperative-sticky``; among huddle's members, against theirs, and
+``consumer-deferred`` (the deferred server assignor) against ``cooperative-sticky`` and
+``consumer``.
 """
 
 from __future__ import annotations
@@ -314,6 +316,14 @@ DESIGN_CLAIMS: Final = (
         "stopped",
         ("range",),
         "a member that joins takes its share without stopping anyone else's partitions (KIP-848)",
+    ),
+    Claim(
+        f"{CONSUMER}-deferred",
+        "rolling-bounce",
+        "moved",
+        ("cooperative-sticky", CONSUMER),
+        "the deferred server assignor holds a bounced member's partitions for its return, as "
+        "cooperative-deferred does, with no group-wide barrier (Design II under KIP-848)",
     ),
     Claim(
         "high-availability",

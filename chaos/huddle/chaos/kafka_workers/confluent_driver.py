@@ -2,7 +2,9 @@
 huddle.chaos.kafka_workers.confluent_driver --bootstrap HOST:PORT --group G --topic T [...]``
 (flags: ``options``; lines: the package's docstring). Strategies: range, roundrobin,
 cooperative-sticky, and ``consumer``: KIP-848's protocol (``group.protocol=consumer``, the
-coordinator assigns; session timeout and heartbeat interval are the coordinator's); static
+coordinator assigns; session timeout and heartbeat interval are the coordinator's), and
+``consumer-deferred``/``consumer-paced``, which ask for that server assignor
+(``group.remote.assignor``); static
 membership. librdkafka tells the generation only inside its
 serialized group metadata (``generation``); where that cannot be read, ``joined`` carries a
 null generation."""
@@ -17,15 +19,17 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from huddle.chaos.kafka_workers.emit import Partition, Reporter, StopFlag
 from huddle.chaos.kafka_workers.options import (
     CONSUMER_PROTOCOL,
+    CONSUMER_PROTOCOLS,
     COOPERATIVE_STICKY,
     RANGE,
     ROUNDROBIN,
     DriverOptions,
+    is_consumer,
     parse,
 )
 
 CLIENT = "confluent-kafka"
-STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY, CONSUMER_PROTOCOL)
+STRATEGIES = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY, *CONSUMER_PROTOCOLS)
 POLL_S = 0.05  # consume() waits for BATCH records or this long: how long a read record waits
 BATCH = 500
 
@@ -65,11 +69,14 @@ def config(options: DriverOptions) -> dict[str, str | int | bool]:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
     }
-    if options.strategy == CONSUMER_PROTOCOL:  # the coordinator's settings and assignor
+    if is_consumer(options.strategy):  # the coordinator's settings and assignor
         for classic in ("session.timeout.ms", "heartbeat.interval.ms"):
             del conf[classic]
         del conf["partition.assignment.strategy"]
         conf["group.protocol"] = CONSUMER_PROTOCOL
+        assignor = CONSUMER_PROTOCOLS[options.strategy]
+        if assignor is not None:  # else: the coordinator's default
+            conf["group.remote.assignor"] = assignor
     if options.instance_id is not None:
         conf["group.instance.id"] = options.instance_id
     return conf

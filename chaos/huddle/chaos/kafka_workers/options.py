@@ -17,6 +17,21 @@ STRATEGIES: Final = (RANGE, ROUNDROBIN, COOPERATIVE_STICKY)
 # Not an assignor: KIP-848's consumer group protocol (``group.protocol=consumer``), where the
 # coordinator assigns; the confluent-kafka driver offers it
 CONSUMER_PROTOCOL: Final = "consumer"
+# The consumer protocol with a server assignor asked for (librdkafka's
+# ``group.remote.assignor``; huddle serve --consumer-assignors offers them): name -> assignor.
+# ``consumer`` asks for none: the coordinator's default (``uniform``).
+CONSUMER_PROTOCOLS: Final[dict[str, str | None]] = {
+    CONSUMER_PROTOCOL: None,
+    f"{CONSUMER_PROTOCOL}-deferred": "deferred",
+    f"{CONSUMER_PROTOCOL}-paced": "paced",
+}
+
+
+def is_consumer(protocol: str) -> bool:
+    """Whether ``protocol`` is KIP-848's consumer protocol (with some server assignor)."""
+    return protocol in CONSUMER_PROTOCOLS
+
+
 # SASL mechanisms a driver may log in with (Kafka's names; huddle's listener serves these)
 SASL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
