@@ -20,7 +20,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from bench.common import quiet_logs
+from bench.common import cpu_model, quiet_logs
 from bench.processes import (
     cancelled_by_sigterm,
     exit_on_sigterm,
@@ -239,6 +239,9 @@ def server_section(members: int, groups: int, layouts: list[int]) -> None:
             f"{after / 2**20:.1f} MiB)",
             flush=True,
         )
+        if connections == members:
+            verdict = "met" if per_member < 2048 else "NOT met"
+            print(f"  issue 28's target, one connection each: < 2 KiB per member: {verdict}")
 
 
 def main() -> None:
@@ -259,6 +262,7 @@ def main() -> None:
     args = parser.parse_args()
     quiet_logs()
     exit_on_sigterm()
+    print(f"CPU: {cpu_model()}")
     if "core" in args.sections:
         core_section(args.members, args.runs)
     if "server" in args.sections:
