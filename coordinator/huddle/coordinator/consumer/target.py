@@ -21,6 +21,7 @@ import re2
 from huddle.coordinator.consumer.assignors import MemberSpec, ServerAssignor, spec_of
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.messages import RefusedError, TopicView
+from huddle.protocol.consumer_messages import MAX_REGEX_LENGTH
 from huddle.protocol.errors import ErrorCode
 
 _COMPILED: dict[str, Any] = {}  # an RE2 pattern by its text
@@ -28,7 +29,6 @@ _CACHED = 1_000  # patterns kept compiled (each up to ``_MEMORY`` bytes)
 # RE2 compiles in time that grows faster than the pattern's length (``(.{1,100})`` 200
 # times takes seconds, on the event loop): a longer pattern, or one whose program would
 # take more memory, is refused rather than holding every group of the coordinator up.
-MAX_REGEX_LENGTH = 4_096
 _MEMORY = 1 << 20
 
 
