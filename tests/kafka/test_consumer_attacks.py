@@ -81,3 +81,25 @@ async def test_malformed_heartbeats_are_refused_and_the_listener_goes_on(
     async with RawKafka(kafka.port) as conn:
         again = await conn.call(HB, 1, 1, **_beat("m", joined.member_epoch, topic_partitions=[]))
     assert (again.error_code, again.member_epoch) == (NONE, joined.member_epoch)
+
+
+async def test_describe_answers_a_revoking_member_s_assigned_partitions_as_kafka(
+    kafka: Listening,
+) -> None:
+    """Kafka's ConsumerGroupDescribe answers a member's assigned partitions: while it
+    revokes one for a newcomer, that one is in neither member's ``assignment``."""
+    _create(kafka.server, TopicSpec(name="t", partitions=2))
+    t_id = kafka.server.core.topics.ids["t"]
+    async with RawKafka(kafka.port) as conn:
+        a = await conn.call(HB, 1, 1, **_join("a", "t"))
+        await conn.call(HB, 1, 2, **_join("b", "t"))
+        both = [{"topic_id": t_id, "partitions": [0, 1]}]
+        revoking = await conn.call(HB, 1, 3, **_beat("a", a.member_epoch, topic_partitions=both))
+        kept = _owned(revoking, t_id)
+        assert len(kept) == 1
+        answer = await conn.call(
+            Api.CONSUMER_GROUP_DESCRIBE, 1, 4, group_ids=["g"], include_authorized_operations=False
+        )
+    described_a, described_b = answer.groups[0].members
+    assert [tuple(t.partitions) for t in described_a.assignment.topic_partitions] == [tuple(kept)]
+    assert described_b.assignment.topic_partitions == ()
