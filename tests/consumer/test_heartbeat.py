@@ -394,3 +394,21 @@ def test_a_regex_that_backtracks_does_not_hold_the_coordinator_up() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['ab']"
     assert done.stderr == ""  # RE2 writes nothing of its own
+
+
+@pytest.mark.parametrize(
+    ("regex", "why"),
+    [
+        # under the length bound, but RE2 takes seconds to compile it (on the event loop)
+        ("(.{1,100})" * 200, "pattern too large"),
+        ("t|" * 2_500 + "t", "at most 4096 are taken"),
+    ],
+)
+def test_a_regex_too_costly_to_compile_is_refused(regex: str, why: str) -> None:
+    """Compiling is the one part of a regex whose time is not linear: one member's huge
+    pattern must not hold up the coordinator's other groups. It is refused, and says why."""
+    c = coordinator()
+    answer = c.heartbeat(join("m1", None, regex=regex), 0, TOPICS)
+    assert answer.error is E.INVALID_REGULAR_EXPRESSION
+    assert why in (answer.message or "")
+    assert c.groups == {}

@@ -226,6 +226,12 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         partitions[topic] = partitions.get(topic, 0) + 1
         self.topics = TopicView(partitions, version=self.topics.version + 1)
 
+    @rule(topic=st.sampled_from(("a", "b", "c", "r-0", "r-1")))
+    def delete(self, topic: str) -> None:
+        partitions = dict(self.topics.partitions)
+        if partitions.pop(topic, None) is not None:
+            self.topics = TopicView(partitions, version=self.topics.version + 1)
+
     @rule(ms=st.sampled_from((100, 700, 1_500, 2_500, 4_000)))
     def advance(self, ms: int) -> None:
         self.now += ms

@@ -16,8 +16,6 @@ from msgspec import Meta, Struct
 
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.message_fields import (
-    MAX_ITEMS,
-    MAX_PROTOCOL_NAME,
     GroupId,
     InstanceId,
     MemberId,
@@ -27,6 +25,12 @@ from huddle.protocol.message_fields import (
 )
 
 MAX_PARTITIONS = 100_000  # of one topic in an owned list or an assignment
+# the topics one member subscribes to by name, or says it owns (Kafka sets no bound but
+# the request's size: a consumer may subscribe to thousands of topics)
+MAX_TOPICS = 100_000
+# a subscription regex (Kafka sets none; RE2's compile time grows faster than the length,
+# and the coordinator refuses a longer one INVALID_REGULAR_EXPRESSION)
+MAX_REGEX_LENGTH = 4_096
 
 
 class ConsumerTopicPartitions(Struct, frozen=True, kw_only=True):
@@ -41,10 +45,12 @@ class ConsumerHeartbeatRequest(Message, tag="consumer_heartbeat", frozen=True, k
     instance_id: InstanceId | None = None
     rack_id: ProtocolName | None = None
     rebalance_timeout_ms: int = -1
-    subscribed_topic_names: Annotated[list[TopicName], Meta(max_length=MAX_ITEMS)] | None = None
-    subscribed_topic_regex: Annotated[str, Meta(max_length=MAX_PROTOCOL_NAME)] | None = None
+    subscribed_topic_names: Annotated[list[TopicName], Meta(max_length=MAX_TOPICS)] | None = None
+    # decoded up to 64 KiB: a pattern over MAX_REGEX_LENGTH is answered by the coordinator
+    # (INVALID_REGULAR_EXPRESSION, as Kafka answers a pattern it does not take)
+    subscribed_topic_regex: Annotated[str, Meta(max_length=65_536)] | None = None
     server_assignor: ProtocolName | None = None
-    owned: Annotated[list[ConsumerTopicPartitions], Meta(max_length=MAX_ITEMS)] | None = None
+    owned: Annotated[list[ConsumerTopicPartitions], Meta(max_length=MAX_TOPICS)] | None = None
 
 
 class ConsumerHeartbeatResponse(

@@ -21,15 +21,22 @@ import re2
 from huddle.coordinator.consumer.assignors import MemberSpec, ServerAssignor, spec_of
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.messages import RefusedError, TopicView
+from huddle.protocol.consumer_messages import MAX_REGEX_LENGTH
 from huddle.protocol.errors import ErrorCode
 
 _COMPILED: dict[str, Any] = {}  # an RE2 pattern by its text
+_CACHED = 1_000  # patterns kept compiled (each up to ``_MEMORY`` bytes)
+# RE2 compiles in time that grows faster than the pattern's length (``(.{1,100})`` 200
+# times takes seconds, on the event loop): a longer pattern, or one whose program would
+# take more memory, is refused rather than holding every group of the coordinator up.
+_MEMORY = 1 << 20
 
 
 def _options() -> Any:
     options = re2.Options()
     options.log_errors = False  # refused patterns are answered, not written to stderr
     options.never_capture = True
+    options.max_mem = _MEMORY
     return options
 
 
@@ -38,9 +45,16 @@ _OPTIONS = _options()
 
 def compiled(regex: str) -> Any:
     """The compiled regex (RE2; its ``fullmatch``); INVALID_REGULAR_EXPRESSION when it does
-    not compile (bad syntax, a construct RE2 has not, or over RE2's memory bound)."""
+    not compile (bad syntax, a construct RE2 has not, longer than ``MAX_REGEX_LENGTH``, or
+    its program over 1 MiB)."""
     pattern = _COMPILED.get(regex)
     if pattern is None:
+        if len(regex) > MAX_REGEX_LENGTH:
+            raise RefusedError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION,
+                f"SubscribedTopicRegex is {len(regex)} characters long: at most "
+                f"{MAX_REGEX_LENGTH} are taken",
+            )
         try:
             pattern = re2.compile(regex, _OPTIONS)
         except re2.error as error:
@@ -51,7 +65,7 @@ def compiled(regex: str) -> Any:
                 ErrorCode.INVALID_REGULAR_EXPRESSION,
                 f"SubscribedTopicRegex {regex!r} is not a valid regular expression: {why}",
             ) from None
-        if len(_COMPILED) > 10_000:
+        if len(_COMPILED) >= _CACHED:
             _COMPILED.clear()
         _COMPILED[regex] = pattern
     return pattern

@@ -2,10 +2,11 @@
 
 - ConsumerGroupDescribe (API key 69, v0-1): each group's state (Kafka's names: Empty,
   Assigning, Reconciling, Stable), group epoch, target assignment epoch, the server
-  assignor it uses, and each member's epoch, subscription, client id and host, what it
-  owns now (``assignment``) and what the target gives it (``target_assignment``), topics
-  named by id and name. A group id no consumer group has is GROUP_ID_NOT_FOUND ("is not a
-  consumer group" when a classic group has it), as Kafka's
+  assignor it uses, and each member's epoch, subscription, client id and host, its
+  assigned partitions (``assignment``: as Kafka's, not those it is still revoking) and
+  what the target gives it (``target_assignment``), topics named by id and name. A group
+  id no consumer group has is GROUP_ID_NOT_FOUND ("is not a consumer group" when a
+  classic group has it), as Kafka's
   ``GroupMetadataManager.consumerGroupDescribe``; DESCRIBE on the group is needed
   (GROUP_AUTHORIZATION_FAILED). The group's authorized operations when the request asks
   (``include_authorized_operations``; ``huddle.coordinator.kafka.authorized``).
@@ -68,9 +69,6 @@ def _member(
 ) -> Values:
     member = group.members[member_id]
     client_id, host = groups.clients.get((group.group_id, member_id), ("", ""))
-    owned = {**member.assigned}
-    for topic, partitions in member.pending_revocation.items():
-        owned[topic] = owned.get(topic, frozenset()) | partitions
     return {
         "member_id": member_id,
         "instance_id": member.instance_id,
@@ -80,7 +78,7 @@ def _member(
         "client_host": host,
         "subscribed_topic_names": sorted(member.subscribed_topic_names),
         "subscribed_topic_regex": member.subscribed_topic_regex,
-        "assignment": _assignment(owned, ids),
+        "assignment": _assignment(member.assigned, ids),
         "target_assignment": _assignment(group.target.get(member_id, {}), ids),
         "member_type": _MEMBER_TYPE_CONSUMER if member.classic is None else _MEMBER_TYPE_CLASSIC,
     }
