@@ -12,7 +12,14 @@ decides, without IO or a clock:
   the coordinator fenced it (FENCED_MEMBER_EPOCH) or forgot it (UNKNOWN_MEMBER_ID), every
   partition lost (``on_partitions_lost``) and a rejoin with epoch 0;
 - its leave: epoch -1, or -2 for a static member (it keeps its place until its session
-  runs out).
+  runs out);
+- after a lost connection (``disconnected``), or an answer saying the node is not the
+  group's coordinator (``Reconcile.find``), a full heartbeat at its epoch to the coordinator
+  found again: a coordinator that kept it (its data dir, or a cluster's etcd) goes on with
+  it as before; one that forgot it answers UNKNOWN_MEMBER_ID (or, holding no such group
+  any more, GROUP_ID_NOT_FOUND), and it loses its partitions and joins with epoch 0;
+- its offset commits, made at its member epoch (``commit_request``), which the coordinator
+  checks as Kafka's OffsetCommit v9+ (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
 The runtime (``huddle.client.consumer_member``) performs a ``Reconcile``, tells the core
 what it did (``revoked``, ``assigned``, ``lost``), and heartbeats again at once when the
@@ -23,9 +30,10 @@ answer changed something (that heartbeat acknowledges it) or when the coordinato
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from huddle.client.generation import offset_commit
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, raise_for
 from huddle.protocol.messages import (
@@ -33,6 +41,7 @@ from huddle.protocol.messages import (
     ConsumerHeartbeatResponse,
     ConsumerTopicPartitions,
     ErrorResponse,
+    OffsetCommitRequest,
 )
 
 JOIN_EPOCH = 0
@@ -40,14 +49,10 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 # answered so, the member has lost its partitions and joins again with epoch 0
 REJOIN_CODES = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
-# answered so, the same heartbeat is sent again after a backoff (another node, a load)
-RETRY_CODES = frozenset(
-    {
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
+# answered so, the coordinator is found again (another node serves the group, or none yet)
+FIND_CODES = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+# answered so, the same heartbeat is sent again after a backoff (the coordinator loads)
+RETRY_CODES = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 NOTHING: frozenset[TopicPartition] = frozenset()
 
@@ -56,13 +61,15 @@ NOTHING: frozenset[TopicPartition] = frozenset()
 class Reconcile:
     """What one answer asks of the member, in this order: ``lost`` (fenced: gone already),
     ``revoke`` (give up, then acknowledge), ``assign`` (start). ``again``: heartbeat at once
-    (to acknowledge, or to rejoin); ``retry``: send it again after a backoff."""
+    (to acknowledge, or to rejoin); ``retry``: send it again after a backoff; ``find``: find
+    the group's coordinator again (after a backoff) and heartbeat there."""
 
     lost: frozenset[TopicPartition] = NOTHING
     revoke: frozenset[TopicPartition] = NOTHING
     assign: frozenset[TopicPartition] = NOTHING
     again: bool = False
     retry: bool = False
+    find: bool = False
 
 
 @dataclass
@@ -116,11 +123,16 @@ class ConsumerCore:
             code = answer.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
             answer = ConsumerHeartbeatResponse(error_code=code, error_message=answer.error_message)
         code = answer.error_code
-        if code in REJOIN_CODES:
+        # a group gone from the coordinator (restarted without its data dir) forgot the member
+        forgotten = code == ErrorCode.GROUP_ID_NOT_FOUND and self.epoch > JOIN_EPOCH
+        if code in REJOIN_CODES or forgotten:
             lost = self.owned
             self.epoch = JOIN_EPOCH
             self.full = True
             return Reconcile(lost=lost, again=True)
+        if code in FIND_CODES:
+            self.full = True
+            return Reconcile(find=True)
         if code in RETRY_CODES:
             self.full = True
             return Reconcile(retry=True)
@@ -148,6 +160,19 @@ class ConsumerCore:
 
     def lost(self) -> None:
         self.owned = NOTHING
+
+    def disconnected(self) -> None:
+        """The connection was lost: the next heartbeat, to whichever node coordinates the
+        group now, is a full one at the member's epoch (that node may know nothing of it)."""
+        self.full = True
+
+    def commit_request(
+        self, offsets: Mapping[str, Sequence[tuple[int, int]]], metadata: str | None
+    ) -> OffsetCommitRequest:
+        """A commit of ``offsets`` (topic -> (partition, offset)) at the member's epoch."""
+        return offset_commit(
+            self.group_id, self.epoch, self.member_id, self.instance_id, offsets, metadata
+        )
 
     def left(self) -> None:
         self.owned = NOTHING

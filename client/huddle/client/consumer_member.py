@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 
-from huddle.client.connection import Connection, connect
+from huddle.client.connection import Connection
+from huddle.client.connection_errors import ConnectionClosedError
 from huddle.client.consumer_core import ConsumerCore, Reconcile
+from huddle.client.discovery import connect_coordinator
 from huddle.client.events import MemberFailedError, StableTimeoutError
 from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
 from huddle.client.member import Member
@@ -33,7 +36,12 @@ from huddle.client.security import NO_SECURITY, Security
 from huddle.client.steps import MemberState
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import InvalidArgumentError, UsageError
+from huddle.protocol.errors import (
+    CoordinatorNotAvailableError,
+    InvalidArgumentError,
+    UsageError,
+    error_name,
+)
 from huddle.protocol.messages import (
     ConsumerAssignmentChanged,
     ConsumerHeartbeatResponse,
@@ -42,6 +50,14 @@ from huddle.protocol.messages import (
 
 log = library_logger("huddle.member")
 _REQUEST_TIMEOUT_S = 10.0
+
+
+class _FindAgain(ConnectionError):
+    """The node answered that it does not coordinate the group (now): find it again."""
+
+
+# a connection lost, or no coordinator found yet: the member connects again after a backoff
+_RECONNECT = (ConnectionClosedError, CoordinatorNotAvailableError, OSError, TimeoutError)
 
 
 class ConsumerProtocolMember(Member):
@@ -62,6 +78,7 @@ class ConsumerProtocolMember(Member):
         listener: ListenerLike | None = None,
         client_id: str = "huddle-member",
         retry_backoff_ms: int = 100,
+        max_retry_backoff_ms: int = 1_000,
         security: Security = NO_SECURITY,
         group_protocol: str = "consumer",
         **classic_only: Any,
@@ -75,6 +92,9 @@ class ConsumerProtocolMember(Member):
         self._security = security
         self._incarnation = secrets.token_bytes(16)
         self._backoff_s = retry_backoff_ms / 1000
+        self._max_backoff_s = max(max_retry_backoff_ms, retry_backoff_ms) / 1000
+        self._connects = 0  # connection attempts that failed (which bootstrap address next)
+        self._failures = 0  # in a row, since a heartbeat was last answered
         self._callbacks = Callbacks(listener if listener is not None else RebalanceListener())
         self._consumer = ConsumerCore(
             group_id=group_id,
@@ -181,17 +201,25 @@ class ConsumerProtocolMember(Member):
 
     async def _run(self) -> None:
         try:
-            async with connect(
-                self._bootstrap,
-                client_id=self._client_id,
-                security=self._security,
-                incarnation=self._incarnation,
-            ) as conn:
-                self._conn = conn
-                assert self._tg is not None
-                self._tg.start_soon(self._read_notices, conn)
-                await self._heartbeats(conn)
-        except Exception as exc:  # a refusal, the connection lost, the listener raising
+            while not self._closing:
+                try:
+                    async with self._coordinator() as conn:
+                        self._conn = conn
+                        self._notify()
+                        assert self._tg is not None
+                        self._tg.start_soon(self._read_notices, conn)
+                        await self._heartbeats(conn)
+                    return  # closed, and left
+                except _RECONNECT as exc:  # lost: found again after a backoff, at its epoch
+                    self._lost_connection(exc)
+                finally:
+                    self._conn = None
+                    self._notify()
+                self._wake = anyio.Event()  # set by a close (or the old connection's end)
+                with anyio.move_on_after(self._backoff()):
+                    await self._wake.wait()
+            await self._closed_while_disconnected()
+        except Exception as exc:  # a refusal, the listener raising
             if not self._closing:
                 code = (
                     exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
@@ -204,12 +232,59 @@ class ConsumerProtocolMember(Member):
             self._closed = True
             self._notify()
 
+    @asynccontextmanager
+    async def _coordinator(self) -> AsyncIterator[Connection]:
+        """A connection to the node that coordinates the group now (a cluster's owner of its
+        shard), asking the bootstrap addresses from the next one after each failure; a
+        refusal of the member (authentication, authorization) is raised as it came."""
+        self._wake = anyio.Event()
+        async with connect_coordinator(
+            self._bootstrap,
+            self._consumer.group_id,
+            client_id=self._client_id,
+            timeout=_REQUEST_TIMEOUT_S,
+            start=self._connects,
+            security=self._security,
+            incarnation=self._incarnation,
+        ) as conn:
+            self._log.info("member_connected", member_id=self.member_id, node=conn.bootstrap)
+            yield conn
+
+    def _lost_connection(self, exc: BaseException) -> None:
+        self._connects += 1  # the next attempt asks another bootstrap address first
+        self._failures += 1
+        self._consumer.disconnected()
+        self._settled = False
+        self._log.info(
+            "member_disconnected",
+            member_id=self.member_id,
+            member_epoch=self._consumer.epoch,
+            reason=str(exc) or type(exc).__name__,
+        )
+
+    def _backoff(self) -> float:
+        """Seconds to wait before the next connection attempt: ``retry_backoff_ms``,
+        doubling with each failure in a row, up to ``max_retry_backoff_ms``."""
+        if self._closing:
+            return 0.0
+        return min(self._backoff_s * 2.0 ** max(self._failures - 1, 0), self._max_backoff_s)
+
+    async def _closed_while_disconnected(self) -> None:
+        """Closed with no coordinator to leave through: what it owns may be given to others
+        once its session ends, so it is lost (as the classic member's)."""
+        if self._consumer.owned:
+            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+        self._consumer.left()
+
     async def _heartbeats(self, conn: Connection) -> None:
         core = self._consumer
         while not self._closing:
             self._wake = anyio.Event()
             answer = await self._beat(conn)
             step = core.answered(answer)
+            if step.find:
+                raise _FindAgain(f"the coordinator answered {error_name(answer.error_code)}")
+            self._failures = 0  # answered: the next loss backs off from the start
             await self._reconcile(step)
             self._settled = not (step.again or step.retry)
             self._notify()
@@ -247,8 +322,10 @@ class ConsumerProtocolMember(Member):
             return
         if core.owned:
             await self._callbacks.call("on_partitions_revoked", core.owned)
-        with anyio.move_on_after(_REQUEST_TIMEOUT_S):
+        try:
             await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
+        except _RECONNECT as exc:  # its session ends at the coordinator instead
+            self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
         core.left()
 
     async def _read_notices(self, conn: Connection) -> None:
@@ -258,6 +335,10 @@ class ConsumerProtocolMember(Member):
                 and notice.member_id == self._consumer.member_id
             ):
                 self._wake.set()
+        # the stream ends with the connection: the heartbeat loop finds it closed now, once a
+        # callback running returns (a callback is never cut off)
+        if self._conn is conn:
+            self._wake.set()
 
     # --- lifecycle -----------------------------------------------------------------------
 
