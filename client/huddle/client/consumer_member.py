@@ -18,41 +18,59 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 
+from huddle.client.checks import checked_offsets, checked_partitions, require_type
 from huddle.client.connection import Connection
 from huddle.client.connection_errors import ConnectionClosedError
 from huddle.client.consumer_core import ConsumerCore, Reconcile
 from huddle.client.discovery import connect_coordinator
-from huddle.client.events import MemberFailedError, StableTimeoutError
+from huddle.client.events import (
+    CommitFailedError,
+    MemberFailedError,
+    NotConnectedError,
+    StableTimeoutError,
+)
 from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
-from huddle.client.member import Member
+from huddle.client.member import REQUEST_PARTITIONS, Member, _by_topic, fetch_committed
 from huddle.client.security import NO_SECURITY, Security
 from huddle.client.steps import MemberState
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
+    ClientError,
     CoordinatorNotAvailableError,
+    ErrorCode,
     InvalidArgumentError,
     UsageError,
     error_name,
+    raise_for,
+    to_code,
 )
 from huddle.protocol.messages import (
     ConsumerAssignmentChanged,
     ConsumerHeartbeatResponse,
     ErrorResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 
 log = library_logger("huddle.member")
 _REQUEST_TIMEOUT_S = 10.0
 
 
-class _FindAgain(ConnectionError):
+# answered so, a commit is refused for the member's epoch: it is not (or no longer) in it
+_COMMIT_FENCED = frozenset(
+    {ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION}
+)
+
+
+class _NotCoordinatorError(ClientError, ConnectionError):
     """The node answered that it does not coordinate the group (now): find it again."""
 
 
@@ -171,11 +189,45 @@ class ConsumerProtocolMember(Member):
     async def subscribe(self, topics: Sequence[str]) -> None:
         raise UsageError("subscribe() is not served with group_protocol='consumer' yet")
 
-    async def commit(self, *args: Any, **kwargs: Any) -> None:
-        raise UsageError("commit() is not served with group_protocol='consumer' yet")
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], *, metadata: str | None = None
+    ) -> None:
+        """Commit offsets at the member's epoch, as the classic ``Member.commit`` does in
+        its generation. Raises CommitFailedError when the coordinator refuses the epoch
+        (STALE_MEMBER_EPOCH: the member's epoch moved on and it has not heard yet;
+        UNKNOWN_MEMBER_ID: it is no longer in the group; ILLEGAL_GENERATION: the
+        coordinator holds no such group), the registered HuddleError for other refusals."""
+        items = checked_offsets(offsets)
+        if metadata is not None:
+            require_type("metadata", metadata, str, "a str or None")
+        conn = self._serving()
+        for chunk in _by_topic(items, REQUEST_PARTITIONS):
+            request = self._consumer.commit_request(chunk, metadata)
+            response = await conn.request_loaded(request, timeout=_REQUEST_TIMEOUT_S)
+            code = to_code(response.error_code)
+            message = getattr(response, "error_message", None) or ""
+            if code in _COMMIT_FENCED:
+                raise CommitFailedError(code, message)
+            raise_for(code, message)
+            for topic in getattr(response, "topics", ()):
+                for p in topic.partitions:
+                    raise_for(p.error_code, f"{topic.name}-{p.partition}")
 
-    async def committed(self, *args: Any, **kwargs: Any) -> dict[TopicPartition, int | None]:
-        raise UsageError("committed() is not served with group_protocol='consumer' yet")
+    async def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The committed offset of each partition, None where nothing is committed."""
+        conn = self._serving()
+
+        async def fetch(request: OffsetFetchRequest) -> OffsetFetchResponse:
+            return await conn.call(request, OffsetFetchResponse, timeout=_REQUEST_TIMEOUT_S)
+
+        return await fetch_committed(fetch, self._consumer.group_id, checked_partitions(partitions))
+
+    def _serving(self) -> Connection:
+        if self._conn is None:
+            raise NotConnectedError("the member is not connected to the coordinator")
+        return self._conn
 
     def _stable(self) -> bool:
         return self._conn is not None and self._settled and self._consumer.epoch > 0
@@ -283,7 +335,8 @@ class ConsumerProtocolMember(Member):
             answer = await self._beat(conn)
             step = core.answered(answer)
             if step.find:
-                raise _FindAgain(f"the coordinator answered {error_name(answer.error_code)}")
+                said = error_name(answer.error_code)
+                raise _NotCoordinatorError(f"the coordinator answered {said}")
             self._failures = 0  # answered: the next loss backs off from the start
             await self._reconcile(step)
             self._settled = not (step.again or step.retry)
