@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from huddle.client.member import Member
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.errors import InvalidArgumentError
 from tests.client.test_consumer_member import LONG_INTERVAL_MS, Recorder, _all, _member, _topic
 from tests.helpers import fast_server_config, running_server, wait_until
 
@@ -105,3 +108,8 @@ async def test_a_coordinator_restarted_without_its_groups_makes_the_members_lose
                 assert set(group.members) == {a.member_id, b.member_id}  # the same member ids
                 assert (a.failure, b.failure) == (None, None)
                 assert (ra.lost, rb.lost) == ([had[0]], [had[1]])  # once each
+
+
+def test_a_malformed_bootstrap_list_is_refused_where_the_member_is_made() -> None:
+    with pytest.raises(InvalidArgumentError, match="bootstrap"):
+        Member("127.0.0.1:1,nope", group_id="g", topics=["t"], group_protocol="consumer")

@@ -29,7 +29,7 @@ from huddle.client.checks import checked_offsets, checked_partitions, require_ty
 from huddle.client.connection import Connection
 from huddle.client.connection_errors import ConnectionClosedError
 from huddle.client.consumer_core import ConsumerCore, Reconcile
-from huddle.client.discovery import connect_coordinator
+from huddle.client.discovery import bootstrap_addresses, connect_coordinator
 from huddle.client.events import (
     CommitFailedError,
     MemberFailedError,
@@ -105,6 +105,7 @@ class ConsumerProtocolMember(Member):
             raise InvalidArgumentError(
                 "group_protocol='consumer' takes a list of topics (no pattern yet)"
             )
+        bootstrap_addresses(bootstrap)  # a malformed list: InvalidArgumentError, now
         self._bootstrap = bootstrap
         self._client_id = client_id
         self._security = security
