@@ -76,6 +76,7 @@ class Reconcile:
 class ConsumerCore:
     group_id: str
     topics: Sequence[str]
+    pattern: str | None = None  # a regular expression the coordinator matches (RE2)
     instance_id: str | None = None
     rebalance_timeout_ms: int = 30_000
     heartbeat_interval_ms: int = 1_000  # until the coordinator sets it
@@ -101,8 +102,18 @@ class ConsumerCore:
             instance_id=self.instance_id,
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             subscribed_topic_names=list(self.topics),
+            subscribed_topic_regex=self.pattern or "",  # "": none (a pattern dropped)
             owned=owned,
         )
+
+    def subscribe(self, topics: Sequence[str], pattern: str | None = None) -> None:
+        """Subscribe to ``topics`` and, with ``pattern``, every topic the coordinator has
+        whose whole name it matches (RE2, which the coordinator runs); the next heartbeat
+        is a full one, which tells the coordinator. What the new subscription drops is
+        revoked when the coordinator's answer takes it away, as any revocation."""
+        self.topics = list(topics)
+        self.pattern = pattern
+        self.full = True
 
     def leave_request(self) -> ConsumerHeartbeatRequest:
         epoch = LEAVE_EPOCH if self.instance_id is None else STATIC_LEAVE_EPOCH

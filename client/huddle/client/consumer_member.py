@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import anyio.lowlevel
 
 from huddle.client.checks import checked_offsets, checked_partitions, require_type
 from huddle.client.connection import Connection
@@ -78,10 +79,28 @@ class _NotCoordinatorError(ClientError, ConnectionError):
 _RECONNECT = (ConnectionClosedError, CoordinatorNotAvailableError, OSError, TimeoutError)
 
 
+def _topic_names(topics: Sequence[str]) -> list[str]:
+    if isinstance(topics, str) or not all(isinstance(t, str) and t for t in topics):
+        raise InvalidArgumentError("topics is a list of topic names (non-empty strings)")
+    return list(topics)
+
+
+def _regex(topics: Sequence[str] | None, pattern: str | re.Pattern[str] | None) -> str | None:
+    """The pattern as the regular expression the coordinator matches (RE2: a whole-name
+    match, Kafka's ``SubscriptionPattern``); a subscription is topics or a pattern."""
+    if (topics is None) == (pattern is None) or topics == []:
+        raise InvalidArgumentError("give topics or a pattern (one of them)")
+    if isinstance(pattern, re.Pattern):
+        return pattern.pattern
+    if pattern is not None and (not isinstance(pattern, str) or not pattern):
+        raise InvalidArgumentError("pattern is a non-empty str or a compiled re.Pattern")
+    return pattern
+
+
 class ConsumerProtocolMember(Member):
     """A ``Member`` on the consumer group protocol; made by ``Member(...,
     group_protocol="consumer")``. ``assignors`` are the coordinator's then (not sent); a
-    ``pattern``, ``commit`` and ``subscribe`` are not served on this protocol yet."""
+    ``pattern`` is matched by the coordinator (RE2, whole names)."""
 
     def __init__(  # the classic Member's signature: a Member is made with it
         self,
@@ -101,10 +120,7 @@ class ConsumerProtocolMember(Member):
         group_protocol: str = "consumer",
         **classic_only: Any,
     ) -> None:
-        if pattern is not None or not topics:
-            raise InvalidArgumentError(
-                "group_protocol='consumer' takes a list of topics (no pattern yet)"
-            )
+        regex = _regex(topics, pattern)
         bootstrap_addresses(bootstrap)  # a malformed list: InvalidArgumentError, now
         self._bootstrap = bootstrap
         self._client_id = client_id
@@ -117,7 +133,8 @@ class ConsumerProtocolMember(Member):
         self._callbacks = Callbacks(listener if listener is not None else RebalanceListener())
         self._consumer = ConsumerCore(
             group_id=group_id,
-            topics=list(topics),
+            topics=_topic_names(topics or ()),
+            pattern=regex,
             instance_id=instance_id,
             rebalance_timeout_ms=rebalance_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
@@ -185,10 +202,20 @@ class ConsumerProtocolMember(Member):
 
     @property
     def subscription(self) -> list[str]:
-        return list(self._consumer.topics)
+        """The topics the member subscribes to by name; with a pattern (which the
+        coordinator matches), the topics of the partitions it owns."""
+        core = self._consumer
+        if core.pattern is None:
+            return list(core.topics)
+        return sorted({tp.topic for tp in core.owned} | set(core.topics))
 
     async def subscribe(self, topics: Sequence[str]) -> None:
-        raise UsageError("subscribe() is not served with group_protocol='consumer' yet")
+        """Subscribe to ``topics`` instead (a pattern given before is dropped): the next
+        heartbeat, sent at once, tells the coordinator, and the member revokes what the new
+        target takes away (partitions of topics it dropped) and takes what it gives."""
+        self._consumer.subscribe(_topic_names(topics))
+        self._wake.set()
+        await anyio.lowlevel.checkpoint()
 
     async def commit(
         self, offsets: Mapping[TopicPartition, int], *, metadata: str | None = None
