@@ -113,3 +113,25 @@ async def test_a_coordinator_restarted_without_its_groups_makes_the_members_lose
 def test_a_malformed_bootstrap_list_is_refused_where_the_member_is_made() -> None:
     with pytest.raises(InvalidArgumentError, match="bootstrap"):
         Member("127.0.0.1:1,nope", group_id="g", topics=["t"], group_protocol="consumer")
+
+
+async def test_a_member_cut_off_past_the_coordinator_s_session_timeout_loses_its_partitions() -> (
+    None
+):
+    """The coordinator's answers say its session timeout: once that long has passed since
+    the member's last answered heartbeat was sent, with no coordinator reachable, it owns
+    nothing (at once) and is told so (``on_partitions_lost``), as the classic member's
+    zombie safety; it stays alive, trying to reconnect."""
+    config = fast_server_config(
+        consumer_session_timeout_ms=1_000, consumer_heartbeat_interval_ms=200
+    )
+    recorder = Recorder()
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await _topic(bootstrap, 2)
+        async with _member(bootstrap, recorder) as a:
+            await wait_until(lambda: a.assignment == _all(2), what="a to own both")
+            await server.close()  # and nothing comes back at its address
+            await wait_until(lambda: not a.assignment, wait_s=5, what="a to own nothing")
+            await wait_until(lambda: recorder.lost == [_all(2)], wait_s=5, what="a told")
+            assert (a.failure, a.connected) == (None, False)

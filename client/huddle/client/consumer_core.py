@@ -85,6 +85,8 @@ class ConsumerCore:
     owned: frozenset[TopicPartition] = NOTHING
     # a full request is due: joining, or after an error (the coordinator may have lost track)
     full: bool = True
+    session_timeout_ms: int = 0  # the coordinator's, as its answers say (0: not said)
+    proved_ms: float | None = None  # when the last heartbeat answered in the group was sent
 
     def request(self) -> ConsumerHeartbeatRequest:
         owned = _by_topic(self.owned)
@@ -124,7 +126,9 @@ class ConsumerCore:
             instance_id=self.instance_id,
         )
 
-    def answered(self, answer: ConsumerHeartbeatResponse | ErrorResponse) -> Reconcile:
+    def answered(
+        self, answer: ConsumerHeartbeatResponse | ErrorResponse, sent_ms: float | None = None
+    ) -> Reconcile:
         """What ``answer`` asks; raises the registered ``HuddleError`` for a refusal the
         member cannot get past (an authorization, UNRELEASED_INSTANCE_ID, ...). An
         ``ErrorResponse`` in its place (the heartbeat refused before the group was asked,
@@ -151,6 +155,9 @@ class ConsumerCore:
             raise_for(code, answer.error_message)
         self.full = False
         self.epoch = answer.member_epoch
+        self.proved_ms = sent_ms  # the coordinator renewed the session on receipt, later
+        if answer.session_timeout_ms > 0:
+            self.session_timeout_ms = answer.session_timeout_ms
         if answer.heartbeat_interval_ms > 0:
             self.heartbeat_interval_ms = answer.heartbeat_interval_ms
         if answer.assignment is None:
@@ -171,6 +178,20 @@ class ConsumerCore:
 
     def lost(self) -> None:
         self.owned = NOTHING
+
+    def session_deadline(self) -> float | None:
+        """When the coordinator may have fenced the member for its silence (its session
+        timeout after the send of its last answered heartbeat); None: not known, or the
+        member owns nothing that could matter."""
+        if self.proved_ms is None or self.session_timeout_ms <= 0 or not self.owned:
+            return None
+        return self.proved_ms + self.session_timeout_ms
+
+    def may_own(self, now_ms: float) -> bool:
+        """Whether the member's partitions may still be its own at ``now_ms``: not once its
+        session may have run out (a member cut off from every coordinator)."""
+        deadline = self.session_deadline()
+        return deadline is None or now_ms < deadline
 
     def disconnected(self) -> None:
         """The connection was lost: the next heartbeat, to whichever node coordinates the

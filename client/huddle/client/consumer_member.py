@@ -26,6 +26,7 @@ from typing import Any, Self
 import anyio
 import anyio.lowlevel
 
+from huddle.client.anyio_runtime import loop_ms
 from huddle.client.checks import checked_offsets, checked_partitions, require_type
 from huddle.client.connection import Connection
 from huddle.client.connection_errors import ConnectionClosedError
@@ -153,6 +154,10 @@ class ConsumerProtocolMember(Member):
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions the member owns: none once its session may have run out while it
+        could reach no coordinator, even before ``on_partitions_lost`` has run."""
+        if not self._consumer.may_own(loop_ms()):
+            return frozenset()
         return self._consumer.owned
 
     @property
@@ -296,8 +301,7 @@ class ConsumerProtocolMember(Member):
                     self._conn = None
                     self._notify()
                 self._wake = anyio.Event()  # set by a close (or the old connection's end)
-                with anyio.move_on_after(self._backoff()):
-                    await self._wake.wait()
+                await self._wait_offline(self._backoff())
             await self._closed_while_disconnected()
         except Exception as exc:  # a refusal, the listener raising
             if not self._closing:
@@ -342,6 +346,23 @@ class ConsumerProtocolMember(Member):
             reason=str(exc) or type(exc).__name__,
         )
 
+    async def _wait_offline(self, wait_s: float) -> None:
+        """Wait ``wait_s`` between connection attempts (a close ends it), and once the
+        member's session may have run out meanwhile, lose what it owns: the coordinator
+        may have given it to others. Its epoch stays: a coordinator that still knows it
+        gives the partitions back, one that fenced it answers UNKNOWN_MEMBER_ID."""
+        deadline = self._consumer.session_deadline()
+        if deadline is not None:
+            wait_s = min(wait_s, max(deadline - loop_ms(), 0) / 1000)
+        with anyio.move_on_after(wait_s):
+            await self._wake.wait()
+        if not self._consumer.may_own(loop_ms()):
+            self._log.info("session_expired_offline", partitions=len(self._consumer.owned))
+            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+            self._consumer.lost()
+            self._settled = False
+            self._notify()
+
     def _backoff(self) -> float:
         """Seconds to wait before the next connection attempt: ``retry_backoff_ms``,
         doubling with each failure in a row, up to ``max_retry_backoff_ms``."""
@@ -360,8 +381,9 @@ class ConsumerProtocolMember(Member):
         core = self._consumer
         while not self._closing:
             self._wake = anyio.Event()
+            sent = loop_ms()
             answer = await self._beat(conn)
-            step = core.answered(answer)
+            step = core.answered(answer, sent)
             if step.find:
                 said = error_name(answer.error_code)
                 raise _NotCoordinatorError(f"the coordinator answered {said}")

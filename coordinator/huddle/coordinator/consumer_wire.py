@@ -165,7 +165,7 @@ class HuddleConsumer:
                 self.members.pop(key, None)
             elif conn.wire.listener == HuddleWire.listener:  # a Kafka client gets no notice
                 self.members[key] = conn.conn_id
-            response = wire_answer(answer)
+            response = wire_answer(answer, self.service.core.config.session_timeout_ms)
         return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=response))]
 
     def tell(self, group_id: str, member_id: str, target_epoch: int) -> None:
@@ -204,7 +204,7 @@ def core_request(req: ConsumerHeartbeatRequest) -> CoreRequest:
     )
 
 
-def wire_answer(answer: HeartbeatAnswer) -> ConsumerHeartbeatResponse:
+def wire_answer(answer: HeartbeatAnswer, session_timeout_ms: int = 0) -> ConsumerHeartbeatResponse:
     assignment = None
     if answer.assignment is not None:
         assignment = [
@@ -219,4 +219,5 @@ def wire_answer(answer: HeartbeatAnswer) -> ConsumerHeartbeatResponse:
         member_epoch=answer.member_epoch,
         heartbeat_interval_ms=answer.heartbeat_interval_ms,
         assignment=assignment,
+        session_timeout_ms=0 if answer.error else session_timeout_ms,
     )
