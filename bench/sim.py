@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 
-from huddle.sim import PROTOCOLS, SimConfig
+from huddle.sim import PROTOCOLS
 from huddle.sim.cli import Tally, cpu_model, run_many
 from huddle.sim.planted import BUGS
-from huddle.sim.world import simulate
+from huddle.sim.world import config_for, simulate
 
 # The protocol each planted bug concerns first (the others are tried after it).
 CONCERNS = {
@@ -41,6 +41,8 @@ CONCERNS = {
     "session-from-receive-time": "cooperative-sticky",
     "leader-check-skipped": "cooperative-sticky",
     "heartbeats-paused-in-callbacks": "cooperative-sticky",
+    "consumer-released-unchecked": "consumer",
+    "consumer-fenced-keeps": "consumer",
 }
 
 
@@ -49,7 +51,7 @@ def seeds_per_second(
 ) -> float:
     """One process, the first ``seeds`` seeds (per second of ``clock``)."""
     started = clock()
-    for _ in run_many(SimConfig(protocol=protocol), 0, seeds, 1):
+    for _ in run_many(config_for(protocol), 0, seeds, 1):
         pass
     return seeds / (clock() - started)
 
@@ -58,9 +60,7 @@ def trace_digest(protocol: str, seeds: int) -> str:
     """One digest of the step logs and outcomes of seeds 0..``seeds``-1."""
     digest = hashlib.blake2b(digest_size=16)
     for seed in range(seeds):
-        o = simulate(
-            seed, SimConfig(protocol=protocol), tracer=lambda line: digest.update(line.encode())
-        )
+        o = simulate(seed, config_for(protocol), tracer=lambda line: digest.update(line.encode()))
         v = o.violation
         told = f"{seed} {o.steps} {o.sim_ms!r} {o.digest} {o.rebalances} {o.converged_after_ms!r}"
         digest.update(f"{told} {v and (v.invariant, v.detail, v.step)}\n".encode())
@@ -95,7 +95,7 @@ def against(path: str, seeds: int, rounds: int) -> None:
 
 def find(bug: str, protocol: str, limit: int, jobs: int) -> tuple[int, str] | None:
     """The first seed (and invariant) that finds ``bug`` planted, within ``limit`` seeds."""
-    config = SimConfig(protocol=protocol, plant=(bug,))
+    config = config_for(protocol, plant=(bug,))
     with closing(run_many(config, 0, limit, jobs)) as outcomes:  # its pool ends here
         for outcome in outcomes:
             if outcome.violation is not None:
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--rate", metavar="PROTOCOL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rate:  # one measurement, for --against
-        simulate(0, SimConfig(protocol=args.rate))  # warm: imports and first-use caches
+        simulate(0, config_for(args.rate))  # warm: imports and first-use caches
         print(seeds_per_second(args.rate, args.single, time.process_time))
         return
     if args.against:
@@ -138,7 +138,7 @@ def main() -> None:
     for protocol in PROTOCOLS:
         tally = Tally(protocol)
         started = time.perf_counter()
-        for outcome in run_many(SimConfig(protocol=protocol), 0, args.seeds, args.jobs):
+        for outcome in run_many(config_for(protocol), 0, args.seeds, args.jobs):
             tally.add(outcome)
         tally.seconds = time.perf_counter() - started
         print("  " + tally.summary())

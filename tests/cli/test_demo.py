@@ -100,3 +100,26 @@ def test_the_page_says_what_restoring_a_partition_costs() -> None:
     assert "holds a departed member's partitions up to 10 s" in said
     assert "1 standby per partition" in said
     assert "each member is started again 0.3 s after it stopped" in said
+
+
+def test_the_demo_compares_the_consumer_protocol_with_cooperative_of_the_same_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo, "missing", lambda client: None)
+    runs, notes = demo.consumer_runs(True, tmp_path)
+    assert notes == []
+    assert [(s.client, s.protocol, sc.name) for _, s, sc in runs] == [
+        ("confluent-kafka", "cooperative-sticky", "rolling-bounce"),
+        ("confluent-kafka", "consumer", "rolling-bounce"),
+    ]
+    assert len({s.run_dir for _, s, _ in runs}) == 2
+    assert all(s.duration <= 15 for _, s, _ in runs)  # the demo's time: under a minute each
+    assert demo_args(tmp_path).consumer_protocol is True
+    assert demo.consumer_runs(False, tmp_path) == (
+        [],
+        ["no run of the consumer protocol (--no-consumer-protocol)"],
+    )
+    monkeypatch.setattr(demo, "missing", lambda client: f"{client} is not installed")
+    assert demo.consumer_runs(True, tmp_path)[1] == [
+        "no run of the consumer protocol: confluent-kafka is not installed"
+    ]

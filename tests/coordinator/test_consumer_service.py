@@ -43,6 +43,12 @@ class Host:
     def classic_members(self, group_id: str) -> int:
         return 0
 
+    def classic_snapshot(self, group_id: str) -> tuple[ErrorCode, str]:
+        return ErrorCode.GROUP_ID_NOT_FOUND, "no classic group"
+
+    def drop_classic(self, group_id: str) -> None:
+        raise AssertionError("no classic group to drop")
+
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self.kept += records
 

@@ -393,3 +393,72 @@ def test_unowned_time_is_called_held_or_between_owners_from_what_the_log_shows()
         "; 73% of that was partitions held for a member that went away, unowned; 18% was "
         "between owners."
     )
+
+
+def kafka(
+    protocol: str, scenario: str = "rolling-bounce", *, moved: int, unowned: float
+) -> RunSummary:
+    """A run of confluent-kafka consumers (6 partitions, no state)."""
+    return summary(
+        protocol, scenario, moved=moved, unowned=unowned, client="confluent-kafka", partitions=6
+    )
+
+
+# confluent-kafka consumers through one rolling bounce: eager, cooperative and KIP-848's
+# consumer protocol (the coordinator assigns), the same client for each
+CONSUMER_BOUNCE = [
+    kafka("range", moved=18, unowned=9.0),
+    kafka("cooperative-sticky", moved=12, unowned=3.6),
+    kafka("consumer", moved=12, unowned=2.8),
+]
+
+
+def test_the_consumer_protocol_sits_beside_the_same_clients_eager_and_cooperative_runs() -> None:
+    groups = situations(CONSUMER_BOUNCE)
+    [(situation, points)] = groups.items()
+    assert situation == "rolling-bounce, 6 partitions, confluent-kafka members"
+    assert [p.name for p in points] == [
+        "range (confluent-kafka)",
+        "cooperative-sticky (confluent-kafka)",
+        "consumer (confluent-kafka)",
+    ]
+    said = {p.name: sentence(p, points) for p in points}
+    assert "the least: it kept processing most" in said["consumer (confluent-kafka)"]
+    found = {(v.claim.protocol, v.claim.metric): v for v in verdicts(points)}
+    # the claims are the protocols', whoever the members are
+    assert found[("cooperative-sticky", "stopped")].held
+    consumer = found[("consumer", "stopped")]
+    assert consumer.held
+    assert consumer.text.startswith(
+        "As designed, consumer (confluent-kafka) had no more stopped partition-seconds than "
+        "range (confluent-kafka) and cooperative-sticky (confluent-kafka) (2.8 against "
+        "range (confluent-kafka) 9.0, cooperative-sticky (confluent-kafka) 3.6)"
+    )
+
+
+def test_a_consumer_protocol_that_stops_longer_than_cooperative_is_a_finding() -> None:
+    slower = [*CONSUMER_BOUNCE[:2], kafka("consumer", moved=12, unowned=5.5)]
+    [points] = situations(slower).values()
+    [lost] = [v for v in verdicts(points) if v.claim.protocol == "consumer"]
+    assert not lost.held
+    assert "it had 5.5 against range (confluent-kafka) 9.0" in lost.text
+    assert "Where it lost: unowned 5.5 against 3.6 partition-seconds" in lost.text
+    # a join: checked against eager only (a cooperative join moves as little)
+    join = [
+        kafka("range", "scale-up", moved=6, unowned=4.0),
+        kafka("consumer", "scale-up", moved=2, unowned=0.6),
+    ]
+    [points] = situations(join).values()
+    [v] = verdicts(points)
+    assert (v.claim.protocol, v.claim.situation, v.held) == ("consumer", "scale-up", True)
+
+
+def test_the_comparison_page_has_the_consumer_protocols_figures_and_verdict(tmp_path: Path) -> None:
+    write_comparison([*AS_DESIGNED, *CONSUMER_BOUNCE], tmp_path)
+    md = (tmp_path / "comparison.md").read_text()
+    assert "## rolling-bounce, 6 partitions, confluent-kafka members" in md
+    assert "- consumer (confluent-kafka) handed partitions to another member 12 times" in md
+    assert "As designed, consumer (confluent-kafka) had no more stopped partition-seconds" in md
+    rows = msgspec.json.decode((tmp_path / "comparison.json").read_bytes())
+    assert [(r["protocol"], r["client"]) for r in rows][-1] == ("consumer", "confluent-kafka")
+    assert "consumer (confluent-kafka)" in (tmp_path / "comparison.html").read_text()

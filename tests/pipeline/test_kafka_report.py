@@ -59,3 +59,34 @@ def test_a_rolling_bounce_of_kafka_python_consumers_is_safe_and_reported(
     assert rows[0]["client"] == "kafka-python"
     assert "Note: a note." in (out / "comparison.md").read_text()
     assert "Note: a note." in (out / "comparison.html").read_text()
+
+
+def test_a_rolling_bounce_under_the_consumer_protocol_is_safe_and_reported(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """confluent-kafka consumers with ``group.protocol=consumer`` (KIP-848: member epochs,
+    no group-wide generation): the same safety checks find nothing, every partition is
+    owned again after each bounce, and the report names the protocol."""
+    require("confluent-kafka")
+    from huddle.chaos.harness import RunSettings
+    from huddle.chaos.harness import run as run_chaos
+    from huddle.chaos.scenarios import BUILT_IN, Shape
+
+    run_dir = tmp_path / "consumer"
+    settings = RunSettings(
+        run_dir=run_dir, client="confluent-kafka", protocol="consumer", duration=DURATION_S
+    )
+    result = run_chaos(settings, BUILT_IN["rolling-bounce"](Shape(DURATION_S, 3)))
+    assert result.outcome == "completed"
+
+    summary = write_report(analyse(spark, run_dir, gap_ms=100.0))
+    assert summary.violations == NO_VIOLATIONS, summary.violations
+    assert summary.lost == 0
+    assert summary.partitions == 6
+    assert (summary.client, summary.protocol) == ("confluent-kafka", "consumer")
+    assert summary.partitions_moved is not None
+    assert summary.partitions_moved > 0  # each bounced member came back with a new member id
+    assert (
+        "Protocol **consumer**, members **confluent-kafka**"
+        in (run_dir / "report" / "report.md").read_text()
+    )

@@ -13,7 +13,7 @@ import pytest
 from huddle.sim import PROTOCOLS, SimConfig, simulate
 from huddle.sim.cli import replay_command, run_many
 from huddle.sim.faults import KINDS, plan_faults
-from huddle.sim.world import World
+from huddle.sim.world import World, config_for
 
 FEW = SimConfig(members=4, partitions=8, faults=6)
 CI_SEEDS = 200
@@ -73,7 +73,7 @@ def test_every_fault_kind_is_injected_and_the_group_converges_after() -> None:
 def test_a_few_hundred_seeds_keep_every_invariant(protocol: str) -> None:
     """CI's share of ``huddle sim run``: 200 seeds of 8 members, 32 partitions and 20
     faults each, in two processes."""
-    outcomes = list(run_many(SimConfig(protocol=protocol), 0, CI_SEEDS, jobs=2))
+    outcomes = list(run_many(config_for(protocol), 0, CI_SEEDS, jobs=2))
     assert len(outcomes) == CI_SEEDS
     failed = [(o.seed, o.violation) for o in outcomes if o.violation is not None]
     assert failed == []
@@ -88,13 +88,15 @@ PLANTED = {
     "heartbeats-paused-in-callbacks": ("cooperative-sticky", 20, "availability"),
     # the tie goes to one claimant, and the leader's own check refuses the round
     "tie-handed-out": ("cooperative-sticky", 20, "member-failed"),
+    "consumer-released-unchecked": ("consumer", 5, "exclusive-ownership"),
+    "consumer-fenced-keeps": ("consumer", 10, "fenced-owns-nothing"),
 }
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 def test_a_planted_bug_is_found_with_its_seed(bug: str) -> None:
     protocol, within, invariant = PLANTED[bug]
-    config = SimConfig(protocol=protocol, plant=(bug,))
+    config = config_for(protocol, plant=(bug,))
     with closing(run_many(config, 0, within, jobs=2)) as outcomes:  # its pool ends here
         found = next((o for o in outcomes if o.violation is not None), None)
     assert found is not None, f"{bug} went unnoticed in {within} seeds"
@@ -102,7 +104,7 @@ def test_a_planted_bug_is_found_with_its_seed(bug: str) -> None:
     assert found.violation.invariant == invariant
     again = simulate(found.seed, config)  # the printed seed replays it
     assert again.violation == found.violation
-    assert simulate(found.seed, SimConfig(protocol=protocol)).violation is None
+    assert simulate(found.seed, config_for(protocol)).violation is None
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ async def test_a_member_retries_a_heartbeat_whose_change_a_cluster_did_not_keep(
         serve = server.requests.beside[ConsumerHeartbeatRequest]
         refused: list[int] = []
 
-        def not_kept_once(conn: Connection, call: Call) -> list[Outgoing]:
+        def not_kept_once(conn: Connection, call: Call) -> list[Outgoing] | None:
             if refused:
                 return serve(conn, call)
             refused.append(call.correlation_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from huddle.coordinator.consumer.group import ConsumerGroup
-from huddle.coordinator.consumer.member import ConsumerMember, MemberState
+from huddle.coordinator.consumer.member import ClassicMeta, ConsumerMember, MemberState
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import (
     ConsumerGroupRecord,
@@ -29,6 +29,7 @@ def test_a_member_with_every_field_set_comes_back_the_same() -> None:
         state=MemberState.UNREVOKED_PARTITIONS,
         assigned={"t": frozenset({0, 1})},
         pending_revocation={"u": frozenset({2})},
+        classic=ClassicMeta(10_000, (("range", b"\x00\x01"), ("cooperative-sticky", b""))),
     )
     defaults = ConsumerMember("m")
     for field in msgspec.structs.fields(ConsumerMember):  # none left at its default
@@ -50,7 +51,8 @@ def test_a_member_with_every_field_set_comes_back_the_same() -> None:
 def _reloaded(records: list[Record]) -> list[ConsumerGroup]:
     """The groups a restart loads from ``records`` (as the data dir replays them)."""
     again = ConsumerKept()
-    for record in records:
+    for written in records:
+        record = msgspec.msgpack.decode(msgspec.msgpack.encode(written), type=Record)
         assert isinstance(record, ConsumerGroupRecord | ConsumerMemberRecord)
         again.apply(record)
     return list(again.loaded_groups())

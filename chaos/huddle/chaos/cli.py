@@ -42,7 +42,8 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
         "--protocol",
         default="cooperative-sticky",
         choices=protocol_names(),
-        help="huddle's assignors; a Kafka client: range, roundrobin or cooperative-sticky",
+        help="huddle's assignors; a Kafka client: range, roundrobin or cooperative-sticky; "
+        "consumer: KIP-848, the coordinator assigns (--client confluent-kafka)",
     )
     r.add_argument("--delay-ms", type=int, help="cooperative-deferred: max scheduled delay")
     r.add_argument("--acceptable-recovery-lag", type=int, help="high-availability")
@@ -55,6 +56,9 @@ def add_arguments(chaos: argparse.ArgumentParser) -> None:
     r.add_argument("--rate", type=float, default=50.0, help="records/s per partition")
     r.add_argument("--run-dir", type=Path, help="default runs/<time>-<scenario>-<protocol>")
     r.add_argument("--bootstrap", help="use a running coordinator at HOST:PORT")
+    r.add_argument(
+        "--kafka-bootstrap", help="with --bootstrap and a Kafka client: its Kafka listener"
+    )
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--stateful", action="store_true", help="tasks restore state (KIP-441)")
     r.add_argument("--restore-rate", type=float, default=1_000.0, help="records/s restored")
@@ -128,6 +132,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         restore_rate=args.restore_rate,
         state_records=args.state_records,
         bootstrap=args.bootstrap,
+        kafka_bootstrap=args.kafka_bootstrap,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         commit_interval_ms=args.commit_interval_ms,

@@ -7,9 +7,18 @@ Kafka listener, reading real records that a producer process
 (``huddle.chaos.kafka_workers.producer``) appends to the topic on huddle's small log. Both
 write the same event file (``huddle.chaos.events``).
 
-``check`` refuses, with one line, what a Kafka-client run cannot do (yet): ``--bootstrap``,
-stateful tasks, and a protocol the client does not have. A cluster scenario runs every node
-with a Kafka listener, and the members bootstrap from all of them.
+``check`` refuses, with one line, what a Kafka-client run cannot do (yet): stateful tasks,
+a protocol the client does not have, and a running coordinator (``--bootstrap``) without
+its Kafka listener (``--kafka-bootstrap``) or behind the fault proxy. A cluster scenario
+runs every node with a Kafka listener, and the members bootstrap from all of them.
+
+The ``consumer`` protocol (KIP-848) is confluent-kafka's ``group.protocol=consumer``: its
+session timeout and heartbeat interval are the coordinator's, so the run's
+(``session_timeout_ms``, ``heartbeat_interval_ms``) go to ``huddle serve`` as
+``--consumer-session-timeout-ms`` and ``--consumer-heartbeat-interval-ms``
+(``listener_flags``): a consumer-protocol member is fenced as late as a classic one. It
+has no group-wide generation: a member tells its member epoch where a classic member tells
+its generation (``generation_word``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import sys
 from typing import Final
 
 from huddle.chaos.kafka_workers import launch
+from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
 from huddle.chaos.procs import HOST
 from huddle.chaos.proxy import FaultProxy
 from huddle.chaos.runsettings import HUDDLE_CLIENT, RunSettings
@@ -41,7 +51,14 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
     client = settings.client
     if client not in CLIENT_NAMES:
         raise ScenarioError(f"unknown client {client!r}: one of {', '.join(CLIENT_NAMES)}")
+    if settings.kafka_bootstrap is not None and (not is_kafka(client) or not settings.bootstrap):
+        raise ScenarioError("--kafka-bootstrap: for Kafka-client members, with --bootstrap")
     if not is_kafka(client):
+        if settings.protocol == CONSUMER_PROTOCOL:
+            raise ScenarioError(
+                f"protocol {CONSUMER_PROTOCOL}: its members are Kafka consumers on the Kafka "
+                f"listener (--client {', '.join(consumer_clients())})"
+            )
         return
     why = launch.missing(client)
     if why is not None:
@@ -51,8 +68,17 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
         raise ScenarioError(
             f"client {client} has no protocol {settings.protocol!r}: one of {', '.join(strategies)}"
         )
+    running = settings.bootstrap is not None
     refusals = [
-        (settings.bootstrap is not None, "--bootstrap: a Kafka-client run starts its own"),
+        (
+            running and settings.kafka_bootstrap is None,
+            "--bootstrap needs --kafka-bootstrap, the running coordinator's Kafka listener",
+        ),
+        (
+            running and bool(scenario.network_faults or settings.proxy),
+            "the fault proxy needs the harness's own coordinator (a running one advertises "
+            "its Kafka listener, not the proxy)",
+        ),
         (settings.stateful, "--stateful: Kafka clients have no standby tasks"),
         (scenario.static and not launch.CLIENTS[client].static, "no static membership"),
     ]
@@ -61,10 +87,33 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
             raise ScenarioError(f"client {client}: {why}")
 
 
-def listener_flags(kafka_port: int, proxy: FaultProxy | None = None) -> list[str]:
+def consumer_clients() -> list[str]:
+    """The Kafka clients that speak the ``consumer`` protocol (KIP-848)."""
+    return [c for c in KAFKA_CLIENTS if CONSUMER_PROTOCOL in launch.CLIENTS[c].strategies]
+
+
+def generation_word(protocol: str) -> str:
+    """What the members' ``generation`` is under ``protocol``: the consumer protocol's is
+    each member's epoch (all equal once the group settled)."""
+    return "epoch" if protocol == CONSUMER_PROTOCOL else "generation"
+
+
+def consumer_flags(settings: RunSettings) -> list[str]:
+    """``huddle serve``'s flags for the consumer protocol's timers: the run's session
+    timeout and heartbeat interval (a classic member sends its own)."""
+    return [
+        "--consumer-session-timeout-ms", str(settings.session_timeout_ms),
+        "--consumer-heartbeat-interval-ms", str(settings.heartbeat_interval_ms),
+    ]  # fmt: skip
+
+
+def listener_flags(
+    kafka_port: int, settings: RunSettings, proxy: FaultProxy | None = None
+) -> list[str]:
     """``huddle serve``'s flags for a Kafka-client run: the Kafka listener, advertising the
-    fault proxy in front of it if there is one (Kafka clients go where Metadata says)."""
-    flags = ["--kafka-host", HOST, "--kafka-port", str(kafka_port)]
+    fault proxy in front of it if there is one (Kafka clients go where Metadata says), and
+    the consumer protocol's timers."""
+    flags = ["--kafka-host", HOST, "--kafka-port", str(kafka_port), *consumer_flags(settings)]
     return flags if proxy is None else [*flags, "--kafka-advertise", f"{HOST}:{proxy.port}"]
 
 

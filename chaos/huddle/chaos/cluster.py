@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,9 +100,11 @@ class ChaosCluster:
         events: EventLog | None = None,
         progress: Callable[[str], None] | None = None,
         kafka: bool = False,
+        kafka_flags: Sequence[str] = (),
     ) -> None:
         self.run_dir = run_dir
         self.kafka = kafka  # every node opens a Kafka listener too (not through a proxy)
+        self.kafka_flags = list(kafka_flags)  # more serve flags for it (the consumer timers)
         self.events_dir = events_dir
         self.huddle_argv = huddle_argv
         self.shards = shards
@@ -144,7 +146,9 @@ class ChaosCluster:
                 client = await stack.enter_async_context(fault_proxy(HOST, port))
                 kafka_port = free_port() if self.kafka else 0
                 kafka = (
-                    ["--kafka-host", HOST, "--kafka-port", str(kafka_port)] if self.kafka else []
+                    ["--kafka-host", HOST, "--kafka-port", str(kafka_port), *self.kafka_flags]
+                    if self.kafka
+                    else []
                 )
                 proc = self._spawn(
                     [

@@ -91,7 +91,7 @@ class ProcessStopped(Event, tag="process_stopped", kw_only=True):
 
 class Joined(Event, tag="joined", kw_only=True):
     member_id: str
-    generation: int
+    generation: int  # the consumer protocol (KIP-848): the member's epoch
     leader: bool
 
 

@@ -167,8 +167,8 @@ class Harness:
             if not (self.kafka and self.use_proxy):  # else: it advertises the proxy, below
                 await self._start_coordinator()
             upstream = (HOST, self.kafka_port or self.coordinator_port)
-        else:
-            host, _, port = self.s.bootstrap.rpartition(":")
+        else:  # a running coordinator: its Kafka listener for Kafka clients
+            host, _, port = (self.s.kafka_bootstrap or self.s.bootstrap).rpartition(":")
             upstream = (host, int(port))
         async with contextlib.AsyncExitStack() as stack:
             self.bootstrap = f"{upstream[0]}:{upstream[1]}"
@@ -177,9 +177,9 @@ class Harness:
                 self.bootstrap = f"{HOST}:{self.proxy.port}"
             if self.coordinator is None and self.s.bootstrap is None:
                 await self._start_coordinator()
-            admin = (
-                f"{HOST}:{self.coordinator_port}" if self.kafka else f"{upstream[0]}:{upstream[1]}"
-            )
+            admin = f"{upstream[0]}:{upstream[1]}"  # huddle's own listener
+            if self.kafka:
+                admin = self.s.bootstrap or f"{HOST}:{self.coordinator_port}"
             await self._create_topic(admin)
             if self.kafka:
                 self._start_producer()
@@ -202,6 +202,7 @@ class Harness:
         cluster = ChaosCluster(
             self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started,
             shards=shards, events=self.events, progress=self.progress, kafka=self.kafka,
+            kafka_flags=clients.consumer_flags(self.s),
         )  # fmt: skip
         self.cluster = cluster
         async with cluster.running(self.s.group, self.s.disconnect_grace_ms):
@@ -256,7 +257,8 @@ class Harness:
         gen = self.tail.generation
         self.events.write(ev.Steady(generation=gen, members=len(names), settled=settled))
         if settled:
-            self.progress(f"group settled at generation {gen}; the scenario starts")
+            word = clients.generation_word(self.s.protocol)
+            self.progress(f"group settled at {word} {gen}; the scenario starts")
         else:
             self.progress(f"the group did not settle in {STEADY_WAIT_S:g} s; starting anyway")
 
@@ -266,9 +268,10 @@ class Harness:
         live = sum(1 for p in self.members.values() if p.poll() is None)
         gen = "-" if self.tail.generation is None else str(self.tail.generation)
         frozen = f" ({len(self.frozen)} frozen)" if self.frozen else ""
+        word = clients.generation_word(self.s.protocol)
         self.progress(
             f"[{elapsed:5.1f}s/{self.s.duration:g}s] members {live}/{len(self.members)} live"
-            f"{frozen}  generation {gen}  records {self.tail.processed}  faults {self.faults}"
+            f"{frozen}  {word} {gen}  records {self.tail.processed}  faults {self.faults}"
         )
 
     # --- steps -----------------------------------------------------------------------
@@ -419,7 +422,7 @@ class Harness:
             # topics and committed offsets survive a coordinator kill and restart
             "--data-dir",
             str(self.run_dir / "coordinator-data"),
-            *(clients.listener_flags(self.kafka_port, self.proxy) if self.kafka else []),
+            *(clients.listener_flags(self.kafka_port, self.s, self.proxy) if self.kafka else []),
         ]
         proc = spawn(
             argv,

@@ -4,13 +4,16 @@ SETTINGS_JSON``.
 ``SETTINGS_JSON`` is a ``huddle.chaos.worker.WorkerSettings`` whose ``client`` names the
 Kafka client (kafka-python, aiokafka or confluent-kafka) and whose ``bootstrap`` is the
 coordinator's Kafka listener; ``protocol`` is the client's assignment strategy (range,
-roundrobin, cooperative-sticky where the client has it). The process runs that client's
+roundrobin, cooperative-sticky where the client has it), or ``consumer``: confluent-kafka's
+``group.protocol=consumer``, where the coordinator assigns. The process runs that client's
 consumer driver (``huddle.chaos.kafka_workers``) in itself, so a SIGKILL or a SIGSTOP of
 this process hits the client, and writes ``events/<NAME>.jsonl`` with the same events as
 huddle's own worker (``huddle.chaos.events``), through ``EventSink``:
 
 - ``joined`` for each new generation, with the member id (``leader`` is always false: the
-  clients do not say);
+  clients do not say); under the ``consumer`` protocol (KIP-848) there is no group-wide
+  generation and ``generation`` is the member's epoch, which librdkafka tells in the same
+  place;
 - ``assigned`` / ``revoked`` / ``lost`` from the client's rebalance callbacks;
 - ``processed``: each batch of records the consumer read from a partition, with their
   Kafka offsets (the records are real: the run's producer appends them to huddle's log);

@@ -1,10 +1,17 @@
-"""The protocol a chaos run exercises: an assignor name plus its options."""
+"""The protocol a chaos run exercises: an assignor name plus its options, or ``consumer``.
+
+``consumer`` is KIP-848's consumer group protocol: no assignor of the members' own, the
+coordinator assigns (its server-side assignor, ``uniform`` unless the members ask for
+another) and reconciles each member with ConsumerGroupHeartbeat. Its members are real
+Kafka consumers (confluent-kafka, ``group.protocol=consumer``) on the Kafka listener.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import huddle.client.assignors  # noqa: F401 - registers the built-in assignors
+from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
 from huddle.client.assignors import ASSIGNORS, Assignor, DeferredAssignor, HighAvailabilityAssignor
 
 
@@ -18,7 +25,8 @@ class ProtocolOptions:
 
 
 def protocol_names() -> list[str]:
-    return sorted(ASSIGNORS.by_name)
+    """huddle's assignors and ``consumer``."""
+    return sorted([*ASSIGNORS.by_name, CONSUMER_PROTOCOL])
 
 
 def build_assignor(name: str, options: ProtocolOptions) -> Assignor:

@@ -24,6 +24,8 @@ class RunSettings:
     restore_rate: float = 1_000.0
     state_records: int | None = None  # stateful: a partition's state is its last N records
     bootstrap: str | None = None  # a running coordinator; None: start one
+    # a Kafka-client run on a running coordinator: its Kafka listener (HOST:PORT)
+    kafka_bootstrap: str | None = None
     group: str = "chaos"
     topic: str = "chaos"
     session_timeout_ms: int = 3_000

@@ -8,9 +8,12 @@ eager ``range`` assignor, ``cooperative-sticky`` (Design I), ``cooperative-defer
 ``cooperative-sticky`` and ``high-availability`` (KIP-441: warm-ups, probing rebalances,
 a standby); then one short run whose members are real Kafka consumers (kafka-python,
 cooperative-sticky, one of them SIGKILLed: ``--kafka-client``) on the coordinator's Kafka
-listener; then the PySpark report comparing them all. About 5 minutes. A Kafka client that
-is not installed here is skipped with a line saying why, in the output and in the
-comparison.
+listener; then two short rolling bounces of confluent-kafka consumers, one under
+``cooperative-sticky`` and one under KIP-848's consumer protocol (``consumer``: the
+coordinator assigns; ``--no-consumer-protocol`` leaves them out), so that the consumer
+protocol is compared with the classic one of the same client; then the PySpark report
+comparing them all. About 6 minutes. A Kafka client that is not installed here is skipped
+with a line saying why, in the output and in the comparison.
 """
 
 from __future__ import annotations
@@ -77,6 +80,10 @@ KAFKA_SCENARIO = "process-death"
 KAFKA_DURATION_S = 12.0
 KAFKA_MEMBERS = 3
 KAFKA_PARTITIONS = 6
+# the consumer protocol (KIP-848) beside the classic cooperative one, both confluent-kafka
+CONSUMER_CLIENT = "confluent-kafka"
+CONSUMER_PROTOCOLS = ("cooperative-sticky", "consumer")
+CONSUMER_SCENARIO = "rolling-bounce"
 
 
 def add_arguments(demo: argparse.ArgumentParser) -> None:
@@ -89,6 +96,13 @@ def add_arguments(demo: argparse.ArgumentParser) -> None:
         choices=[*KAFKA_CLIENTS, "none"],
         default="kafka-python",
         help="the real Kafka client of the last run (none: no such run)",
+    )
+    demo.add_argument(
+        "--consumer-protocol",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="two rolling bounces of confluent-kafka consumers: cooperative-sticky and "
+        "KIP-848's consumer protocol",
     )
     demo.add_argument(
         "--verbose", action="store_true", help="Spark's own console progress and log lines too"
@@ -116,6 +130,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     runs = plan(args, root)
     kafka, notes = kafka_run(args.kafka_client, root)
     runs += kafka
+    consumer, why = consumer_runs(bool(args.consumer_protocol), root)
+    runs += consumer
+    notes += why
     for note in notes:
         print(f"huddle demo: {note}")
     run_dirs: list[Path] = []
@@ -210,3 +227,29 @@ def kafka_run(client: str, root: Path) -> tuple[list[tuple[str, RunSettings, Sce
     scenario = BUILT_IN[KAFKA_SCENARIO](Shape(duration=KAFKA_DURATION_S, members=KAFKA_MEMBERS))
     label = f"{client} ({protocol}, {KAFKA_SCENARIO}: real Kafka consumers)"
     return [(label, settings, scenario)], []
+
+
+def consumer_runs(
+    enabled: bool, root: Path
+) -> tuple[list[tuple[str, RunSettings, Scenario]], list[str]]:
+    """The consumer protocol's rolling bounce and the classic cooperative one of the same
+    client (its rival on the comparison page), or none and the line that says why."""
+    if not enabled:
+        return [], ["no run of the consumer protocol (--no-consumer-protocol)"]
+    why = missing(CONSUMER_CLIENT)
+    if why is not None:
+        return [], [f"no run of the consumer protocol: {why}"]
+    shape = Shape(duration=KAFKA_DURATION_S, members=KAFKA_MEMBERS)
+    runs = []
+    for protocol in CONSUMER_PROTOCOLS:
+        settings = RunSettings(
+            run_dir=root / f"{CONSUMER_CLIENT}-{protocol}",
+            protocol=protocol,
+            client=CONSUMER_CLIENT,
+            members=KAFKA_MEMBERS,
+            partitions=KAFKA_PARTITIONS,
+            duration=KAFKA_DURATION_S,
+        )
+        label = f"{CONSUMER_CLIENT} ({protocol}, {CONSUMER_SCENARIO}: real Kafka consumers)"
+        runs.append((label, settings, BUILT_IN[CONSUMER_SCENARIO](shape)))
+    return runs, []

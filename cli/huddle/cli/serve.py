@@ -140,6 +140,17 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "group.consumer.heartbeat.interval.ms)",
     ),
     ServeFlag(
+        "consumer-migration-policy",
+        "choice",
+        _S,
+        "consumer_migration_policy",
+        "upgrade: a consumer-protocol member joining a classic group makes it a consumer "
+        "group whose classic members go on through JoinGroup (default); disabled: it is "
+        "refused GROUP_ID_NOT_FOUND (Kafka's group.consumer.migration.policy; huddle does "
+        "not downgrade a group)",
+        choices=("upgrade", "disabled"),
+    ),
+    ServeFlag(
         "kafka-log-partition-bytes",
         "int",
         _S,

@@ -88,6 +88,7 @@ _OTHER_FIELDS = (
     "kafka_host",
     "kafka_advertise",
     "kafka_evict_on_close_ms",
+    "consumer_migration_policy",
 )
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
@@ -132,6 +133,8 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
     problems = []
     if cfg.kafka_evict_on_close_ms < -1:
         problems.append("--kafka-evict-on-close-ms must be 0 or more (or -1: off)")
+    if cfg.consumer_migration_policy not in ("upgrade", "disabled"):
+        problems.append("--consumer-migration-policy must be upgrade or disabled")
     if cfg.consumer_heartbeat_interval_ms >= cfg.consumer_session_timeout_ms:
         problems.append(
             "--consumer-heartbeat-interval-ms must be below --consumer-session-timeout-ms"
@@ -217,6 +220,9 @@ class ServerConfig:
     # group.consumer.heartbeat.interval.ms (the coordinator sets both for its members)
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5_000
+    # Kafka's group.consumer.migration.policy, of the two huddle serves: "upgrade" (a
+    # consumer-protocol member joining a classic group converts it) or "disabled"
+    consumer_migration_policy: str = "upgrade"
     # The Kafka log's bounds: each partition's bytes and all partitions' (oldest dropped)
     kafka_log_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     kafka_log_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES

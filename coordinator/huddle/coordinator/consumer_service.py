@@ -16,9 +16,10 @@ reach the same groups, so a group's members may heartbeat on either listener. He
   (``not_served``: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS);
 - the topic view the core assigns from is the registry's, its version the registry's count
   of changes, so a regular expression subscription follows topics created and deleted;
-- a group id a classic group with members uses is refused GROUP_ID_NOT_FOUND, as Kafka
-  answers a consumer-protocol join to a classic group it does not upgrade online (mixed
-  groups are not served yet);
+- a consumer-protocol member joining a classic group with members upgrades it to a
+  consumer group (``consumer.classic``; the classic side: ``mixed_groups``) when the
+  migration policy allows it; else GROUP_ID_NOT_FOUND, as Kafka answers (a classic group
+  in a rebalance: COORDINATOR_LOAD_IN_PROGRESS, retried until it is stable);
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
 - every change of a group (a heartbeat's, an expiry's) is kept as records
   (``huddle.coordinator.storage.kept_consumer_groups``) through the server's keeper (the
@@ -50,13 +51,17 @@ import msgspec
 import structlog
 
 from huddle.coordinator.consumer import (
+    DISABLED,
     ConsumerCoordinator,
     ConsumerGroup,
     DoubleOwnerError,
     HeartbeatAnswer,
     HeartbeatRequest,
     TopicView,
+    classic,
 )
+from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
+from huddle.coordinator.consumer.messages import RefusedError
 from huddle.coordinator.consumer_metrics import FENCED_BY_EPOCH, ConsumerCounts
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
@@ -93,6 +98,14 @@ class TopicsHost(Protocol):
 
     def classic_members(self, group_id: str) -> int:
         """Members of the classic group ``group_id`` (0: none, or no such group)."""
+
+    def classic_snapshot(self, group_id: str) -> ClassicGroupSnapshot | tuple[ErrorCode, str]:
+        """The classic group ``group_id`` (with members) as an upgrade takes it: its
+        generation and members; or why it cannot be upgraded (``mixed_groups``)."""
+
+    def drop_classic(self, group_id: str) -> None:
+        """The upgraded classic group's members leave the classic coordinator (its
+        committed offsets stay)."""
 
     @property
     def authorizer(self) -> Authorizer | None: ...
@@ -234,11 +247,9 @@ class ConsumerService:
         if refusal is not None:
             return refused(*refusal)
         if self.host.classic_members(group_id):
-            return refused(
-                ErrorCode.GROUP_ID_NOT_FOUND,
-                f"Group {group_id} is a classic group with members: the consumer "
-                "protocol cannot join it (mixed groups are not served)",
-            )
+            refusal = self._upgrade(request)
+            if refusal is not None:
+                return refused(*refusal)
         before = self._epoch(group_id)
         try:
             answer = self.core.heartbeat(request, self.host.now_ms(), self._topics_for(peer))
@@ -268,6 +279,48 @@ class ConsumerService:
                 self._told[key] = _mark(group)
         self._tell(group_id)
         return answer
+
+    def _upgrade(self, request: HeartbeatRequest) -> tuple[ErrorCode, str] | None:
+        """A consumer-protocol member joins the classic group ``request.group_id``: the group
+        becomes a consumer group (``consumer.classic.convert``) if the migration policy
+        allows it and the group can be upgraded; else why not."""
+        group_id = request.group_id
+        if self.core.config.migration_policy == DISABLED:
+            return (
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"Group {group_id} is a classic group with members and the online upgrade is "
+                "disabled (--consumer-migration-policy disabled)",
+            )
+        taken = self.host.classic_snapshot(group_id)
+        if not isinstance(taken, ClassicGroupSnapshot):
+            return taken
+        generation, members = taken.generation, taken.members
+        refusal = classic.upgrade_refusal(self.core, request, members)
+        if refusal is None:
+            try:
+                classic.convert(
+                    self.core, group_id, generation, members, self.host.now_ms(), self.topics()
+                )
+            except RefusedError as error:
+                refusal = error
+        if refusal is not None:
+            return refusal.code, refusal.message
+        self.host.drop_classic(group_id)
+        log.info("classic_group_converted", group_id=group_id, members=len(members))
+        return None
+
+    def changed(self, group_id: str, member_id: str | None, before: int) -> None:
+        """A classic member's request changed ``group_id`` (``member_id``'s, if only it; the
+        group epoch was ``before``): its records kept with the answer, its deadlines armed,
+        its epoch bumps counted, its members told."""
+        self.counts.rebalances += max(self._epoch(group_id) - before, 0)
+        self._arm()
+        self._keep([group_id], member_id, outside=False)
+        self._tell(group_id)
+
+    def epoch(self, group_id: str) -> int:
+        """The group epoch of ``group_id`` (0: no such consumer group)."""
+        return self._epoch(group_id)
 
     def _epoch(self, group_id: str) -> int:
         group = self.core.groups.get(group_id)

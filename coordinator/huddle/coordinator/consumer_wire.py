@@ -27,10 +27,13 @@ from typing import TYPE_CHECKING
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
+from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.kafka.consumer_groups import OFFSET_COMMIT_EPOCH_FROM, ConsumerGroups
+from huddle.coordinator.mixed_groups import MixedGroups, classic_snapshot, drop_classic
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import Record
@@ -52,14 +55,13 @@ if TYPE_CHECKING:
 _SINCE = INTRODUCED_IN[ConsumerHeartbeatRequest]
 
 
-class ServerConsumerHost:
-    """The server's topics, ACLs, classic groups, keeper and cluster as the consumer
-    service reads them (``consumer_service.ConsumerHost``)."""
+class CoreConsumerView:
+    """A coordinator core's topics, ACLs, classic groups and kept consumer records as the
+    consumer service reads them: the part of ``consumer_service.ConsumerHost`` that any
+    transport of the core shares (the server's, the simulator's)."""
 
-    def __init__(self, server: CoordinatorServer) -> None:
-        self._server = server
-        self._core = server.core
-        self.now_ms = server.now_ms
+    def __init__(self, core: Coordinator) -> None:
+        self._core = core
 
     @property
     def topic_partitions(self) -> Mapping[str, int]:
@@ -89,6 +91,22 @@ class ServerConsumerHost:
     def consumer_kept(self) -> ConsumerKept:
         return self._core.consumer_kept
 
+
+class ServerConsumerHost(CoreConsumerView):
+    """The server as the consumer service reads it (``consumer_service.ConsumerHost``): its
+    core's view, its clock, its keeper and its cluster."""
+
+    def __init__(self, server: CoordinatorServer) -> None:
+        super().__init__(server.core)
+        self._server = server
+        self.now_ms = server.now_ms
+
+    def classic_snapshot(self, group_id: str) -> ClassicGroupSnapshot | tuple[ErrorCode, str]:
+        return classic_snapshot(self._server, group_id)
+
+    def drop_classic(self, group_id: str) -> None:
+        drop_classic(self._server, group_id)
+
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)
         if outside:
@@ -117,10 +135,12 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     config = ConsumerGroupConfig(
         session_timeout_ms=cfg.consumer_session_timeout_ms,
         heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
+        migration_policy=cfg.consumer_migration_policy,
     )
     service = ConsumerService(ServerConsumerHost(server), ConsumerCoordinator(config))
     huddle = HuddleConsumer(service, server.requests.conns)
     server.requests.beside[ConsumerHeartbeatRequest] = huddle.serve
+    MixedGroups(server, service)  # the Kafka listener's classic members of consumer groups
     server.core.admin.consumer = service
     server.core.joins.consumer_group = service.refuses_classic  # huddle's wire's JoinGroup
     # huddle's wire's OffsetCommit at a member epoch, checked as the Kafka listener's v9+

@@ -75,7 +75,9 @@ class RequestPath:
         # request types served beside the core (the consumer group protocol's): the handler
         # screens them itself and returns its frames, which go as the core's do (held until
         # the changes it made, the core's ``take_changes``, are kept)
-        self.beside: dict[type[Request], Callable[[Connection, Call], list[Outgoing]]] = {}
+        # (or None: the core serves this one; a classic request to a consumer group is the
+        # consumer service's, ``mixed_groups``)
+        self.beside: dict[type[Request], Callable[[Connection, Call], list[Outgoing] | None]] = {}
 
     # --- one request ------------------------------------------------------------------
 
@@ -91,9 +93,9 @@ class RequestPath:
             if request_type is not HeartbeatRequest:
                 metrics.requests[conn.wire.listener, request_type] += 1
         handler = self.beside.get(type(call.request)) if self.beside else None
-        if handler is not None:
-            out = handler(conn, call)  # it screens the request itself
-        else:
+        # it screens the request itself; None: not its to serve, the core serves it
+        out = None if handler is None else handler(conn, call)
+        if out is None:
             if self.loading or self.gate is not None:
                 refusal = self.refusal(conn, call.request)
                 if refusal is not None:

@@ -10,7 +10,10 @@ for a member that was away) and *restoring* (its new owner was rebuilding its st
 
 ``DESIGN_CLAIMS`` says where each protocol's design says it should win. A claim is checked
 against the runs present, and a claim that did not hold is said so, with the measured
-reason (``verdicts``): a protocol that loses where it should win is a finding.
+reason (``verdicts``): a protocol that loses where it should win is a finding. A claim is
+about protocols, whoever the members are: among Kafka consumers (one client per
+situation) ``consumer``, KIP-848's protocol, is checked against the same client's
+``range`` and ``cooperative-sticky``.
 """
 
 from __future__ import annotations
@@ -43,22 +46,25 @@ class Point:
     restores_cut: int | None = None  # of them, cut short before they finished
     kind: str = ""  # ``name`` before runs of one kind were told apart ("": ``name``)
     held: float | None = None  # of ``unowned``, held for a member that went away and came back
+    design: str = ""  # the protocol without its client's tag ("": ``kind`` or ``name``)
 
     @property
     def protocol(self) -> str:
-        """What the design claims are about: the name without its run's tag."""
-        return self.kind or self.name
+        """What the design claims are about: the name without its run's tag or its
+        members' client (a situation has members of one client only)."""
+        return self.design or self.kind or self.name
 
 
 def point(s: RunSummary) -> Point:
     scenario = s.scenario or "unknown scenario"
-    name = s.protocol or s.run
+    design = s.protocol or s.run
     if scenario in SAME_FAULTS:
-        name += STATIC
+        design += STATIC
         scenario = SAME_FAULTS[scenario]
+    name = design
     situation = f"{scenario}, {s.partitions} partitions"
     if s.client not in (None, "huddle"):
-        name = f"{name} ({s.client})"
+        name = f"{design} ({s.client})"
         situation += f", {s.client} members"
     # a summary written before the moves were counted has none of these
     counted = s.unowned_partition_seconds is not None
@@ -76,6 +82,7 @@ def point(s: RunSummary) -> Point:
         restoring=s.restoring_partition_seconds,
         stopped=s.total_unavailable_partition_seconds if stopped is None else stopped,
         held=s.held_partition_seconds,
+        design=design,
     )
 
 
@@ -256,6 +263,7 @@ METRICS: Final[dict[str, tuple[str, Callable[[Point], float | None]]]] = {
 }
 
 _BOUNCED = ("range", "cooperative-sticky")
+CONSUMER: Final = "consumer"  # KIP-848's consumer group protocol: the coordinator assigns
 DESIGN_CLAIMS: Final = (
     Claim(
         "cooperative-sticky",
@@ -291,6 +299,21 @@ DESIGN_CLAIMS: Final = (
         "stopped",
         _BOUNCED,
         "a static member's partitions wait for it and keep their state (KIP-345)",
+    ),
+    Claim(
+        CONSUMER,
+        "rolling-bounce",
+        "stopped",
+        _BOUNCED,
+        "the coordinator revokes only what must move and hands it on once it is released, "
+        "with no group-wide barrier (KIP-848)",
+    ),
+    Claim(
+        CONSUMER,
+        "scale-up",
+        "stopped",
+        ("range",),
+        "a member that joins takes its share without stopping anyone else's partitions (KIP-848)",
     ),
     Claim(
         "high-availability",

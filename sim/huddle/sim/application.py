@@ -53,13 +53,8 @@ class Application:
 
     def callback(self, name: str, partitions: frozenset[TopicPartition]) -> float:
         """The listener's ``name`` begins: what the application does; how long it takes."""
-        world = self.process.world
-        duration = world.rng.uniform(0.0, world.config.callback_ms)
+        duration = self.process.world.callback_ms(name)
         if name == "on_partitions_revoked":
-            slow = world.slow_revocation
-            if slow is not None and world.sched.now <= slow[1]:
-                world.slow_revocation = None
-                duration = slow[0]
             self.revoking = partitions
             self.commit(partitions)  # the last positions, before giving them up
             self.owned -= partitions

@@ -16,7 +16,7 @@ from typing import TextIO
 from huddle.sim.faults import KINDS
 from huddle.sim.planted import BUGS
 from huddle.sim.shrink import shrink
-from huddle.sim.world import PROTOCOLS, Outcome, SimConfig, simulate
+from huddle.sim.world import PROTOCOLS, Outcome, SimConfig, default_kinds, simulate
 
 DEFAULTS = SimConfig()
 
@@ -68,8 +68,9 @@ def _add_world(p: argparse.ArgumentParser, *, protocols: bool) -> None:
     p.add_argument(
         "--kinds",
         type=_kinds,
-        default=KINDS,
-        help=f"fault kinds, comma-separated, from {', '.join(KINDS)} (default: all)",
+        default=None,
+        help=f"fault kinds, comma-separated, from {', '.join(KINDS)} (default: all, but "
+        "slow-callback for consumer: docs/simulation.md)",
     )
     p.add_argument(
         "--plant",
@@ -131,7 +132,7 @@ def _config(args: argparse.Namespace, protocol: str) -> SimConfig:
         members=args.members,
         partitions=args.partitions,
         faults=args.faults,
-        kinds=tuple(args.kinds),
+        kinds=default_kinds(protocol) if args.kinds is None else tuple(args.kinds),
         plant=tuple(args.plant),
     )
 
@@ -143,7 +144,7 @@ def replay_command(seed: int, config: SimConfig, keep: Sequence[int] | None = No
         value = getattr(config, name)
         if value != getattr(DEFAULTS, name):
             words += [f"--{name}", str(value)]
-    if config.kinds != DEFAULTS.kinds:
+    if config.kinds != default_kinds(config.protocol):
         words += ["--kinds", ",".join(config.kinds)]
     if config.plant:
         words += ["--plant", ",".join(config.plant)]

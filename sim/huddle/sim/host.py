@@ -13,6 +13,7 @@ from huddle.coordinator.effects import Outgoing, Peer, incarnation_digest
 from huddle.coordinator.storage.records import Record
 from huddle.protocol.messages import (
     AlterTopicsRequest,
+    ConsumerHeartbeatRequest,
     CreateTopicsRequest,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -20,6 +21,7 @@ from huddle.protocol.messages import (
     Request,
     TopicSpec,
 )
+from huddle.sim.consumer_host import ConsumerPart
 from huddle.sim.faulty_offsets import planted_commit_fence
 from huddle.sim.network import Link
 from huddle.sim.scheduler import Scheduler, Timer
@@ -43,10 +45,17 @@ class Observer(Protocol):
 
 
 class CoordinatorHost:
-    def __init__(self, sched: Scheduler, config: GroupConfig, observer: Observer) -> None:
+    def __init__(
+        self,
+        sched: Scheduler,
+        config: GroupConfig,
+        observer: Observer,
+        consumer: ConsumerPart | None = None,
+    ) -> None:
         self.sched = sched
         self.config = config
         self.observer = observer
+        self.consumer = consumer  # the consumer group protocol's groups, if it is served
         self.kept: list[Record] = []  # the data dir: every change, in order
         self.incarnation = 0
         self.core: Coordinator | None = None
@@ -76,6 +85,8 @@ class CoordinatorHost:
         core.restore(self.kept)
         core.start(self.sched.now)
         self.core = core
+        if self.consumer is not None:
+            self.consumer.started(core)
         self.observer.coordinator_changed(core)
 
     def crash(self) -> None:
@@ -84,6 +95,8 @@ class CoordinatorHost:
         if self.core is None:
             return
         self.core = None
+        if self.consumer is not None:
+            self.consumer.crashed()
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None
@@ -116,6 +129,10 @@ class CoordinatorHost:
         core = self.core
         peer = self.peers.get(link.conn_id)
         if core is None or peer is None:
+            return
+        if type(request) is ConsumerHeartbeatRequest and self.consumer is not None:
+            self.consumer.serve(link, peer, cid, request)  # beside the core, as the server
+            self.kept.extend(core.take_changes())  # its records, before the answer arrives
             return
         if type(request) is OffsetCommitRequest:
             before = _committed(core, request)
@@ -166,6 +183,11 @@ class CoordinatorHost:
             if wake is not None:
                 wake.cancel()
             self._wake = self.sched.at(deadline, self._advance)
+
+    def keep_changes(self) -> None:
+        """What the core changed outside a request (a consumer group's expiry) is kept."""
+        if self.core is not None:
+            self.kept.extend(self.core.take_changes())
 
     def _advance(self) -> None:
         self._wake = None

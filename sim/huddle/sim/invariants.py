@@ -39,6 +39,10 @@ INVARIANTS = (
     "availability",
     "lost-with-a-cause",
     "member-failed",
+    # the consumer protocol's own (huddle.sim.consumer_checks)
+    "ownership",
+    "fenced-owns-nothing",
+    "epochs",
 )
 
 
@@ -95,13 +99,7 @@ class Checker:
         processes is kept from the last step that changed it: time passing only takes
         partitions away, so a kept set may be too large, never too small; a conflict is
         confirmed on fresh sets before it counts."""
-        for m in changed:
-            gained = self._seen(m, m.processing())
-            for tp in sorted(gained) if gained else ():
-                holders = self.holders[tp]
-                if len(holders) > 1:
-                    for other in sorted(holders - {m.index}):
-                        self._confirm_conflict(tp, members[other], m)
+        self._exclusive(members, changed)
         for m in changed:
             if m.alive and m.idle() and m.app.owned != m.core.owned:
                 self.fail(
@@ -150,12 +148,26 @@ class Checker:
             self.holders.setdefault(tp, set()).add(m.index)
         return gained
 
+    def _exclusive(self, members: list[MemberProcess], changed: set[MemberProcess]) -> None:
+        """Exclusive ownership, after a step that changed the members in ``changed``."""
+        for m in changed:
+            gained = self._seen(m, m.processing())
+            for tp in sorted(gained) if gained else ():
+                holders = self.holders[tp]
+                if len(holders) > 1:
+                    for other in sorted(holders - {m.index}):
+                        self._confirm_conflict(tp, members[other], m)
+
+    def _counted(self, a: MemberProcess, b: MemberProcess) -> bool:
+        """Whether two members processing one partition at once is a violation."""
+        return True
+
     def _confirm_conflict(self, tp: TopicPartition, a: MemberProcess, b: MemberProcess) -> None:
         now_a = a.processing()
         now_b = b.processing()
         self._seen(a, now_a)
         self._seen(b, now_b)
-        if tp in now_a and tp in now_b:
+        if tp in now_a and tp in now_b and self._counted(a, b):
             self.fail(
                 "exclusive-ownership",
                 f"{tp.topic}-{tp.partition} is processed by members {a.index} and "
@@ -314,14 +326,7 @@ class Checker:
 
     def callback(self, m: MemberProcess, name: str, partitions: frozenset[TopicPartition]) -> None:
         owned = m.app.owned
-        if name in ("on_partitions_revoked", "on_partitions_lost"):
-            if not partitions <= owned:
-                self.fail(
-                    "callbacks",
-                    f"member {m.index}: {name} for {_names(partitions - owned)}, which its "
-                    "callbacks never assigned",
-                )
-        elif name == "on_partitions_assigned":
+        if not self._released(m, name, partitions, owned) and name == "on_partitions_assigned":
             self.stays.setdefault(m.index, Stay()).assigned = m.core.current
             if m.core.cooperative and partitions & owned:
                 self.fail(
@@ -335,6 +340,24 @@ class Checker:
                     f"member {m.index}: on_partitions_assigned while it still owns "
                     f"{_names(frozenset(owned))} (eager members revoke everything first)",
                 )
+
+    def _released(
+        self,
+        m: MemberProcess,
+        name: str,
+        partitions: frozenset[TopicPartition],
+        owned: set[TopicPartition],
+    ) -> bool:
+        """Whether ``name`` gives partitions up; if so, they must be ``owned`` ones."""
+        if name not in ("on_partitions_revoked", "on_partitions_lost"):
+            return False
+        if not partitions <= owned:
+            self.fail(
+                "callbacks",
+                f"member {m.index}: {name} for {_names(partitions - owned)}, which its "
+                "callbacks never assigned",
+            )
+        return True
 
 
 def _names(partitions: frozenset[TopicPartition] | set[TopicPartition]) -> str:

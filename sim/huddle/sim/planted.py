@@ -15,7 +15,12 @@ rule huddle keeps, turned off:
 - ``leader-check-skipped``: the cooperative leader no longer withholds a partition another
   member still owns (the sticky assignors' withholding and the leader's check of the result
   are both skipped), so it moves in one round;
-- ``heartbeats-paused-in-callbacks``: a member stops heartbeating while its callbacks run.
+- ``heartbeats-paused-in-callbacks``: a member stops heartbeating while its callbacks run;
+- ``consumer-released-unchecked`` (the consumer protocol): the coordinator gives a member a
+  partition its previous owner is still revoking (neither the reconciliation's check nor
+  the group's owner table stops it);
+- ``consumer-fenced-keeps`` (the consumer protocol): a member answered FENCED_MEMBER_EPOCH or
+  UNKNOWN_MEMBER_ID rejoins, but keeps what it owned (no ``on_partitions_lost``).
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from dataclasses import dataclass
 
 from huddle.client.assignors._rules import ClaimRules
 from huddle.client.assignors.base import GroupAssignment, MemberSubscription
+from huddle.client.consumer_core import JOIN_EPOCH, REJOIN_CODES, ConsumerCore, Reconcile
 from huddle.client.heartbeat import Liveness
 from huddle.client.leader import RoundCheck, check_cooperative
+from huddle.coordinator.consumer import ConsumerGroup, ConsumerMember
 from huddle.protocol.errors import InvalidArgumentError
+from huddle.protocol.messages import ConsumerHeartbeatResponse, ErrorResponse
 from huddle.sim import faulty_offsets as coordinator_switch
 
 BUGS = frozenset(
@@ -38,6 +46,8 @@ BUGS = frozenset(
         "session-from-receive-time",
         "leader-check-skipped",
         "heartbeats-paused-in-callbacks",
+        "consumer-released-unchecked",
+        "consumer-fenced-keeps",
     }
 )
 COORDINATOR_BUGS = frozenset({"commit-fencing-off"})
@@ -97,13 +107,48 @@ def no_round_check(
     """``leader-check-skipped``: the leader hands out whatever its assignor made."""
 
 
+class UncheckedGroup(ConsumerGroup):
+    """``consumer-released-unchecked``: a partition pending revocation counts as nobody's,
+    and a member given one takes it over in the owner table (no ``DoubleOwnerError``)."""
+
+    def owner_of(self, topic: str, partition: int) -> str | None:
+        owner = super().owner_of(topic, partition)
+        member = None if owner is None else self.members.get(owner)
+        if member is not None and partition in member.pending_revocation.get(topic, ()):
+            return None
+        return owner
+
+    def _claim(self, member: ConsumerMember, undo: ConsumerMember | None) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic, partitions in assignment.items():
+                owners = self.owners.setdefault(topic, {})
+                for partition in partitions:
+                    owners[partition] = member.member_id
+
+
+class FencedKeepsCore(ConsumerCore):
+    """``consumer-fenced-keeps``: a fenced member rejoins and keeps what it owned."""
+
+    def answered(
+        self, answer: ConsumerHeartbeatResponse | ErrorResponse, sent_ms: float | None = None
+    ) -> Reconcile:
+        if answer.error_code in REJOIN_CODES:
+            self.epoch = JOIN_EPOCH
+            self.full = True
+            return Reconcile(again=True)
+        return super().answered(answer, sent_ms)
+
+
 @dataclass(frozen=True, slots=True)
 class MemberParts:
-    """The parts a simulated member is built with: the correct ones unless a bug is planted."""
+    """The parts a simulated member is built with: the correct ones unless a bug is planted
+    (and, for the consumer protocol, the coordinator's group)."""
 
     claim_rules: ClaimRules | None = None  # None: the assignor's own
     liveness: Liveness | None = None  # None: the driver's own
     round_check: RoundCheck = check_cooperative
+    consumer_core: type[ConsumerCore] = ConsumerCore
+    consumer_group: type[ConsumerGroup] | None = None  # None: the coordinator makes its own
 
 
 def member_parts(names: Iterable[str]) -> MemberParts:
@@ -118,4 +163,6 @@ def member_parts(names: Iterable[str]) -> MemberParts:
         else None,
         liveness=FaultyLiveness(from_receipt=receipt, paused=paused) if receipt or paused else None,
         round_check=no_round_check if skipped else check_cooperative,
+        consumer_core=FencedKeepsCore if "consumer-fenced-keeps" in bugs else ConsumerCore,
+        consumer_group=UncheckedGroup if "consumer-released-unchecked" in bugs else None,
     )

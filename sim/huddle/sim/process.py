@@ -104,12 +104,17 @@ class MemberProcess:
 
     def start(self) -> None:
         world = self.world
-        config = world.config
         self.epoch += 1
         self.alive = True
         self.paused = False
         self.deferred = []
         self.token = incarnation_token(world.seed, self.index, self.restarts)
+        self._build()
+
+    def _build(self) -> None:
+        """The member library and the application of a process that starts."""
+        world = self.world
+        config = world.config
         self.core = MemberCore(
             MemberConfig(
                 group_id=GROUP_ID,
@@ -166,6 +171,10 @@ class MemberProcess:
         self.epoch += 1
         self.paused = False
         self.deferred = []
+        self._stopped()
+
+    def _stopped(self) -> None:
+        """What the process's death stops: its runtime and its application."""
         self.runtime.crashed()
         self.app.revoking = frozenset()
         self.app.owned = set()

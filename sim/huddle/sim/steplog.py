@@ -73,6 +73,7 @@ def short(message: object) -> str:
     for key in (
         "error_code",
         "generation_id",
+        "member_epoch",
         "member_id",
         "leader",
         "group_instance_id",

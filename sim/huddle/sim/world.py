@@ -15,15 +15,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from huddle.client.assignors.base import ASSIGNORS, RebalanceProtocol
 from huddle.coordinator.config import GroupConfig
+from huddle.coordinator.core import Coordinator
 from huddle.coordinator.state import GroupState
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import InvalidArgumentError
 from huddle.sim.application import GROUP_ID
+from huddle.sim.consumer_host import ConsumerPart
 from huddle.sim.faults import KINDS, Fault, plan_faults
 from huddle.sim.host import CoordinatorHost
 from huddle.sim.invariants import Checker, Violation, ViolationFoundError
@@ -39,7 +42,14 @@ PROTOCOLS = (
     "cooperative-sticky",
     "cooperative-deferred",
     "high-availability",
+    "consumer",  # the consumer group protocol (KIP-848): huddle.sim.consumer_world
 )
+# Fault kinds a protocol's runs leave out by default. The consumer protocol's member sends no
+# heartbeat while a callback of it runs (as ``Member(group_protocol="consumer")``): a slow
+# revocation, longer than the session timeout though within the rebalance timeout, gets it
+# fenced and it loses everything, which availability reports (docs/simulation.md). Its runs
+# leave slow callbacks out until the member heartbeats through its callbacks.
+LEFT_OUT: dict[str, frozenset[str]] = {"consumer": frozenset({"slow-callback"})}
 Tracer = Callable[[str], None]
 MAX_STEPS = 1_000_000  # a run that takes more has stopped making progress in time
 
@@ -101,6 +111,18 @@ class SimConfig:
         return bound
 
 
+def default_kinds(protocol: str) -> tuple[str, ...]:
+    """The fault kinds of ``protocol``'s runs unless others are asked for."""
+    left_out = LEFT_OUT.get(protocol, frozenset())
+    return tuple(kind for kind in KINDS if kind not in left_out)
+
+
+def config_for(protocol: str, **changes: Any) -> SimConfig:
+    """``protocol``'s configuration: the defaults, with its default fault kinds."""
+    changes.setdefault("kinds", default_kinds(protocol))
+    return SimConfig(protocol=protocol, **changes)
+
+
 @dataclass
 class Outcome:
     seed: int
@@ -135,18 +157,22 @@ class World:
             min_session_timeout_ms=100,
             initial_rebalance_delay_ms=config.initial_rebalance_delay_ms,
         )
-        protocols = ASSIGNORS.by_name[config.protocol].supported_protocols
+        assignor = ASSIGNORS.by_name.get(config.protocol)
+        protocols = () if assignor is None else assignor.supported_protocols
         self.cooperative = RebalanceProtocol.COOPERATIVE in protocols
-        self.checker = Checker(self)
+        self.checker = self._checker()
         # the members' parts: faulty ones for the bugs planted (the coordinator's are
         # switched on around the run by ``planting``)
         self.parts = member_parts(config.plant)
-        self.host = CoordinatorHost(self.sched, self.group_config, self.checker)
+        self.host = CoordinatorHost(
+            self.sched, self.group_config, self.checker, self._consumer_part()
+        )
         self.net = Network(self.sched, self.rng, self.host)
         self.topic = "events"
         self.host.create_topic(self.topic, config.partitions)
+        self._started()
         self.members = [
-            MemberProcess(self, i, static=self.rng.random() < config.static_share)
+            self._process(i, static=self.rng.random() < config.static_share)
             for i in range(config.members)
         ]
         for m in self.members:
@@ -180,6 +206,20 @@ class World:
         self.max_steps = MAX_STEPS
         self.acting: MemberProcess | None = None  # the member whose code runs now
 
+    # --- the protocol's parts (``huddle.sim.consumer_world`` has others) ------------
+
+    def _checker(self) -> Checker:
+        return Checker(self)
+
+    def _consumer_part(self) -> ConsumerPart | None:
+        return None  # the classic protocols' coordinator serves no consumer groups
+
+    def _started(self) -> None:
+        """The coordinator is up with its topic, before any member starts."""
+
+    def _process(self, index: int, *, static: bool) -> MemberProcess:
+        return MemberProcess(self, index, static=static)
+
     # --- what members tell the world ------------------------------------------------
 
     def changed(self, m: MemberProcess) -> None:
@@ -203,6 +243,17 @@ class World:
             )
         if name == "on_partitions_lost":
             self.checker.lost(m)
+
+    def callback_ms(self, name: str) -> float:
+        """How long a callback ``name`` that begins now takes: up to ``callback_ms``, or a
+        slow revocation's duration (the first revocation begun while that fault lasts)."""
+        duration = self.rng.uniform(0.0, self.config.callback_ms)
+        if name == "on_partitions_revoked":
+            slow = self.slow_revocation
+            if slow is not None and self.sched.now <= slow[1]:
+                self.slow_revocation = None
+                duration = slow[0]
+        return duration
 
     def gave_up(self, m: MemberProcess) -> None:
         """A callback of ``m`` overran the rebalance timeout: it gives itself up (a fault
@@ -290,10 +341,20 @@ class World:
             return False
         if set(group.members) != {m.core.member_id for m in members}:
             return False
+        return self.processed_once(core)
+
+    def processed_once(self, core: Coordinator) -> bool:
+        """Whether each of the topic's partitions is processed by exactly one member."""
         count = core.topics.partitions.get(self.topic, 0)
-        owned = [tp for m in members for tp in m.processing()]
+        owned = [tp for m in self.members for tp in m.processing()]
         wanted = {TopicPartition(self.topic, p) for p in range(count)}
         return len(owned) == len(wanted) and set(owned) == wanted
+
+    def processed(self, core: Coordinator) -> str:
+        """How many of the topic's partitions are processed, for a liveness violation."""
+        count = core.topics.partitions.get(self.topic, 0)
+        owned = sum(len(m.processing()) for m in self.members)
+        return f"{owned} of {count} partitions processed"
 
     def run(self) -> Outcome:
         sched = self.sched
@@ -341,11 +402,9 @@ class World:
         if group is None:
             return "no group"
         unstable = [m.index for m in self.members if not m.stable]
-        count = core.topics.partitions.get(self.topic, 0)
-        owned = sum(len(m.processing()) for m in self.members)
         return (
             f"group {group.state.value} in generation {group.generation}; members not "
-            f"stable: {unstable}; {owned} of {count} partitions processed"
+            f"stable: {unstable}; {self.processed(core)}"
         )
 
 
@@ -359,8 +418,11 @@ def simulate(
     """Run ``seed`` (only the plan's faults numbered in ``keep``, if given). The
     coordinator's own log events are dropped meanwhile (below errors) and the members' go to
     the trace (``huddle.sim.steplog``): the trace tells the run."""
+    from huddle.sim.consumer_world import CONSUMER, ConsumerWorld  # built on World
+
     with quiet_logs():
-        world = World(seed, config, keep=keep, tracer=tracer)
+        kind = ConsumerWorld if config.protocol == CONSUMER else World
+        world = kind(seed, config, keep=keep, tracer=tracer)
         with member_logs(world, traced=tracer is not None):
             return world.run()
 

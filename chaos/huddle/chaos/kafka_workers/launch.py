@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from huddle.chaos.kafka_workers.options import (
+    CONSUMER_PROTOCOL,
     COOPERATIVE_STICKY,
     RANGE,
     ROUNDROBIN,
@@ -60,7 +61,7 @@ CLIENTS: Final[Mapping[str, Client]] = {
         Client("aiokafka", (RANGE, ROUNDROBIN), True, f"{_PKG}.aiokafka_driver", "aiokafka"),
         Client(
             "confluent-kafka",
-            (RANGE, ROUNDROBIN, COOPERATIVE_STICKY),
+            (RANGE, ROUNDROBIN, COOPERATIVE_STICKY, CONSUMER_PROTOCOL),
             True,
             f"{_PKG}.confluent_driver",
             "confluent_kafka",

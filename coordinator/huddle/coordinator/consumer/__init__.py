@@ -12,9 +12,12 @@ from huddle.coordinator.consumer.group import ConsumerGroup, DoubleOwnerError, G
 from huddle.coordinator.consumer.heartbeat import ConsumerCoordinator
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState
 from huddle.coordinator.consumer.messages import (
+    DISABLED,
     JOIN_EPOCH,
     LEAVE_EPOCH,
+    MIGRATION_POLICIES,
     STATIC_LEAVE_EPOCH,
+    UPGRADE,
     Assignment,
     ConsumerGroupConfig,
     HeartbeatAnswer,
@@ -24,9 +27,12 @@ from huddle.coordinator.consumer.messages import (
 from huddle.coordinator.consumer.timeouts import Fenced
 
 __all__ = [
+    "DISABLED",
     "JOIN_EPOCH",
     "LEAVE_EPOCH",
+    "MIGRATION_POLICIES",
     "STATIC_LEAVE_EPOCH",
+    "UPGRADE",
     "Assignment",
     "ConsumerCoordinator",
     "ConsumerGroup",

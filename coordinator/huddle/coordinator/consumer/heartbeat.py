@@ -141,8 +141,7 @@ class ConsumerCoordinator:
                 group.put(reconciled)
                 self._arm_revocation(group, reconciled, now)
         self.timers.extend(
-            SessionEnds(group.group_id, reconciled.member_id),
-            now + self.config.session_timeout_ms,
+            SessionEnds(group.group_id, reconciled.member_id), now + self._session(reconciled)
         )
         full = request.is_full() or reconciled.assigned != member.assigned
         return HeartbeatAnswer(
@@ -243,6 +242,23 @@ class ConsumerCoordinator:
         self._fence(group, member.member_id, now)
         return HeartbeatAnswer(member_id=request.member_id, member_epoch=request.member_epoch)
 
+    def fence(self, group_id: str, member_id: str, now: float) -> bool:
+        """Take a member out at once (a classic member's LeaveGroup): False if unknown."""
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return False
+        self._fence(group, member_id, now)
+        return True
+
+    def touch(self, group_id: str, member: ConsumerMember, now: float) -> None:
+        """Move a member's session deadline out (by its classic session timeout, if it is a
+        classic member)."""
+        self.timers.extend(SessionEnds(group_id, member.member_id), now + self._session(member))
+
+    def _session(self, member: ConsumerMember) -> int:
+        classic = member.classic
+        return self.config.session_timeout_ms if classic is None else classic.session_timeout_ms
+
     def _fence(self, group: ConsumerGroup, member_id: str, now: float) -> None:
         group.remove(member_id, now)
         self._forget_deadlines(group.group_id, member_id)
@@ -290,8 +306,7 @@ class ConsumerCoordinator:
         self.groups[group.group_id] = group
         for member in group.members.values():
             self.timers.set(
-                SessionEnds(group.group_id, member.member_id),
-                now + self.config.session_timeout_ms,
+                SessionEnds(group.group_id, member.member_id), now + self._session(member)
             )
             self._arm_revocation(group, member, now)
 

@@ -29,6 +29,15 @@ class MemberState(Enum):
     UNRELEASED_PARTITIONS = "unreleased_partitions"
 
 
+class ClassicMeta(msgspec.Struct, frozen=True):
+    """A classic member's (JoinGroup's) side of its membership in a consumer-protocol group
+    (Kafka's ClassicMemberMetadata): its session timeout and the protocols it joined with
+    (name, metadata), the first of which names the protocol its answers carry."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 class ConsumerMember(msgspec.Struct, frozen=True):
     member_id: str
     instance_id: str | None = None
@@ -42,6 +51,7 @@ class ConsumerMember(msgspec.Struct, frozen=True):
     state: MemberState = MemberState.STABLE
     assigned: Assignment = EMPTY
     pending_revocation: Assignment = EMPTY
+    classic: ClassicMeta | None = None  # a classic member's (see ``consumer.classic``)
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch

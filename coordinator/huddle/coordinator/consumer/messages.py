@@ -29,6 +29,10 @@ JOIN_EPOCH = 0  # a member (re)joins
 LEAVE_EPOCH = -1  # a member leaves for good
 STATIC_LEAVE_EPOCH = -2  # a static member leaves for now, and keeps its instance id's place
 
+DISABLED = "disabled"  # migration policies (Kafka's group.consumer.migration.policy) served
+UPGRADE = "upgrade"
+MIGRATION_POLICIES = (DISABLED, UPGRADE)
+
 
 class TopicView(msgspec.Struct, frozen=True):
     """The topics the group coordinator may assign: name -> partition count.
@@ -58,6 +62,9 @@ class ConsumerGroupConfig(msgspec.Struct, frozen=True):
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     # how long a group remembers a member that left, for assignors that hold its partitions
     departure_memory_ms: int = 300_000
+    # group.consumer.migration.policy: whether a consumer-protocol member joining a classic
+    # group upgrades it online (UPGRADE) or is refused (DISABLED); see ``consumer.classic``
+    migration_policy: str = "upgrade"
 
 
 class HeartbeatRequest(msgspec.Struct, frozen=True):

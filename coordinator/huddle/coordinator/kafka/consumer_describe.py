@@ -34,7 +34,8 @@ from huddle.protocol.messages import Response
 CONSUMER_GROUP_DESCRIBE: Final = 69
 APIS: Final = frozenset({CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE})  # ``plan``'s
 CONSUMER: Final = "consumer"  # the group type, and the protocol type Kafka lists them with
-_MEMBER_TYPE_CONSUMER: Final = 1  # v1's member type: 0 classic, 1 consumer
+_MEMBER_TYPE_CLASSIC: Final = 0  # v1's member type: a classic member of a mixed group
+_MEMBER_TYPE_CONSUMER: Final = 1
 
 
 def _described(groups: ConsumerGroups, group_id: str, peer: Peer, operations: bool) -> Values:
@@ -81,7 +82,7 @@ def _member(
         "subscribed_topic_regex": member.subscribed_topic_regex,
         "assignment": _assignment(owned, ids),
         "target_assignment": _assignment(group.target.get(member_id, {}), ids),
-        "member_type": _MEMBER_TYPE_CONSUMER,
+        "member_type": _MEMBER_TYPE_CONSUMER if member.classic is None else _MEMBER_TYPE_CLASSIC,
     }
 
 

@@ -62,7 +62,6 @@ class ConsumerGroups:
         self.host = service.host
         self.core = service.core
         self.clients = service.clients  # (group id, member id) -> client id, host
-        self.refuses_classic = service.refuses_classic
         self.topics = service.topics
 
     def check_offsets(
@@ -73,7 +72,8 @@ class ConsumerGroups:
         and ``validateOffsetFetch``: ``None`` if it is no consumer group (the classic
         rules apply), 0 if it passes (the commit is made as one from outside the group),
         else the error code: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, or (a member's commit
-        older than v9, which cannot carry its epoch) UNSUPPORTED_VERSION."""
+        older than v9, which cannot carry its epoch) UNSUPPORTED_VERSION; a classic member
+        of a mixed group commits with its epoch as generation (else ILLEGAL_GENERATION)."""
         group = self.core.groups.get(group_id)
         if group is None or (not group.members and self.host.classic_members(group_id)):
             return None
@@ -84,6 +84,8 @@ class ConsumerGroups:
         member = group.members.get(member_id or "")
         if member is None:
             return int(ErrorCode.UNKNOWN_MEMBER_ID)
+        if member.classic is not None:  # a classic member's generation is its epoch
+            return 0 if epoch == member.member_epoch else int(ErrorCode.ILLEGAL_GENERATION)
         if commit and version < OFFSET_COMMIT_EPOCH_FROM:
             return int(ErrorCode.UNSUPPORTED_VERSION)
         if member.member_epoch != epoch:

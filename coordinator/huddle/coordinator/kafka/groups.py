@@ -13,9 +13,9 @@ by version is handled here, as Kafka's own coordinator does:
 - SyncGroup v5+ must name the protocol type and name: one that leaves either null is
   answered INCONSISTENT_GROUP_PROTOCOL before the group is looked at, as Kafka's
   ``KafkaApis.handleSyncGroupRequest`` does.
-- A JoinGroup for a consumer-protocol (KIP-848) group with members is answered
-  GROUP_ID_NOT_FOUND, as Kafka answers it when it does not convert groups online (mixed
-  groups are not served yet).
+- A JoinGroup, SyncGroup, Heartbeat or LeaveGroup for a consumer-protocol (KIP-848) group
+  with members is served by that group (``huddle.coordinator.mixed_groups``: a classic
+  member of a mixed group), with the same answers as the core's.
 - LeaveGroup v0-2 name one member and answer with one error code; v3+ name a batch.
 """
 
@@ -46,13 +46,6 @@ _SYNC_NAMES_PROTOCOL_FROM = 5  # SyncGroup's version from which protocol type an
 
 
 def join_group(req: Any, version: int, ctx: Context) -> Plan:
-    if ctx.consumer_group(req.group_id):  # Kafka without online migration: not a classic group
-        refused = {
-            "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
-            "generation_id": -1,
-            "member_id": req.member_id,
-        }
-        return Plan([], lambda parts: refused)
     session_ms = schemas.milliseconds(req.session_timeout)
     rebalance = get(req, "rebalance_timeout")
     call = JoinGroupRequest(

@@ -73,10 +73,6 @@ class Context(Protocol):
     def topic_changed(self, topic: str) -> None:
         """The registry changed ``topic`` (created, resized, deleted): the log follows."""
 
-    def consumer_group(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a consumer-protocol (KIP-848) group with members, which a
-        JoinGroup cannot join (an empty one gives its id up)."""
-
     def consumer_offsets(
         self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
     ) -> int | None:

@@ -209,9 +209,6 @@ class KafkaWire:
     def topic_changed(self, topic: str) -> None:
         self.log.topic_changed(topic)
 
-    def consumer_group(self, group_id: str) -> bool:
-        return self.consumer.refuses_classic(group_id)
-
     def consumer_offsets(
         self, group_id: str, member_id: str | None, epoch: int, version: int, *, commit: bool
     ) -> int | None:

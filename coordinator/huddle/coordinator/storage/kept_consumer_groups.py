@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Protocol
 
 from huddle.coordinator.consumer.group import ConsumerGroup
-from huddle.coordinator.consumer.member import ConsumerMember, MemberState
+from huddle.coordinator.consumer.member import ClassicMeta, ConsumerMember, MemberState
 from huddle.coordinator.consumer.messages import Assignment
 from huddle.coordinator.storage.records import (
     DELETED,
@@ -169,6 +169,7 @@ class ConsumerKept:
 def member_record(
     group_id: str, member: ConsumerMember, target: Assignment | None
 ) -> ConsumerMemberRecord:
+    classic = member.classic
     return ConsumerMemberRecord(
         group_id=group_id,
         **_as_is(member),
@@ -177,6 +178,8 @@ def member_record(
         assigned=_lists(member.assigned),
         pending_revocation=_lists(member.pending_revocation),
         target=None if target is None else _lists(target),
+        classic_session_timeout_ms=None if classic is None else classic.session_timeout_ms,
+        classic_protocols=None if classic is None else list(classic.protocols),
     )
 
 
@@ -196,6 +199,7 @@ def loaded_group(
                 state=MemberState(kept.state),
                 assigned=_sets(kept.assigned),
                 pending_revocation=_sets(kept.pending_revocation),
+                classic=_classic(kept),
             )
         )
         if kept.target is not None:
@@ -218,6 +222,13 @@ _AS_IS: Final = (
 
 def _as_is(source: ConsumerMember | ConsumerMemberRecord) -> dict[str, Any]:
     return {name: getattr(source, name) for name in _AS_IS}
+
+
+def _classic(kept: ConsumerMemberRecord) -> ClassicMeta | None:
+    if kept.classic_session_timeout_ms is None or kept.classic_protocols is None:
+        return None
+    protocols = tuple((name, metadata) for name, metadata in kept.classic_protocols)
+    return ClassicMeta(kept.classic_session_timeout_ms, protocols)
 
 
 def _lists(assignment: Assignment) -> dict[str, list[int]]:

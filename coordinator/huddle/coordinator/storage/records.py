@@ -149,7 +149,7 @@ class ConsumerMemberRecord(msgspec.Struct, tag="cm", array_like=True, frozen=Tru
     """A consumer-protocol member (Kafka's ConsumerGroupMemberMetadata, its
     CurrentMemberAssignment and its TargetAssignmentMember records in one): partitions as
     topic name -> partition numbers. ``member_epoch`` -1 (``DELETED``): the member left or
-    was fenced."""
+    was fenced. A classic member of a mixed group also keeps its ClassicMemberMetadata."""
 
     group_id: str
     member_id: str
@@ -165,6 +165,10 @@ class ConsumerMemberRecord(msgspec.Struct, tag="cm", array_like=True, frozen=Tru
     assigned: dict[str, list[int]] = {}
     pending_revocation: dict[str, list[int]] = {}
     target: dict[str, list[int]] | None = None  # None: it has no target assignment yet
+    # a classic member's (JoinGroup's; consumer.ClassicMeta): its session timeout and the
+    # protocols it joined with, (name, metadata); None: a consumer-protocol member
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: list[tuple[str, bytes]] | None = None
 
 
 Record = (

@@ -1,0 +1,285 @@
+"""Mixed groups on the server: a classic group upgraded to a consumer-protocol group, and its
+classic members served by the consumer group (``huddle.coordinator.consumer.classic``).
+
+- ``classic_snapshot`` reads a classic group for the upgrade, without changing it: it must
+  be Stable (each member has its assignment; one that is rebalancing is answered
+  COORDINATOR_LOAD_IN_PROGRESS, which a consumer retries), use the ``consumer`` protocol
+  type, and have every member on the Kafka listener (huddle's own classic members speak
+  huddle's wire, where a classic JoinGroup to a consumer group stays refused).
+- ``drop_classic`` then takes the members out of the classic coordinator: their sessions
+  end there, the classic group's record is deleted (a restart brings back the consumer
+  group, not the classic one), and its committed offsets stay, now the consumer group's.
+- ``MixedGroups`` serves the Kafka listener's JoinGroup, SyncGroup, Heartbeat and
+  LeaveGroup for a consumer group with members (the request path's ``beside`` handlers;
+  any other group's go to the classic coordinator as before). Their records are kept
+  before the answers go, as a heartbeat's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from huddle.coordinator.connection import Connection
+from huddle.coordinator.consumer import classic
+from huddle.coordinator.consumer.classic import (
+    ClassicAnswer,
+    ClassicGroupSnapshot,
+    ClassicJoin,
+    ClassicSnapshot,
+)
+from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.kafka.consumer_groups import new_member_id
+from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.records import group_deleted
+from huddle.protocol.errors import ErrorCode
+from huddle.protocol.messages import (
+    Call,
+    ErrorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMemberResult,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    Reply,
+    Response,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+if TYPE_CHECKING:
+    from huddle.coordinator.effects import Outgoing
+    from huddle.coordinator.host import CoordinatorServer
+
+log = structlog.get_logger("huddle.coordinator.mixed_groups")
+
+Handler = Callable[[Connection, Call], "list[Outgoing] | None"]
+
+KAFKA_LISTENER = "kafka"
+
+
+def classic_snapshot(
+    server: CoordinatorServer, group_id: str
+) -> ClassicGroupSnapshot | tuple[ErrorCode, str]:
+    """The classic group ``group_id`` as the upgrade takes it, or why it cannot be taken."""
+    group = server.core.groups[group_id]
+    if group.protocol_type != classic.CONSUMER_PROTOCOL_TYPE:
+        return (
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"Group {group_id} is a classic group of protocol type {group.protocol_type!r}: "
+            "only one of the consumer protocol type is upgraded",
+        )
+    if not group.is_(GroupState.STABLE) or group.pending:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group in a rebalance: it is upgraded once stable",
+        )
+    conns = server.requests.conns
+    name = group.protocol_name or ""
+    members = []
+    for member in group.members.values():
+        conn = conns.get(member.conn_id)
+        if conn is None or conn.wire.listener != KAFKA_LISTENER:
+            return (
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"Group {group_id} is a classic group with a member not on the Kafka "
+                "listener: it is not upgraded",
+            )
+        chosen = [(p.name, p.metadata) for p in member.protocols if p.name == name]
+        others = [(p.name, p.metadata) for p in member.protocols if p.name != name]
+        members.append(
+            ClassicSnapshot(
+                member.member_id,
+                member.instance_id,
+                member.session_timeout_ms,
+                member.rebalance_timeout_ms,
+                tuple(chosen + others),
+                member.assignment,
+            )
+        )
+    return ClassicGroupSnapshot(group.generation, tuple(members))
+
+
+def drop_classic(server: CoordinatorServer, group_id: str) -> None:
+    """The classic group's members leave the classic coordinator (its offsets stay)."""
+    core = server.core
+    sessions = core.sessions
+    group = core.groups[group_id]
+    clients = server.consumer.clients  # who each member is, as ConsumerGroupDescribe shows
+    for member_id in list(group.members):
+        member = group.remove(member_id)
+        sessions.forget(member)
+        clients[group_id, member_id] = (member.client_id, member.host)
+    group.transition(GroupState.PREPARING_REBALANCE)
+    group.transition(GroupState.EMPTY)
+    # what is left holds the offsets only, as a consumer group's do (retention counts each
+    # from its own commit: docs/coordinator.md section 8)
+    group.protocol_type = group.protocol_name = group.leader = None
+    if sessions.keep_groups and group.kept is not None:
+        group.kept = None
+        core.changes.append(group_deleted(group_id))
+    sessions.collect(group)
+    log.info("classic_group_upgraded", group_id=group_id, generation=group.generation)
+
+
+class MixedGroups:
+    """The Kafka listener's classic requests to consumer groups."""
+
+    def __init__(self, server: CoordinatorServer, service: ConsumerService) -> None:
+        self.server = server
+        self.service = service
+        self.core = service.core
+        beside = server.requests.beside
+        for kind, handler in (
+            (JoinGroupRequest, self.join),
+            (SyncGroupRequest, self.sync),
+            (HeartbeatRequest, self.heartbeat),
+            (LeaveGroupRequest, self.leave),
+        ):
+            beside[kind] = _guarded(handler)
+
+    def _mine(self, conn: Connection, group_id: str) -> bool:
+        """Whether a classic request for ``group_id`` is the consumer group's to serve."""
+        if conn.wire.listener != KAFKA_LISTENER:
+            return False
+        group = self.core.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def _refusal(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        return self.service.host.not_served(group_id)
+
+    def join(self, conn: Connection, call: Call) -> list[Outgoing] | None:
+        req = call.request
+        assert isinstance(req, JoinGroupRequest)
+        if not self._mine(conn, req.group_id):
+            self.service.refuses_classic(req.group_id)  # an empty one gives its id up
+            return None
+        response: Response
+        refusal = self._refusal(req.group_id)
+        if refusal is not None:
+            response = JoinGroupResponse(error_code=refusal[0], error_message=refusal[1])
+        else:
+            request = ClassicJoin(
+                req.group_id,
+                req.member_id,
+                req.group_instance_id,
+                req.session_timeout_ms,
+                req.rebalance_timeout_ms,
+                req.protocol_type,
+                tuple((p.name, p.metadata) for p in req.protocols),
+                req.require_known_member_id,
+            )
+            now = self.server.now_ms()
+            before = self.service.epoch(req.group_id)
+            answer = classic.join(self.core, request, new_member_id(), now, self.service.topics())
+            if not answer.error:
+                key = (req.group_id, answer.member_id)
+                self.service.clients[key] = (conn.peer.client_id, conn.peer.host)
+            self.service.changed(req.group_id, answer.member_id, before)
+            response = _join_answer(answer)
+        return _reply(conn, call, response)
+
+    def sync(self, conn: Connection, call: Call) -> list[Outgoing] | None:
+        req = call.request
+        assert isinstance(req, SyncGroupRequest)
+        if not self._mine(conn, req.group_id):
+            return None
+        refusal = self._refusal(req.group_id)
+        if refusal is not None:
+            return _reply(conn, call, SyncGroupResponse(error_code=refusal[0]))
+        answer = classic.sync(
+            self.core,
+            req.group_id,
+            req.member_id,
+            req.generation_id,
+            req.protocol_type,
+            req.protocol_name,
+            self.server.now_ms(),
+        )
+        response = SyncGroupResponse(
+            error_code=answer.error,
+            error_message=answer.message,
+            protocol_type=classic.CONSUMER_PROTOCOL_TYPE if not answer.error else None,
+            protocol_name=answer.protocol_name,
+            assignment=answer.assignment,
+        )
+        return _reply(conn, call, response)
+
+    def heartbeat(self, conn: Connection, call: Call) -> list[Outgoing] | None:
+        req = call.request
+        assert isinstance(req, HeartbeatRequest)
+        if not self._mine(conn, req.group_id):
+            return None
+        refusal = self._refusal(req.group_id)
+        code = refusal[0] if refusal is not None else None
+        if code is None:
+            code = classic.heartbeat(
+                self.core, req.group_id, req.member_id, req.generation_id, self.server.now_ms()
+            )
+        return _reply(conn, call, HeartbeatResponse(error_code=code))
+
+    def leave(self, conn: Connection, call: Call) -> list[Outgoing] | None:
+        req = call.request
+        assert isinstance(req, LeaveGroupRequest)
+        if not self._mine(conn, req.group_id):
+            return None
+        refusal = self._refusal(req.group_id)
+        if refusal is not None:
+            return _reply(conn, call, LeaveGroupResponse(error_code=refusal[0]))
+        group = self.core.groups[req.group_id]
+        now = self.server.now_ms()
+        before = group.group_epoch
+        results = []
+        for m in req.members:
+            member_id = m.member_id
+            if not member_id and m.group_instance_id is not None:
+                member_id = group.static.get(m.group_instance_id, "")
+            code = classic.leave(self.core, req.group_id, member_id, now)
+            self.service.clients.pop((req.group_id, member_id), None)
+            results.append(
+                LeaveGroupMemberResult(
+                    member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=code
+                )
+            )
+        self.service.changed(req.group_id, None, before)
+        return _reply(conn, call, LeaveGroupResponse(members=results))
+
+
+def _guarded(handler: Handler) -> Handler:
+    """The handler, its failures (a bug: the core's ``DoubleOwnerError``, say) logged and
+    answered UNKNOWN_SERVER_ERROR: the connection and the server go on."""
+
+    def guarded(conn: Connection, call: Call) -> list[Outgoing] | None:
+        try:
+            return handler(conn, call)
+        except Exception:
+            kind = type(call.request).__struct_config__.tag
+            log.exception("mixed_group_failed", request=kind)
+            refusal = ErrorResponse(
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                error_message=f"the coordinator failed handling a {kind} request",
+            )
+            return _reply(conn, call, refusal)
+
+    return guarded
+
+
+def _join_answer(answer: ClassicAnswer) -> JoinGroupResponse:
+    if answer.error:
+        return JoinGroupResponse(
+            error_code=answer.error, error_message=answer.message, member_id=answer.member_id
+        )
+    return JoinGroupResponse(
+        generation_id=answer.generation,
+        protocol_type=classic.CONSUMER_PROTOCOL_TYPE,
+        protocol_name=answer.protocol_name,
+        member_id=answer.member_id,
+    )
+
+
+def _reply(conn: Connection, call: Call, response: Response) -> list[Outgoing]:
+    return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=response))]
