@@ -7,7 +7,11 @@ import pytest
 
 from huddle.client.consumer_core import ConsumerCore
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import ErrorCode, GroupAuthorizationFailedError
+from huddle.protocol.errors import (
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    GroupIdNotFoundError,
+)
 from huddle.protocol.messages import ConsumerHeartbeatResponse, ConsumerTopicPartitions
 
 
@@ -57,7 +61,10 @@ def test_a_revocation_is_given_up_before_it_is_acknowledged() -> None:
     assert core.request().owned == [ConsumerTopicPartitions(topic="t", partitions=[0])]
 
 
-@pytest.mark.parametrize("code", [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID])
+@pytest.mark.parametrize(
+    "code",
+    [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND],
+)
 def test_fenced_or_unknown_loses_everything_and_rejoins_with_epoch_0(code: ErrorCode) -> None:
     core = _joined(0, 1)
     member_id = core.member_id
@@ -78,9 +85,46 @@ def test_a_leave_is_epoch_minus_1_and_a_static_member_s_minus_2() -> None:
 
 def test_a_retriable_error_retries_and_a_fatal_one_raises() -> None:
     core = _joined(0)
-    retry = ConsumerHeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    assert core.answered(retry).retry
+    loading = ConsumerHeartbeatResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    assert core.answered(loading).retry
     assert core.owned == _tps(0)  # nothing lost
     refused = ConsumerHeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     with pytest.raises(GroupAuthorizationFailedError):
         core.answered(refused)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE])
+def test_another_coordinator_is_found_and_told_everything_at_the_member_s_epoch(
+    code: ErrorCode,
+) -> None:
+    core = _joined(0, 1)
+    step = core.answered(ConsumerHeartbeatResponse(error_code=code))
+    assert (step.find, step.lost, step.again) == (True, frozenset(), False)
+    beat = core.request()  # to the node found: its epoch, what it owns, its subscription
+    assert (beat.member_epoch, beat.subscribed_topic_names) == (1, ["t"])
+    assert beat.owned == [ConsumerTopicPartitions(topic="t", partitions=[0, 1])]
+
+
+def test_after_a_lost_connection_the_next_heartbeat_is_a_full_one_at_the_epoch() -> None:
+    core = _joined(0)
+    assert core.request().subscribed_topic_names is None
+    core.disconnected()
+    beat = core.request()
+    assert (beat.member_epoch, beat.subscribed_topic_names, beat.rebalance_timeout_ms) == (
+        1,
+        ["t"],
+        30_000,
+    )
+
+
+def test_a_group_not_found_while_joining_is_a_refusal() -> None:
+    core = ConsumerCore(group_id="g", topics=["t"])  # epoch 0: a classic group's id
+    with pytest.raises(GroupIdNotFoundError):
+        core.answered(ConsumerHeartbeatResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND))
+
+
+def test_a_commit_carries_the_member_epoch() -> None:
+    core = _joined(0)
+    request = core.commit_request({"t": [(0, 42)]}, "m")
+    assert (request.generation_id, request.member_id) == (1, core.member_id)
+    assert request.topics[0].partitions[0].offset == 42

@@ -12,7 +12,14 @@ decides, without IO or a clock:
   the coordinator fenced it (FENCED_MEMBER_EPOCH) or forgot it (UNKNOWN_MEMBER_ID), every
   partition lost (``on_partitions_lost``) and a rejoin with epoch 0;
 - its leave: epoch -1, or -2 for a static member (it keeps its place until its session
-  runs out).
+  runs out);
+- after a lost connection (``disconnected``), or an answer saying the node is not the
+  group's coordinator (``Reconcile.find``), a full heartbeat at its epoch to the coordinator
+  found again: a coordinator that kept it (its data dir, or a cluster's etcd) goes on with
+  it as before; one that forgot it answers UNKNOWN_MEMBER_ID (or, holding no such group
+  any more, GROUP_ID_NOT_FOUND), and it loses its partitions and joins with epoch 0;
+- its offset commits, made at its member epoch (``commit_request``), which the coordinator
+  checks as Kafka's OffsetCommit v9+ (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
 The runtime (``huddle.client.consumer_member``) performs a ``Reconcile``, tells the core
 what it did (``revoked``, ``assigned``, ``lost``), and heartbeats again at once when the
@@ -23,9 +30,10 @@ answer changed something (that heartbeat acknowledges it) or when the coordinato
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from huddle.client.generation import offset_commit
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import ErrorCode, raise_for
 from huddle.protocol.messages import (
@@ -33,6 +41,7 @@ from huddle.protocol.messages import (
     ConsumerHeartbeatResponse,
     ConsumerTopicPartitions,
     ErrorResponse,
+    OffsetCommitRequest,
 )
 
 JOIN_EPOCH = 0
@@ -40,14 +49,10 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 # answered so, the member has lost its partitions and joins again with epoch 0
 REJOIN_CODES = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
-# answered so, the same heartbeat is sent again after a backoff (another node, a load)
-RETRY_CODES = frozenset(
-    {
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
+# answered so, the coordinator is found again (another node serves the group, or none yet)
+FIND_CODES = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+# answered so, the same heartbeat is sent again after a backoff (the coordinator loads)
+RETRY_CODES = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 NOTHING: frozenset[TopicPartition] = frozenset()
 
@@ -56,19 +61,22 @@ NOTHING: frozenset[TopicPartition] = frozenset()
 class Reconcile:
     """What one answer asks of the member, in this order: ``lost`` (fenced: gone already),
     ``revoke`` (give up, then acknowledge), ``assign`` (start). ``again``: heartbeat at once
-    (to acknowledge, or to rejoin); ``retry``: send it again after a backoff."""
+    (to acknowledge, or to rejoin); ``retry``: send it again after a backoff; ``find``: find
+    the group's coordinator again (after a backoff) and heartbeat there."""
 
     lost: frozenset[TopicPartition] = NOTHING
     revoke: frozenset[TopicPartition] = NOTHING
     assign: frozenset[TopicPartition] = NOTHING
     again: bool = False
     retry: bool = False
+    find: bool = False
 
 
 @dataclass
 class ConsumerCore:
     group_id: str
     topics: Sequence[str]
+    pattern: str | None = None  # a regular expression the coordinator matches (RE2)
     instance_id: str | None = None
     rebalance_timeout_ms: int = 30_000
     heartbeat_interval_ms: int = 1_000  # until the coordinator sets it
@@ -77,6 +85,8 @@ class ConsumerCore:
     owned: frozenset[TopicPartition] = NOTHING
     # a full request is due: joining, or after an error (the coordinator may have lost track)
     full: bool = True
+    session_timeout_ms: int = 0  # the coordinator's, as its answers say (0: not said)
+    proved_ms: float | None = None  # when the last heartbeat answered in the group was sent
 
     def request(self) -> ConsumerHeartbeatRequest:
         owned = _by_topic(self.owned)
@@ -94,8 +104,18 @@ class ConsumerCore:
             instance_id=self.instance_id,
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             subscribed_topic_names=list(self.topics),
+            subscribed_topic_regex=self.pattern or "",  # "": none (a pattern dropped)
             owned=owned,
         )
+
+    def subscribe(self, topics: Sequence[str], pattern: str | None = None) -> None:
+        """Subscribe to ``topics`` and, with ``pattern``, every topic the coordinator has
+        whose whole name it matches (RE2, which the coordinator runs); the next heartbeat
+        is a full one, which tells the coordinator. What the new subscription drops is
+        revoked when the coordinator's answer takes it away, as any revocation."""
+        self.topics = list(topics)
+        self.pattern = pattern
+        self.full = True
 
     def leave_request(self) -> ConsumerHeartbeatRequest:
         epoch = LEAVE_EPOCH if self.instance_id is None else STATIC_LEAVE_EPOCH
@@ -106,7 +126,9 @@ class ConsumerCore:
             instance_id=self.instance_id,
         )
 
-    def answered(self, answer: ConsumerHeartbeatResponse | ErrorResponse) -> Reconcile:
+    def answered(
+        self, answer: ConsumerHeartbeatResponse | ErrorResponse, sent_ms: float | None = None
+    ) -> Reconcile:
         """What ``answer`` asks; raises the registered ``HuddleError`` for a refusal the
         member cannot get past (an authorization, UNRELEASED_INSTANCE_ID, ...). An
         ``ErrorResponse`` in its place (the heartbeat refused before the group was asked,
@@ -116,11 +138,16 @@ class ConsumerCore:
             code = answer.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
             answer = ConsumerHeartbeatResponse(error_code=code, error_message=answer.error_message)
         code = answer.error_code
-        if code in REJOIN_CODES:
+        # a group gone from the coordinator (restarted without its data dir) forgot the member
+        forgotten = code == ErrorCode.GROUP_ID_NOT_FOUND and self.epoch > JOIN_EPOCH
+        if code in REJOIN_CODES or forgotten:
             lost = self.owned
             self.epoch = JOIN_EPOCH
             self.full = True
             return Reconcile(lost=lost, again=True)
+        if code in FIND_CODES:
+            self.full = True
+            return Reconcile(find=True)
         if code in RETRY_CODES:
             self.full = True
             return Reconcile(retry=True)
@@ -128,6 +155,9 @@ class ConsumerCore:
             raise_for(code, answer.error_message)
         self.full = False
         self.epoch = answer.member_epoch
+        self.proved_ms = sent_ms  # the coordinator renewed the session on receipt, later
+        if answer.session_timeout_ms > 0:
+            self.session_timeout_ms = answer.session_timeout_ms
         if answer.heartbeat_interval_ms > 0:
             self.heartbeat_interval_ms = answer.heartbeat_interval_ms
         if answer.assignment is None:
@@ -148,6 +178,33 @@ class ConsumerCore:
 
     def lost(self) -> None:
         self.owned = NOTHING
+
+    def session_deadline(self) -> float | None:
+        """When the coordinator may have fenced the member for its silence (its session
+        timeout after the send of its last answered heartbeat); None: not known, or the
+        member owns nothing that could matter."""
+        if self.proved_ms is None or self.session_timeout_ms <= 0 or not self.owned:
+            return None
+        return self.proved_ms + self.session_timeout_ms
+
+    def may_own(self, now_ms: float) -> bool:
+        """Whether the member's partitions may still be its own at ``now_ms``: not once its
+        session may have run out (a member cut off from every coordinator)."""
+        deadline = self.session_deadline()
+        return deadline is None or now_ms < deadline
+
+    def disconnected(self) -> None:
+        """The connection was lost: the next heartbeat, to whichever node coordinates the
+        group now, is a full one at the member's epoch (that node may know nothing of it)."""
+        self.full = True
+
+    def commit_request(
+        self, offsets: Mapping[str, Sequence[tuple[int, int]]], metadata: str | None
+    ) -> OffsetCommitRequest:
+        """A commit of ``offsets`` (topic -> (partition, offset)) at the member's epoch."""
+        return offset_commit(
+            self.group_id, self.epoch, self.member_id, self.instance_id, offsets, metadata
+        )
 
     def left(self) -> None:
         self.owned = NOTHING

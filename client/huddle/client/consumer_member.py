@@ -18,36 +18,90 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import anyio.lowlevel
 
-from huddle.client.connection import Connection, connect
+from huddle.client.anyio_runtime import loop_ms
+from huddle.client.checks import checked_offsets, checked_partitions, require_type
+from huddle.client.connection import Connection
+from huddle.client.connection_errors import ConnectionClosedError
 from huddle.client.consumer_core import ConsumerCore, Reconcile
-from huddle.client.events import MemberFailedError, StableTimeoutError
+from huddle.client.discovery import bootstrap_addresses, connect_coordinator
+from huddle.client.events import (
+    CommitFailedError,
+    MemberFailedError,
+    NotConnectedError,
+    StableTimeoutError,
+)
 from huddle.client.listener import Callbacks, ListenerLike, RebalanceListener
-from huddle.client.member import Member
+from huddle.client.member import REQUEST_PARTITIONS, Member, _by_topic, fetch_committed
 from huddle.client.security import NO_SECURITY, Security
 from huddle.client.steps import MemberState
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import InvalidArgumentError, UsageError
+from huddle.protocol.errors import (
+    ClientError,
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    InvalidArgumentError,
+    UsageError,
+    error_name,
+    raise_for,
+    to_code,
+)
 from huddle.protocol.messages import (
     ConsumerAssignmentChanged,
     ConsumerHeartbeatResponse,
     ErrorResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 
 log = library_logger("huddle.member")
 _REQUEST_TIMEOUT_S = 10.0
 
 
+# answered so, a commit is refused for the member's epoch: it is not (or no longer) in it
+_COMMIT_FENCED = frozenset(
+    {ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION}
+)
+
+
+class _NotCoordinatorError(ClientError, ConnectionError):
+    """The node answered that it does not coordinate the group (now): find it again."""
+
+
+# a connection lost, or no coordinator found yet: the member connects again after a backoff
+_RECONNECT = (ConnectionClosedError, CoordinatorNotAvailableError, OSError, TimeoutError)
+
+
+def _topic_names(topics: Sequence[str]) -> list[str]:
+    if isinstance(topics, str) or not all(isinstance(t, str) and t for t in topics):
+        raise InvalidArgumentError("topics is a list of topic names (non-empty strings)")
+    return list(topics)
+
+
+def _regex(topics: Sequence[str] | None, pattern: str | re.Pattern[str] | None) -> str | None:
+    """The pattern as the regular expression the coordinator matches (RE2: a whole-name
+    match, Kafka's ``SubscriptionPattern``); a subscription is topics or a pattern."""
+    if (topics is None) == (pattern is None) or topics == []:
+        raise InvalidArgumentError("give topics or a pattern (one of them)")
+    if isinstance(pattern, re.Pattern):
+        return pattern.pattern
+    if pattern is not None and (not isinstance(pattern, str) or not pattern):
+        raise InvalidArgumentError("pattern is a non-empty str or a compiled re.Pattern")
+    return pattern
+
+
 class ConsumerProtocolMember(Member):
     """A ``Member`` on the consumer group protocol; made by ``Member(...,
     group_protocol="consumer")``. ``assignors`` are the coordinator's then (not sent); a
-    ``pattern``, ``commit`` and ``subscribe`` are not served on this protocol yet."""
+    ``pattern`` is matched by the coordinator (RE2, whole names)."""
 
     def __init__(  # the classic Member's signature: a Member is made with it
         self,
@@ -62,23 +116,26 @@ class ConsumerProtocolMember(Member):
         listener: ListenerLike | None = None,
         client_id: str = "huddle-member",
         retry_backoff_ms: int = 100,
+        max_retry_backoff_ms: int = 1_000,
         security: Security = NO_SECURITY,
         group_protocol: str = "consumer",
         **classic_only: Any,
     ) -> None:
-        if pattern is not None or not topics:
-            raise InvalidArgumentError(
-                "group_protocol='consumer' takes a list of topics (no pattern yet)"
-            )
+        regex = _regex(topics, pattern)
+        bootstrap_addresses(bootstrap)  # a malformed list: InvalidArgumentError, now
         self._bootstrap = bootstrap
         self._client_id = client_id
         self._security = security
         self._incarnation = secrets.token_bytes(16)
         self._backoff_s = retry_backoff_ms / 1000
+        self._max_backoff_s = max(max_retry_backoff_ms, retry_backoff_ms) / 1000
+        self._connects = 0  # connection attempts that failed (which bootstrap address next)
+        self._failures = 0  # in a row, since a heartbeat was last answered
         self._callbacks = Callbacks(listener if listener is not None else RebalanceListener())
         self._consumer = ConsumerCore(
             group_id=group_id,
-            topics=list(topics),
+            topics=_topic_names(topics or ()),
+            pattern=regex,
             instance_id=instance_id,
             rebalance_timeout_ms=rebalance_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
@@ -97,6 +154,10 @@ class ConsumerProtocolMember(Member):
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions the member owns: none once its session may have run out while it
+        could reach no coordinator, even before ``on_partitions_lost`` has run."""
+        if not self._consumer.may_own(loop_ms()):
+            return frozenset()
         return self._consumer.owned
 
     @property
@@ -146,16 +207,60 @@ class ConsumerProtocolMember(Member):
 
     @property
     def subscription(self) -> list[str]:
-        return list(self._consumer.topics)
+        """The topics the member subscribes to by name; with a pattern (which the
+        coordinator matches), the topics of the partitions it owns."""
+        core = self._consumer
+        if core.pattern is None:
+            return list(core.topics)
+        return sorted({tp.topic for tp in core.owned} | set(core.topics))
 
     async def subscribe(self, topics: Sequence[str]) -> None:
-        raise UsageError("subscribe() is not served with group_protocol='consumer' yet")
+        """Subscribe to ``topics`` instead (a pattern given before is dropped): the next
+        heartbeat, sent at once, tells the coordinator, and the member revokes what the new
+        target takes away (partitions of topics it dropped) and takes what it gives."""
+        self._consumer.subscribe(_topic_names(topics))
+        self._wake.set()
+        await anyio.lowlevel.checkpoint()
 
-    async def commit(self, *args: Any, **kwargs: Any) -> None:
-        raise UsageError("commit() is not served with group_protocol='consumer' yet")
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], *, metadata: str | None = None
+    ) -> None:
+        """Commit offsets at the member's epoch, as the classic ``Member.commit`` does in
+        its generation. Raises CommitFailedError when the coordinator refuses the epoch
+        (STALE_MEMBER_EPOCH: the member's epoch moved on and it has not heard yet;
+        UNKNOWN_MEMBER_ID: it is no longer in the group; ILLEGAL_GENERATION: the
+        coordinator holds no such group), the registered HuddleError for other refusals."""
+        items = checked_offsets(offsets)
+        if metadata is not None:
+            require_type("metadata", metadata, str, "a str or None")
+        conn = self._serving()
+        for chunk in _by_topic(items, REQUEST_PARTITIONS):
+            request = self._consumer.commit_request(chunk, metadata)
+            response = await conn.request_loaded(request, timeout=_REQUEST_TIMEOUT_S)
+            code = to_code(response.error_code)
+            message = getattr(response, "error_message", None) or ""
+            if code in _COMMIT_FENCED:
+                raise CommitFailedError(code, message)
+            raise_for(code, message)
+            for topic in getattr(response, "topics", ()):
+                for p in topic.partitions:
+                    raise_for(p.error_code, f"{topic.name}-{p.partition}")
 
-    async def committed(self, *args: Any, **kwargs: Any) -> dict[TopicPartition, int | None]:
-        raise UsageError("committed() is not served with group_protocol='consumer' yet")
+    async def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The committed offset of each partition, None where nothing is committed."""
+        conn = self._serving()
+
+        async def fetch(request: OffsetFetchRequest) -> OffsetFetchResponse:
+            return await conn.call(request, OffsetFetchResponse, timeout=_REQUEST_TIMEOUT_S)
+
+        return await fetch_committed(fetch, self._consumer.group_id, checked_partitions(partitions))
+
+    def _serving(self) -> Connection:
+        if self._conn is None:
+            raise NotConnectedError("the member is not connected to the coordinator")
+        return self._conn
 
     def _stable(self) -> bool:
         return self._conn is not None and self._settled and self._consumer.epoch > 0
@@ -181,17 +286,24 @@ class ConsumerProtocolMember(Member):
 
     async def _run(self) -> None:
         try:
-            async with connect(
-                self._bootstrap,
-                client_id=self._client_id,
-                security=self._security,
-                incarnation=self._incarnation,
-            ) as conn:
-                self._conn = conn
-                assert self._tg is not None
-                self._tg.start_soon(self._read_notices, conn)
-                await self._heartbeats(conn)
-        except Exception as exc:  # a refusal, the connection lost, the listener raising
+            while not self._closing:
+                try:
+                    async with self._coordinator() as conn:
+                        self._conn = conn
+                        self._notify()
+                        assert self._tg is not None
+                        self._tg.start_soon(self._read_notices, conn)
+                        await self._heartbeats(conn)
+                    return  # closed, and left
+                except _RECONNECT as exc:  # lost: found again after a backoff, at its epoch
+                    self._lost_connection(exc)
+                finally:
+                    self._conn = None
+                    self._notify()
+                self._wake = anyio.Event()  # set by a close (or the old connection's end)
+                await self._wait_offline(self._backoff())
+            await self._closed_while_disconnected()
+        except Exception as exc:  # a refusal, the listener raising
             if not self._closing:
                 code = (
                     exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
@@ -204,12 +316,78 @@ class ConsumerProtocolMember(Member):
             self._closed = True
             self._notify()
 
+    @asynccontextmanager
+    async def _coordinator(self) -> AsyncIterator[Connection]:
+        """A connection to the node that coordinates the group now (a cluster's owner of its
+        shard), asking the bootstrap addresses from the next one after each failure; a
+        refusal of the member (authentication, authorization) is raised as it came."""
+        self._wake = anyio.Event()
+        async with connect_coordinator(
+            self._bootstrap,
+            self._consumer.group_id,
+            client_id=self._client_id,
+            timeout=_REQUEST_TIMEOUT_S,
+            start=self._connects,
+            security=self._security,
+            incarnation=self._incarnation,
+        ) as conn:
+            self._log.info("member_connected", member_id=self.member_id, node=conn.bootstrap)
+            yield conn
+
+    def _lost_connection(self, exc: BaseException) -> None:
+        self._connects += 1  # the next attempt asks another bootstrap address first
+        self._failures += 1
+        self._consumer.disconnected()
+        self._settled = False
+        self._log.info(
+            "member_disconnected",
+            member_id=self.member_id,
+            member_epoch=self._consumer.epoch,
+            reason=str(exc) or type(exc).__name__,
+        )
+
+    async def _wait_offline(self, wait_s: float) -> None:
+        """Wait ``wait_s`` between connection attempts (a close ends it), and once the
+        member's session may have run out meanwhile, lose what it owns: the coordinator
+        may have given it to others. Its epoch stays: a coordinator that still knows it
+        gives the partitions back, one that fenced it answers UNKNOWN_MEMBER_ID."""
+        deadline = self._consumer.session_deadline()
+        if deadline is not None:
+            wait_s = min(wait_s, max(deadline - loop_ms(), 0) / 1000)
+        with anyio.move_on_after(wait_s):
+            await self._wake.wait()
+        if not self._consumer.may_own(loop_ms()):
+            self._log.info("session_expired_offline", partitions=len(self._consumer.owned))
+            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+            self._consumer.lost()
+            self._settled = False
+            self._notify()
+
+    def _backoff(self) -> float:
+        """Seconds to wait before the next connection attempt: ``retry_backoff_ms``,
+        doubling with each failure in a row, up to ``max_retry_backoff_ms``."""
+        if self._closing:
+            return 0.0
+        return min(self._backoff_s * 2.0 ** max(self._failures - 1, 0), self._max_backoff_s)
+
+    async def _closed_while_disconnected(self) -> None:
+        """Closed with no coordinator to leave through: what it owns may be given to others
+        once its session ends, so it is lost (as the classic member's)."""
+        if self._consumer.owned:
+            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+        self._consumer.left()
+
     async def _heartbeats(self, conn: Connection) -> None:
         core = self._consumer
         while not self._closing:
             self._wake = anyio.Event()
+            sent = loop_ms()
             answer = await self._beat(conn)
-            step = core.answered(answer)
+            step = core.answered(answer, sent)
+            if step.find:
+                said = error_name(answer.error_code)
+                raise _NotCoordinatorError(f"the coordinator answered {said}")
+            self._failures = 0  # answered: the next loss backs off from the start
             await self._reconcile(step)
             self._settled = not (step.again or step.retry)
             self._notify()
@@ -247,8 +425,10 @@ class ConsumerProtocolMember(Member):
             return
         if core.owned:
             await self._callbacks.call("on_partitions_revoked", core.owned)
-        with anyio.move_on_after(_REQUEST_TIMEOUT_S):
+        try:
             await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
+        except _RECONNECT as exc:  # its session ends at the coordinator instead
+            self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
         core.left()
 
     async def _read_notices(self, conn: Connection) -> None:
@@ -258,6 +438,10 @@ class ConsumerProtocolMember(Member):
                 and notice.member_id == self._consumer.member_id
             ):
                 self._wake.set()
+        # the stream ends with the connection: the heartbeat loop finds it closed now, once a
+        # callback running returns (a callback is never cut off)
+        if self._conn is conn:
+            self._wake.set()
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from huddle.client.events import (
     Rejoin,
     SessionExpired,
 )
-from huddle.client.generation import Generation
+from huddle.client.generation import Generation, offset_commit
 from huddle.client.heartbeat import LIVENESS, HeartbeatTimer, Liveness
 from huddle.client.member_core import MemberCore, MemberState, Next, Step
 from huddle.client.partition_counts import PartitionCounts
@@ -34,10 +34,8 @@ from huddle.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     LeaveGroupRequest,
-    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
-    OffsetCommitTopic,
     RebalanceStarted,
     Response,
     TopicMetadataChanged,
@@ -358,21 +356,13 @@ class MemberDriver:
     ) -> OffsetCommitRequest:
         """An OffsetCommit of ``chunk`` (topic -> [(partition, offset)]) in ``generation``."""
         core = self.core
-        return OffsetCommitRequest(
-            group_id=core.config.group_id,
-            generation_id=generation.id,
-            member_id=generation.member_id,
-            group_instance_id=core.config.instance_id,
-            topics=[
-                OffsetCommitTopic(
-                    name=topic,
-                    partitions=[
-                        OffsetCommitPartition(partition=p, offset=offset, metadata=metadata)
-                        for p, offset in partitions
-                    ],
-                )
-                for topic, partitions in chunk.items()
-            ],
+        return offset_commit(
+            core.config.group_id,
+            generation.id,
+            generation.member_id,
+            core.config.instance_id,
+            chunk,
+            metadata,
         )
 
     def commit_response(

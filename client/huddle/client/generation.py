@@ -1,10 +1,17 @@
-"""The generation of the group a member is in, as that member knows it."""
+"""The generation of the group a member is in, as that member knows it, and the offset
+commit a member makes in it (``offset_commit``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from huddle.protocol.messages import NO_GENERATION
+from huddle.protocol.messages import (
+    NO_GENERATION,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +47,31 @@ class Generation:
 
 
 NOT_JOINED = Generation()
+
+
+def offset_commit(
+    group_id: str,
+    generation: int,
+    member_id: str,
+    instance_id: str | None,
+    chunk: Mapping[str, Sequence[tuple[int, int]]],
+    metadata: str | None,
+) -> OffsetCommitRequest:
+    """An OffsetCommit of ``chunk`` (topic -> [(partition, offset)]) by ``member_id`` in
+    ``generation`` (a consumer-protocol member's: its member epoch)."""
+    return OffsetCommitRequest(
+        group_id=group_id,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=instance_id,
+        topics=[
+            OffsetCommitTopic(
+                name=topic,
+                partitions=[
+                    OffsetCommitPartition(partition=p, offset=offset, metadata=metadata)
+                    for p, offset in partitions
+                ],
+            )
+            for topic, partitions in chunk.items()
+        ],
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -332,23 +332,15 @@ class Member:
     ) -> dict[TopicPartition, int | None]:
         """The committed offset of each partition, None where nothing is committed (in
         requests of at most ``REQUEST_PARTITIONS`` partitions)."""
-        wanted = [(tp, None) for tp in checked_partitions(partitions)]
+        wanted = checked_partitions(partitions)
         conn = self._runtime.require_connection()
-        found: dict[TopicPartition, int | None] = {}
-        for chunk in _by_topic(wanted, REQUEST_PARTITIONS):
-            request = OffsetFetchRequest(
-                group_id=self._core.config.group_id,
-                topics=[
-                    OffsetFetchTopic(name=t, partitions=[p for p, _ in ps])
-                    for t, ps in chunk.items()
-                ],
-            )
+
+        async def fetch(request: OffsetFetchRequest) -> OffsetFetchResponse:
             response = await self._runtime.request(conn, request, OffsetFetchResponse, loaded=True)
             raise_for(response.error_code, response.error_message)
-            for t in response.topics:
-                for p in t.partitions:
-                    found[TopicPartition(t.name, p.partition)] = p.offset if p.offset >= 0 else None
-        return found
+            return response
+
+        return await fetch_committed(fetch, self._core.config.group_id, wanted)
 
     def _post(self, event: Event) -> None:
         """Queue ``event`` for the main loop (as the runtime's own tasks do)."""
@@ -428,3 +420,22 @@ def _by_topic(
         for tp, value in items[start : start + size]:
             chunk.setdefault(tp.topic, []).append((tp.partition, value))
         yield chunk
+
+
+async def fetch_committed(
+    fetch: Callable[[OffsetFetchRequest], Awaitable[OffsetFetchResponse]],
+    group_id: str,
+    partitions: Sequence[TopicPartition],
+) -> dict[TopicPartition, int | None]:
+    """The committed offset of each of ``partitions`` of ``group_id`` (None: nothing
+    committed), asked with ``fetch`` in requests of at most ``REQUEST_PARTITIONS``."""
+    found: dict[TopicPartition, int | None] = {}
+    for chunk in _by_topic([(tp, None) for tp in partitions], REQUEST_PARTITIONS):
+        topics = [
+            OffsetFetchTopic(name=t, partitions=[p for p, _ in ps]) for t, ps in chunk.items()
+        ]
+        response = await fetch(OffsetFetchRequest(group_id=group_id, topics=topics))
+        for t in response.topics:
+            for p in t.partitions:
+                found[TopicPartition(t.name, p.partition)] = p.offset if p.offset >= 0 else None
+    return found

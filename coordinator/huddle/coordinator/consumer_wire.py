@@ -10,7 +10,10 @@ dir's journal, or etcd). A pushed notice is not held: it carries no state, only 
 now", and that heartbeat's answer waits behind the write. It remembers the
 connection each member last heartbeated on and pushes it a ``ConsumerAssignmentChanged``
 when the service names the member (its next heartbeat would be answered differently), so
-a huddle member reconciles at once rather than at its next heartbeat interval. A peer that
+a huddle member reconciles at once rather than at its next heartbeat interval. An
+``OffsetCommitRequest`` by a consumer group's member at its epoch is checked against the
+member's epoch by the Kafka listener's rule (``ConsumerGroups.check_offsets``, set as the
+core's ``Offsets.consumer_commit``). A peer that
 handshook with protocol version 1 does not know these messages: its request is answered
 UNSUPPORTED_VERSION.
 """
@@ -31,6 +34,7 @@ from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.huddle_wire import HuddleWire
+from huddle.coordinator.kafka.consumer_groups import OFFSET_COMMIT_EPOCH_FROM, ConsumerGroups
 from huddle.coordinator.mixed_groups import MixedGroups, classic_snapshot, drop_classic
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
@@ -146,9 +150,18 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     MixedGroups(server, service)  # the Kafka listener's classic members of consumer groups
     server.core.admin.consumer = service
     server.core.joins.consumer_group = service.refuses_classic  # huddle's wire's JoinGroup
+    # huddle's wire's OffsetCommit at a member epoch, checked as the Kafka listener's v9+
+    checks = ConsumerGroups(service)
+    server.core.offsets.consumer_commit = lambda group_id, member_id, epoch: _code(
+        checks.check_offsets(group_id, member_id, epoch, OFFSET_COMMIT_EPOCH_FROM, commit=True)
+    )
     if server.metrics is not None:
         server.metrics.consumer = service
     return service
+
+
+def _code(checked: int | None) -> ErrorCode | None:
+    return None if checked is None else ErrorCode(checked)
 
 
 class HuddleConsumer:
@@ -179,7 +192,7 @@ class HuddleConsumer:
                 self.members.pop(key, None)
             elif conn.wire.listener == HuddleWire.listener:  # a Kafka client gets no notice
                 self.members[key] = conn.conn_id
-            response = wire_answer(answer)
+            response = wire_answer(answer, self.service.core.config.session_timeout_ms)
         return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=response))]
 
     def tell(self, group_id: str, member_id: str, target_epoch: int) -> None:
@@ -218,7 +231,7 @@ def core_request(req: ConsumerHeartbeatRequest) -> CoreRequest:
     )
 
 
-def wire_answer(answer: HeartbeatAnswer) -> ConsumerHeartbeatResponse:
+def wire_answer(answer: HeartbeatAnswer, session_timeout_ms: int = 0) -> ConsumerHeartbeatResponse:
     assignment = None
     if answer.assignment is not None:
         assignment = [
@@ -233,4 +246,5 @@ def wire_answer(answer: HeartbeatAnswer) -> ConsumerHeartbeatResponse:
         member_epoch=answer.member_epoch,
         heartbeat_interval_ms=answer.heartbeat_interval_ms,
         assignment=assignment,
+        session_timeout_ms=0 if answer.error else session_timeout_ms,
     )

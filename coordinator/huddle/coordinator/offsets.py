@@ -3,6 +3,11 @@
 Which commits a generation fence lets through is a part of its own (``CommitFence``,
 ``fence_by_generation`` by default) that the core is given: the simulator passes a faulty
 one to prove it finds the bug (``huddle.sim.faulty_offsets``); nothing else does.
+
+A consumer-protocol group's (KIP-848) commit names a member id and its member epoch in
+``generation_id``: the server's consumer service checks it (``consumer_commit``, as the
+Kafka listener's OffsetCommit v9+ is checked: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), and one
+that passes is kept as a commit from outside any classic group.
 """
 
 from __future__ import annotations
@@ -44,6 +49,13 @@ _NONE: Committed = (-1, None, 0)  # what a partition with no committed offset sh
 CommitFence = Callable[[Group, int], Refusal | None]
 
 
+# A consumer-protocol group's check of a commit by ``member_id`` at ``epoch`` (KIP-848):
+# None when ``group_id`` is no consumer group (the classic rules apply), NONE when it passes,
+# else the code it is refused with (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH). The server's
+# consumer service sets it (``Offsets.consumer_commit``).
+ConsumerCommitCheck = Callable[[str, str, int], ErrorCode | None]
+
+
 def fence_by_generation(group: Group, generation: int) -> Refusal | None:
     """A member commits only in the group's current generation (Kafka's rule)."""
     if generation != group.generation:
@@ -73,6 +85,7 @@ class Offsets:
         # offsets a topic's change drops are kept deleted one by one (a cluster node: etcd
         # has no journal whose topic records would drop them on a replay)
         self.keep_forgotten = False
+        self.consumer_commit: ConsumerCommitCheck | None = None
 
     def commit(self, fx: Effects, peer: Peer, cid: int, req: OffsetCommitRequest) -> None:
         waiter = (peer.conn_id, cid)
@@ -144,8 +157,12 @@ class Offsets:
         if not req.group_id:
             return None, Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
         groups = self.sessions.groups
-        group = groups.get(req.group_id)
         simple = req.generation_id < 0 and not req.member_id
+        if self.consumer_commit is not None and not simple:
+            checked = self.consumer_commit(req.group_id, req.member_id, req.generation_id)
+            if checked is not None:
+                return self._by_member_epoch(req, checked)
+        group = groups.get(req.group_id)
         if group is None:
             if req.generation_id >= 0:
                 return None, Refusal(E.ILLEGAL_GENERATION, f"no group {req.group_id!r} is running")
@@ -176,6 +193,21 @@ class Offsets:
         if gone is not None:
             return group, gone
         self.sessions.touch(fx, member)
+        return group, None
+
+    def _by_member_epoch(
+        self, req: OffsetCommitRequest, checked: ErrorCode
+    ) -> tuple[Group | None, Refusal | None]:
+        """A consumer-protocol member's commit at its epoch, ``checked``: refused with that
+        code, or kept with the group's offsets (a classic group that only stores them, as a
+        commit from outside the group is: the Kafka listener's are made so)."""
+        if checked != E.NONE:
+            why = f"member {req.member_id!r} of consumer group {req.group_id!r}"
+            return None, Refusal(checked, f"{why} is not at epoch {req.generation_id}")
+        groups = self.sessions.groups
+        group = groups.get(req.group_id)
+        if group is None:
+            group = groups[req.group_id] = Group(req.group_id)
         return group, None
 
     def fetch(self, fx: Effects, peer: Peer, cid: int, req: OffsetFetchRequest) -> None:

@@ -63,6 +63,9 @@ class ConsumerHeartbeatResponse(
     heartbeat_interval_ms: int = 0
     # None: unchanged since the last answer (the member keeps what it has)
     assignment: list[ConsumerTopicPartitions] | None = None
+    # the coordinator's session timeout: a member not heard from this long is fenced (0: not
+    # said). A member cut off counts its partitions lost once it may have run out.
+    session_timeout_ms: int = 0
 
 
 class ConsumerAssignmentChanged(

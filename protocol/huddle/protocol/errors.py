@@ -60,6 +60,7 @@ class ErrorCode(IntEnum):
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
 
     @classmethod
@@ -320,6 +321,12 @@ class UnreleasedInstanceIdError(ServerError):
 
 class UnsupportedAssignorError(ServerError):
     code = ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+class StaleMemberEpochError(ServerError):
+    """An offset commit made at a member epoch that is not the member's (KIP-848)."""
+
+    code = ErrorCode.STALE_MEMBER_EPOCH
 
 
 class InvalidRegularExpressionError(ServerError):

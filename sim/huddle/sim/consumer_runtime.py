@@ -237,10 +237,10 @@ class ConsumerRuntime:
         step, self.then = self.then, None
         if step is None:
             return
-        self.settled = not (step.again or step.retry)
+        self.settled = not (step.again or step.retry or step.find)
         if step.again or self.woken:
             self.beat()
-        elif step.retry:
+        elif step.retry or step.find:  # one coordinator: asked again after the backoff
             self._wait(self.world.config.retry_backoff_ms)
         else:
             self._wait(self.core.heartbeat_interval_ms)

@@ -129,12 +129,14 @@ class UncheckedGroup(ConsumerGroup):
 class FencedKeepsCore(ConsumerCore):
     """``consumer-fenced-keeps``: a fenced member rejoins and keeps what it owned."""
 
-    def answered(self, answer: ConsumerHeartbeatResponse | ErrorResponse) -> Reconcile:
+    def answered(
+        self, answer: ConsumerHeartbeatResponse | ErrorResponse, sent_ms: float | None = None
+    ) -> Reconcile:
         if answer.error_code in REJOIN_CODES:
             self.epoch = JOIN_EPOCH
             self.full = True
             return Reconcile(again=True)
-        return super().answered(answer)
+        return super().answered(answer, sent_ms)
 
 
 @dataclass(frozen=True, slots=True)
