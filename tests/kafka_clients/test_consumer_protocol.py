@@ -5,13 +5,16 @@ consumer resumes from the offsets committed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Final
 
 import pytest
 from anyio.from_thread import start_blocking_portal
 
+from huddle.chaos.kafka_workers import brokers
 from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
+from huddle.chaos.kafka_workers.running import partitions_of
 from tests.kafka_clients.conftest import PARTITIONS, WAIT_S, KafkaGroup, require_client
 from tests.kafka_clients.test_mixed_groups import HuddleMembers, _balanced
 
@@ -105,3 +108,18 @@ def test_a_kafka_consumer_and_a_huddle_member_share_one_group(
     kafka.terminate()
     assert kafka.proc.wait(timeout=WAIT_S) == 0
     _balanced(g, huddle_members, "h1")
+
+
+def test_a_regex_subscription_shares_and_takes_a_topic_created_later(group: KafkaGroup) -> None:
+    """librdkafka sends a subscription starting with ``^`` as KIP-848's
+    SubscribedTopicRegex: the coordinator resolves it, and a topic created later that
+    matches is shared out too, with no consumer asked to subscribe again."""
+    g = group
+    later = f"{g.topic}-later"
+    pattern = f"^{re.escape(g.topic)}(-later)?$"
+    for name in ("m1", "m2"):
+        g.start(name, CLIENT, strategy=CONSUMER_PROTOCOL, topic=pattern)
+    g.balanced("m1", "m2")
+    brokers.create_topic(g.broker.bootstrap, later, PARTITIONS)
+    both = g.partitions | partitions_of(later, PARTITIONS)
+    g.drivers.wait(lambda: g.drivers.balanced(("m1", "m2"), both), WAIT_S, "m1, m2 own both topics")
