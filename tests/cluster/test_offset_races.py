@@ -10,13 +10,19 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
+import msgspec
 import pytest
 
 from huddle.coordinator.cluster.node import ClusterNode
-from huddle.coordinator.cluster.offsets import kept_offsets
+from huddle.coordinator.cluster.offsets import (
+    KeptOffset,
+    OffsetBlock,
+    block_key,
+    kept_offsets,
+)
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
-from huddle.coordinator.cluster.store import EtcdStore, StoreTimeoutError
+from huddle.coordinator.cluster.store import EtcdStore, Lease, StoreTimeoutError
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.storage.records import OffsetRecord
 from tests.etcd import Etcd, etcd
@@ -37,6 +43,8 @@ class HeldStore(EtcdStore):
 
     hold_next = False
     lands = False
+    fail_writes_after = -1  # write_if calls (a load's) made before one fails; -1: none
+    failed_lands = False  # whether that one is made before it fails
 
     def held(self, *, lands: bool = False) -> tuple[asyncio.Event, asyncio.Event]:
         self.entered, self.release = asyncio.Event(), asyncio.Event()
@@ -56,6 +64,23 @@ class HeldStore(EtcdStore):
             if not self.lands:
                 raise StoreTimeoutError("etcd did not answer within 3 s")
         return await super().write_fenced_all(epochs, puts, deletes)
+
+    async def write_if(
+        self,
+        revisions: Mapping[bytes, int],
+        puts: Mapping[bytes, bytes],
+        deletes: Sequence[bytes] = (),
+        *,
+        lease: Lease | None = None,
+    ) -> int | None:
+        if self.fail_writes_after == 0 and lease is None:  # not an epoch's renewal
+            self.fail_writes_after = -1
+            if self.failed_lands:
+                await super().write_if(revisions, puts, deletes)
+            raise StoreTimeoutError("etcd did not answer within 3 s")
+        if self.fail_writes_after > 0 and lease is None:
+            self.fail_writes_after -= 1
+        return await super().write_if(revisions, puts, deletes, lease=lease)
 
 
 @pytest.fixture
@@ -126,3 +151,58 @@ async def test_a_write_ending_after_its_shard_was_taken_up_again_is_not_acknowle
     assert await serving.write([serving.stamp(r) for r in _committed(serving, {1: 5})])
     assert await _kept(store) == {0: 10, 1: 5}  # the same as the node serves
     await node.leave()
+
+
+def _old_key(topic: str, partition: int) -> bytes:
+    """An offset's key as versions before blocks kept it (one key per partition)."""
+    return f"{PREFIX}/offsets/{SHARD}/{GROUP}/{topic}/{partition}".encode()
+
+
+@pytest.mark.parametrize("lands", [False, True], ids=["lost", "landed"])
+async def test_a_migration_cut_short_loses_no_offset_and_is_finished_by_the_next_load(
+    store: HeldStore, lands: bool
+) -> None:
+    """A shard kept one key per partition (an older version's) for two topics of 64
+    partitions: its load moves them to blocks in two transactions (130 operations). The
+    second one's outcome is unknown (it did not land, or landed unanswered): the load fails,
+    the shard is not served; taken up again, it is loaded with every offset, as blocks."""
+    for topic in ("a", "b"):
+        await store.put(f"{PREFIX}/topics/{topic}".encode(), b"64")
+        for p in range(64):
+            old = OffsetRecord(GROUP, topic, p, 1000 + p, "m", 1)
+            await store.put(_old_key(topic, p), msgspec.msgpack.encode(old))
+    store.fail_writes_after, store.failed_lands = 1, lands
+    await store.put(f"{PREFIX}/topics/t".encode(), b"10")
+    node = ClusterNode(
+        store, node_id="n1", advertise="127.0.0.1:9001", shards=SHARDS, prefix=PREFIX
+    )
+    serving = ClusterServing(
+        Coordinator(), store, node, now=time.monotonic, dispatch=lambda out: None, drain=_nothing
+    )
+    await serving.topics.load()
+    await node.register()
+    await node.reconcile()
+    assert not node.serves(SHARD)  # its load failed
+    assert store.fail_writes_after == -1
+    await node.reconcile()  # taken up again: under a renewed epoch, loaded from etcd
+    assert node.serves(SHARD)
+    expected = {(t, p): 1000 + p for t in ("a", "b") for p in range(64)}
+    committed = serving.core.groups[GROUP].offsets
+    assert {tp: kept[0] for tp, kept in committed.items()} == expected
+    keys = sorted(await store.keys(f"{PREFIX}/offsets/".encode()))
+    assert keys == sorted(block_key(PREFIX, SHARD, GROUP, t, 0) for t in ("a", "b"))
+    for key in keys:
+        entry = await store.get(key)
+        assert entry is not None
+        assert len(msgspec.msgpack.decode(entry.value, type=OffsetBlock).offsets) == 64
+    await node.leave()
+
+
+def test_a_node_of_the_older_layout_cannot_read_a_block_and_fails_its_load() -> None:
+    """What a node of the older version does with a block key: its load decodes every key
+    of a shard's offsets as one offset, and a block is not one (an error, the shard not
+    served), never an offset read wrong (served without the block's offsets)."""
+    block = OffsetBlock(GROUP, "t", [KeptOffset(p, 10 + p, "m", 1, 5) for p in range(3)])
+    older = msgspec.msgpack.Decoder(OffsetRecord)
+    with pytest.raises(msgspec.DecodeError):
+        older.decode(msgspec.msgpack.encode(block))
