@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 import msgspec
 import pytest
 
+from huddle.coordinator.cluster.fenced import MAX_TXN_OPS
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.offsets import (
     KeptOffset,
@@ -43,12 +44,13 @@ class HeldStore(EtcdStore):
 
     hold_next = False
     lands = False
+    skip = 0  # fenced writes made before the one held
     fail_writes_after = -1  # write_if calls (a load's) made before one fails; -1: none
     failed_lands = False  # whether that one is made before it fails
 
-    def held(self, *, lands: bool = False) -> tuple[asyncio.Event, asyncio.Event]:
+    def held(self, *, lands: bool = False, skip: int = 0) -> tuple[asyncio.Event, asyncio.Event]:
         self.entered, self.release = asyncio.Event(), asyncio.Event()
-        self.hold_next, self.lands = True, lands
+        self.hold_next, self.lands, self.skip = True, lands, skip
         return self.entered, self.release
 
     async def write_fenced_all(
@@ -57,7 +59,9 @@ class HeldStore(EtcdStore):
         puts: Mapping[bytes, bytes],
         deletes: Sequence[bytes] = (),
     ) -> list[bytes]:
-        if self.hold_next:
+        if self.hold_next and self.skip:
+            self.skip -= 1
+        elif self.hold_next:
             self.hold_next = False
             self.entered.set()
             await asyncio.wait_for(self.release.wait(), WAIT_S)
@@ -150,6 +154,44 @@ async def test_a_write_ending_after_its_shard_was_taken_up_again_is_not_acknowle
     # another member commits another partition of the same block on the new serving
     assert await serving.write([serving.stamp(r) for r in _committed(serving, {1: 5})])
     assert await _kept(store) == {0: 10, 1: 5}  # the same as the node serves
+    await node.leave()
+
+
+async def test_a_large_write_failing_after_its_shard_was_taken_up_again_is_not_acknowledged(
+    store: HeldStore,
+) -> None:
+    """The same with a commit of more blocks than a transaction holds (written in turn):
+    the first transaction lands, the second hangs while the shard is taken up again (loaded
+    with the first's blocks), then fails. It is not made again under the new serving's
+    epoch (before, it was, and acknowledged: the new serving's next commit to the block
+    undid it)."""
+    topics = [f"u{i}" for i in range(MAX_TXN_OPS + 1)]
+    for topic in topics:
+        await store.put(f"{PREFIX}/topics/{topic}".encode(), b"2")
+    node, serving = await _node(store, "n1")
+    last = topics[-1]
+
+    def commit(offset: int) -> list[OffsetRecord]:
+        records = [OffsetRecord(GROUP, topic, 0, offset) for topic in topics]
+        serving.core.load(records, time.monotonic())
+        return records
+
+    assert await serving.write([serving.stamp(r) for r in commit(10)])
+    entered, release = store.held(skip=1)
+    batch = asyncio.create_task(serving.write([serving.stamp(r) for r in commit(20)]))
+    await asyncio.wait_for(entered.wait(), WAIT_S)
+    node.depose(SHARD, "its lease's deadline passed (the test)")
+    await node.reconcile()
+    assert node.serves(SHARD)
+    release.set()
+    assert not await asyncio.wait_for(batch, WAIT_S)
+    assert node.serves(SHARD)
+    other = OffsetRecord(GROUP, last, 1, 7)  # the same block as the held write's
+    serving.core.load([other], time.monotonic())
+    assert await serving.write([serving.stamp(other)])
+    kept = await kept_offsets(store, PREFIX)
+    served = serving.core.groups[GROUP].offsets
+    assert kept[GROUP, last, 0].offset == served[last, 0][0] == 10  # as the new serving
     await node.leave()
 
 
