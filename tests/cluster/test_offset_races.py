@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from huddle.coordinator.cluster.fenced import MAX_TXN_OPS
+from huddle.coordinator.cluster.keeper import EtcdKeeper, Held
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.offsets import (
     KeptOffset,
@@ -25,7 +26,7 @@ from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore, Lease, StoreTimeoutError
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.storage.records import OffsetRecord
+from huddle.coordinator.storage.records import OffsetRecord, Record
 from tests.etcd import Etcd, etcd
 
 __all__ = ["etcd"]  # the fixture
@@ -45,6 +46,7 @@ class HeldStore(EtcdStore):
     hold_next = False
     lands = False
     skip = 0  # fenced writes made before the one held
+    late: asyncio.Task[list[bytes]] | None = None  # a held write cancelled, made on release
     fail_writes_after = -1  # write_if calls (a load's) made before one fails; -1: none
     failed_lands = False  # whether that one is made before it fails
 
@@ -64,9 +66,21 @@ class HeldStore(EtcdStore):
         elif self.hold_next:
             self.hold_next = False
             self.entered.set()
-            await asyncio.wait_for(self.release.wait(), WAIT_S)
+            try:
+                await asyncio.wait_for(self.release.wait(), WAIT_S)
+            except asyncio.CancelledError:  # its bytes are on their way all the same
+                self.late = asyncio.get_running_loop().create_task(
+                    self._late(epochs, puts, deletes)
+                )
+                raise
             if not self.lands:
                 raise StoreTimeoutError("etcd did not answer within 3 s")
+        return await super().write_fenced_all(epochs, puts, deletes)
+
+    async def _late(
+        self, epochs: Mapping[bytes, int], puts: Mapping[bytes, bytes], deletes: Sequence[bytes]
+    ) -> list[bytes]:
+        await asyncio.wait_for(self.release.wait(), WAIT_S)
         return await super().write_fenced_all(epochs, puts, deletes)
 
     async def write_if(
@@ -192,6 +206,44 @@ async def test_a_large_write_failing_after_its_shard_was_taken_up_again_is_not_a
     kept = await kept_offsets(store, PREFIX)
     served = serving.core.groups[GROUP].offsets
     assert kept[GROUP, last, 0].offset == served[last, 0][0] == 10  # as the new serving
+    await node.leave()
+
+
+async def test_a_batch_given_up_mid_write_lands_late_and_changes_nothing(store: HeldStore) -> None:
+    """The keeper gives a batch up (its write outlived the keeper's deadline: cancelled mid-
+    way), and its transaction reaches etcd only after the node took the shard up again and
+    acknowledged nothing yet: it is refused (the epoch was renewed), the batch was answered
+    NOT_COORDINATOR, and the new serving's next commit of the block keeps what it holds."""
+    node, serving = await _node(store, "n1")
+    released: list[Held] = []
+    refused: list[Held] = []
+    keeper = EtcdKeeper(
+        asyncio.get_running_loop(),
+        serving.write,
+        stamp=serving.stamp,
+        release=released.extend,
+        refuse=refused.extend,
+        deadline_s=0.5,
+        give_up=serving.give_up,
+    )
+    keeper.hold(list[Record](_committed(serving, {0: 10})), 1, None, [])
+    await asyncio.wait_for(keeper.drain(), WAIT_S)
+    entered, release = store.held()
+    keeper.hold(list[Record](_committed(serving, {0: 20})), 2, None, [])
+    keeper.submit()
+    await asyncio.wait_for(entered.wait(), WAIT_S)
+    await asyncio.wait_for(keeper.drain(), WAIT_S)  # given up at its deadline
+    assert [conn for conn, _, _ in refused] == [2]
+    assert not node.serves(SHARD)
+    await node.reconcile()
+    assert node.serves(SHARD)
+    release.set()
+    assert store.late is not None
+    assert await asyncio.wait_for(store.late, WAIT_S)  # refused: its owner key moved on
+    keeper.hold(list[Record](_committed(serving, {1: 5})), 3, None, [])
+    await asyncio.wait_for(keeper.drain(), WAIT_S)
+    assert [conn for conn, _, _ in released] == [1, 3]
+    assert await _kept(store) == {0: 10, 1: 5}
     await node.leave()
 
 
