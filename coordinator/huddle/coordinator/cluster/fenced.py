@@ -15,7 +15,10 @@ written again without them (at most ``COMPARE_RETRIES`` times; then the shards l
 served either, and are taken up again from etcd). A transaction whose outcome is unknown (no
 answer within its deadline, its connection lost) may still land later: every shard in it
 has its epoch renewed (that write is refused wherever it lands) and the changes are made
-again once under the new epochs; a shard that cannot be renewed is no longer served.
+again once under the new epochs; a shard that cannot be renewed is no longer served. Only
+the epoch a change was made under is renewed, never a later serving's (the shard lost and
+taken up again while the write was under way: that serving loaded etcd without this change,
+so it is not written under it; the pass is not kept, and that serving goes on).
 
 Nothing here is acknowledged: ``write`` tells the keeper (``EtcdKeeper``) whether every
 change was kept, and only then do the answers go out.
@@ -141,8 +144,8 @@ class FencedWriter:
             except Exception as exc:
                 log.error("shard_write_failed", shards=sorted(epochs), error=type(exc).__name__)
                 if renewed:
-                    for shard in epochs:
-                        self.node.depose(shard, f"a write failed: {type(exc).__name__}")
+                    for shard, epoch in epochs.items():
+                        self.node.depose(shard, f"a write failed: {type(exc).__name__}", epoch)
                     return False
                 epochs, all_renewed = await self._renew(epochs)
                 kept = kept and all_renewed
@@ -152,12 +155,13 @@ class FencedWriter:
                 return kept
             kept = False
             for shard in moved:
-                self.node.depose(shard, f"etcd refused a write fenced on epoch {epochs[shard]}")
+                why = f"etcd refused a write fenced on epoch {epochs[shard]}"
+                self.node.depose(shard, why, epochs[shard])
                 del epochs[shard]
             retries += 1
             if retries > COMPARE_RETRIES:
-                for shard in epochs:
-                    self.node.depose(shard, "its epoch was refused too often in one pass")
+                for shard, epoch in epochs.items():
+                    self.node.depose(shard, "its epoch was refused too often in one pass", epoch)
                 return False
         return kept
 
@@ -183,11 +187,12 @@ class FencedWriter:
         """Each shard's epoch renewed (a write under the old one had an unknown outcome):
         the new epochs of those renewed, and whether all were (the others are not served)."""
         shards = list(epochs)
-        renewed = await asyncio.gather(*(self.node.renew(shard) for shard in shards))
+        renewed = await asyncio.gather(*(self.node.renew(s, epochs[s]) for s in shards))
         again = {s: e for s, e in zip(shards, renewed, strict=True) if e is not None}
         for shard in shards:
             if shard not in again:
-                self.node.depose(shard, "a write failed and its epoch could not be renewed")
+                why = "a write failed and its epoch could not be renewed"
+                self.node.depose(shard, why, epochs[shard])
         return again, len(again) == len(shards)
 
     async def _write_large(self, shard: int, changes: Changes) -> bool:
@@ -206,14 +211,14 @@ class FencedWriter:
                 moved = await self._txn({shard: epoch}, {shard: chunk})
             except Exception as exc:
                 log.error("shard_write_failed", shard=shard, error=type(exc).__name__)
-                again = None if renewed else await self.node.renew(shard)
+                again = None if renewed else await self.node.renew(shard, epoch)
                 if again is None:
-                    self.node.depose(shard, f"a write failed: {type(exc).__name__}")
+                    self.node.depose(shard, f"a write failed: {type(exc).__name__}", epoch)
                     return False
                 epoch, renewed = again, True
                 continue
             if moved:
-                self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}")
+                self.node.depose(shard, f"etcd refused a write fenced on epoch {epoch}", epoch)
                 return False
             i += 1
         return True

@@ -174,8 +174,12 @@ class ClusterNode:
             self._owned.clear()
             self.listener.shards_lost(lost, why)
 
-    def depose(self, shard: int, why: str) -> None:
-        """Stop serving ``shard`` (a write fenced on its epoch was refused, or failed)."""
+    def depose(self, shard: int, why: str, epoch: int | None = None) -> None:
+        """Stop serving ``shard`` (a write fenced on its epoch was refused, or failed); if
+        ``epoch`` is given, only if the shard is served under it (a write made under an
+        epoch a later serving has moved on from says nothing of that serving)."""
+        if epoch is not None and self._owned.get(shard) != epoch:
+            return
         if self._owned.pop(shard, None) is not None:
             log.warning("shard_deposed", node=self.node_id, shard=shard, why=why)
             self.listener.shards_lost([shard], why)
@@ -435,22 +439,25 @@ class ClusterNode:
         if self.lease is lease:
             self.reconciled_at = self.clock()
 
-    async def renew(self, shard: int) -> int | None:
-        """Move the epoch of a shard this node serves on (a write made under it has an
-        unknown outcome: from now on it is refused wherever it lands), the serving going on
-        under the new one; None if it is no longer served, or could not be (then it is not
-        served any more)."""
-        epoch, lease = self._owned.get(shard), self.lease
-        if epoch is None or lease is None:
+    async def renew(self, shard: int, epoch: int) -> int | None:
+        """Move the epoch of a shard this node serves under ``epoch`` on (a write made under
+        it has an unknown outcome: from now on it is refused wherever it lands), the serving
+        going on under the new one; None if it is no longer served under ``epoch``, or could
+        not be (then it is not served any more). A shard served under another epoch is a
+        later serving, loaded from etcd after that epoch was left: it is not renewed (the
+        write would be made again under it, which it does not hold) and goes on."""
+        lease = self.lease
+        if self._owned.get(shard) != epoch or lease is None:
             return None
         key = self._key("shards", str(shard))
         try:
             renewed = await self.store.renew(key, self.node_id.encode(), epoch, lease)
         except Exception as exc:  # its outcome unknown too: served again, renewed again
-            self.depose(shard, f"its epoch could not be renewed: {type(exc).__name__}")
+            why = f"its epoch could not be renewed: {type(exc).__name__}"
+            self.depose(shard, why, epoch)
             return None
         if renewed is None:
-            self.depose(shard, "another epoch holds it")
+            self.depose(shard, "another epoch holds it", epoch)
             return None
         if self._owned.get(shard) != epoch:
             return None  # deposed meanwhile: the next serving renews it again
