@@ -25,6 +25,17 @@ The runtime (``huddle.client.consumer_member``) performs a ``Reconcile``, tells 
 what it did (``revoked``, ``assigned``, ``lost``), and heartbeats again at once when the
 answer changed something (that heartbeat acknowledges it) or when the coordinator pushes a
 ``ConsumerAssignmentChanged``; otherwise at the heartbeat interval.
+
+While the callbacks of a ``Reconcile`` run (between ``callbacks_begin`` and
+``callbacks_done``), the runtime goes on heartbeating at the interval, as a Kafka consumer's
+background thread does, so that a callback slower than the session timeout (within the
+rebalance timeout) costs nothing. Those heartbeats keep the session alive and nothing more:
+they report what the member owns still (a partition being revoked is owned until its
+``on_partitions_revoked`` returned), and their answers start no callback. A new target they
+bring is reconciled once the running callbacks are done (``callbacks_done`` returns it); a
+fence makes the member skip the callbacks left (it runs none on partitions it no longer
+holds) and lose what it owns once the running one returned. The coordinator still fences a
+member whose revocation outlasts its rebalance timeout.
 """
 
 from __future__ import annotations
@@ -87,6 +98,9 @@ class ConsumerCore:
     full: bool = True
     session_timeout_ms: int = 0  # the coordinator's, as its answers say (0: not said)
     proved_ms: float | None = None  # when the last heartbeat answered in the group was sent
+    busy: bool = False  # a reconciliation's callbacks run: heartbeats only keep it alive
+    abandoned: bool = False  # fenced while they ran: the callbacks left are skipped
+    later: frozenset[TopicPartition] | None = None  # a target answered while they ran
 
     def request(self) -> ConsumerHeartbeatRequest:
         owned = _by_topic(self.owned)
@@ -144,6 +158,9 @@ class ConsumerCore:
             lost = self.owned
             self.epoch = JOIN_EPOCH
             self.full = True
+            if self.busy:  # lost once the callback running returned
+                self.abandoned = True
+                return Reconcile()
             return Reconcile(lost=lost, again=True)
         if code in FIND_CODES:
             self.full = True
@@ -165,8 +182,41 @@ class ConsumerCore:
         target = frozenset(
             TopicPartition(t.topic, p) for t in answer.assignment for p in t.partitions
         )
+        if self.busy:  # reconciled once the callbacks running are done
+            self.later = target
+            return Reconcile()
+        return self._toward(target)
+
+    def _toward(self, target: frozenset[TopicPartition]) -> Reconcile:
         revoke, assign = self.owned - target, target - self.owned
         return Reconcile(revoke=revoke, assign=assign, again=bool(revoke or assign))
+
+    # --- while callbacks run ---------------------------------------------------------------
+
+    def callbacks_begin(self) -> None:
+        """The callbacks of a ``Reconcile`` begin: until ``callbacks_done``, answers to the
+        heartbeats sent meanwhile keep the session alive and start nothing."""
+        self.busy = True
+        self.abandoned = False
+        self.later = None
+
+    def keeps_alive(self) -> bool:
+        """Whether a heartbeat is due while callbacks run: the member is in the group (a
+        fenced one sends nothing until ``on_partitions_lost`` ran and it joins again)."""
+        return self.busy and not self.abandoned and self.epoch > JOIN_EPOCH
+
+    def callbacks_done(self) -> Reconcile:
+        """The callbacks are done (the core told what each did): what is asked next. Fenced
+        meanwhile: what it still owns is lost (``again``: it joins); given a new target
+        meanwhile: the way toward it; otherwise nothing."""
+        abandoned, later = self.abandoned, self.later
+        self.busy = self.abandoned = False
+        self.later = None
+        if abandoned:
+            return Reconcile(lost=self.owned, again=True)
+        if later is None:
+            return Reconcile()
+        return self._toward(later)
 
     # --- what the runtime did ------------------------------------------------------------
 

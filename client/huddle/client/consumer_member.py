@@ -11,7 +11,10 @@ it loses everything (``on_partitions_lost``) and joins again with epoch 0. A pus
 trip rather than at its next heartbeat interval. Leaving the ``async with`` revokes what it
 owns and leaves with epoch -1 (a static member: -2, keeping its place until its session
 runs out). One task runs the heartbeats and the listener (callbacks never overlap); a second
-reads the connection's notices.
+reads the connection's notices. While callbacks run, a third heartbeats at the interval (as
+a Kafka consumer's background thread), reporting the partitions being revoked as owned
+still, so a callback slower than the session timeout costs nothing: the coordinator's
+rebalance timeout bounds a revocation instead.
 """
 
 from __future__ import annotations
@@ -149,6 +152,7 @@ class ConsumerProtocolMember(Member):
         self._closed = False
         self._settled = False  # the last answer asked nothing more of the member
         self._failed: MemberFailedError | None = None
+        self._beat_error: Exception | None = None  # a heartbeat's, while callbacks ran
 
     # --- what the application sees -----------------------------------------------------
 
@@ -388,7 +392,7 @@ class ConsumerProtocolMember(Member):
                 said = error_name(answer.error_code)
                 raise _NotCoordinatorError(f"the coordinator answered {said}")
             self._failures = 0  # answered: the next loss backs off from the start
-            await self._reconcile(step)
+            await self._reconcile(conn, step)
             self._settled = not (step.again or step.retry)
             self._notify()
             if step.again:
@@ -406,7 +410,25 @@ class ConsumerProtocolMember(Member):
             raise MemberFailedError(code, f"the coordinator answered {message}")
         return answer
 
-    async def _reconcile(self, step: Reconcile) -> None:
+    async def _reconcile(self, conn: Connection, step: Reconcile) -> None:
+        """The callbacks ``step`` asks, heartbeating meanwhile; then those of what was
+        answered while they ran (a target, a fence), until nothing more is asked."""
+        core = self._consumer
+        while step.lost or step.revoke or step.assign:
+            core.callbacks_begin()
+            self._beat_error = None
+            done = anyio.Event()
+            async with anyio.create_task_group() as beats:
+                beats.start_soon(self._keep_alive, conn, done)
+                try:
+                    await self._callbacks_of(step)
+                finally:
+                    done.set()  # the heartbeat out is answered first: one at a time
+            step = core.callbacks_done()
+            if self._beat_error is not None:
+                raise self._beat_error
+
+    async def _callbacks_of(self, step: Reconcile) -> None:
         core = self._consumer
         if step.lost:
             self._log.info("partitions_lost", partitions=len(step.lost))
@@ -415,9 +437,31 @@ class ConsumerProtocolMember(Member):
         if step.revoke:
             await self._callbacks.call("on_partitions_revoked", step.revoke)
             core.revoked(step.revoke)
-        if step.revoke or step.assign:  # as the cooperative order: assigned follows, maybe empty
+        # as the cooperative order: assigned follows, maybe empty; not once fenced meanwhile
+        if (step.revoke or step.assign) and not core.abandoned:
             await self._callbacks.call("on_partitions_assigned", step.assign)
             core.assigned(step.assign)
+
+    async def _keep_alive(self, conn: Connection, done: anyio.Event) -> None:
+        """Heartbeat at the interval until ``done``; a lost connection or another
+        coordinator stops it, a refusal is raised once the callbacks returned."""
+        core = self._consumer
+        while True:
+            with anyio.move_on_after(core.heartbeat_interval_ms / 1000):
+                await done.wait()
+            if done.is_set() or not core.keeps_alive():
+                return
+            sent = loop_ms()
+            try:
+                step = core.answered(await self._beat(conn), sent)
+            except _RECONNECT:
+                return
+            except Exception as exc:  # a refusal, raised when the callbacks returned
+                self._beat_error = exc
+                return
+            if step.find:
+                return
+            self._failures = 0
 
     async def _leave(self, conn: Connection) -> None:
         core = self._consumer

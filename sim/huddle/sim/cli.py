@@ -69,8 +69,7 @@ def _add_world(p: argparse.ArgumentParser, *, protocols: bool) -> None:
         "--kinds",
         type=_kinds,
         default=None,
-        help=f"fault kinds, comma-separated, from {', '.join(KINDS)} (default: all, but "
-        "slow-callback for consumer: docs/simulation.md)",
+        help=f"fault kinds, comma-separated, from {', '.join(KINDS)} (default: all)",
     )
     p.add_argument(
         "--plant",

@@ -5,10 +5,13 @@ library's sans-IO ``ConsumerCore``, on simulated time and links.
 As the anyio member does, it sends one heartbeat at a time (the core's request), hands each
 answer to the core, and performs the ``Reconcile`` it returns: ``on_partitions_lost``, then
 ``on_partitions_revoked`` (the partitions given up when it returns), then
-``on_partitions_assigned`` (taken when it returns), one callback at a time and no heartbeat
-while one runs. It heartbeats again at once when the answer asked for it, after the retry
-backoff when asked to retry, on a pushed ``ConsumerAssignmentChanged`` for it, and otherwise
-at the heartbeat interval the coordinator set.
+``on_partitions_assigned`` (taken when it returns), one callback at a time. While they run
+it heartbeats at the interval to keep its session alive (the core's ``keeps_alive``), one
+heartbeat at a time: the answers start no callback, and what they bring (a new target, a
+fence) is acted on once the callbacks are done and the heartbeat out is answered
+(``callbacks_done``). It heartbeats again at once when the answer asked for it, after the
+retry backoff when asked to retry, on a pushed ``ConsumerAssignmentChanged`` for it, and
+otherwise at the heartbeat interval the coordinator set.
 
 Where the anyio member gives up, the simulated one goes on, as a Kafka consumer does (and
 docs/simulation.md says so): a lost connection (reset, refused, a heartbeat unanswered
@@ -118,6 +121,8 @@ class ConsumerRuntime:
             self.in_flight[1].cancel()
             self.in_flight = None
         self.core.full = True
+        if self.core.busy and not self.steps:  # the callbacks were done: it goes on
+            self._next_step()
         self.settled = False
         self.failures += 1
         config = self.world.config
@@ -135,11 +140,12 @@ class ConsumerRuntime:
     # --- heartbeats ---------------------------------------------------------------------
 
     def beat(self) -> None:
-        """Send the core's heartbeat, unless one is out, a callback runs, or no connection."""
+        """Send the core's heartbeat, unless one is out, no connection, or callbacks run
+        and the member is not in the group (fenced meanwhile)."""
         link = self.link
-        if not self.connected or link is None or self.in_flight is not None or self.steps:
+        if not self.connected or link is None or self.in_flight is not None:
             return
-        if self.listening is not None:
+        if self.core.busy and not self.core.keeps_alive():
             return
         if self.waiting is not None:
             self.waiting.cancel()
@@ -194,7 +200,7 @@ class ConsumerRuntime:
             isinstance(frame, ConsumerAssignmentChanged) and frame.member_id == self.core.member_id
         ):
             self.woken = True
-            if self.waiting is not None:  # between heartbeats: the next one goes now
+            if self.waiting is not None and not self.core.busy:  # between heartbeats: now
                 self.beat()
 
     def _answered(self, response: Response) -> None:
@@ -215,14 +221,32 @@ class ConsumerRuntime:
         elif code == ErrorCode.NONE:
             self.fenced = False
         core = self.core
+        if core.busy:  # a heartbeat sent while callbacks ran: it kept the session alive
+            if self.steps:
+                if not step.find:  # another coordinator: found once the callbacks are done
+                    self._keep_alive()
+            else:  # they were done meanwhile
+                self._next_step()
+            return
+        self._queue(step)
+        self.then = step
+        self._next_step()
+
+    def _queue(self, step: Reconcile) -> None:
+        core = self.core
         if step.lost:
             self.steps.append(("on_partitions_lost", step.lost, lambda _: core.lost()))
         if step.revoke:
             self.steps.append(("on_partitions_revoked", step.revoke, core.revoked))
         if step.revoke or step.assign:  # as the cooperative order: assigned follows
             self.steps.append(("on_partitions_assigned", step.assign, core.assigned))
-        self.then = step
-        self._next_step()
+        if self.steps:
+            core.callbacks_begin()
+
+    def _keep_alive(self) -> None:
+        """The next heartbeat while callbacks run: after the interval."""
+        if self.core.keeps_alive() and self.in_flight is None:
+            self._wait(self.core.heartbeat_interval_ms)
 
     # --- the listener -------------------------------------------------------------------
 
@@ -233,7 +257,16 @@ class ConsumerRuntime:
             self.world.callback(self.process, name, partitions)
             duration = self.process.callback(name, partitions)
             self.process.after_local(duration, self._listened)
+            if self.waiting is None:
+                self._keep_alive()
             return
+        if self.core.busy:
+            if self.in_flight is not None:  # answered first: one heartbeat at a time
+                return
+            self._queue(self.core.callbacks_done())  # what was answered meanwhile
+            if self.steps:
+                self._next_step()
+                return
         step, self.then = self.then, None
         if step is None:
             return
@@ -250,6 +283,8 @@ class ConsumerRuntime:
         self.listening = None
         self.process.callback_done(name, partitions)
         done(partitions)
+        if self.core.abandoned:  # fenced meanwhile: no callback on what it no longer has
+            self.steps.clear()
         self._next_step()
 
     def _wait(self, ms: float) -> None:
