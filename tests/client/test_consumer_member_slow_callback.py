@@ -8,12 +8,12 @@ from __future__ import annotations
 import anyio
 
 from huddle.client.member import Member
+from huddle.coordinator.consumer.timeouts import SessionEnds
 from huddle.protocol.embedded import TopicPartition
 from tests.client.test_consumer_member import Recorder, _all, _member, _topic
 from tests.helpers import fast_server_config, running_server, wait_until
 
 SESSION_MS = 1_000
-SLOW_S = 2.5  # how long the revocation takes: well past the session timeout
 
 
 class SlowRevoker(Recorder):
@@ -50,7 +50,17 @@ async def test_a_revocation_slower_than_the_session_timeout_keeps_the_member_in_
             epoch, member_id = a.generation, a.member_id
             async with _member(bootstrap, other) as b:
                 await slow.revoking.wait()
-                await anyio.sleep(SLOW_S)  # the callback's controlled wait
+                core = server.consumer.core
+                session = SessionEnds("g", member_id)
+                first = core.timers.deadline(session)
+                assert first is not None
+                # the coordinator saw heartbeats for longer than a session meanwhile: the
+                # session deadline it had when the revocation began is long past
+                await wait_until(
+                    lambda: (core.timers.deadline(session) or 0) > first + 2 * SESSION_MS,
+                    wait_s=10,
+                    what="heartbeats during the revocation for two sessions",
+                )
                 # its session is alive, and what it revokes is its own until the callback
                 # returned: nobody else was given a partition yet
                 assert (a.assignment, b.assignment) == (_all(2), frozenset())

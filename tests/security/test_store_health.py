@@ -266,9 +266,10 @@ async def test_closing_ends_a_poller_whose_cancel_was_swallowed() -> None:
 
     async def stubborn() -> None:
         running.set()
+        never = asyncio.Event()  # a store read that does not come back on its own
         while not security._closing:
             try:
-                await asyncio.sleep(0.01)
+                await never.wait()
             except asyncio.CancelledError:
                 if swallowed.is_set():
                     raise
