@@ -2,8 +2,9 @@
 
 Five client slots (three dynamic, two static) heartbeat, lose answers, leave (-1, or -2 for
 a static member), crash and restart, change subscriptions (names or a regex) and the server
-assignor they ask for (``uniform`` or ``range``), while topics grow and appear and the clock
-moves (sessions end, revocations time out). Each client acts
+assignor they ask for (``uniform`` or ``range``), while topics grow, appear, are deleted and
+are created again under their name (a new topic id) and the clock moves (sessions end,
+revocations time out). Each client acts
 only on the answers that reach it, as Kafka's consumer does: it revokes what an answer takes
 away and owns what it gives; after a lost answer it sends a full request; fenced, it gives up
 everything and rejoins with epoch 0.
@@ -16,9 +17,10 @@ After every step:
   twice;
 - member epochs, the group epoch and each client's epoch never go back.
 ``settle`` then lets every live client heartbeat with no faults: the group must become
-Stable with every subscribed partition owned by a client; and a client joining a settled
-group whose members all subscribe to the same topics takes from the others only what
-balance requires (``uniform`` is sticky).
+Stable with every subscribed partition owned by a client, and no client still owning a
+partition of a topic deleted (or created again) since it was given it; and a client
+joining a settled group whose members all subscribe to the same topics takes from the
+others only what balance requires (``uniform`` is sticky).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Slot:
     full_next: bool = False
     subscription: tuple[tuple[str, ...] | None, str | None] = (("a", "b"), None)
     stubborn: bool = False  # does not revoke (its revocation must time out)
+    # partitions it owns of a topic deleted or created again since: it must give them up
+    stale: set[tuple[str, int]] = field(default_factory=set)
     assignor: str | None = None  # the server assignor it asks for
 
     def __post_init__(self) -> None:
@@ -125,9 +129,11 @@ class Slot:
                 self.owned = {t: ps for t, ps in merged.items() if ps}
             else:
                 self.owned = {t: ps for t, ps in answer.assignment.items() if ps}
+                self.stale &= flat(self.owned)  # a partition given up is no longer stale
 
     def reset(self) -> None:
         self.owned = {}
+        self.stale = set()
         self.epoch = 0
         self.joined = False
         self.full_next = False
@@ -144,11 +150,26 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         super().__init__()
         self.core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=SESSION_MS))
         self.now = 0.0
-        self.topics = TopicView({"a": 4, "b": 3, "c": 2, "r-0": 2}, version=0)
+        self.incarnations: dict[str, int] = {}  # a topic's: its id is "<name>#<incarnation>"
+        self.topics = self.view({"a": 4, "b": 3, "c": 2, "r-0": 2})
         self.slots = {name: Slot(name, static=name.startswith("s")) for name in SLOTS}
         self.zombies: set[str] = set()  # member ids the coordinator fenced, not yet told
         self.member_epochs: dict[str, int] = {}
         self.group_epoch = 0
+
+    def view(self, partitions: dict[str, int]) -> TopicView:
+        """The topics, at the next version, each with the id of its incarnation."""
+        for topic in partitions:
+            self.incarnations.setdefault(topic, 0)
+        ids = {t: f"{t}#{self.incarnations[t]}" for t in partitions}
+        version = getattr(self, "topics", TopicView({}, version=-1)).version + 1
+        return TopicView(partitions, version=version, ids=ids)
+
+    def gone(self, topic: str) -> None:
+        """``topic`` was deleted: what the clients own of it is stale."""
+        self.incarnations[topic] = self.incarnations.get(topic, 0) + 1
+        for slot in self.slots.values():
+            slot.stale |= {(topic, p) for p in slot.owned.get(topic, ())}
 
     # -- acting
 
@@ -194,6 +215,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         slot = self.slots[name]
         slot.alive = False
         slot.owned = {}  # the process is gone, and what it owned with it
+        slot.stale = set()
 
     @rule(name=st.sampled_from(SLOTS))
     def restart(self, name: str) -> None:
@@ -224,13 +246,22 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     def grow(self, topic: str) -> None:
         partitions = dict(self.topics.partitions)
         partitions[topic] = partitions.get(topic, 0) + 1
-        self.topics = TopicView(partitions, version=self.topics.version + 1)
+        self.topics = self.view(partitions)
 
     @rule(topic=st.sampled_from(("a", "b", "c", "r-0", "r-1")))
     def delete(self, topic: str) -> None:
         partitions = dict(self.topics.partitions)
         if partitions.pop(topic, None) is not None:
-            self.topics = TopicView(partitions, version=self.topics.version + 1)
+            self.gone(topic)
+            self.topics = self.view(partitions)
+
+    @rule(topic=st.sampled_from(("a", "b", "c", "r-0")))
+    def create_again(self, topic: str) -> None:
+        """``topic`` deleted and created again with its partition count, between two
+        heartbeats: a new topic id, nothing else changed."""
+        if topic in self.topics.partitions:
+            self.gone(topic)
+            self.topics = self.view(dict(self.topics.partitions))
 
     @rule(ms=st.sampled_from((100, 700, 1_500, 2_500, 4_000)))
     def advance(self, ms: int) -> None:
@@ -266,6 +297,8 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         wanted = {(t, p) for t, n in group.subscribed_partitions.items() for p in range(n)}
         if group.members:
             assert owned == wanted, "a subscribed partition is not owned by anyone"
+        for slot in self.slots.values():
+            assert not slot.stale, f"{slot.member_id} kept {slot.stale} of a deleted topic"
 
     def all_in(self, group: ConsumerGroup) -> bool:
         """Every live client is in, and nobody else (crashed ones expired)."""

@@ -1,7 +1,8 @@
 """A consumer-protocol group's state (Kafka's ConsumerGroup), sans-IO.
 
 - ``group_epoch`` moves whenever the group's membership or subscriptions change (a join, a
-  leave, a fence, a changed subscription, a subscribed topic's partition count).
+  leave, a fence, a changed subscription, a subscribed topic's partition count or id: a
+  topic deleted and created again).
 - ``target_epoch`` is the group epoch the target assignment (``target``) was computed at;
   when the group epoch is ahead, the next heartbeat computes a new target.
 - Each member has its own epoch and state (``member``): reconciling toward the target.
@@ -47,6 +48,7 @@ class ConsumerGroup:
         self.owners: dict[str, dict[int, str]] = {}  # topic -> partition -> member id
         # subscribed topic -> its partition count, when the target was last worked out
         self.subscribed_partitions: dict[str, int] = {}
+        self.subscribed_ids: dict[str, str] = {}  # and its topic id (a topic with one)
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> the topics it matches
         self.topics_version: int | None = None
         self.departed: dict[str, Departure] = {}  # for assignors that hold partitions

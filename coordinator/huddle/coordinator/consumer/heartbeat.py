@@ -6,7 +6,7 @@
    FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID,
    GROUP_MAX_SIZE_REACHED, GROUP_ID_NOT_FOUND.
 2. The member's subscription is updated; the group epoch moves if the group's subscriptions
-   changed (or the group is new).
+   changed (or the group is new), or a subscribed topic's partition count or id did.
 3. If the group epoch is past the target assignment's, a new target is worked out.
 4. The member is reconciled toward its target (``reconcile``). Entering
    ``UNREVOKED_PARTITIONS`` starts its rebalance timeout.
@@ -136,6 +136,7 @@ class ConsumerCoordinator:
                 group.target.get(before.member_id, {}),
                 request.owned,
                 group.owner_of,
+                group.subscribed_ids,
             )
             if reconciled is not before:
                 group.put(reconciled)
@@ -143,7 +144,12 @@ class ConsumerCoordinator:
         self.timers.extend(
             SessionEnds(group.group_id, reconciled.member_id), now + self._session(reconciled)
         )
-        full = request.is_full() or reconciled.assigned != member.assigned
+        # a topic created again keeps its name: its new id must reach a Kafka client too
+        full = (
+            request.is_full()
+            or reconciled.assigned != member.assigned
+            or reconciled.topic_ids != member.topic_ids
+        )
         return HeartbeatAnswer(
             member_id=reconciled.member_id,
             member_epoch=reconciled.member_epoch,

@@ -10,12 +10,15 @@ says what it waits for:
   it are still owned by another member; it gets each as soon as it is released.
 
 ``assigned`` is what the member may own now; ``pending_revocation`` what it owned and must
-give up. Both count as owned by it: nobody else is given them meanwhile.
+give up. Both count as owned by it: nobody else is given them meanwhile. ``topic_ids`` says
+which topic of a name those partitions are of (name -> topic id, when they were given): a
+topic deleted and created again under the same name has another id, and the partitions of
+the old one are revoked (``reconcile``). A name not in it is taken as the topic there is now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from enum import Enum
 
 import msgspec
@@ -52,6 +55,7 @@ class ConsumerMember(msgspec.Struct, frozen=True):
     assigned: Assignment = EMPTY
     pending_revocation: Assignment = EMPTY
     classic: ClassicMeta | None = None  # a classic member's (see ``consumer.classic``)
+    topic_ids: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch

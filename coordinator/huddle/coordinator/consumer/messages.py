@@ -6,7 +6,8 @@ writes. A wire translates to and from them; the core never sees bytes.
 
 Topics are keyed by **name** here. Kafka's messages carry topic ids (UUIDs); a wire that
 serves them maps each id to its name with the topic view (``TopicView.ids``) before it calls
-the core, and each name back to its id when it answers. Nothing below depends on the ids.
+the core, and each name back to its id when it answers. The core reads the ids only to
+notice a topic deleted and created again under the same name (``target``, ``reconcile``).
 
 Times are milliseconds on the caller's clock (``now``), as everywhere in the coordinator
 core.
@@ -39,8 +40,9 @@ class TopicView(msgspec.Struct, frozen=True):
 
     ``version`` changes whenever the view does (a topic created, deleted, or given
     partitions): a group resolves its regular expressions again, and looks at its topics'
-    partition counts again, only when it sees a new version. ``ids`` (name -> topic id) is
-    where a wire that speaks topic ids keeps the mapping; the core ignores it.
+    partition counts and ids again, only when it sees a new version. ``ids`` (name -> the
+    topic's id, as text; a topic without one is left out) tells a topic deleted and created
+    again apart from the one it replaced, even with the same partition count.
     ``describable``, when set, says which topics a regular expression may resolve to: those
     the principal of the heartbeat that resolves it may DESCRIBE (Kafka 4.x filters
     regex-resolved topics so); None: every topic.

@@ -12,11 +12,19 @@ owns, and who owns each partition now, ``reconcile`` returns the member's next s
 
 A partition is only ever added to a member's assignment when no other member owns it: this
 is the rule that keeps two members from owning one partition at once.
+
+A topic deleted and created again under its name (``target_ids``, name -> id, differs from
+the member's ``topic_ids``) is another topic: every partition the member holds of the old
+one is revoked, even one the target gives it again, before it is given any of the new one.
+Ownership is by name and number (``owner_of``), so a partition of the new topic is given to
+no member while any member still owns the old topic's partition of that number. Kafka keys
+partitions by topic id and would not wait for that; huddle's members name partitions by
+topic name, and to them the two are one ``name-number`` that is never owned twice at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState, intersects
 from huddle.coordinator.consumer.messages import EMPTY, Assignment
@@ -31,8 +39,10 @@ def reconcile(
     target: Assignment,
     owned: Assignment | None,
     owner_of: OwnerOf,
+    target_ids: Mapping[str, str] | None = None,
 ) -> ConsumerMember:
-    """The member's next state (the same object when nothing changes)."""
+    """The member's next state (the same object when nothing changes). ``target_ids``: the
+    id of each target topic (name -> id; a name not in it: the one the member holds)."""
     state = member.state
     if state is MemberState.STABLE and member.member_epoch == target_epoch:
         return member  # reconciled already
@@ -41,6 +51,8 @@ def reconcile(
 
     me = member.member_id
     current = member.assigned
+    held_ids = member.topic_ids
+    target_ids = target_ids or {}
     kept: dict[str, frozenset[int]] = {}
     revoking: dict[str, frozenset[int]] = {}
     adding: dict[str, frozenset[int]] = {}
@@ -48,7 +60,9 @@ def reconcile(
     for topic in target.keys() | current.keys():
         wanted = target.get(topic, frozenset())
         had = current.get(topic, frozenset())
-        keep = had & wanted
+        held, now = held_ids.get(topic), target_ids.get(topic)
+        # the topic was deleted and created again: nothing of the old one is kept
+        keep = frozenset() if held and now and held != now else had & wanted
         if keep:
             kept[topic] = keep
         if had - keep:
@@ -68,6 +82,7 @@ def reconcile(
             state=MemberState.UNREVOKED_PARTITIONS,
             assigned=kept,
             pending_revocation=revoking,
+            topic_ids=_ids(kept, target_ids, held_ids, revoking),
         )
     assigned: Assignment = kept
     if adding:
@@ -77,6 +92,29 @@ def reconcile(
         assigned = merged
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     updated = member.at_epoch(
-        target_epoch, state=state, assigned=assigned, pending_revocation=EMPTY
+        target_epoch,
+        state=state,
+        assigned=assigned,
+        pending_revocation=EMPTY,
+        topic_ids=_ids(assigned, target_ids, held_ids, EMPTY),
     )
     return member if updated == member else updated
+
+
+def _ids(
+    assigned: Assignment,
+    target_ids: Mapping[str, str],
+    held_ids: Mapping[str, str],
+    revoking: Assignment,
+) -> dict[str, str]:
+    """The ids of the topics of a member's partitions: the target's for what it is
+    assigned, the one it held for what it must revoke (a name without one: left out)."""
+    ids: dict[str, str] = {}
+    for topic in revoking:
+        if topic in held_ids:
+            ids[topic] = held_ids[topic]
+    for topic in assigned:
+        topic_id = target_ids.get(topic) or held_ids.get(topic)
+        if topic_id:
+            ids[topic] = topic_id
+    return ids

@@ -7,8 +7,11 @@ the same syntax, no backreferences or lookarounds, and time linear in the name w
 pattern, so no client's regex can hold the coordinator up). Regexes are matched again only
 when the topic view's ``version`` changes or a member brings a new one.
 
-The group epoch moves when the topics the group subscribes to, or their partition counts,
-change: a topic created that a regex matches, a topic given partitions.
+The group epoch moves when the topics the group subscribes to, their partition counts or
+their ids change: a topic created that a regex matches, a topic given partitions, a topic
+deleted and created again under its name (as Kafka 4.0's subscription metadata, which holds
+each topic's id, differs then). The members then revoke the old topic's partitions before
+they are given the new one's (``reconcile``).
 """
 
 from __future__ import annotations
@@ -99,7 +102,12 @@ def refresh_subscriptions(group: ConsumerGroup, view: TopicView) -> bool:
     for member in group.members.values():
         subscribed |= group.subscribed_topics(member)
     partitions = {t: view.partitions[t] for t in sorted(subscribed) if t in view.partitions}
-    if partitions == group.subscribed_partitions:
+    ids = {t: view.ids[t] for t in partitions if t in view.ids}
+    held = group.subscribed_ids
+    # an id seen for the first time (a group kept before ids were) is no change
+    recreated = any(held.get(t, topic_id) != topic_id for t, topic_id in ids.items())
+    group.subscribed_ids = ids
+    if partitions == group.subscribed_partitions and not recreated:
         return False
     group.subscribed_partitions = partitions
     return True

@@ -8,8 +8,9 @@ changed in a live group since it was last kept, as records (only members whose s
 target changed), and keeps them; ``gone(group_id)`` the records that delete a group.
 
 ``loaded_groups`` rebuilds the groups: each member at its kept epoch with its assigned and
-pending-revocation partitions and its target, so a member that finds the coordinator again
-goes on heartbeating at its epoch, with no rebalance and nothing revoked. Sessions are the
+pending-revocation partitions (and the ids of their topics) and its target, so a member
+that finds the coordinator again goes on heartbeating at its epoch, with no rebalance and
+nothing revoked; a topic created again meanwhile is noticed by its id, as if live. Sessions are the
 caller's to start (a fresh session for every loaded member, as Kafka schedules one for
 each member of a group it loads).
 
@@ -118,7 +119,11 @@ class ConsumerKept:
             return self.gone(group_id)
         out: list[ConsumerRecord] = []
         record = ConsumerGroupRecord(
-            group_id, group.group_epoch, group.target_epoch, dict(group.subscribed_partitions)
+            group_id,
+            group.group_epoch,
+            group.target_epoch,
+            dict(group.subscribed_partitions),
+            dict(group.subscribed_ids),
         )
         seen = self._seen.setdefault(group_id, {})
         members: Iterable[str] = group.members
@@ -180,6 +185,7 @@ def member_record(
         target=None if target is None else _lists(target),
         classic_session_timeout_ms=None if classic is None else classic.session_timeout_ms,
         classic_protocols=None if classic is None else list(classic.protocols),
+        topic_ids=dict(sorted(member.topic_ids.items())),
     )
 
 
@@ -191,6 +197,7 @@ def loaded_group(
     group.group_epoch = record.group_epoch
     group.target_epoch = record.target_epoch
     group.subscribed_partitions = dict(record.subscribed_partitions)
+    group.subscribed_ids = dict(record.subscribed_ids)
     for kept in members:
         group.put(
             ConsumerMember(
@@ -200,6 +207,7 @@ def loaded_group(
                 assigned=_sets(kept.assigned),
                 pending_revocation=_sets(kept.pending_revocation),
                 classic=_classic(kept),
+                topic_ids=dict(kept.topic_ids),
             )
         )
         if kept.target is not None:

@@ -27,7 +27,7 @@ fail-over loses none of them. huddle keeps them, and the topics, in a journal (s
   the data dir after them, or ``huddle data repair`` skipped damage) makes a start load
   those groups forgotten (``huddle.coordinator.loading``).
 
-- ``ConsumerGroupRecord(group_id, group_epoch, target_epoch, subscribed_partitions)`` and
+- ``ConsumerGroupRecord(group_id, group_epoch, target_epoch, subscribed_partitions, ...)`` and
   ``ConsumerMemberRecord(group_id, member_id, member_epoch, ...)``: a consumer-protocol
   group (KIP-848) and each of its members, with its epochs, subscription, assigned and
   pending-revocation partitions and target assignment, written whenever they change
@@ -143,6 +143,7 @@ class ConsumerGroupRecord(msgspec.Struct, tag="cg", array_like=True, frozen=True
     group_epoch: int
     target_epoch: int = 0
     subscribed_partitions: dict[str, int] = {}
+    subscribed_ids: dict[str, str] = {}  # and their topic ids (a topic created again: new)
 
 
 class ConsumerMemberRecord(msgspec.Struct, tag="cm", array_like=True, frozen=True):
@@ -169,6 +170,8 @@ class ConsumerMemberRecord(msgspec.Struct, tag="cm", array_like=True, frozen=Tru
     # protocols it joined with, (name, metadata); None: a consumer-protocol member
     classic_session_timeout_ms: int | None = None
     classic_protocols: list[tuple[str, bytes]] | None = None
+    # the topic id of each topic it has partitions of (ConsumerMember.topic_ids)
+    topic_ids: dict[str, str] = {}
 
 
 Record = (
