@@ -15,7 +15,10 @@ reach the same groups, so a group's members may heartbeat on either listener. He
   shard, or is loading it; the data dir loading) is refused as the host says
   (``not_served``: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS);
 - the topic view the core assigns from is the registry's, its version the registry's count
-  of changes, so a regular expression subscription follows topics created and deleted;
+  of changes, so a regular expression subscription follows topics created and deleted; it
+  carries each topic's id, so a topic deleted and created again under its name (with the
+  same partition count) moves the group epoch and its partitions are revoked and given
+  again (``consumer.reconcile``);
 - a consumer-protocol member joining a classic group with members upgrades it to a
   consumer group (``consumer.classic``; the classic side: ``mixed_groups``) when the
   migration policy allows it; else GROUP_ID_NOT_FOUND, as Kafka answers (a classic group
@@ -202,7 +205,8 @@ class ConsumerService:
         version = self.host.topics_version
         view = self._view
         if view is None or view.version != version:
-            view = TopicView(dict(self.host.topic_partitions), version=version)
+            ids = {name: str(topic_id) for name, topic_id in self.host.topic_ids.items()}
+            view = TopicView(dict(self.host.topic_partitions), version=version, ids=ids)
             self._view = view
         return view
 

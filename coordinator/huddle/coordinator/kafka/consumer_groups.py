@@ -7,7 +7,9 @@ A heartbeat becomes huddle's ``ConsumerHeartbeatRequest``, served on the server'
 path like huddle's own: its answer goes once the records it made are kept. Here:
 
 - topic ids <-> names: owned partitions arrive as topic ids and are mapped to names with
-  the topic registry (an id no topic has is left out); the assignment leaves as ids;
+  the topic registry; an id no topic has now is mapped to the name the member was given it
+  under (a topic deleted, or deleted and created again: the member still owns the old
+  topic's partitions until it says otherwise), else left out; the assignment leaves as ids;
 - version 0 lets the coordinator choose the member id on join (Kafka 4.0): one is made up
   when a v0 join sends none;
 - OffsetCommit / OffsetFetch v9+ are checked against the member epochs (``check_offsets``).
@@ -117,19 +119,29 @@ class ConsumerGroups:
             subscribed_topic_names=None if names is None else list(names),
             subscribed_topic_regex=get(req, "subscribed_topic_regex"),
             server_assignor=req.server_assignor,
-            owned=self._owned(req.topic_partitions),
+            owned=self._owned(req.topic_partitions, req.group_id, member_id),
         )
 
-    def _owned(self, owned: Any) -> list[ConsumerTopicPartitions] | None:
-        """The owned partitions, by topic name (an id no topic has is left out)."""
+    def _owned(
+        self, owned: Any, group_id: str, member_id: str
+    ) -> list[ConsumerTopicPartitions] | None:
+        """The owned partitions, by topic name: an id no topic has now by the name the
+        member holds it under (``ConsumerMember.topic_ids``), else left out."""
         if owned is None:
             return None
         names = self.host.topic_names
-        return [
-            ConsumerTopicPartitions(topic=names[topic.topic_id], partitions=list(topic.partitions))
-            for topic in owned
-            if topic.topic_id in names
-        ]
+        held: dict[uuid.UUID, str] = {}
+        if any(topic.topic_id not in names for topic in owned):
+            group = self.core.groups.get(group_id)
+            member = None if group is None else group.members.get(member_id)
+            if member is not None:
+                held = {uuid.UUID(i): name for name, i in member.topic_ids.items()}
+        out: list[ConsumerTopicPartitions] = []
+        for topic in owned:
+            name = names.get(topic.topic_id) or held.get(topic.topic_id)
+            if name is not None:
+                out.append(ConsumerTopicPartitions(topic=name, partitions=list(topic.partitions)))
+        return out
 
     def _values(self, answer: Response) -> Values:
         if not isinstance(answer, ConsumerHeartbeatResponse):  # refused before, or not kept
