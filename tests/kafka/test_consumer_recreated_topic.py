@@ -38,6 +38,10 @@ async def test_a_member_gives_up_the_old_topic_id_and_is_given_the_new_one(
         new = server.core.topics.ids["t"]
         assert new != old
 
+        # ConsumerGroupDescribe shows what the member was given: the old id, until it heartbeats
+        (before,) = (await _describe(conn, 10)).groups
+        assert _assigned(before.members[0]) == {old: {0, 1}}
+
         owning_old = _beat("a", epoch, topic_partitions=_owning(old, {0, 1}))
         told = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **owning_old)
         assert (told.error_code, told.member_epoch) == (0, epoch)
@@ -50,3 +54,16 @@ async def test_a_member_gives_up_the_old_topic_id_and_is_given_the_new_one(
         given = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 5, **released)
         assert given.member_epoch == epoch + 1  # the group epoch moved once
         assert _assigned(given) == {new: {0, 1}}
+        (after,) = (await _describe(conn, 11)).groups
+        assert (after.group_epoch, after.group_state) == (epoch + 1, "Stable")
+        assert _assigned(after.members[0]) == {new: {0, 1}}
+
+
+async def _describe(conn: RawKafka, correlation_id: int) -> Any:
+    return await conn.call(
+        Api.CONSUMER_GROUP_DESCRIBE,
+        1,
+        correlation_id,
+        group_ids=["g"],
+        include_authorized_operations=False,
+    )

@@ -78,7 +78,9 @@ def _member(
         "client_host": host,
         "subscribed_topic_names": sorted(member.subscribed_topic_names),
         "subscribed_topic_regex": member.subscribed_topic_regex,
-        "assignment": _assignment(member.assigned, ids),
+        # the ids of the topics it was given, until it heartbeats: a topic created again
+        # since shows under its old id
+        "assignment": _assignment(member.assigned, _held(member.topic_ids, ids)),
         "target_assignment": _assignment(group.target.get(member_id, {}), ids),
         "member_type": _MEMBER_TYPE_CONSUMER if member.classic is None else _MEMBER_TYPE_CLASSIC,
     }
@@ -92,6 +94,12 @@ def _assignment(assignment: Assignment, ids: Mapping[str, UUID]) -> Values:
             if name in ids and partitions
         ]
     }
+
+
+def _held(held: Mapping[str, str], ids: Mapping[str, UUID]) -> Mapping[str, UUID]:
+    if not held or all(str(ids.get(name)) == i for name, i in held.items()):
+        return ids
+    return {**ids, **{name: UUID(i) for name, i in held.items()}}
 
 
 def _refused(group_id: str, code: ErrorCode, message: str | None) -> Values:
