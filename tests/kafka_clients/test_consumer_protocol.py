@@ -1,11 +1,13 @@
 """confluent-kafka (librdkafka 2.16) with ``group.protocol=consumer`` (KIP-848) on huddle's
 Kafka listener: two consumers share a topic's partitions, one that leaves hands the other
 all of them, survivors take a killed one's partitions once its session ends, and a new
-consumer resumes from the offsets committed."""
+consumer resumes from the offsets committed, and a topic deleted and created again is given
+up and read again from its start."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Final
 
@@ -123,3 +125,50 @@ def test_a_regex_subscription_shares_and_takes_a_topic_created_later(group: Kafk
     brokers.create_topic(g.broker.bootstrap, later, PARTITIONS)
     both = g.partitions | partitions_of(later, PARTITIONS)
     g.drivers.wait(lambda: g.drivers.balanced(("m1", "m2"), both), WAIT_S, "m1, m2 own both topics")
+
+
+def _create_again(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` and create it again with its partition count, back to back."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="huddle-admin")
+    try:
+        admin.delete_topics([topic], timeout_ms=10_000)
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)], timeout_ms=10_000)
+    finally:
+        admin.close()
+
+
+def test_a_topic_deleted_and_created_again_is_revoked_then_read_from_its_start(
+    group: KafkaGroup,
+) -> None:
+    """The coordinator notices the new topic id: the consumer gives up the old topic's
+    partitions, is given the new one's, and reads the new topic from its first record."""
+    g = group
+    first = g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL)
+    g.balanced("m1")
+    g.produce(3)
+    g.drivers.wait(
+        lambda: len(first.of("consumed")) == PARTITIONS or None, WAIT_S, "m1 read every partition"
+    )
+    at = time.monotonic()
+    _create_again(g.broker.bootstrap, g.topic)
+
+    def given_up() -> bool | None:
+        taken = first.of("revoked", since=at) + first.of("lost", since=at)
+        return {(t, p) for e in taken for t, p in e["partitions"]} == g.partitions or None
+
+    g.drivers.wait(given_up, WAIT_S, "m1 gave up the old topic's partitions")
+    g.balanced("m1")
+    g.produce(1)
+    read = g.drivers.wait(
+        lambda: (
+            (len(first.of("consumed", since=at)) == PARTITIONS or None)
+            and first.of("consumed", since=at)
+        ),
+        WAIT_S,
+        "m1 read every partition of the new topic",
+    )
+    assert sorted((e["partition"], e["offset"]) for e in read) == [
+        (p, 0) for p in range(PARTITIONS)
+    ]
