@@ -30,6 +30,7 @@ def test_a_member_with_every_field_set_comes_back_the_same() -> None:
         assigned={"t": frozenset({0, 1})},
         pending_revocation={"u": frozenset({2})},
         classic=ClassicMeta(10_000, (("range", b"\x00\x01"), ("cooperative-sticky", b""))),
+        topic_ids={"t": "id-t", "u": "id-u"},
     )
     defaults = ConsumerMember("m")
     for field in msgspec.structs.fields(ConsumerMember):  # none left at its default
