@@ -1,6 +1,7 @@
 """Consumer-protocol groups (KIP-848) kept in the data dir: after a restart on the same data
 dir (and after a compaction), the members' heartbeats at their epochs are accepted and they
-keep their partitions, with no epoch moved; a group that emptied is gone."""
+keep their partitions, with no epoch moved; a group that emptied is gone; a topic created
+again before the restart is noticed after it."""
 
 from __future__ import annotations
 
@@ -166,3 +167,39 @@ async def test_a_static_member_back_under_a_new_id_is_kept_so(tmp_path: Path) ->
             again = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **back)
         assert (again.error_code, again.member_epoch, _owned(again, t_id)) == (NONE, epoch, {0, 1})
         assert list(kafka.wire.consumer.core.groups["g"].members) == ["new"]
+
+
+async def test_a_topic_created_again_before_a_restart_is_noticed_after_it(
+    tmp_path: Path,
+) -> None:
+    """t is deleted and created again (4 partitions again) with no heartbeat between, then
+    the server restarts: the group's records keep t's old id, so the first heartbeat after
+    the restart moves the group epoch and the member gives up the old topic's partitions
+    before it is given the new one's."""
+    async with _serving(tmp_path) as kafka:
+        t_id, mine = await _form(kafka)
+        async with RawKafka(kafka.port) as conn:
+            gone = await conn.call(
+                Api.DELETE_TOPICS, 6, 1, topics=[{"name": None, "topic_id": t_id}], timeout=5_000
+            )
+            assert gone.responses[0].error_code == NONE
+            made = await conn.call(
+                Api.CREATE_TOPICS,
+                7,
+                2,
+                topics=[{"name": "t", "num_partitions": 4, "replication_factor": 1}],
+                timeout=5_000,
+            )
+            new_id = made.topics[0].topic_id
+            assert new_id != t_id
+    async with _serving(tmp_path) as kafka:
+        assert kafka.server.core.topics.ids["t"] == new_id
+        async with RawKafka(kafka.port) as conn:
+            told = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_full("a", 2, t_id, mine))
+            assert (told.error_code, told.member_epoch, _owned(told, t_id)) == (NONE, 2, set())
+            assert _owned(told, new_id) == set()  # the old partitions go first
+            given = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_full("a", 2, t_id, set())
+            )
+        assert (given.error_code, given.member_epoch, _owned(given, new_id)) == (NONE, 3, mine)
+        assert kafka.wire.consumer.core.groups["g"].group_epoch == 3
