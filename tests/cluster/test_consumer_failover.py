@@ -35,7 +35,7 @@ __all__ = ["etcd"]  # the fixture
 
 _decode = msgspec.msgpack.Decoder(ConsumerGroupRecord | ConsumerMemberRecord).decode
 
-NONE, NOT_COORDINATOR = 0, 16
+NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID = 0, 16, 25
 ALL: Final = {0, 1, 2, 3}
 
 
@@ -104,6 +104,39 @@ def test_the_coordinator_killed_the_next_node_serves_the_members_at_their_epochs
         )
     assert (a.error_code, a.member_epoch, _owned(a, t_id)) == (NONE, 2, mine)
     assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 2, ALL - mine)
+
+
+@pytest.mark.e2e
+def test_an_emptied_group_is_served_at_its_epoch_after_a_failover(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Both members leave (the group epoch moves to 4) and the coordinator is killed: the
+    node taking its shard over serves the empty group at epoch 4, so a member fenced
+    meanwhile is told UNKNOWN_MEMBER_ID (it rejoins; GROUP_ID_NOT_FOUND would be fatal for
+    librdkafka) and rejoins at epoch 4, not at a group made anew at epoch 1."""
+    with kafka_cluster(etcd, tmp_path / "nodes", count=2) as cluster:
+        nodes = cluster.nodes
+        asyncio.run(_create_topic(nodes[0].port))
+        wait_until_sync(lambda: all(_topic_id(n.kafka) for n in nodes), "t on both nodes")
+        t_id = _topic_id(nodes[0].kafka)
+        assert t_id is not None
+        owner = wait_until_sync(lambda: coordinator(nodes[0].kafka, "g"), "a coordinator")
+        mine = _form(owner, t_id)
+        left = asyncio.run(_heartbeats(owner, _beat("a", -1), _beat("b", -1)))
+        assert [r.error_code for r in left] == [NONE, NONE]
+        assert asyncio.run(_kept_epochs(etcd)) == {}  # no member left, the group is kept
+        (dead,) = [n for n in nodes if n.kafka == owner]
+        (survivor,) = [n for n in nodes if n.kafka != owner]
+        dead.proc.send_signal(signal.SIGKILL)  # by its PID
+        dead.proc.wait(timeout=WAIT_S)
+        wait_until_sync(
+            lambda: coordinator(survivor.kafka, "g") == survivor.kafka, "the survivor serves g"
+        )
+        late, again = asyncio.run(
+            _heartbeats(survivor.kafka, _full("a", 2, t_id, mine), _join("a", "t"))
+        )
+    assert late.error_code == UNKNOWN_MEMBER_ID
+    assert (again.error_code, again.member_epoch, _owned(again, t_id)) == (NONE, 4, ALL)
 
 
 async def _kept_epochs(etcd: Etcd) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """Consumer-protocol groups (KIP-848) kept in the data dir: after a restart on the same data
 dir (and after a compaction), the members' heartbeats at their epochs are accepted and they
-keep their partitions, with no epoch moved; a group that emptied is gone."""
+keep their partitions, with no epoch moved; a group that emptied is kept with its epochs."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.kafka.raw import RawKafka
 from tests.kafka.test_consumer_protocol import _beat, _join, _owned, _owning
 from tests.kafka.test_wire import _create
 
-NONE, GROUP_ID_NOT_FOUND = 0, 69
+NONE, UNKNOWN_MEMBER_ID = 0, 25
 ALL = {0, 1, 2, 3}
 
 
@@ -104,7 +104,11 @@ async def test_a_compacted_data_dir_keeps_the_consumer_group(tmp_path: Path) -> 
         await _carry_on(kafka, t_id, mine)
 
 
-async def test_a_group_that_emptied_is_gone_after_a_restart(tmp_path: Path) -> None:
+async def test_a_group_that_emptied_is_kept_across_a_restart(tmp_path: Path) -> None:
+    """An emptied consumer group is kept with its epochs (as Kafka keeps an empty consumer
+    group until it is deleted): after a restart a member fenced meanwhile is told
+    UNKNOWN_MEMBER_ID (it rejoins; GROUP_ID_NOT_FOUND would be fatal for librdkafka), and
+    it rejoins at the group epoch where it was (4: the leaves moved it), never back at 1."""
     async with _serving(tmp_path) as kafka:
         t_id, mine = await _form(kafka)
     async with _serving(tmp_path) as kafka:  # kept, then emptied
@@ -113,11 +117,17 @@ async def test_a_group_that_emptied_is_gone_after_a_restart(tmp_path: Path) -> N
             for i, member in enumerate(("a", "b")):
                 left = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, i, **_beat(member, -1))
                 assert left.error_code == NONE
+        assert kafka.wire.consumer.core.groups["g"].group_epoch == 4
     async with _serving(tmp_path) as kafka:
-        assert "g" not in kafka.wire.consumer.core.groups
+        group = kafka.wire.consumer.core.groups["g"]
+        assert (group.group_epoch, group.target_epoch, group.members) == (4, 2, {})
         async with RawKafka(kafka.port) as conn:
             late = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_full("a", 2, t_id, mine))
-        assert late.error_code == GROUP_ID_NOT_FOUND
+            assert late.error_code == UNKNOWN_MEMBER_ID
+            again = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_join("a", "t"))
+        assert (again.error_code, again.member_epoch, _owned(again, t_id)) == (NONE, 4, ALL)
+    async with _serving(tmp_path) as kafka:  # and what it rejoined at is kept
+        assert kafka.wire.consumer.core.groups["g"].members["a"].member_epoch == 4
 
 
 async def test_a_fenced_member_stays_fenced_after_a_restart(tmp_path: Path) -> None:
