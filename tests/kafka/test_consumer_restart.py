@@ -18,10 +18,10 @@ from huddle.protocol.messages import TopicSpec
 from tests.helpers import fast_server_config
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
-from tests.kafka.test_consumer_protocol import _beat, _join, _owned, _owning
+from tests.kafka.test_consumer_protocol import _beat, _commit, _fetch, _join, _owned, _owning
 from tests.kafka.test_wire import _create
 
-NONE, UNKNOWN_MEMBER_ID = 0, 25
+NONE, UNKNOWN_MEMBER_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 0, 25, 68, 69
 ALL = {0, 1, 2, 3}
 
 
@@ -128,6 +128,34 @@ async def test_a_group_that_emptied_is_kept_across_a_restart(tmp_path: Path) -> 
         assert (again.error_code, again.member_epoch, _owned(again, t_id)) == (NONE, 4, ALL)
     async with _serving(tmp_path) as kafka:  # and what it rejoined at is kept
         assert kafka.wire.consumer.core.groups["g"].members["a"].member_epoch == 4
+
+
+async def test_a_deleted_consumer_group_stays_deleted_after_a_restart(tmp_path: Path) -> None:
+    """DeleteGroups on the Kafka listener: refused NON_EMPTY_GROUP while the group has
+    members; once it is empty it goes with its committed offsets, and a restart does not
+    bring either back: a member of it is told GROUP_ID_NOT_FOUND, and a join makes the
+    group anew at epoch 1."""
+    async with _serving(tmp_path) as kafka:
+        t_id, mine = await _form(kafka)
+        async with RawKafka(kafka.port) as conn:
+            done = await conn.call(Api.OFFSET_COMMIT, 9, 1, **_commit("a", 2, 7))
+            assert done.topics[0].partitions[0].error_code == NONE
+            busy = await conn.call(Api.DELETE_GROUPS, 2, 2, groups_names=["g"])
+            assert [r.error_code for r in busy.results] == [NON_EMPTY_GROUP]
+            for i, member in enumerate(("a", "b"), 3):
+                left = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, i, **_beat(member, -1))
+                assert left.error_code == NONE
+            deleted = await conn.call(Api.DELETE_GROUPS, 2, 5, groups_names=["g"])
+            assert [r.error_code for r in deleted.results] == [NONE]
+    async with _serving(tmp_path) as kafka:
+        assert "g" not in kafka.wire.consumer.core.groups
+        async with RawKafka(kafka.port) as conn:
+            fetched = await conn.call(Api.OFFSET_FETCH, 9, 1, **_fetch(None, -1))
+            late = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **_full("a", 2, t_id, mine))
+            anew = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **_join("a", "t"))
+        assert fetched.groups[0].topics[0].partitions[0].committed_offset == -1
+        assert late.error_code == GROUP_ID_NOT_FOUND
+        assert (anew.error_code, anew.member_epoch) == (NONE, 1)
 
 
 async def test_a_fenced_member_stays_fenced_after_a_restart(tmp_path: Path) -> None:

@@ -169,6 +169,13 @@ class ConsumerService:
             for key in [k for k in table if doomed(k[0])]:
                 del table[key]
 
+    def delete(self, group_id: str) -> None:
+        """The empty group ``group_id`` goes (DeleteGroups, or offset retention): its
+        deletion is kept with the request's answer."""
+        self.unload(lambda g: g == group_id)
+        self._keep([group_id], outside=False)
+        log.info("consumer_group_deleted", group_id=group_id)
+
     def _keep(
         self, group_ids: Iterable[str], only: str | None = None, *, outside: bool = True
     ) -> None:
