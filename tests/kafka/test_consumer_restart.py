@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.storage.records import ConsumerGroupRecord, ConsumerMemberRecord
 from huddle.protocol.messages import TopicSpec
-from tests.helpers import fast_server_config
+from tests.helpers import fast_server_config, wait_until
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_consumer_protocol import _beat, _commit, _fetch, _join, _owned, _owning
@@ -26,8 +27,11 @@ ALL = {0, 1, 2, 3}
 
 
 @asynccontextmanager
-async def _serving(data_dir: Path) -> AsyncIterator[Listening]:
-    async with CoordinatorServer(fast_server_config(data_dir=str(data_dir))) as server:
+async def _serving(data_dir: Path, **group: Any) -> AsyncIterator[Listening]:
+    """A server on ``data_dir`` with the Kafka listener (``group``: group config changes)."""
+    config = fast_server_config(data_dir=str(data_dir))
+    config = replace(config, group=replace(config.group, **group))
+    async with CoordinatorServer(config) as server:
         yield Listening(server, await listen_kafka(server, "127.0.0.1", 0))
 
 
@@ -156,6 +160,26 @@ async def test_a_deleted_consumer_group_stays_deleted_after_a_restart(tmp_path: 
         assert fetched.groups[0].topics[0].partitions[0].committed_offset == -1
         assert late.error_code == GROUP_ID_NOT_FOUND
         assert (anew.error_code, anew.member_epoch) == (NONE, 1)
+
+
+async def test_an_empty_group_whose_offsets_expired_goes_and_stays_gone(tmp_path: Path) -> None:
+    """Offset retention: once the group is empty, its offset expires the retention after its
+    commit, and the group goes with it (Kafka 4.0's cleanup of an empty consumer group with
+    no offset left); the deletion is kept, so a restart does not bring the group back."""
+    quick = {"offsets_retention_ms": 200, "offsets_retention_check_interval_ms": 20}
+    async with _serving(tmp_path, **quick) as kafka:
+        await _form(kafka)
+        async with RawKafka(kafka.port) as conn:
+            done = await conn.call(Api.OFFSET_COMMIT, 9, 1, **_commit("a", 2, 7))
+            assert done.topics[0].partitions[0].error_code == NONE
+            assert "g" in kafka.wire.consumer.core.groups  # members: kept, offsets and all
+            for i, member in enumerate(("a", "b"), 2):
+                await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, i, **_beat(member, -1))
+        groups = kafka.wire.consumer.core.groups
+        await wait_until(lambda: "g" not in groups, what="the empty group to expire")
+        assert "g" not in kafka.server.core.groups  # its offsets went first
+    async with _serving(tmp_path) as kafka:
+        assert "g" not in kafka.wire.consumer.core.groups
 
 
 async def test_a_fenced_member_stays_fenced_after_a_restart(tmp_path: Path) -> None:

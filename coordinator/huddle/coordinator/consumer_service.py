@@ -176,6 +176,18 @@ class ConsumerService:
         self._keep([group_id], outside=False)
         log.info("consumer_group_deleted", group_id=group_id)
 
+    def retained(self, group_id: str) -> tuple[int, frozenset[str]] | None:
+        """Offset retention's view of ``group_id`` (``retention.ConsumerRetention``): its
+        group epoch and the topics its members subscribe to (None: no such group)."""
+        group = self.core.groups.get(group_id)
+        if group is None:
+            return None
+        topics = frozenset().union(*map(group.subscribed_topics, group.members.values()))
+        return group.group_epoch, topics
+
+    def empty_group_ids(self) -> list[str]:
+        return [group_id for group_id, g in self.core.groups.items() if not g.members]
+
     def _keep(
         self, group_ids: Iterable[str], only: str | None = None, *, outside: bool = True
     ) -> None:
