@@ -3,7 +3,8 @@ coordinating it is killed with SIGKILL (the other node refused its heartbeats un
 NOT_COORDINATOR), the other node takes its shard over from etcd
 (``P/consumer-groups/<shard>/...``), and the members' heartbeats at their epochs are
 accepted there, with the partitions they had: no epoch moves. Their answers waited for etcd:
-it holds every epoch a member was answered."""
+it holds every epoch a member was answered. An emptied group is served on at its epoch; a
+deleted one is not served again."""
 
 from __future__ import annotations
 
@@ -35,15 +36,20 @@ __all__ = ["etcd"]  # the fixture
 
 _decode = msgspec.msgpack.Decoder(ConsumerGroupRecord | ConsumerMemberRecord).decode
 
-NONE, NOT_COORDINATOR = 0, 16
+NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND = 0, 16, 25, 69
 ALL: Final = {0, 1, 2, 3}
 
 
 async def _heartbeats(port: int, *beats: dict[str, Any]) -> list[Any]:
+    return await _calls(port, *((Api.CONSUMER_GROUP_HEARTBEAT, 1, beat) for beat in beats))
+
+
+async def _calls(port: int, *calls: tuple[Api, int, dict[str, Any]]) -> list[Any]:
+    """The answers to these (api, version, fields) calls, one after another."""
     async with RawKafka(port) as conn:
         return [
-            await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, i, **beat)
-            for i, beat in enumerate(beats, 1)
+            await conn.call(api, version, i, **fields)
+            for i, (api, version, fields) in enumerate(calls, 1)
         ]
 
 
@@ -106,8 +112,74 @@ def test_the_coordinator_killed_the_next_node_serves_the_members_at_their_epochs
     assert (b.error_code, b.member_epoch, _owned(b, t_id)) == (NONE, 2, ALL - mine)
 
 
+@pytest.mark.e2e
+def test_an_emptied_group_is_served_at_its_epoch_after_a_failover(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Both members leave (the group epoch moves to 4) and the coordinator is killed: the
+    node taking its shard over serves the empty group at epoch 4, so a member fenced
+    meanwhile is told UNKNOWN_MEMBER_ID (it rejoins; GROUP_ID_NOT_FOUND would be fatal for
+    librdkafka) and rejoins at epoch 4, not at a group made anew at epoch 1."""
+    late, again = _emptied_then_failed_over(etcd, tmp_path, delete=False)
+    assert late.error_code == UNKNOWN_MEMBER_ID
+    assert (again.error_code, again.member_epoch) == (NONE, 4)
+
+
+@pytest.mark.e2e
+def test_a_deleted_consumer_group_stays_deleted_after_a_failover(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """DeleteGroups of the emptied group, then the coordinator killed: etcd holds none of its
+    records, so the next node does not serve it: GROUP_ID_NOT_FOUND, and a join makes the
+    group anew at epoch 1."""
+    late, again = _emptied_then_failed_over(etcd, tmp_path, delete=True)
+    assert late.error_code == GROUP_ID_NOT_FOUND
+    assert (again.error_code, again.member_epoch) == (NONE, 1)
+
+
+def _emptied_then_failed_over(etcd: Etcd, tmp_path: Path, *, delete: bool) -> list[Any]:
+    """Group g formed, emptied (and deleted, if ``delete``), its coordinator killed: the
+    answers of the node taking it over to a's heartbeat at its old epoch 2, then a's join."""
+    with kafka_cluster(etcd, tmp_path / "nodes", count=2) as cluster:
+        nodes = cluster.nodes
+        asyncio.run(_create_topic(nodes[0].port))
+        wait_until_sync(lambda: all(_topic_id(n.kafka) for n in nodes), "t on both nodes")
+        t_id = _topic_id(nodes[0].kafka)
+        assert t_id is not None
+        owner = wait_until_sync(lambda: coordinator(nodes[0].kafka, "g"), "a coordinator")
+        mine = _form(owner, t_id)
+        left = asyncio.run(_heartbeats(owner, _beat("a", -1), _beat("b", -1)))
+        assert [r.error_code for r in left] == [NONE, NONE]
+        assert asyncio.run(_kept_epochs(etcd)) == {}  # no member left
+        assert asyncio.run(_kept_group(etcd)) == 4  # the emptied group is kept
+        if delete:
+            (deleted,) = asyncio.run(_calls(owner, (Api.DELETE_GROUPS, 2, {"groups_names": ["g"]})))
+            assert [r.error_code for r in deleted.results] == [NONE]
+            assert asyncio.run(_kept_group(etcd)) is None
+        (dead,) = [n for n in nodes if n.kafka == owner]
+        (survivor,) = [n for n in nodes if n.kafka != owner]
+        dead.proc.send_signal(signal.SIGKILL)  # by its PID
+        dead.proc.wait(timeout=WAIT_S)
+        wait_until_sync(
+            lambda: coordinator(survivor.kafka, "g") == survivor.kafka, "the survivor serves g"
+        )
+        return asyncio.run(_heartbeats(survivor.kafka, _full("a", 2, t_id, mine), _join("a", "t")))
+
+
 async def _kept_epochs(etcd: Etcd) -> dict[str, int]:
     """The member epochs etcd holds for group g."""
+    records = await _kept(etcd)
+    return {r.member_id: r.member_epoch for r in records if isinstance(r, ConsumerMemberRecord)}
+
+
+async def _kept_group(etcd: Etcd) -> int | None:
+    """The group epoch etcd holds for group g (None: no group record)."""
+    epochs = [r.group_epoch for r in await _kept(etcd) if isinstance(r, ConsumerGroupRecord)]
+    return epochs[0] if epochs else None
+
+
+async def _kept(etcd: Etcd) -> list[ConsumerGroupRecord | ConsumerMemberRecord]:
+    """The records etcd holds for group g's shard."""
     store = await EtcdStore.connect([etcd.endpoint])
     try:
         found = await store.get_prefix(
@@ -115,8 +187,7 @@ async def _kept_epochs(etcd: Etcd) -> dict[str, int]:
         )
     finally:
         await store.close()
-    records = [_decode(e.value) for e in found.values()]
-    return {r.member_id: r.member_epoch for r in records if isinstance(r, ConsumerMemberRecord)}
+    return [_decode(e.value) for e in found.values()]
 
 
 def _topic_id(kafka_port: int) -> uuid.UUID | None:

@@ -143,3 +143,24 @@ async def test_a_consumer_group_with_members_keeps_its_offsets_from_groups_delet
     assert err.endswith("(NON_EMPTY_GROUP)\n")
     view = json.loads(await _huddle(kafka, capsys, "groups", "describe", "g", "--json"))
     assert {(o["partition"], o["offset"]) for o in view["offsets"]} >= {(0, 7)}
+
+
+async def test_groups_delete_deletes_an_empty_consumer_group_and_its_offsets(
+    kafka: Listening, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once its members left, ``huddle groups delete`` deletes the consumer group (kept
+    empty until then) with its committed offsets: it is listed no more, and a join makes it
+    anew at epoch 1."""
+    await _two_members(kafka)
+    async with RawKafka(kafka.port) as conn:
+        await conn.call(Api.OFFSET_COMMIT, 9, 1, **_commit("a", 1, 7))
+        for i, member in enumerate(("a", "b"), 2):
+            await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, i, **_beat(member, -1))
+    listed = json.loads(await _huddle(kafka, capsys, "groups", "list", "--json"))
+    assert [(g["group_id"], g["state"]) for g in listed] == [("g", "Empty")]
+    await _huddle(kafka, capsys, "groups", "delete", "g")
+    assert json.loads(await _huddle(kafka, capsys, "groups", "list", "--json")) == []
+    assert "g" not in kafka.server.core.groups  # its offsets went with it
+    async with RawKafka(kafka.port) as conn:
+        anew = await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 4, **_join("a", "t"))
+    assert (anew.error_code, anew.member_epoch) == (0, 1)

@@ -1,23 +1,35 @@
 """confluent-kafka (librdkafka 2.16) with ``group.protocol=consumer`` (KIP-848) on huddle's
 Kafka listener: two consumers share a topic's partitions, one that leaves hands the other
-all of them, survivors take a killed one's partitions once its session ends, and a new
-consumer resumes from the offsets committed, and a topic deleted and created again is given
-up and read again from its start."""
+all of them, survivors take a killed one's partitions once its session ends, a new
+consumer resumes from the offsets committed, a topic deleted and created again is given up
+and read again from its start, and one fenced while its group emptied rejoins after a
+coordinator restart."""
 
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Final
 
+import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
 
 from huddle.chaos.kafka_workers import brokers
 from huddle.chaos.kafka_workers.options import CONSUMER_PROTOCOL
-from huddle.chaos.kafka_workers.running import partitions_of
-from tests.kafka_clients.conftest import PARTITIONS, WAIT_S, KafkaGroup, require_client
+from huddle.chaos.kafka_workers.running import Drivers, partitions_of
+from huddle.client import Admin
+from huddle.protocol.addresses import free_port
+from tests.kafka_clients.conftest import (
+    HUDDLE_FLAGS,
+    PARTITIONS,
+    WAIT_S,
+    KafkaGroup,
+    require_client,
+)
 from tests.kafka_clients.test_mixed_groups import HuddleMembers, _balanced
 
 pytestmark = pytest.mark.e2e
@@ -172,3 +184,50 @@ def test_a_topic_deleted_and_created_again_is_revoked_then_read_from_its_start(
     assert sorted((e["partition"], e["offset"]) for e in read) == [
         (p, 0) for p in range(PARTITIONS)
     ]
+
+
+def test_a_consumer_fenced_while_its_group_emptied_rejoins_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """librdkafka takes GROUP_ID_NOT_FOUND to a heartbeat as fatal. A consumer stopped
+    (SIGSTOP) past its session is fenced, and its group empties; the coordinator restarts
+    on its data dir; the consumer, continued, heartbeats at its old epoch. The emptied group
+    was kept, so it is told UNKNOWN_MEMBER_ID: it loses its partitions, joins again and is
+    given them back, with no fatal error."""
+    require_client(CLIENT)
+    if not brokers.huddle_has_kafka_listener():
+        pytest.skip("this huddle serve has no Kafka listener (--kafka-port)")
+    flags = (*HUDDLE_FLAGS, "--data-dir", str(tmp_path / "data"))
+    ports = (free_port(), free_port())
+    with Drivers(tmp_path / "drivers") as drivers:
+        with brokers.huddle(tmp_path, *flags, ports=ports) as broker:
+            g = KafkaGroup(broker, "t", "g", drivers)
+            brokers.create_topic(broker.bootstrap, g.topic, PARTITIONS)
+            m1 = g.start("m1", CLIENT, strategy=CONSUMER_PROTOCOL)
+            g.balanced("m1")
+            m1.proc.send_signal(signal.SIGSTOP)  # by its PID
+            try:
+                drivers.wait(lambda: _state(broker) == "Empty" or None, WAIT_S, "g to empty")
+            except BaseException:
+                m1.proc.send_signal(signal.SIGCONT)
+                raise
+        with brokers.huddle(tmp_path, *flags, ports=ports) as broker:
+            assert _state(broker) == "Empty"  # kept, empty, across the restart
+            continued = time.monotonic()
+            m1.proc.send_signal(signal.SIGCONT)
+            drivers.wait(lambda: m1.of("assigned", continued) or None, WAIT_S, "m1 to rejoin")
+            g.balanced("m1")
+            assert m1.of("lost", continued)  # it was told it was fenced, and rejoined
+            assert not m1.of("error")
+            assert m1.proc.poll() is None
+
+
+def _state(broker: brokers.Broker) -> str:
+    """Group g's state, as huddle's admin describes it."""
+
+    async def describe() -> str:
+        async with Admin(f"{broker.host}:{broker.huddle_port}") as admin:
+            described = await admin.describe_group("g")
+        return described.state
+
+    return anyio.run(describe)

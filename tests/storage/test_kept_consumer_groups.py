@@ -49,6 +49,28 @@ def test_a_member_with_every_field_set_comes_back_the_same() -> None:
     assert loaded.target["m"] == group.target["m"]
 
 
+def test_an_emptied_group_is_kept_with_its_epochs_until_it_is_gone() -> None:
+    """The last member's departure writes that member's deletion and the group's new epoch;
+    a restart loads the empty group at that epoch. ``gone`` (a deletion) writes the
+    group's deletion, and a restart loads nothing."""
+    group = ConsumerGroup("g")
+    group.group_epoch = group.target_epoch = 3
+    group.subscribed_partitions = {"t": 2}
+    group.put(ConsumerMember("m", member_epoch=3, subscribed_topic_names=frozenset({"t"})))
+    kept = ConsumerKept()
+    kept.enabled = True
+    records = kept.changes(group)
+    group.remove("m", now=0)  # the group epoch moves to 4
+    emptied = kept.changes(group)
+    assert [type(r) for r in emptied] == [ConsumerGroupRecord, ConsumerMemberRecord]
+    (loaded,) = _reloaded(records + emptied)
+    assert (loaded.group_epoch, loaded.target_epoch, loaded.members) == (4, 3, {})
+    assert loaded.subscribed_partitions == {"t": 2}
+    assert kept.copy() == [ConsumerGroupRecord("g", 4, 3, {"t": 2})]  # what a compaction keeps
+    assert _reloaded(records + emptied + kept.gone("g")) == []
+    assert kept.size() == 0
+
+
 def _reloaded(records: list[Record]) -> list[ConsumerGroup]:
     """The groups a restart loads from ``records`` (as the data dir replays them)."""
     again = ConsumerKept()

@@ -7,7 +7,8 @@ groups list`` and ``huddle groups describe`` show these groups beside the classi
 ``consumer``, state (Kafka's names: Empty, Assigning, Reconciling, Stable), group epoch,
 target assignment epoch, the server assignor, and for each member its epoch, its state
 (stable, unrevoked_partitions, unreleased_partitions), what it may own now, what it must
-give up first, and what the target gives it.
+give up first, and what the target gives it. ``huddle groups delete`` (DeleteGroups, on
+either wire) deletes an empty one with its committed offsets (``group_admin``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class ConsumerSource(Protocol):
     @property
     def clients(self) -> Mapping[tuple[str, str], tuple[str, str]]:
         """(group id, member id) -> the client id and host it last heartbeated from."""
+
+    def delete(self, group_id: str) -> None:
+        """The empty consumer group ``group_id`` goes (DeleteGroups), its deletion kept with
+        the request's answer: a restart or another node does not bring it back."""
 
 
 def listed(source: ConsumerSource, states: set[str] | None) -> list[ListedGroup]:

@@ -172,6 +172,25 @@ class ConsumerService:
             for key in [k for k in table if doomed(k[0])]:
                 del table[key]
 
+    def delete(self, group_id: str) -> None:
+        """The empty group ``group_id`` goes (DeleteGroups, or offset retention): its
+        deletion is kept with the request's answer."""
+        self.unload(lambda g: g == group_id)
+        self._keep([group_id], outside=False)
+        log.info("consumer_group_deleted", group_id=group_id)
+
+    def retained(self, group_id: str) -> tuple[int, frozenset[str]] | None:
+        """Offset retention's view of ``group_id`` (``retention.ConsumerRetention``): its
+        group epoch and the topics its members subscribe to (None: no such group)."""
+        group = self.core.groups.get(group_id)
+        if group is None:
+            return None
+        topics = frozenset().union(*map(group.subscribed_topics, group.members.values()))
+        return group.group_epoch, topics
+
+    def empty_group_ids(self) -> list[str]:
+        return [group_id for group_id, g in self.core.groups.items() if not g.members]
+
     def _keep(
         self, group_ids: Iterable[str], only: str | None = None, *, outside: bool = True
     ) -> None:

@@ -149,6 +149,7 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
     server.requests.beside[ConsumerHeartbeatRequest] = huddle.serve
     MixedGroups(server, service)  # the Kafka listener's classic members of consumer groups
     server.core.admin.consumer = service
+    server.core.retention.consumer = service  # offsets kept by subscription, empty groups go
     server.core.joins.consumer_group = service.refuses_classic  # huddle's wire's JoinGroup
     # huddle's wire's OffsetCommit at a member epoch, checked as the Kafka listener's v9+
     checks = ConsumerGroups(service)

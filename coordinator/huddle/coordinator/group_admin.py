@@ -1,6 +1,7 @@
 """Group administration: DescribeGroups, ListGroups and DeleteGroups (Kafka's admin
 requests on groups). They read the groups as they are and never change a membership;
-DeleteGroups removes an Empty group with its offsets, kept as deletions.
+DeleteGroups removes an Empty group (classic, or consumer-protocol) with its offsets, kept
+as deletions.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class GroupAdmin:
     def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         """Kafka's DeleteGroups: an Empty group goes, with its committed offsets (kept as
         deletions: a restart or another node does not bring them back), even while a member
-        id handed out by MEMBER_ID_REQUIRED waits to be used (Kafka moves it to Dead)."""
+        id handed out by MEMBER_ID_REQUIRED waits to be used (Kafka moves it to Dead). An
+        empty consumer-protocol group goes the same way, its records with it (Kafka's
+        ``ConsumerGroup.validateDeleteGroup``: one with members is NON_EMPTY_GROUP)."""
         results = []
         for group_id in dict.fromkeys(request.groups):
             group = self.sessions.groups.get(group_id)
@@ -69,6 +72,12 @@ class GroupAdmin:
                 message = (
                     f"consumer group {group_id!r} has {members} members: only an empty group goes"
                 )
+            elif members == 0 and _holds_offsets_only(group):  # an empty consumer group
+                assert self.consumer is not None
+                self.consumer.delete(group_id)
+                if group is not None:
+                    self.forget_group(group)
+                code, message = E.NONE, None
             elif group is None or group.is_(GroupState.DEAD):
                 code, message = E.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
             elif group.members or not group.is_(GroupState.EMPTY):
@@ -151,11 +160,12 @@ class GroupAdmin:
             groups += consumer_admin.listed(self.consumer, asked)
         return ListGroupsResponse(groups=sorted(groups, key=lambda g: g.group_id))
 
-    def _consumer_members(self, group_id: str) -> int:
+    def _consumer_members(self, group_id: str) -> int | None:
+        """How many members the consumer group ``group_id`` has (None: no such group)."""
         if self.consumer is None:
-            return 0
+            return None
         group = self.consumer.core.groups.get(group_id)
-        return 0 if group is None else len(group.members)
+        return None if group is None else len(group.members)
 
     def _consumer_group(self, group_id: str) -> DescribedGroup | None:
         if self.consumer is None:

@@ -4,6 +4,7 @@ It binds the listening socket, accepts connections (the ``ConnectionHost`` they 
 loads the data dir, and shuts down gracefully. The work is done by its parts, each in
 its own module:
 
+- ``listening``: binding a wire's socket, what a failed bind says, a lone server's address;
 - ``huddle_wire.HuddleWire``: huddle's msgpack wire (framing, codec, login, decoding);
 - ``intake.Intake``: which connection's frames are handled when (slices, round robin,
   backpressure);
@@ -21,8 +22,6 @@ its traceback and answered with ``UNKNOWN_SERVER_ERROR``: the server keeps servi
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -40,7 +39,16 @@ from huddle.coordinator.descriptors import connections_allowed
 from huddle.coordinator.held import HeldAnswers
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.intake import Intake
-from huddle.coordinator.metrics import CoordinatorMetrics, serve_metrics
+from huddle.coordinator.listening import (
+    ListenError,
+    bind,
+    bound_port,
+    described_alone,
+    listen,
+    located_here,
+    metrics_listening,
+)
+from huddle.coordinator.metrics import CoordinatorMetrics
 from huddle.coordinator.replay import Slices, collections_paused, replay, serve_loaded
 from huddle.coordinator.requests import Gate, RequestPath, joining_cluster
 from huddle.coordinator.security.listener import ListenerSecurity
@@ -49,22 +57,13 @@ from huddle.coordinator.storage.journal import Journal
 from huddle.coordinator.sweeps import Timers
 from huddle.coordinator.wire import Wire
 from huddle.protocol.addresses import format_address, parse_address
-from huddle.protocol.errors import ErrorCode, HuddleError, UsageError
-from huddle.protocol.messages import (
-    ClusterNodeInfo,
-    DescribeClusterResponse,
-    FindCoordinatorResponse,
-    ProtocolError,
-)
+from huddle.protocol.errors import ErrorCode, UsageError
+from huddle.protocol.messages import ProtocolError
 
 if TYPE_CHECKING:
     from huddle.coordinator.cluster.serving import ClusterServing
 
 log = structlog.get_logger("huddle.server")
-
-
-class ListenError(HuddleError):
-    """The server could not bind its listening socket."""
 
 
 class CoordinatorServer:
@@ -223,28 +222,25 @@ class CoordinatorServer:
             self.core.authorizer = self.security.authorizer
             context = self.security.context
         try:
-            self._server = await loop.create_server(
+            opening = listen(
+                loop,
                 self._new_connection,
-                host=cfg.host,
-                port=cfg.port,
-                backlog=1024,
-                ssl=context,
-                ssl_handshake_timeout=cfg.handshake_timeout_ms / 1000 if context else None,
+                cfg.host,
+                cfg.port,
+                context=context,
+                handshake_timeout_ms=cfg.handshake_timeout_ms,
             )
-        except OSError as exc:
+            self._server = await bind(opening, cfg.host, cfg.port)
+        except ListenError:
             if self.security is not None:
                 await self.security.close()
-            if isinstance(exc, socket.gaierror) or not exc.errno:
-                reason = str(exc.strerror or exc).lower()
-            else:
-                reason = os.strerror(exc.errno).lower()
-            raise ListenError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
-        sockets = self._server.sockets
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+            raise
+        self.port = bound_port(self._server) or self.port
         if not self.config.cluster:  # a cluster node's serving names the owners
-            self.core.locate = self._locate_self
-            self.core.describe_cluster = self._describe_self
+            self.core.locate = lambda group_id: located_here(self.node_id, self.advertised)
+            self.core.describe_cluster = lambda: described_alone(
+                self.node_id, self.advertised, self.kafka_advertised
+            )
         self.core.set_wall_clock(self.now_ms(), time.time() * 1000)
         with collections_paused():
             if cfg.data_dir and self.journal is None:
@@ -276,15 +272,12 @@ class CoordinatorServer:
             if self._commits is not None:
                 self._commits.on_write = self.metrics.journal_written
             try:
-                self._metrics_http, self.metrics_port = serve_metrics(
+                self._metrics_http, self.metrics_port = metrics_listening(
                     self.metrics, cfg.host, cfg.metrics_port
                 )
-            except OSError as exc:
+            except ListenError:
                 await self.close()
-                reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-                raise ListenError(
-                    f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {reason}"
-                ) from exc
+                raise
             log.info("metrics_listening", host=cfg.host, port=self.metrics_port)
         self.timers.start()
         log.info("server_listening", host=cfg.host, port=self.port)
@@ -301,17 +294,6 @@ class CoordinatorServer:
     def node_id(self) -> str:
         """This node's name: ``--node-id``, or its advertised address."""
         return self.config.node_id or format_address(*self.advertised)
-
-    def _describe_self(self) -> DescribeClusterResponse:
-        host, port = self.advertised
-        me = ClusterNodeInfo(
-            node_id=self.node_id, host=host, port=port, kafka_address=self.kafka_advertised
-        )
-        return DescribeClusterResponse(node_id=self.node_id, nodes=[me])
-
-    def _locate_self(self, group_id: str) -> FindCoordinatorResponse:
-        host, port = self.advertised
-        return FindCoordinatorResponse(node_id=self.node_id, host=host, port=port)
 
     async def _load(self, data_dir: str, fsync: bool) -> None:
         """Replay the data dir into the core; its changes are kept by a group commit."""
@@ -483,14 +465,13 @@ class CoordinatorServer:
         sweeps; ``close`` closes them with the rest. With TLS it is served with the huddle
         listener's context (one certificate, reloaded for both on SIGHUP), and a verified
         client certificate names its connections' principal (``Admission.admit``)."""
-        context = self.security.context if self.security is not None else None
-        listener = await self.loop.create_server(
+        listener = await listen(
+            self.loop,
             lambda: self._new_connection(wire),
-            host=host,
-            port=port,
-            backlog=1024,
-            ssl=context,
-            ssl_handshake_timeout=self.config.handshake_timeout_ms / 1000 if context else None,
+            host,
+            port,
+            context=self.security.context if self.security is not None else None,
+            handshake_timeout_ms=self.config.handshake_timeout_ms,
         )
         self._listeners.append(listener)
         return int(listener.sockets[0].getsockname()[1])

@@ -16,6 +16,15 @@ offsets of a group expire, and from when retention counts, depends on the group
   offsets of topics no member subscribes to, each from its own commit;
 - any other group (rebalancing, or Stable with subscriptions it cannot read): none.
 
+The offsets of a consumer-protocol group (KIP-848; kept here, in a classic group that only
+holds them) expire as Kafka 4.0's ``ConsumerGroup.offsetExpirationCondition`` says: each
+partition ``offsets_retention_ms`` after its own commit, unless a member of the group
+subscribes to its topic (by name or by regex): so an empty group loses each offset the
+retention after it was committed. An empty consumer group left with no offsets is deleted
+by the check, its records with it (Kafka's ``cleanupGroupMetadata``: ``maybeDeleteGroup``
+once ``cleanupExpiredOffsets`` found every offset expired, or none); ``consumer`` (the
+server's ``ConsumerService``) says what the consumer groups are, and deletes them.
+
 A group left Empty with no offsets goes (``Sessions.collect``), its record with it. An
 offset whose commit time is not known (kept by a version before retention) is stamped with
 the time it is first looked at, and kept so: it gets a whole retention from then.
@@ -24,6 +33,7 @@ the time it is first looked at, and kept so: it gets a whole retention from then
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Protocol
 
 import structlog
 
@@ -38,6 +48,23 @@ log = structlog.get_logger("huddle.retention")
 
 S = GroupState
 Key = tuple[str, int]
+# a consumer group's epoch E is marked as _CONSUMER_MARK - E: below every generation (and
+# the -1 of a group never looked into)
+_CONSUMER_MARK = -2
+
+
+class ConsumerRetention(Protocol):
+    """The consumer-protocol groups, as offset retention reads and deletes them."""
+
+    def retained(self, group_id: str) -> tuple[int, frozenset[str]] | None:
+        """The consumer group ``group_id``'s epoch and the topics its members subscribe to
+        (their offsets do not expire); None: no consumer group has that id."""
+
+    def empty_group_ids(self) -> list[str]:
+        """The consumer groups with no member."""
+
+    def delete(self, group_id: str) -> None:
+        """The empty consumer group ``group_id`` goes, its deletion kept."""
 
 
 class Retention:
@@ -45,6 +72,7 @@ class Retention:
         self.sessions = sessions
         self.config = config
         self.changes = changes
+        self.consumer: ConsumerRetention | None = None  # the server's consumer groups
 
     def expire(self, wall_ms: float) -> int:
         """Remove every expired offset (kept as deletions); how many were removed."""
@@ -66,14 +94,24 @@ class Retention:
         retention = self.config.offsets_retention_ms
         groups = self.sessions.groups
         removed = 0
+        consumer = self.consumer
         for group in list(groups.values()):
             if groups.get(group.group_id) is not group or not group.offsets:
                 continue  # gone, or emptied of offsets, since the pass began
-            if group.retention_generation == group.generation and now < group.retention_due_ms:
+            retained = None if consumer is None else consumer.retained(group.group_id)
+            # what the due time was found in: the generation, or a consumer group's epoch
+            # (it moves whenever a subscription does), kept apart from every generation
+            marker = group.generation if retained is None else _CONSUMER_MARK - retained[0]
+            if group.retention_generation == marker and now < group.retention_due_ms:
                 continue
             self._stamp_unknown(group, now)
-            doomed, group.retention_due_ms = self.expired(group, now, retention)
-            group.retention_generation = group.generation
+            if retained is None:
+                doomed, group.retention_due_ms = self.expired(group, now, retention)
+            else:
+                doomed, group.retention_due_ms = _each_from_its_commit(
+                    group.offsets, retained[1], now, retention
+                )
+            group.retention_generation = marker
             if doomed:
                 for topic, partition in doomed:
                     del group.offsets[(topic, partition)]
@@ -88,6 +126,12 @@ class Retention:
                 )
                 self.sessions.collect(group)  # Empty with nothing left: it goes
             yield
+        if consumer is not None:
+            for group_id in consumer.empty_group_ids():
+                holder = groups.get(group_id)
+                if holder is None or not holder.offsets:  # an empty group, no offset left
+                    consumer.delete(group_id)
+                    log.info("consumer_group_expired", group_id=group_id)
         return removed
 
     def expired(self, group: Group, now_ms: int, retention_ms: int) -> tuple[list[Key], int]:

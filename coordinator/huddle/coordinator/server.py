@@ -21,7 +21,8 @@ import structlog
 from huddle.coordinator.config import ServerConfig
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.descriptors import FD_RESERVE, connections_allowed, raise_fd_limit
-from huddle.coordinator.host import CoordinatorServer, ListenError
+from huddle.coordinator.host import CoordinatorServer
+from huddle.coordinator.listening import ListenError
 from huddle.coordinator.storage.journal import DataDirError
 from huddle.protocol.addresses import format_address
 from huddle.protocol.errors import HuddleError

@@ -14,10 +14,9 @@ once its previous owner released it or was fenced, so:
   nothing once its ``on_partitions_lost`` returned, until it is given partitions again;
 - ``epochs``: a member process's epoch never goes back but to rejoin (0) after a fence; the
   group epoch and each member's epoch in the coordinator never go back (across its
-  restarts; but a group emptied of members is not kept in the data dir, so a restart
-  forgets it and one made anew starts again), no member is past the target's epoch, nor
-  the target past the group's; and
-  the coordinator's owner table names current members only;
+  restarts too: an emptied group is kept with its epochs), no member is past the target's
+  epoch, nor the target past the group's; and the coordinator's owner table names current
+  members only;
 - ``callbacks``: revoked and lost partitions were assigned, assigned ones were not owned
   already, and between reconciliations the application owns what the member library does.
 
@@ -44,7 +43,6 @@ class ConsumerChecker(Checker):
         super().__init__(world)
         self.consumer_world = world
         self.group_epoch = 0
-        self.emptied: ConsumerGroup | None = None  # last seen with no member (not kept)
         self.member_epochs: dict[str, int] = {}  # member id -> its epoch in the coordinator
         self.process_epochs: dict[tuple[int, int], int] = {}  # (member, start) -> its epoch
 
@@ -121,10 +119,6 @@ class ConsumerChecker(Checker):
         group = core.groups.get(GROUP_ID)
         if group is None:
             return
-        if self.emptied is not None and group is not self.emptied:
-            self.group_epoch = 0  # forgotten by a restart: a group made anew starts again
-            self.member_epochs.clear()
-        self.emptied = None if group.members else group
         if group.group_epoch < self.group_epoch:
             self.fail(
                 "epochs",

@@ -147,12 +147,13 @@ def _huddle() -> list[str]:
 
 
 @contextlib.contextmanager
-def huddle(log_dir: Path, *flags: str) -> Iterator[Broker]:
+def huddle(log_dir: Path, *flags: str, ports: tuple[int, int] | None = None) -> Iterator[Broker]:
     """``huddle serve`` with a Kafka listener on a free 127.0.0.1 port (plus ``flags``); the
-    ``Broker`` names its huddle listener too (``huddle_port``), for huddle's own Members."""
+    ``Broker`` names its huddle listener too (``huddle_port``), for huddle's own Members.
+    ``ports``: (huddle's, the Kafka listener's), to serve again where clients knew it."""
     if not huddle_has_kafka_listener():
         raise BrokerError("this huddle serve has no Kafka listener (--kafka-port)")
-    port, kafka_port = free_port(), free_port()
+    port, kafka_port = ports if ports is not None else (free_port(), free_port())
     argv = [*_huddle(), "serve", "--host", HOST, "--port", str(port)]
     argv += ["--kafka-host", HOST, "--kafka-port", str(kafka_port), "--log-level", "warning"]
     with _started("huddle", [*argv, *flags], kafka_port, log_dir / "huddle.log") as b:

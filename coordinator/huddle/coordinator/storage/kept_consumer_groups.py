@@ -5,7 +5,9 @@ ConsumerGroup* records in ``__consumer_offsets``.
 ``ConsumerMemberRecord`` of each of its members: what the data dir's journal replays
 (``apply``) and what a compaction writes again (``copy``). ``changes(group)`` says what
 changed in a live group since it was last kept, as records (only members whose state or
-target changed), and keeps them; ``gone(group_id)`` the records that delete a group.
+target changed), and keeps them; a group emptied of members is kept so (its epochs, no
+member), as Kafka keeps an empty consumer group; ``gone(group_id)`` the records that delete
+a group (DeleteGroups, offset retention, a classic group taking its id).
 
 ``loaded_groups`` rebuilds the groups: each member at its kept epoch with its assigned and
 pending-revocation partitions (and the ids of their topics) and its target, so a member
@@ -109,14 +111,14 @@ class ConsumerKept:
 
     def changes(self, group: ConsumerGroup, only: str | None = None) -> list[Record]:
         """The records of what changed in ``group`` since it was last kept (none: the
-        same), now kept; an emptied group's are ``gone``. ``only``: the one member a
+        same), now kept. A group emptied of members is kept (its epochs, with no member
+        records), as Kafka keeps an empty consumer group until it is deleted (DeleteGroups,
+        or offset retention: ``gone``). ``only``: the one member a
         heartbeat may have changed, when the group's epochs and its other members did not
         (then only it is looked at, not every member)."""
         group_id = group.group_id
         if not self.enabled:
             return []
-        if not group.members:
-            return self.gone(group_id)
         out: list[ConsumerRecord] = []
         record = ConsumerGroupRecord(
             group_id,

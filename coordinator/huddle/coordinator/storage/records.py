@@ -136,8 +136,10 @@ class GroupRecord(msgspec.Struct, tag="g", array_like=True, frozen=True):
 class ConsumerGroupRecord(msgspec.Struct, tag="cg", array_like=True, frozen=True):
     """A consumer-protocol group's epochs (Kafka's ConsumerGroupMetadata and
     TargetAssignmentMetadata records) and the partition counts of the topics it subscribes
-    to (ConsumerGroupPartitionMetadata); ``group_epoch`` -1 (``DELETED``): the group was
-    deleted or emptied, with every member record of it."""
+    to (ConsumerGroupPartitionMetadata); one with no member record is an empty group, kept
+    until it is deleted; ``group_epoch`` -1 (``DELETED``): the group was deleted (by
+    DeleteGroups, by offset retention, or a classic group took its id), with every member
+    record of it."""
 
     group_id: str
     group_epoch: int
