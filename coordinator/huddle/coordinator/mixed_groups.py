@@ -9,6 +9,14 @@ classic members served by the consumer group (``huddle.coordinator.consumer.clas
 - ``drop_classic`` then takes the members out of the classic coordinator: their sessions
   end there, the classic group's record is deleted (a restart brings back the consumer
   group, not the classic one), and its committed offsets stay, now the consumer group's.
+- ``to_classic`` is the downgrade's classic side: a consumer group whose last
+  consumer-protocol member went, its other members classic (``consumer.downgrade``),
+  becomes a classic group of those members again, Stable at the consumer group's epoch,
+  and rebalances at once (Kafka's ``convertToClassicGroup``): each member is told to
+  rejoin at its next Heartbeat, and its leader assigns. Its committed offsets stay (the
+  classic group that held them takes the members); its record is kept saying members
+  were removed since its assignment, so a restart before the rebalance ends rebalances it
+  again.
 - ``MixedGroups`` serves the Kafka listener's JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup for a consumer group with members (the request path's ``beside`` handlers;
   any other group's go to the classic coordinator as before). Their records are kept
@@ -17,22 +25,22 @@ classic members served by the consumer group (``huddle.coordinator.consumer.clas
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import structlog
+from msgspec.structs import replace
 
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import classic
-from huddle.coordinator.consumer.classic import (
-    ClassicAnswer,
-    ClassicGroupSnapshot,
-    ClassicJoin,
-    ClassicSnapshot,
-)
+from huddle.coordinator.consumer.classic import ClassicAnswer, ClassicJoin
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot, ClassicSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.effects import Effects
+from huddle.coordinator.group import Group, Member
 from huddle.coordinator.kafka.consumer_groups import new_member_id
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.kept_groups import NO_CONNECTION, group_record
 from huddle.coordinator.storage.records import group_deleted
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -45,6 +53,7 @@ from huddle.protocol.messages import (
     LeaveGroupMemberResult,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    Protocol,
     Reply,
     Response,
     SyncGroupRequest,
@@ -124,6 +133,53 @@ def drop_classic(server: CoordinatorServer, group_id: str) -> None:
         core.changes.append(group_deleted(group_id))
     sessions.collect(group)
     log.info("classic_group_upgraded", group_id=group_id, generation=group.generation)
+
+
+def to_classic(
+    server: CoordinatorServer,
+    group_id: str,
+    snapshot: ClassicGroupSnapshot,
+    clients: Mapping[str, tuple[str, str]],
+) -> None:
+    """The downgraded group's members join the classic coordinator, which rebalances it."""
+    core = server.core
+    sessions = core.sessions
+    now = server.now_ms()
+    group = core.groups.get(group_id)
+    if group is None or group.members:  # none, or (never) one with members: a fresh one
+        group = core.groups[group_id] = Group(group_id)
+    group.generation = snapshot.generation
+    for kept in snapshot.members:
+        client_id, host = clients.get(kept.member_id, ("", ""))
+        member = Member(
+            group_id,
+            kept.member_id,
+            kept.instance_id,
+            client_id=client_id,
+            principal=None,  # not known: its next request from its client id binds it
+            host=host,
+            conn_id=NO_CONNECTION,
+            protocol_type=classic.CONSUMER_PROTOCOL_TYPE,
+            protocols=[Protocol(name=name, metadata=data) for name, data in kept.protocols],
+            session_timeout_ms=kept.session_timeout_ms,
+            rebalance_timeout_ms=kept.rebalance_timeout_ms,
+        )
+        member.assignment = kept.assignment
+        member.is_new = False
+        group.add(member)
+    group.protocol_name = group.select_protocol()
+    group.subscribed_topics = group.read_subscribed_topics()
+    group.state = GroupState.STABLE  # not a transition: as a group loaded Stable
+    group.state_ms = sessions.wall_ms(now)
+    fx = Effects(now)
+    sessions.start_sessions(fx, group)
+    if sessions.keep_groups:
+        kept_record = replace(group_record(group, None), members_removed=True)
+        group.kept = kept_record
+        core.changes.append(kept_record)
+    core.rebalances.prepare_rebalance(fx, group, "downgraded from a consumer group")
+    server.timers.reschedule()
+    log.info("consumer_group_downgraded_to_classic", group_id=group_id, generation=group.generation)
 
 
 class MixedGroups:

@@ -39,6 +39,7 @@ from huddle.coordinator.consumer.messages import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
     Assignment,
+    ClassicSnapshot,
     HeartbeatRequest,
     RefusedError,
     TopicView,
@@ -56,24 +57,6 @@ from huddle.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _ASSIGNMENT_VERSION = 3  # the ConsumerProtocolAssignment version answered, as Kafka 4.0's
-
-
-class ClassicSnapshot(msgspec.Struct, frozen=True):
-    """One member of a stable classic group, as the classic coordinator has it."""
-
-    member_id: str
-    instance_id: str | None
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes  # its last SyncGroup's ConsumerProtocol assignment
-
-
-class ClassicGroupSnapshot(msgspec.Struct, frozen=True):
-    """A stable classic group as the upgrade takes it: its generation, its members."""
-
-    generation: int
-    members: tuple[ClassicSnapshot, ...]
 
 
 class ClassicJoin(msgspec.Struct, frozen=True):

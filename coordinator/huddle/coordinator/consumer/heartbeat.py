@@ -26,12 +26,14 @@ from msgspec.structs import replace
 
 from huddle.coordinator.consumer.assignors import ASSIGNORS, AssignorError, ServerAssignor
 from huddle.coordinator.consumer.checks import check_epoch, check_request
+from huddle.coordinator.consumer.downgrade import downgrade
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState
 from huddle.coordinator.consumer.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicGroupSnapshot,
     ConsumerGroupConfig,
     HeartbeatAnswer,
     HeartbeatRequest,
@@ -69,6 +71,8 @@ class ConsumerCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: TimerQueue[Deadline] = TimerQueue()
         self._revoking: dict[tuple[str, str], RevocationDue] = {}
+        # groups downgraded to classic groups, for the caller (``take_downgraded``)
+        self.downgraded: list[tuple[str, ClassicGroupSnapshot]] = []
 
     # -- the heartbeat
 
@@ -260,8 +264,19 @@ class ConsumerCoordinator:
         return self.config.session_timeout_ms if classic is None else classic.session_timeout_ms
 
     def _fence(self, group: ConsumerGroup, member_id: str, now: float) -> None:
+        classic = downgrade(group, member_id, self.config)
+        if classic is not None:  # the last consumer-protocol member: a classic group again
+            self.unload(group.group_id)
+            self.downgraded.append((group.group_id, classic))
+            return
         group.remove(member_id, now)
         self._forget_deadlines(group.group_id, member_id)
+
+    def take_downgraded(self) -> list[tuple[str, ClassicGroupSnapshot]]:
+        """The groups downgraded since the last call (``consumer.downgrade``), each as the
+        classic group it becomes; the caller's classic coordinator serves them from now."""
+        taken, self.downgraded = self.downgraded, []
+        return taken
 
     def expire(self, now: float) -> list[Fenced]:
         """Fence every member whose session or rebalance timeout has passed by ``now``."""

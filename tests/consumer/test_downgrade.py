@@ -1,0 +1,138 @@
+"""The downgrade in the sans-IO core (``consumer.downgrade``): a converted group whose last
+consumer-protocol member leaves or is fenced, the rest classic, is handed back as a classic
+group (Kafka 4.0's ``convertToClassicGroup``) when the migration policy downgrades, with an
+explicit clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatRequest
+from huddle.coordinator.consumer import classic as mixed
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
+from huddle.coordinator.consumer.timeouts import Fenced
+from huddle.protocol.consumer_protocol import read_assignment
+from huddle.protocol.errors import ErrorCode
+from tests.consumer.helpers import GROUP, Client, flat
+from tests.consumer.test_classic_members import (
+    GENERATION,
+    SESSION_MS,
+    TOPICS,
+    ClassicClient,
+    _classic_group,
+)
+
+E = ErrorCode
+CONSUMER_SESSION_MS = 45_000
+
+
+def _mixed(
+    policy: str = "bidirectional", classic_max_size: int = 0
+) -> tuple[ConsumerCoordinator, list[ClassicClient], Client, float]:
+    """Two classic members upgraded by a consumer-protocol member "new", all reconciled."""
+    core = ConsumerCoordinator(
+        ConsumerGroupConfig(
+            migration_policy=policy,
+            session_timeout_ms=CONSUMER_SESSION_MS,
+            classic_max_size=classic_max_size,
+        )
+    )
+    snapshots, classics = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    new = Client("new", topics=("t",))
+    now = 0.0
+    for _ in range(6):
+        now += 100
+        new.heartbeat(core, now, TOPICS)
+        for client in classics:
+            client.heartbeat(core, now)
+    group = core.groups[GROUP]
+    assert all(c.generation == group.group_epoch for c in classics)
+    assert len(flat(new.owned)) == 2
+    return core, classics, new, now
+
+
+def _downgraded(core: ConsumerCoordinator) -> ClassicGroupSnapshot:
+    (taken,) = core.take_downgraded()
+    group_id, classic = taken
+    assert group_id == GROUP
+    assert core.take_downgraded() == []  # handed over once
+    return classic
+
+
+@pytest.mark.parametrize("policy", ["bidirectional", "downgrade"])
+def test_the_last_consumer_member_leaving_hands_a_classic_group_back(policy: str) -> None:
+    core, classics, _new, now = _mixed(policy)
+    epoch = core.groups[GROUP].group_epoch
+    left = core.heartbeat(HeartbeatRequest(GROUP, "new", -1), now + 1, TOPICS)
+    assert (left.error, left.member_epoch) == (E.NONE, -1)
+    assert GROUP not in core.groups
+    assert core.next_deadline() is None  # its members' sessions are the classic group's now
+    classic = _downgraded(core)
+    # at the epoch its classic members are at: their next Heartbeat is "rejoin", not
+    # "illegal generation"
+    assert classic.generation == epoch
+    assert {m.member_id for m in classic.members} == {c.member_id for c in classics}
+    for member, client in zip(classic.members, classics, strict=True):
+        assert member.session_timeout_ms == SESSION_MS
+        assert member.rebalance_timeout_ms == 30_000
+        assert member.protocols[0][0] == "range"
+        given = read_assignment(member.assignment).assigned_partitions
+        assert {("t", p) for _, ps in given for p in ps} == flat(client.holds)
+
+
+def test_the_last_consumer_member_fenced_by_its_session_hands_the_group_back() -> None:
+    core, classics, _new, now = _mixed()
+    fenced: list[Fenced] = []
+    while not fenced:  # the classic members go on heartbeating; the consumer member is silent
+        now += SESSION_MS / 2
+        fenced = core.expire(now)
+        for client in classics if not fenced else ():
+            assert mixed.heartbeat(core, GROUP, client.member_id, client.generation, now) is E.NONE
+    assert [f.member_id for f in fenced] == ["new"]
+    assert {m.member_id for m in _downgraded(core).members} == {"classic-0", "classic-1"}
+    assert GROUP not in core.groups
+
+
+@pytest.mark.parametrize("policy", ["upgrade", "disabled"])
+def test_a_policy_that_does_not_downgrade_keeps_the_consumer_group(policy: str) -> None:
+    core, classics, _new, now = _mixed(policy)
+    assert core.heartbeat(HeartbeatRequest(GROUP, "new", -1), now + 1, TOPICS).error is E.NONE
+    assert core.take_downgraded() == []
+    group = core.groups[GROUP]
+    assert set(group.members) == {c.member_id for c in classics}
+    # the classic members are served on by the consumer group: told to rejoin, and they
+    # get the partitions the consumer member released
+    for client in classics:
+        client.heartbeat(core, now + 2)
+    assert flat(classics[0].holds) | flat(classics[1].holds) == {("t", p) for p in range(6)}
+
+
+def test_a_classic_member_going_or_the_group_emptying_does_not_downgrade() -> None:
+    core, classics, new, now = _mixed()
+    classics[0].leave(core, now + 1)  # a classic member's going: the consumer member stays
+    assert core.take_downgraded() == []
+    classics[1].leave(core, now + 2)
+    assert core.take_downgraded() == []
+    # the consumer member is the last: its going empties the group, nothing to hand back
+    assert set(core.groups[GROUP].members) == {new.member_id}
+    assert core.heartbeat(HeartbeatRequest(GROUP, "new", -1), now + 3, TOPICS).error is E.NONE
+    assert core.take_downgraded() == []
+
+
+def test_more_members_than_a_classic_group_may_hold_are_not_downgraded() -> None:
+    core, classics, _new, now = _mixed(classic_max_size=1)
+    assert core.heartbeat(HeartbeatRequest(GROUP, "new", -1), now + 1, TOPICS).error is E.NONE
+    assert core.take_downgraded() == []
+    assert set(core.groups[GROUP].members) == {c.member_id for c in classics}
+
+
+def test_a_consumer_member_leaving_while_another_stays_does_not_downgrade() -> None:
+    core, _classics, new, now = _mixed()
+    other = Client("other", topics=("t",))
+    other.heartbeat(core, now + 1, TOPICS)
+    assert core.heartbeat(HeartbeatRequest(GROUP, new.member_id, -1), now + 2, TOPICS).error is (
+        E.NONE
+    )
+    assert core.take_downgraded() == []
+    assert "other" in core.groups[GROUP].members
