@@ -2,13 +2,18 @@
 classic members served by the consumer group (``huddle.coordinator.consumer.classic``).
 
 - ``classic_snapshot`` reads a classic group for the upgrade, without changing it: it must
-  be Stable (each member has its assignment; one that is rebalancing is answered
-  COORDINATOR_LOAD_IN_PROGRESS, which a consumer retries), use the ``consumer`` protocol
-  type, and have every member on the Kafka listener (huddle's own classic members speak
-  huddle's wire, where a classic JoinGroup to a consumer group stays refused).
+  use the ``consumer`` protocol type and have every member on the Kafka listener (huddle's
+  own classic members speak huddle's wire, where a classic JoinGroup to a consumer group
+  stays refused). A rebalancing group is upgraded as Kafka 4.0 upgrades it, each member
+  owning its last assignment (what it holds: a rebalance keeps it until the next one is
+  stored), except while that is not known: a rebalance that began again in the sync phase
+  cleared the assignments, or a Stable group's members have not all collected theirs
+  (COORDINATOR_LOAD_IN_PROGRESS then, which a consumer retries).
 - ``drop_classic`` then takes the members out of the classic coordinator: their sessions
-  end there, the classic group's record is deleted (a restart brings back the consumer
-  group, not the classic one), and its committed offsets stay, now the consumer group's.
+  end there, the JoinGroups and SyncGroups it holds are answered REBALANCE_IN_PROGRESS (as
+  Kafka's ``convertToConsumerGroup``), the classic group's record is deleted (a restart
+  brings back the consumer group, not the classic one), and its committed offsets stay,
+  now the consumer group's.
 - ``to_classic`` is the downgrade's classic side: a consumer group whose last
   consumer-protocol member went, its other members classic (``consumer.downgrade``),
   becomes a classic group of those members again, Stable at the consumer group's epoch,
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING
 import structlog
 from msgspec.structs import replace
 
+from huddle.coordinator.answers import refuse_held
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import classic
 from huddle.coordinator.consumer.classic import ClassicAnswer, ClassicJoin
@@ -69,6 +75,7 @@ log = structlog.get_logger("huddle.coordinator.mixed_groups")
 Handler = Callable[[Connection, Call], "list[Outgoing] | None"]
 
 KAFKA_LISTENER = "kafka"
+_UPGRADED = "the group was upgraded to a consumer group: join it again"
 
 
 def classic_snapshot(
@@ -82,10 +89,17 @@ def classic_snapshot(
             f"Group {group_id} is a classic group of protocol type {group.protocol_type!r}: "
             "only one of the consumer protocol type is upgraded",
         )
-    if not group.is_(GroupState.STABLE) or group.pending:
+    if group.assignments_cleared:
         return (
             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            f"Group {group_id} is a classic group in a rebalance: it is upgraded once stable",
+            f"Group {group_id} is a classic group whose rebalance began again before its "
+            "members had their assignments: it is upgraded once stable",
+        )
+    if group.is_(GroupState.STABLE) and group.pending_sync:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group with members yet to collect their "
+            "assignments: it is upgraded once they have",
         )
     conns = server.requests.conns
     name = group.protocol_name or ""
@@ -114,16 +128,28 @@ def classic_snapshot(
 
 
 def drop_classic(server: CoordinatorServer, group_id: str) -> None:
-    """The classic group's members leave the classic coordinator (its offsets stay)."""
+    """The classic group's members leave the classic coordinator (its offsets stay). A
+    JoinGroup or SyncGroup it holds (the group was rebalancing) is answered
+    REBALANCE_IN_PROGRESS: the member joins again, now the consumer group's."""
     core = server.core
     sessions = core.sessions
     group = core.groups[group_id]
     clients = server.consumer.clients  # who each member is, as ConsumerGroupDescribe shows
+    fx = Effects(server.now_ms())
     for member_id in list(group.members):
-        member = group.remove(member_id)
+        member = group.members[member_id]
+        refuse_held(fx, group, member, ErrorCode.REBALANCE_IN_PROGRESS, _UPGRADED)
+        group.remove(member_id)
         sessions.forget(member)
         clients[group_id, member_id] = (member.client_id, member.host)
-    group.transition(GroupState.PREPARING_REBALANCE)
+    for member_id in list(group.pending):  # member ids handed out: the consumer group's now
+        sessions.forget_pending(group, member_id)
+    for key in (group.join_key, group.sync_key):
+        sessions.timers.cancel(key)
+    group.pending_sync.clear()
+    group.initial_delay_active = False
+    if not group.is_(GroupState.PREPARING_REBALANCE):
+        group.transition(GroupState.PREPARING_REBALANCE)
     group.transition(GroupState.EMPTY)
     # what is left holds the offsets only, as a consumer group's do (retention counts each
     # from its own commit: docs/coordinator.md section 8)
@@ -132,6 +158,7 @@ def drop_classic(server: CoordinatorServer, group_id: str) -> None:
         group.kept = None
         core.changes.append(group_deleted(group_id))
     sessions.collect(group)
+    server.requests.send_outside(fx.out)  # once the classic group's deletion is kept
     log.info("classic_group_upgraded", group_id=group_id, generation=group.generation)
 
 
