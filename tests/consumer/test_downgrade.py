@@ -9,6 +9,7 @@ import pytest
 
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatRequest
 from huddle.coordinator.consumer import classic as mixed
+from huddle.coordinator.consumer.classic import ClassicJoin
 from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
 from huddle.coordinator.consumer.timeouts import Fenced
 from huddle.protocol.consumer_protocol import read_assignment
@@ -20,6 +21,7 @@ from tests.consumer.test_classic_members import (
     TOPICS,
     ClassicClient,
     _classic_group,
+    _subscription,
 )
 
 E = ErrorCode
@@ -136,3 +138,23 @@ def test_a_consumer_member_leaving_while_another_stays_does_not_downgrade() -> N
     )
     assert core.take_downgraded() == []
     assert "other" in core.groups[GROUP].members
+
+
+def test_a_classic_member_sharing_no_protocol_with_the_others_is_refused() -> None:
+    """As Kafka's ``supportsClassicProtocols``: a classic group must be able to choose one
+    protocol, should the group be downgraded."""
+    core, _classics, _new, now = _mixed()
+    subscription = _subscription({})
+    alone = ClassicJoin(GROUP, "x", None, SESSION_MS, 30_000, "consumer", (("rr", subscription),))
+    assert mixed.join(core, alone, "x", now, TOPICS).error is E.INCONSISTENT_GROUP_PROTOCOL
+    assert "x" not in core.groups[GROUP].members
+    both = ClassicJoin(
+        GROUP, "x", None, SESSION_MS, 30_000, "consumer", (("rr", subscription), ("range", b""))
+    )
+    assert mixed.join(core, both, "x", now, TOPICS).error is E.NONE
+    # the member itself may change its protocols when it rejoins, as long as the others
+    # share one of them
+    again = ClassicJoin(
+        GROUP, "x", None, SESSION_MS, 30_000, "consumer", (("range", subscription),)
+    )
+    assert mixed.join(core, again, "x", now + 1, TOPICS).error is E.NONE

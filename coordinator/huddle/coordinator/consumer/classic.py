@@ -161,6 +161,11 @@ def _join(
     except EmbeddedSchemaError as error:
         raise _inconsistent(f"the member's subscription is malformed: {error}") from None
     member_id = request.member_id
+    if not _shares_a_protocol(group, member_id, request.instance_id, request.protocols):
+        raise _inconsistent(
+            f"member {member_id!r}'s protocols are not supported: none is every other classic "
+            "member's"
+        )
     if not member_id and request.instance_id is None and request.require_known_member_id:
         return ClassicAnswer(ErrorCode.MEMBER_ID_REQUIRED, member_id=fresh_id)
     member = group.members.get(member_id) if member_id else None
@@ -305,6 +310,28 @@ def _classic_member(
             f"generation {generation} is not the member's epoch {member.member_epoch}",
         )
     return member
+
+
+def _shares_a_protocol(
+    group: ConsumerGroup,
+    member_id: str,
+    instance_id: str | None,
+    protocols: Sequence[tuple[str, bytes]],
+) -> bool:
+    """Whether one of ``protocols`` is supported by every other classic member of the group
+    (Kafka's ``supportsClassicProtocols``; the member's own earlier self, by member id or
+    instance id, is not another): a classic group must choose one, should the group be
+    downgraded."""
+    others = [
+        m.classic
+        for m in group.members.values()
+        if m.member_id != member_id and (instance_id is None or m.instance_id != instance_id)
+    ]
+    names = {name for name, _ in protocols}
+    for classic in others:
+        if classic is not None:
+            names &= {name for name, _ in classic.protocols}
+    return bool(names)
 
 
 def _assignment(partitions: Partitions) -> dict[str, frozenset[int]]:
