@@ -6,19 +6,23 @@ leaves it in place until the next is stored). Where that is not what a member ho
 upgrade waits (COORDINATOR_LOAD_IN_PROGRESS, which a consumer retries): a rebalance that
 began again in the sync phase cleared the assignments, or a Stable group's members have
 not all collected the assignment stored for them (one still holding partitions the new
-assignment moved would share them with the consumer member)."""
+assignment moved would share them with the consumer member); or members loaded by a
+restart have not been heard from (which listener they speak on is not known yet)."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.state import GroupState
 from huddle.protocol.messages import TopicSpec
-from tests.helpers import wait_until
+from tests.helpers import fast_server_config, wait_until
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka, parse
 from tests.kafka.test_consumer_protocol import _beat, _join, _owned, _owning
@@ -165,3 +169,28 @@ async def test_the_upgrade_waits_for_members_to_collect_their_assignments(
         assert synced.error_code == NONE
         upgraded = await _consumer_join(three, 2)
         assert upgraded.error_code == NONE
+
+
+async def test_the_upgrade_waits_for_the_members_a_restart_loaded_to_be_heard_from(
+    tmp_path: Path,
+) -> None:
+    """A classic group loaded from the data dir has members on no connection until they are
+    heard from: which listener they speak on is not known, so the upgrade waits (it was
+    refused GROUP_ID_NOT_FOUND, fatal for librdkafka, as if on huddle's own wire)."""
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with CoordinatorServer(config) as server:
+        kafka = Listening(server, await listen_kafka(server, "127.0.0.1", 0))
+        async with RawKafka(kafka.port) as conn:
+            _create(server, TopicSpec(name="t", partitions=4))
+            a = Classic(conn)
+            await a.join(lead=True)
+    async with CoordinatorServer(config) as server:
+        kafka = Listening(server, await listen_kafka(server, "127.0.0.1", 0))
+        async with _connections(kafka, 2) as (one, two):
+            waits = await _consumer_join(two, 1)
+            assert waits.error_code == COORDINATOR_LOAD_IN_PROGRESS
+            again = Classic(one)
+            again.member_id, again.generation = a.member_id, a.generation
+            assert await again.heartbeat() == NONE
+            upgraded = await _consumer_join(two, 2)
+            assert (upgraded.error_code, upgraded.member_epoch) == (NONE, a.generation + 1)

@@ -1,14 +1,18 @@
-"""Mixed groups on the server: a classic group upgraded to a consumer-protocol group, and its
-classic members served by the consumer group (``huddle.coordinator.consumer.classic``).
+"""Mixed groups on the server: a classic group upgraded to a consumer-protocol group, its
+classic members served by the consumer group (``huddle.coordinator.consumer.classic``), and
+the group downgraded back (``huddle.coordinator.consumer.downgrade``).
 
 - ``classic_snapshot`` reads a classic group for the upgrade, without changing it: it must
   use the ``consumer`` protocol type and have every member on the Kafka listener (huddle's
   own classic members speak huddle's wire, where a classic JoinGroup to a consumer group
-  stays refused). A rebalancing group is upgraded as Kafka 4.0 upgrades it, each member
-  owning its last assignment (what it holds: a rebalance keeps it until the next one is
-  stored), except while that is not known: a rebalance that began again in the sync phase
-  cleared the assignments, or a Stable group's members have not all collected theirs
-  (COORDINATOR_LOAD_IN_PROGRESS then, which a consumer retries).
+  stays refused: docs/consumer-protocol.md says why); a member not heard from since a
+  restart loaded it, or since its connection closed, makes it wait
+  (COORDINATOR_LOAD_IN_PROGRESS: which listener it is on is not known yet). A rebalancing
+  group is upgraded as Kafka 4.0 upgrades it, each member owning its last assignment (what
+  it holds: a rebalance keeps it until the next one is stored), except while that is not
+  known: a rebalance that began again in the sync phase cleared the assignments, or a
+  Stable group's members have not all collected theirs (COORDINATOR_LOAD_IN_PROGRESS then,
+  which a consumer retries).
 - ``drop_classic`` then takes the members out of the classic coordinator: their sessions
   end there, the JoinGroups and SyncGroups it holds are answered REBALANCE_IN_PROGRESS (as
   Kafka's ``convertToConsumerGroup``), the classic group's record is deleted (a restart
@@ -89,28 +93,20 @@ def classic_snapshot(
             f"Group {group_id} is a classic group of protocol type {group.protocol_type!r}: "
             "only one of the consumer protocol type is upgraded",
         )
-    if group.assignments_cleared:
-        return (
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            f"Group {group_id} is a classic group whose rebalance began again before its "
-            "members had their assignments: it is upgraded once stable",
-        )
-    if group.is_(GroupState.STABLE) and group.pending_sync:
-        return (
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            f"Group {group_id} is a classic group with members yet to collect their "
-            "assignments: it is upgraded once they have",
-        )
     conns = server.requests.conns
     name = group.protocol_name or ""
     members = []
+    unheard = False
     for member in group.members.values():
         conn = conns.get(member.conn_id)
-        if conn is None or conn.wire.listener != KAFKA_LISTENER:
+        if conn is None:  # loaded by a restart, or its connection closed: not heard from yet
+            unheard = True
+        elif conn.wire.listener != KAFKA_LISTENER:
             return (
                 ErrorCode.GROUP_ID_NOT_FOUND,
-                f"Group {group_id} is a classic group with a member not on the Kafka "
-                "listener: it is not upgraded",
+                f"Group {group_id} is a classic group with a member on huddle's own wire "
+                f"({member.member_id}): it is not upgraded, as mixed groups are served on the "
+                "Kafka listener only",
             )
         chosen = [(p.name, p.metadata) for p in member.protocols if p.name == name]
         others = [(p.name, p.metadata) for p in member.protocols if p.name != name]
@@ -123,6 +119,24 @@ def classic_snapshot(
                 tuple(chosen + others),
                 member.assignment,
             )
+        )
+    if unheard:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group with members not heard from since they "
+            "were loaded or their connection closed: it is upgraded once they are",
+        )
+    if group.assignments_cleared:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group whose rebalance began again before its "
+            "members had their assignments: it is upgraded once stable",
+        )
+    if group.is_(GroupState.STABLE) and group.pending_sync:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group with members yet to collect their "
+            "assignments: it is upgraded once they have",
         )
     return ClassicGroupSnapshot(group.generation, tuple(members))
 
