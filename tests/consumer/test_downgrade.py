@@ -158,3 +158,71 @@ def test_a_classic_member_sharing_no_protocol_with_the_others_is_refused() -> No
         GROUP, "x", None, SESSION_MS, 30_000, "consumer", (("range", subscription),)
     )
     assert mixed.join(core, again, "x", now + 1, TOPICS).error is E.NONE
+
+
+def _told_to_rejoin() -> tuple[ConsumerCoordinator, Client, float]:
+    """A converted group a consumer-protocol member just joined: classic-0 must give up
+    partitions for it, and is told so at its next Heartbeat."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, _ = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    new = Client("new", topics=("t",))
+    new.heartbeat(core, 1, TOPICS)
+    assert mixed.heartbeat(core, GROUP, "classic-0", GENERATION, 2) is E.REBALANCE_IN_PROGRESS
+    return core, new, 2.0
+
+
+def _heartbeats_until_fenced(
+    core: ConsumerCoordinator, new: Client, now: float, generation: int
+) -> tuple[float, list[Fenced]]:
+    """classic-0 heartbeats (and classic-1 too, rejoining as told) every 5 s but never does
+    what classic-0 is told; the consumer member heartbeats: until the core fences someone."""
+    classic_1 = ClassicClient("classic-1", GENERATION, {"t": frozenset({3, 4, 5})})
+    while now < 120_000:
+        now += 5_000
+        fenced = core.expire(now)
+        if fenced:
+            return now, fenced
+        mixed.heartbeat(core, GROUP, "classic-0", generation, now)
+        classic_1.heartbeat(core, now)
+        new.heartbeat(core, now, TOPICS)
+    return now, []
+
+
+def test_a_classic_member_that_never_rejoins_is_fenced_at_its_rebalance_timeout() -> None:
+    """As Kafka's classic join timeout: told to rejoin, a classic member has its rebalance
+    timeout to do it, or it is fenced and its partitions go to the others; its heartbeats
+    alone do not keep it."""
+    core, new, now = _told_to_rejoin()
+    fenced_at, fenced = _heartbeats_until_fenced(core, new, now, GENERATION)
+    assert [(f.member_id, f.reason) for f in fenced] == [("classic-0", "revocation")]
+    assert fenced_at <= now + 30_000 + 5_000  # its rebalance timeout, 30 s
+    for _ in range(3):
+        fenced_at += 100
+        new.heartbeat(core, fenced_at, TOPICS)
+    assert len(flat(new.owned)) == 3  # classic-0's share is free: half of it is new's
+
+
+def test_a_classic_member_that_joins_and_never_syncs_is_fenced_at_its_rebalance_timeout() -> None:
+    """As Kafka's classic sync timeout: a JoinGroup answered, the member has its rebalance
+    timeout to send its SyncGroup; heartbeating alone does not keep it (the partitions its
+    join gave it would be nobody's meanwhile)."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, _ = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    assert mixed.leave(core, GROUP, "classic-1", 1) is E.NONE
+    assert mixed.heartbeat(core, GROUP, "classic-0", GENERATION, 2) is E.REBALANCE_IN_PROGRESS
+    subscription = _subscription({"t": frozenset({0, 1, 2})})
+    request = ClassicJoin(
+        GROUP, "classic-0", None, SESSION_MS, 30_000, "consumer", (("range", subscription),)
+    )
+    joined = mixed.join(core, request, "x", 3, TOPICS)
+    assert joined.error is E.NONE
+    now, fenced = 3.0, list[Fenced]()
+    while not fenced and now < 120_000:
+        now += 5_000
+        fenced = core.expire(now)
+        if not fenced:
+            assert mixed.heartbeat(core, GROUP, "classic-0", joined.generation, now) is E.NONE
+    assert [(f.member_id, f.reason) for f in fenced] == [("classic-0", "revocation")]
+    assert now <= 3 + 30_000 + 5_000

@@ -21,7 +21,9 @@ heartbeat then moves the group epoch and works out a new target with the server 
   epoch, it has partitions to give up, or partitions it waits for were released. Its
   revocation is its rejoin: the owned partitions it reports there.
 - its LeaveGroup takes it out at once; its session (its own session timeout) and its
-  rebalance timeout fence it as any member's.
+  rebalance timeout fence it as any member's. Told to rejoin, it has its rebalance timeout
+  to send its JoinGroup, and once that is answered, its SyncGroup (Kafka's classic join and
+  sync timeouts, ``timeouts.ClassicRejoinDue``): its heartbeats alone do not keep it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from huddle.coordinator.consumer.messages import (
     TopicView,
 )
 from huddle.coordinator.consumer.target import refresh_subscriptions
+from huddle.coordinator.consumer.timeouts import ClassicRejoinDue
 from huddle.protocol.consumer_protocol import (
     EmbeddedSchemaError,
     KafkaAssignment,
@@ -217,6 +220,8 @@ def _join(
     )
     group.put(joined)
     core.touch(group.group_id, joined, now)
+    # its SyncGroup is due within its rebalance timeout (Kafka's classic sync timeout)
+    core.timers.set(ClassicRejoinDue(group.group_id, member_id), now + _rebalance_ms(joined))
     return ClassicAnswer(
         member_id=member_id,
         generation=joined.member_epoch,
@@ -243,6 +248,7 @@ def sync(
     if protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or protocol_name not in (None, name):
         return ClassicAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "not the group's protocol")
     core.touch(group_id, member, now)
+    core.timers.cancel(ClassicRejoinDue(group_id, member_id))
     partitions: Partitions = [
         (topic, sorted(parts)) for topic, parts in sorted(member.assigned.items()) if parts
     ]
@@ -265,6 +271,10 @@ def heartbeat(
     core.touch(group_id, member, now)
     group = core.groups[group_id]
     if member.member_epoch != group.group_epoch or must_rejoin(group, member):
+        # its JoinGroup is due within its rebalance timeout (Kafka's classic join timeout)
+        due = ClassicRejoinDue(group_id, member_id)
+        if due not in core.timers:
+            core.timers.set(due, now + _rebalance_ms(member))
         return ErrorCode.REBALANCE_IN_PROGRESS
     return ErrorCode.NONE
 
@@ -292,6 +302,13 @@ def leave(core: ConsumerCoordinator, group_id: str, member_id: str, now: float) 
         return ErrorCode.UNKNOWN_MEMBER_ID
     core.fence(group_id, member_id, now)
     return ErrorCode.NONE
+
+
+def _rebalance_ms(member: ConsumerMember) -> int:
+    """A classic member's rebalance timeout (JoinGroup v0 has none: its session timeout)."""
+    if member.rebalance_timeout_ms > 0 or member.classic is None:
+        return max(member.rebalance_timeout_ms, 0)
+    return member.classic.session_timeout_ms
 
 
 def _classic_member(

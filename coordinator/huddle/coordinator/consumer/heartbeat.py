@@ -44,6 +44,7 @@ from huddle.coordinator.consumer.reconcile import reconcile
 from huddle.coordinator.consumer.target import compute_target, refresh_subscriptions
 from huddle.coordinator.consumer.timeouts import (
     AssignorRecheck,
+    ClassicRejoinDue,
     Deadline,
     Fenced,
     RevocationDue,
@@ -297,6 +298,13 @@ class ConsumerCoordinator:
                     if member is not None and member.member_epoch == epoch:
                         self._fence(group, member_id, now)
                         fenced.append(Fenced(group_id, member_id, epoch, "revocation"))
+                case ClassicRejoinDue(group_id, member_id):
+                    member = group.members.get(member_id)
+                    if member is not None and member.classic is not None:
+                        self._fence(group, member_id, now)
+                        fenced.append(
+                            Fenced(group_id, member_id, member.member_epoch, "revocation")
+                        )
                 case AssignorRecheck():
                     group.recheck_at = None
                     group.group_epoch += 1
@@ -350,6 +358,7 @@ class ConsumerCoordinator:
 
     def _forget_deadlines(self, group_id: str, member_id: str) -> None:
         self.timers.cancel(SessionEnds(group_id, member_id))
+        self.timers.cancel(ClassicRejoinDue(group_id, member_id))
         self._cancel_revocation(group_id, member_id)
 
 
