@@ -226,3 +226,45 @@ def test_a_classic_member_that_joins_and_never_syncs_is_fenced_at_its_rebalance_
             assert mixed.heartbeat(core, GROUP, "classic-0", joined.generation, now) is E.NONE
     assert [(f.member_id, f.reason) for f in fenced] == [("classic-0", "revocation")]
     assert now <= 3 + 30_000 + 5_000
+
+
+def _static_consumer_left_for_now() -> tuple[ConsumerCoordinator, list[ClassicClient], float]:
+    """A converted group with a static consumer-protocol member ("s", instance "i1") that
+    left for now (epoch -2): it keeps its place, and nothing is downgraded yet."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, classics = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    static = Client("s", topics=("t",), instance_id="i1")
+    static.heartbeat(core, 1, TOPICS)
+    left = core.heartbeat(HeartbeatRequest(GROUP, "s", -2, instance_id="i1"), 2, TOPICS)
+    assert (left.error, left.member_epoch) == (E.NONE, -2)
+    assert core.take_downgraded() == []
+    assert "s" in core.groups[GROUP].members
+    return core, classics, 2.0
+
+
+def test_a_static_consumer_member_gone_for_now_downgrades_when_its_session_ends() -> None:
+    core, classics, now = _static_consumer_left_for_now()
+    fenced: list[Fenced] = []
+    while not fenced:  # the classic members go on, rejoining as told
+        now += SESSION_MS / 2
+        fenced = core.expire(now)
+        for client in classics if not fenced else ():
+            client.heartbeat(core, now)
+    assert [f.member_id for f in fenced] == ["s"]
+    assert {m.member_id for m in _downgraded(core).members} == {"classic-0", "classic-1"}
+
+
+def test_a_classic_static_member_taking_the_last_consumer_member_s_place_downgrades() -> None:
+    """Kafka's ``validateOnlineDowngradeWithReplacedMemberId``: the instance comes back as a
+    classic member (its process rolled back), so no consumer-protocol member is left."""
+    core, _, now = _static_consumer_left_for_now()
+    request = ClassicJoin(
+        GROUP, "", "i1", SESSION_MS, 30_000, "consumer", (("range", _subscription({})),)
+    )
+    joined = mixed.join(core, request, "c-new", now + 1, TOPICS)
+    assert (joined.error, joined.member_id) == (E.NONE, "c-new")
+    classic = _downgraded(core)
+    assert {m.member_id for m in classic.members} == {"classic-0", "classic-1", "c-new"}
+    assert {m.instance_id for m in classic.members} == {None, "i1"}
+    assert GROUP not in core.groups

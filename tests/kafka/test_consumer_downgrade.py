@@ -7,23 +7,29 @@ dir across a restart, and the ``upgrade`` policy keeps the consumer group instea
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
+from typing import Any
 
 from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.state import GroupState
+from huddle.protocol.messages import TopicSpec
 from tests.helpers import fast_server_config
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
-from tests.kafka.test_consumer_protocol import _beat, _owned
+from tests.kafka.test_consumer_protocol import _beat, _join, _owned
 from tests.kafka.test_consumer_upgrade import (
     ALL,
     NONE,
     REBALANCE_IN_PROGRESS,
     Classic,
+    _classic_join,
     _upgrade,
 )
+from tests.kafka.test_wire import _create
 
 GROUP_ID_NOT_FOUND = 69
 
@@ -132,3 +138,78 @@ async def test_the_upgrade_policy_keeps_the_consumer_group() -> None:
             assert await classic.heartbeat() == REBALANCE_IN_PROGRESS
             await classic.join()
             assert classic.holds == ALL
+
+
+async def test_a_classic_static_member_taking_the_consumer_member_s_place_downgrades(
+    kafka: Listening,
+) -> None:
+    """A static consumer-protocol member leaves for now (-2) and its instance comes back as a
+    classic member (its process rolled back): no consumer-protocol member is left, and the
+    group is a classic group again, which the returning member joins as the others do."""
+    server = kafka.server
+    async with RawKafka(kafka.port) as conn, RawKafka(kafka.port) as other:
+        _, classic, _ = await _upgrade_static(kafka, conn)
+        for _ in range(2):  # told to rejoin twice: it gives half up, then is reconciled
+            assert await classic.heartbeat() == REBALANCE_IN_PROGRESS
+            await classic.join()
+        assert await classic.heartbeat() == NONE
+        gone = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            3,
+            **{**_beat("s", -2), "group_id": "g", "instance_id": "i1"},
+        )
+        assert (gone.error_code, gone.member_epoch) == (NONE, -2)
+        assert "g" in server.consumer.core.groups
+        back = Classic(other)
+        joined = await back.call(
+            Api.JOIN_GROUP, 5, **{**_classic_join("", set()), "group_instance_id": "i1"}
+        )
+        assert joined.error_code == NONE
+        assert "g" not in server.consumer.core.groups
+        group = server.core.groups["g"]
+        assert set(group.members) == {classic.member_id, joined.member_id}
+        assert group.static == {"i1": joined.member_id}
+        # both rejoin the classic group's rebalance; one leads and assigns
+        assert await classic.heartbeat() == REBALANCE_IN_PROGRESS
+        back.member_id = joined.member_id
+        await asyncio.gather(classic.join(lead=True), _rejoin_static(back))
+        assert classic.holds == ALL  # the leader here assigns itself everything
+        assert group.is_(GroupState.STABLE)
+
+
+async def _upgrade_static(kafka: Listening, conn: RawKafka) -> tuple[uuid.UUID, Classic, Any]:
+    """As ``_upgrade``, the consumer member "s" static (instance "i1")."""
+    _create(kafka.server, TopicSpec(name="t", partitions=4))
+    classic = Classic(conn)
+    await classic.join(lead=True)
+    s = await conn.call(
+        Api.CONSUMER_GROUP_HEARTBEAT,
+        1,
+        1,
+        **{**_join("s", "t"), "group_id": "g", "instance_id": "i1"},
+    )
+    assert s.error_code == NONE
+    return kafka.server.core.topics.ids["t"], classic, s
+
+
+async def _rejoin_static(member: Classic) -> None:
+    joined = await member.call(
+        Api.JOIN_GROUP,
+        5,
+        **{**_classic_join(member.member_id, set()), "group_instance_id": "i1"},
+    )
+    assert joined.error_code == NONE, joined
+    member.generation = joined.generation_id
+    synced = await member.call(
+        Api.SYNC_GROUP,
+        5,
+        group_id="g",
+        generation_id=member.generation,
+        member_id=member.member_id,
+        group_instance_id="i1",
+        protocol_type="consumer",
+        protocol_name="cooperative-sticky",
+        assignments=[],
+    )
+    assert synced.error_code == NONE, synced

@@ -34,6 +34,7 @@ import msgspec
 from msgspec.structs import replace
 
 from huddle.coordinator.consumer.checks import check_request
+from huddle.coordinator.consumer.downgrade import downgrade_replaced
 from huddle.coordinator.consumer.group import ConsumerGroup, DoubleOwnerError
 from huddle.coordinator.consumer.heartbeat import ConsumerCoordinator
 from huddle.coordinator.consumer.member import ClassicMeta, ConsumerMember, MemberState
@@ -176,10 +177,12 @@ def _join(
         raise RefusedError(
             ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} uses the consumer protocol"
         )
+    replaced_consumer = False  # a classic static member takes a consumer member's place
     if member is None and request.instance_id is not None:
         # A static member back under a new member id replaces its old self, keeping its
         # partitions (the classic protocol's static membership).
         old = group.static_member(request.instance_id)
+        replaced_consumer = old is not None and old.classic is None
         if old is not None and old.classic is not None:
             core.heartbeat(
                 HeartbeatRequest(
@@ -222,6 +225,10 @@ def _join(
     core.touch(group.group_id, joined, now)
     # its SyncGroup is due within its rebalance timeout (Kafka's classic sync timeout)
     core.timers.set(ClassicRejoinDue(group.group_id, member_id), now + _rebalance_ms(joined))
+    if replaced_consumer:  # the last consumer-protocol member, maybe: a classic group again
+        handed = downgrade_replaced(group, core.config)
+        if handed is not None:
+            core.hand_back(group.group_id, handed)
     return ClassicAnswer(
         member_id=member_id,
         generation=joined.member_epoch,

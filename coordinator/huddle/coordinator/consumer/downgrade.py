@@ -13,6 +13,11 @@ server's classic coordinator) then starts a rebalance of it at once, as Kafka do
 member rejoins with what it owns in its subscription (a cooperative member keeps its
 partitions meanwhile; an eager one gives them up), and the group's leader assigns again.
 
+So is one where a classic static member takes the place of the last consumer-protocol
+member, which had left for now (epoch -2) under the same instance id (``downgrade_replaced``;
+Kafka keeps that classic group Stable, the joining member taking the leaving one's
+assignment; huddle rebalances it as after a departure).
+
 Not downgraded, as in Kafka: under a policy that does not downgrade (``upgrade``,
 ``disabled``); when nobody is left (the group is empty, and a JoinGroup then takes its id
 as a fresh classic group); when more members are left than a classic group may hold; when
@@ -44,7 +49,23 @@ def downgrade(
     leaving = group.members.get(leaving_id)
     if leaving is None or leaving.classic is not None:
         return None
-    rest = [m for m in group.members.values() if m.member_id != leaving_id]
+    return _classic_group(
+        group, [m for m in group.members.values() if m.member_id != leaving_id], config
+    )
+
+
+def downgrade_replaced(
+    group: ConsumerGroup, config: ConsumerGroupConfig
+) -> ClassicGroupSnapshot | None:
+    """The classic group ``group`` becomes now that a classic static member took the place
+    of its last consumer-protocol member (Kafka's
+    ``validateOnlineDowngradeWithReplacedMemberId``), or None."""
+    return _classic_group(group, list(group.members.values()), config)
+
+
+def _classic_group(
+    group: ConsumerGroup, rest: list[ConsumerMember], config: ConsumerGroupConfig
+) -> ClassicGroupSnapshot | None:
     if not rest or any(m.classic is None for m in rest):
         return None
     if not downgrades(config.migration_policy):

@@ -267,11 +267,16 @@ class ConsumerCoordinator:
     def _fence(self, group: ConsumerGroup, member_id: str, now: float) -> None:
         classic = downgrade(group, member_id, self.config)
         if classic is not None:  # the last consumer-protocol member: a classic group again
-            self.unload(group.group_id)
-            self.downgraded.append((group.group_id, classic))
+            self.hand_back(group.group_id, classic)
             return
         group.remove(member_id, now)
         self._forget_deadlines(group.group_id, member_id)
+
+    def hand_back(self, group_id: str, classic: ClassicGroupSnapshot) -> None:
+        """Stop serving ``group_id``: it is the classic group ``classic`` from now
+        (``take_downgraded``)."""
+        self.unload(group_id)
+        self.downgraded.append((group_id, classic))
 
     def take_downgraded(self) -> list[tuple[str, ClassicGroupSnapshot]]:
         """The groups downgraded since the last call (``consumer.downgrade``), each as the
