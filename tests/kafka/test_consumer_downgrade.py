@@ -16,13 +16,15 @@ from huddle.coordinator.host import CoordinatorServer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.state import GroupState
+from huddle.protocol.consumer_protocol import KafkaAssignment, write_assignment
 from huddle.protocol.messages import TopicSpec
-from tests.helpers import fast_server_config
+from tests.helpers import eventually, fast_server_config
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_consumer_protocol import _beat, _join, _owned
 from tests.kafka.test_consumer_upgrade import (
     ALL,
+    ILLEGAL_GENERATION,
     NONE,
     REBALANCE_IN_PROGRESS,
     Classic,
@@ -213,3 +215,83 @@ async def _rejoin_static(member: Classic) -> None:
         assignments=[],
     )
     assert synced.error_code == NONE, synced
+
+
+async def test_a_group_downgraded_after_a_restart_can_be_upgraded_again(tmp_path: Path) -> None:
+    """A mixed group served again after a restart, its classic member heard from by its
+    Heartbeats only, downgraded: the classic group knows that member's client (who it is
+    must be known to tell which listener it is on), so a consumer member joining later
+    upgrades it again rather than waiting for good."""
+    config = fast_server_config(data_dir=str(tmp_path))
+    async with CoordinatorServer(config) as server:
+        kafka = Listening(server, await listen_kafka(server, "127.0.0.1", 0))
+        async with RawKafka(kafka.port) as conn:
+            _, classic, b = await _upgrade(kafka, conn)
+            member_id, generation = classic.member_id, classic.generation
+    async with CoordinatorServer(config) as server:
+        kafka = Listening(server, await listen_kafka(server, "127.0.0.1", 0))
+        async with RawKafka(kafka.port) as conn:
+            again = Classic(conn)
+            again.member_id, again.generation = member_id, generation
+            assert await again.heartbeat() == REBALANCE_IN_PROGRESS  # "b" joined: rejoin
+            left = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **{**_beat("b", -1), "group_id": "g"}
+            )
+            assert left.error_code == NONE
+            assert "g" not in server.consumer.core.groups
+            # behind the group epoch the classic group starts at: its generation is stale
+            assert await again.heartbeat() == ILLEGAL_GENERATION
+            await again.join(lead=True)
+            upgraded = await conn.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **{**_join("c", "t"), "group_id": "g"}
+            )
+            assert upgraded.error_code == NONE
+            assert b.error_code == NONE
+
+
+async def test_a_classic_member_that_does_not_rejoin_is_fenced_on_the_server(
+    kafka: Listening,
+) -> None:
+    """Told to rejoin, a classic member of a consumer group that goes on heartbeating but
+    never rejoins is fenced at its rebalance timeout (here 300 ms) by the server's timer, and
+    the consumer member gets every partition."""
+    _create(kafka.server, TopicSpec(name="t", partitions=4))
+    t_id = kafka.server.core.topics.ids["t"]
+    async with RawKafka(kafka.port) as conn:
+        classic = Classic(conn)
+        short = {**_classic_join("", set()), "rebalance_timeout": 300}
+        first = await classic.call(Api.JOIN_GROUP, 5, **short)
+        joined = await classic.call(Api.JOIN_GROUP, 5, **{**short, "member_id": first.member_id})
+        classic.member_id, classic.generation = joined.member_id, joined.generation_id
+        mine = write_assignment(KafkaAssignment(1, [("t", sorted(ALL))]))
+        synced = await classic.call(
+            Api.SYNC_GROUP,
+            5,
+            group_id="g",
+            generation_id=classic.generation,
+            member_id=classic.member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="cooperative-sticky",
+            assignments=[{"member_id": classic.member_id, "assignment": mine}],
+        )
+        assert synced.error_code == NONE
+        b = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **{**_join("b", "t"), "group_id": "g"}
+        )
+        assert b.error_code == NONE
+        assert await classic.heartbeat() == REBALANCE_IN_PROGRESS
+        group = kafka.server.consumer.core.groups["g"]
+
+        async def fenced() -> bool:
+            await classic.heartbeat()  # it goes on heartbeating, never rejoining
+            return classic.member_id not in group.members
+
+        # well before its session (10 s) would end
+        await eventually(
+            fenced, wait_s=5, what="the classic member fenced at its rebalance timeout"
+        )
+        beat = await conn.call(
+            Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **{**_beat("b", b.member_epoch), "group_id": "g"}
+        )
+        assert _owned(beat, t_id) == ALL

@@ -351,6 +351,10 @@ class ConsumerService:
                 members=len(group.members),
             )
 
+    def deadlines_moved(self) -> None:
+        """A classic member's request set a deadline in the core: the timer follows it."""
+        self._arm()
+
     def epoch(self, group_id: str) -> int:
         """The group epoch of ``group_id`` (0: no such consumer group)."""
         return self._epoch(group_id)

@@ -246,6 +246,11 @@ class MixedGroups:
         group = self.core.groups.get(group_id)
         return group is not None and bool(group.members)
 
+    def _heard(self, conn: Connection, group_id: str, member_id: str) -> None:
+        """Who the member's client is (the client id and host its last request came from):
+        described, and who speaks for it should the group be downgraded."""
+        self.service.clients[group_id, member_id] = (conn.peer.client_id, conn.peer.host)
+
     def _refusal(self, group_id: str) -> tuple[ErrorCode, str] | None:
         return self.service.host.not_served(group_id)
 
@@ -274,8 +279,7 @@ class MixedGroups:
             before = self.service.epoch(req.group_id)
             answer = classic.join(self.core, request, new_member_id(), now, self.service.topics())
             if not answer.error:
-                key = (req.group_id, answer.member_id)
-                self.service.clients[key] = (conn.peer.client_id, conn.peer.host)
+                self._heard(conn, req.group_id, answer.member_id)
             self.service.changed(req.group_id, answer.member_id, before)
             response = _join_answer(answer)
         return _reply(conn, call, response)
@@ -297,6 +301,8 @@ class MixedGroups:
             req.protocol_name,
             self.server.now_ms(),
         )
+        if not answer.error:
+            self._heard(conn, req.group_id, req.member_id)
         response = SyncGroupResponse(
             error_code=answer.error,
             error_message=answer.message,
@@ -317,6 +323,10 @@ class MixedGroups:
             code = classic.heartbeat(
                 self.core, req.group_id, req.member_id, req.generation_id, self.server.now_ms()
             )
+            if code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
+                self._heard(conn, req.group_id, req.member_id)
+            if code == ErrorCode.REBALANCE_IN_PROGRESS:
+                self.service.deadlines_moved()  # its rejoin is due (``ClassicRejoinDue``)
         return _reply(conn, call, HeartbeatResponse(error_code=code))
 
     def leave(self, conn: Connection, call: Call) -> list[Outgoing] | None:
