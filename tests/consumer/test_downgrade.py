@@ -5,6 +5,8 @@ explicit clock."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatRequest
@@ -268,3 +270,46 @@ def test_a_classic_static_member_taking_the_last_consumer_member_s_place_downgra
     assert {m.member_id for m in classic.members} == {"classic-0", "classic-1", "c-new"}
     assert {m.instance_id for m in classic.members} == {None, "i1"}
     assert GROUP not in core.groups
+
+
+def _leaves(core: ConsumerCoordinator, client: Client, now: float) -> None:
+    left = core.heartbeat(HeartbeatRequest(GROUP, client.member_id, -1), now, TOPICS)
+    assert left.error is E.NONE
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_random_mixed_steps_hand_back_what_each_classic_member_holds(seed: int) -> None:
+    """Classic and consumer-protocol members heartbeat, rejoin, join and leave in a random
+    order until the last consumer-protocol member leaves: the classic group handed back
+    gives each classic member at least what its process holds, and no partition to two."""
+    rng = random.Random(seed)
+    core = ConsumerCoordinator()
+    snapshots, classics = _classic_group(eager=rng.random() < 0.5)
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    consumers = [Client("new-0", topics=("t",))]
+    consumers[0].heartbeat(core, 0, TOPICS)
+    now = 0.0
+    for step in range(1, 80):
+        now += 50
+        roll = rng.random()
+        if roll < 0.1 and len(consumers) < 3:
+            consumers.append(Client(f"new-{step}", topics=("t",)))
+            consumers[-1].heartbeat(core, now, TOPICS)
+        elif roll < 0.15 and len(consumers) > 1:
+            _leaves(core, consumers.pop(rng.randrange(len(consumers))), now)
+        elif roll < 0.6:
+            rng.choice(consumers).heartbeat(core, now, TOPICS)
+        else:
+            rng.choice(classics).heartbeat(core, now)
+    while consumers:  # the rollback: the consumer-protocol members leave, the last one too
+        now += 50
+        _leaves(core, consumers.pop(), now)
+    assert not consumers
+    classic = _downgraded(core)
+    given: dict[str, set[tuple[str, int]]] = {}
+    for member in classic.members:
+        partitions = read_assignment(member.assignment).assigned_partitions
+        given[member.member_id] = {(t, p) for t, ps in partitions for p in ps}
+    for client in classics:
+        assert flat(client.holds) <= given[client.member_id]
+    assert sum(map(len, given.values())) == len(set().union(*given.values()))
