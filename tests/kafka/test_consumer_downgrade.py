@@ -21,7 +21,7 @@ from huddle.protocol.messages import TopicSpec
 from tests.helpers import eventually, fast_server_config
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka
-from tests.kafka.test_consumer_protocol import _beat, _join, _owned
+from tests.kafka.test_consumer_protocol import _beat, _commit, _fetch, _join, _owned
 from tests.kafka.test_consumer_upgrade import (
     ALL,
     ILLEGAL_GENERATION,
@@ -52,6 +52,8 @@ async def _upgraded_then_left(kafka: Listening, conn: RawKafka) -> Classic:
         **{**_beat("b", first + 1, topic_partitions=[]), "group_id": "g"},
     )
     assert _owned(beat, t_id) == ALL - classic.holds
+    done = await conn.call(Api.OFFSET_COMMIT, 9, 90, **_commit("b", first + 1, 7))
+    assert done.topics[0].partitions[0].error_code == NONE  # kept by the classic group after
     left = await conn.call(
         Api.CONSUMER_GROUP_HEARTBEAT, 1, 3, **{**_beat("b", -1), "group_id": "g"}
     )
@@ -104,6 +106,8 @@ async def test_a_downgraded_group_survives_a_restart(tmp_path: Path) -> None:
             again = Classic(conn)
             again.member_id, again.generation = member_id, generation
             assert await again.heartbeat() == NONE
+            fetched = await conn.call(Api.OFFSET_FETCH, 9, 91, **_fetch(None, -1))
+            assert fetched.groups[0].topics[0].partitions[0].committed_offset == 7
 
 
 async def test_a_restart_before_the_rebalance_ended_rebalances_the_classic_group(
