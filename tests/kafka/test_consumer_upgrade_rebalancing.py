@@ -22,6 +22,7 @@ from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.state import GroupState
 from huddle.protocol.messages import TopicSpec
+from tests.coordinator.test_metrics import scrape, value
 from tests.helpers import fast_server_config, wait_until
 from tests.kafka.conftest import Listening
 from tests.kafka.raw import RawKafka, parse
@@ -194,3 +195,27 @@ async def test_the_upgrade_waits_for_the_members_a_restart_loaded_to_be_heard_fr
             assert await again.heartbeat() == NONE
             upgraded = await _consumer_join(two, 2)
             assert (upgraded.error_code, upgraded.member_epoch) == (NONE, a.generation + 1)
+
+
+async def test_a_rebalance_the_upgrade_cut_short_ends_in_the_metrics(logs: object) -> None:
+    """The classic rebalance an upgrade cut short is over (its duration observed): the one
+    the downgrade starts later is counted under its own reason, not taken for the same."""
+    async with CoordinatorServer(fast_server_config(metrics_port=0)) as server:
+        kafka = Listening(server, await listen_kafka(server, "127.0.0.1", 0))
+        async with _connections(kafka, 3) as (one, two, three):
+            a, b = await _rebalancing(kafka, one, two)
+            assert (await _consumer_join(three, 1)).error_code == NONE
+            assert (await _answer(two, Api.JOIN_GROUP, 5)).error_code == REBALANCE_IN_PROGRESS
+            for classic in (a, b):  # both rejoin the consumer group, reconciled
+                classic.generation = a.generation
+                for _ in range(3):
+                    if await classic.heartbeat() == REBALANCE_IN_PROGRESS:
+                        await classic.join()
+            left = await three.call(
+                Api.CONSUMER_GROUP_HEARTBEAT, 1, 2, **{**_beat("n", -1), "group_id": "g"}
+            )
+            assert left.error_code == NONE
+            assert "g" not in server.consumer.core.groups
+            samples = await scrape(server.metrics_port)
+            reason = "downgraded from a consumer group"
+            assert value(samples, "huddle_rebalances_total", reason=reason) == 1

@@ -162,6 +162,9 @@ def drop_classic(server: CoordinatorServer, group_id: str) -> None:
         sessions.timers.cancel(key)
     group.pending_sync.clear()
     group.initial_delay_active = False
+    rebalancing = group.is_(GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE)
+    if rebalancing and sessions.observer is not None:  # the upgrade ended it (metrics)
+        sessions.observer.rebalance_completed(group_id, fx.now)
     if not group.is_(GroupState.PREPARING_REBALANCE):
         group.transition(GroupState.PREPARING_REBALANCE)
     group.transition(GroupState.EMPTY)
