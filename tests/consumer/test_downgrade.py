@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatRequest
@@ -313,3 +314,27 @@ def test_random_mixed_steps_hand_back_what_each_classic_member_holds(seed: int) 
     for client in classics:
         assert flat(client.holds) <= given[client.member_id]
     assert sum(map(len, given.values())) == len(set().union(*given.values()))
+
+
+def test_a_static_classic_member_restarting_gets_its_partitions_back_and_nobody_moves() -> None:
+    """A static classic member of a converted group comes back under a new member id (its
+    process restarted, holding nothing): it takes its old self's place and partitions, and
+    the other member is not disturbed."""
+    core = ConsumerCoordinator()
+    snapshots, (_, other) = _classic_group()
+    static = msgspec.structs.replace(snapshots[0], instance_id="i0")
+    mixed.convert(core, GROUP, GENERATION, [static, snapshots[1]], 0, TOPICS)
+    request = ClassicJoin(
+        GROUP, "", "i0", SESSION_MS, 30_000, "consumer", (("range", _subscription({})),)
+    )
+    joined = mixed.join(core, request, "classic-0-again", 1, TOPICS)
+    assert (joined.error, joined.member_id) == (E.NONE, "classic-0-again")
+    group = core.groups[GROUP]
+    assert "classic-0" not in group.members
+    synced = mixed.sync(core, GROUP, joined.member_id, joined.generation, None, None, 2)
+    assert synced.error is E.NONE
+    (given,) = read_assignment(synced.assignment).assigned_partitions
+    assert given == ("t", [0, 1, 2])
+    assert group.group_epoch == GENERATION  # nothing to rebalance
+    assert mixed.heartbeat(core, GROUP, other.member_id, other.generation, 3) is E.NONE
+    assert mixed.heartbeat(core, GROUP, joined.member_id, joined.generation, 3) is E.NONE
