@@ -17,8 +17,8 @@ from huddle.coordinator.consumer import (
     TopicView,
 )
 from huddle.coordinator.consumer import classic as mixed
-from huddle.coordinator.consumer.classic import ClassicJoin, ClassicSnapshot
-from huddle.coordinator.consumer.messages import RefusedError
+from huddle.coordinator.consumer.classic import ClassicJoin
+from huddle.coordinator.consumer.messages import ClassicSnapshot, RefusedError
 from huddle.protocol.consumer_protocol import (
     KafkaAssignment,
     KafkaSubscription,

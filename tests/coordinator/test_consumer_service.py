@@ -49,6 +49,9 @@ class Host:
     def drop_classic(self, group_id: str) -> None:
         raise AssertionError("no classic group to drop")
 
+    def to_classic(self, group_id: str, group: object, clients: object) -> None:
+        raise AssertionError("no classic member to downgrade to")
+
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self.kept += records
 

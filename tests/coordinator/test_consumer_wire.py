@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import uuid
 
+import msgspec
+
 from huddle.client.connection import connect
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.server import CoordinatorServer
+from huddle.protocol.consumer_protocol import KafkaSubscription, write_subscription
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     ConsumerAssignmentChanged,
@@ -21,6 +24,7 @@ from huddle.protocol.messages import (
     CreateTopicsResponse,
     ErrorResponse,
     JoinGroupResponse,
+    Protocol,
     TopicSpec,
 )
 from tests.helpers import join_request, wait_until, within
@@ -129,9 +133,40 @@ async def test_a_classic_join_on_huddle_s_wire_is_refused_a_consumer_group_s_id(
         refused = await conn.request(join_request(), timeout=5)
         assert isinstance(refused, JoinGroupResponse)
         assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert "served on the Kafka listener only" in (refused.error_message or "")
         left = await conn.call(_beat("a", -1, set()), ConsumerHeartbeatResponse)
         assert left.error_code == ErrorCode.NONE
         joined = await conn.request(join_request(), timeout=5)
         assert isinstance(joined, JoinGroupResponse)
         assert joined.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
         assert "g" not in server.consumer.core.groups
+
+
+async def test_a_classic_group_on_huddle_s_wire_is_not_upgraded(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """Mixed groups are served on the Kafka listener only: a classic group with a member on
+    huddle's wire is not upgraded by a consumer-protocol member (GROUP_ID_NOT_FOUND, saying
+    why), even with a ConsumerProtocol subscription (``embedded="kafka"``), and goes on."""
+    subscription = write_subscription(KafkaSubscription(0, ["t"]))
+    request = msgspec.structs.replace(
+        join_request(), protocols=[Protocol(name="range", metadata=subscription)]
+    )
+    async with connect(bootstrap) as conn:
+        await conn.call(
+            CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=1)]), CreateTopicsResponse
+        )
+        joined = await conn.request(request, timeout=5)
+        assert isinstance(joined, JoinGroupResponse)
+        if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+            request = msgspec.structs.replace(request, member_id=joined.member_id)
+            joined = await conn.request(request, timeout=5)
+            assert isinstance(joined, JoinGroupResponse)
+        assert joined.error_code == ErrorCode.NONE
+        refused = await conn.request(_join("a", "t"), timeout=5)
+        assert isinstance(refused, ConsumerHeartbeatResponse)
+        assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert refused.error_message is not None
+        assert "huddle's own wire" in refused.error_message
+        assert "g" not in server.consumer.core.groups
+        assert set(server.core.groups["g"].members) == {joined.member_id}

@@ -14,6 +14,7 @@ import pytest
 
 from huddle.coordinator.consumer import DoubleOwnerError
 from huddle.coordinator.kafka.apis import Api
+from huddle.coordinator.state import GroupState
 from huddle.protocol.messages import TopicSpec
 from tests.helpers import wait_until
 from tests.kafka.conftest import Listening
@@ -28,7 +29,7 @@ UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION, INVALID_REQU
     42,
 )
 GROUP_ID_NOT_FOUND, FENCED_MEMBER_EPOCH = 69, 110
-COORDINATOR_LOAD_IN_PROGRESS, INCONSISTENT_GROUP_PROTOCOL = 14, 23
+INCONSISTENT_GROUP_PROTOCOL = 23
 
 
 def _beat(member_id: str, epoch: int, **fields: Any) -> dict[str, Any]:
@@ -157,8 +158,10 @@ async def test_a_member_that_stops_heartbeating_is_fenced_by_the_timer(
 
 async def test_a_mixed_group_refuses_what_it_cannot_serve(kafka: Listening) -> None:
     """A classic JoinGroup to a consumer group is served by it, but needs a ConsumerProtocol
-    subscription; a consumer-protocol join to a classic group in a rebalance waits until the
-    group is stable (tests/kafka/test_consumer_upgrade.py has the upgrade itself)."""
+    subscription; a consumer-protocol join to a classic group whose member's metadata is no
+    ConsumerProtocol subscription is refused, in a rebalance too, and the classic group goes
+    on as it was (tests/kafka/test_consumer_upgrade.py has the upgrade itself,
+    test_consumer_upgrade_rebalancing.py that of a rebalancing group)."""
     _create(kafka.server, TopicSpec(name="t", partitions=1))
     async with RawKafka(kafka.port) as conn:
         await conn.call(Api.CONSUMER_GROUP_HEARTBEAT, 1, 1, **_join("a", "t"))
@@ -166,10 +169,14 @@ async def test_a_mixed_group_refuses_what_it_cannot_serve(kafka: Listening) -> N
         assert join.error_code == INCONSISTENT_GROUP_PROTOCOL
         classic = await conn.call(Api.JOIN_GROUP, 5, 3, **_classic_join("c", "static"))
         assert classic.error_code == NONE  # in CompletingRebalance until it syncs
-        waits = await conn.call(
+        refused = await conn.call(
             Api.CONSUMER_GROUP_HEARTBEAT, 1, 4, **{**_join("b", "t"), "group_id": "c"}
         )
-        assert waits.error_code == COORDINATOR_LOAD_IN_PROGRESS
+        assert refused.error_code == GROUP_ID_NOT_FOUND
+        assert "malformed" in refused.error_message
+        group = kafka.server.core.groups["c"]
+        assert group.is_(GroupState.COMPLETING_REBALANCE)
+        assert group.members[classic.member_id].join_waiter is None
 
 
 STALE_MEMBER_EPOCH = 113

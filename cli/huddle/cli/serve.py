@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 
 from huddle.cli.usage import ENV_PREFIX, UsageError
 from huddle.coordinator.config import GroupConfig, ServerConfig
+from huddle.coordinator.consumer.messages import MIGRATION_POLICIES
 from huddle.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging, flush_logs
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -144,11 +145,14 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "choice",
         _S,
         "consumer_migration_policy",
-        "upgrade: a consumer-protocol member joining a classic group makes it a consumer "
-        "group whose classic members go on through JoinGroup (default); disabled: it is "
-        "refused GROUP_ID_NOT_FOUND (Kafka's group.consumer.migration.policy; huddle does "
-        "not downgrade a group)",
-        choices=("upgrade", "disabled"),
+        "Kafka's group.consumer.migration.policy, on the Kafka listener: upgrade (a "
+        "consumer-protocol member joining a classic group makes it a consumer group whose "
+        "classic members go on through JoinGroup), downgrade (a consumer group whose last "
+        "consumer-protocol member leaves or is fenced, its other members all classic, "
+        "becomes a classic group again and rebalances), bidirectional (both; the default, "
+        "as Kafka 4.0's) or disabled (neither: the consumer member is refused "
+        "GROUP_ID_NOT_FOUND)",
+        choices=MIGRATION_POLICIES,
     ),
     ServeFlag(
         "consumer-assignors",

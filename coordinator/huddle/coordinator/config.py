@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from huddle.coordinator.consumer.assignors import ASSIGNORS
+from huddle.coordinator.consumer.messages import BIDIRECTIONAL, MIGRATION_POLICIES
 from huddle.protocol.addresses import host_problem, parse_address, parse_endpoints
 from huddle.protocol.errors import InvalidArgumentError
 from huddle.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -155,8 +156,10 @@ def kafka_problems(cfg: ServerConfig) -> list[str]:
     problems = []
     if cfg.kafka_evict_on_close_ms < -1:
         problems.append("--kafka-evict-on-close-ms must be 0 or more (or -1: off)")
-    if cfg.consumer_migration_policy not in ("upgrade", "disabled"):
-        problems.append("--consumer-migration-policy must be upgrade or disabled")
+    if cfg.consumer_migration_policy not in MIGRATION_POLICIES:
+        problems.append(
+            f"--consumer-migration-policy must be one of {', '.join(MIGRATION_POLICIES)}"
+        )
     problems.extend(consumer_assignor_problems(cfg.consumer_assignors))
     if cfg.consumer_heartbeat_interval_ms >= cfg.consumer_session_timeout_ms:
         problems.append(
@@ -243,9 +246,11 @@ class ServerConfig:
     # group.consumer.heartbeat.interval.ms (the coordinator sets both for its members)
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5_000
-    # Kafka's group.consumer.migration.policy, of the two huddle serves: "upgrade" (a
-    # consumer-protocol member joining a classic group converts it) or "disabled"
-    consumer_migration_policy: str = "upgrade"
+    # Kafka's group.consumer.migration.policy: "bidirectional" (Kafka 4.0's default),
+    # "upgrade" (a consumer-protocol member joining a classic group converts it),
+    # "downgrade" (a consumer group left with classic members only converts back) or
+    # "disabled"
+    consumer_migration_policy: str = BIDIRECTIONAL
     # the server assignors consumer-protocol groups may ask for, the first the default
     # (Kafka's group.consumer.assignors): uniform, range, and huddle's deferred and paced
     consumer_assignors: str = "uniform,range"

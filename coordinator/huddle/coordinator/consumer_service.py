@@ -22,7 +22,9 @@ reach the same groups, so a group's members may heartbeat on either listener. He
 - a consumer-protocol member joining a classic group with members upgrades it to a
   consumer group (``consumer.classic``; the classic side: ``mixed_groups``) when the
   migration policy allows it; else GROUP_ID_NOT_FOUND, as Kafka answers (a classic group
-  in a rebalance: COORDINATOR_LOAD_IN_PROGRESS, retried until it is stable);
+  in a rebalance: COORDINATOR_LOAD_IN_PROGRESS, retried until it is stable); and a group
+  the core downgrades (its last consumer-protocol member left or was fenced, the rest are
+  classic: ``consumer.downgrade``) goes back to the classic coordinator (``to_classic``);
 - a supervised timer calls the core's ``expire`` once its next deadline has passed;
 - every change of a group (a heartbeat's, an expiry's) is kept as records
   (``huddle.coordinator.storage.kept_consumer_groups``) through the server's keeper (the
@@ -54,7 +56,6 @@ import msgspec
 import structlog
 
 from huddle.coordinator.consumer import (
-    DISABLED,
     ConsumerCoordinator,
     ConsumerGroup,
     DoubleOwnerError,
@@ -63,8 +64,7 @@ from huddle.coordinator.consumer import (
     TopicView,
     classic,
 )
-from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
-from huddle.coordinator.consumer.messages import RefusedError
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot, RefusedError, upgrades
 from huddle.coordinator.consumer_metrics import FENCED_BY_EPOCH, ConsumerCounts
 from huddle.coordinator.effects import Peer
 from huddle.coordinator.security.acls import Authorizer, Operation, ResourceType
@@ -109,6 +109,16 @@ class TopicsHost(Protocol):
     def drop_classic(self, group_id: str) -> None:
         """The upgraded classic group's members leave the classic coordinator (its
         committed offsets stay)."""
+
+    def to_classic(
+        self,
+        group_id: str,
+        group: ClassicGroupSnapshot,
+        clients: Mapping[str, tuple[str, str]],
+    ) -> None:
+        """The downgraded consumer group ``group_id`` is served by the classic coordinator
+        from now, as ``group`` says, and rebalances (``clients``: member id -> the client id
+        and host it last spoke from)."""
 
     @property
     def authorizer(self) -> Authorizer | None: ...
@@ -286,6 +296,7 @@ class ConsumerService:
             )
             return refused(ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator failed (logged)")
         finally:
+            self._downgrade()
             self._arm()
             self._keep([group_id], request.member_id, outside=False)
         self.counts.rebalances += max(self._epoch(group_id) - before, 0)
@@ -308,11 +319,12 @@ class ConsumerService:
         becomes a consumer group (``consumer.classic.convert``) if the migration policy
         allows it and the group can be upgraded; else why not."""
         group_id = request.group_id
-        if self.core.config.migration_policy == DISABLED:
+        policy = self.core.config.migration_policy
+        if not upgrades(policy):
             return (
                 ErrorCode.GROUP_ID_NOT_FOUND,
                 f"Group {group_id} is a classic group with members and the online upgrade is "
-                "disabled (--consumer-migration-policy disabled)",
+                f"disabled (--consumer-migration-policy {policy})",
             )
         taken = self.host.classic_snapshot(group_id)
         if not isinstance(taken, ClassicGroupSnapshot):
@@ -337,9 +349,34 @@ class ConsumerService:
         group epoch was ``before``): its records kept with the answer, its deadlines armed,
         its epoch bumps counted, its members told."""
         self.counts.rebalances += max(self._epoch(group_id) - before, 0)
+        self._downgrade()
         self._arm()
         self._keep([group_id], member_id, outside=False)
         self._tell(group_id)
+
+    def _downgrade(self) -> None:
+        """Each group the core downgraded (its last consumer-protocol member went, the rest
+        are classic: ``consumer.downgrade``) goes to the classic coordinator, which
+        rebalances it; its records here go as an emptied group's (``_keep``)."""
+        for group_id, group in self.core.take_downgraded():
+            clients = {
+                m.member_id: self.clients.get((group_id, m.member_id), ("", ""))
+                for m in group.members
+            }
+            for table in (self.clients, self._told):
+                for key in [k for k in table if k[0] == group_id]:
+                    del table[key]
+            self.host.to_classic(group_id, group, clients)
+            log.info(
+                "consumer_group_downgraded",
+                group_id=group_id,
+                generation=group.generation,
+                members=len(group.members),
+            )
+
+    def deadlines_moved(self) -> None:
+        """A classic member's request set a deadline in the core: the timer follows it."""
+        self._arm()
 
     def epoch(self, group_id: str) -> int:
         """The group epoch of ``group_id`` (0: no such consumer group)."""
@@ -409,6 +446,7 @@ class ConsumerService:
         except Exception:  # the timer goes on: one group's failure stops no other's expiry
             log.exception("consumer_expiry_failed")
         finally:
+            self._downgrade()
             self._arm()
             self._keep(sorted(touched))
 

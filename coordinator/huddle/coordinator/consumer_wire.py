@@ -29,13 +29,18 @@ from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import ConsumerCoordinator, ConsumerGroupConfig, HeartbeatAnswer
 from huddle.coordinator.consumer import HeartbeatRequest as CoreRequest
 from huddle.coordinator.consumer.assignors import ASSIGNORS, DeferredAssignor
-from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.core import Coordinator
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.huddle_wire import HuddleWire
 from huddle.coordinator.kafka.consumer_groups import OFFSET_COMMIT_EPOCH_FROM, ConsumerGroups
-from huddle.coordinator.mixed_groups import MixedGroups, classic_snapshot, drop_classic
+from huddle.coordinator.mixed_groups import (
+    MixedGroups,
+    classic_snapshot,
+    drop_classic,
+    to_classic,
+)
 from huddle.coordinator.security.acls import Authorizer
 from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept
 from huddle.coordinator.storage.records import Record
@@ -109,6 +114,14 @@ class ServerConsumerHost(CoreConsumerView):
     def drop_classic(self, group_id: str) -> None:
         drop_classic(self._server, group_id)
 
+    def to_classic(
+        self,
+        group_id: str,
+        group: ClassicGroupSnapshot,
+        clients: Mapping[str, tuple[str, str]],
+    ) -> None:
+        to_classic(self._server, group_id, group, clients)
+
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self._core.keep_consumer(records)
         if outside:
@@ -139,6 +152,7 @@ def server_service(server: CoordinatorServer) -> ConsumerService:
         session_timeout_ms=cfg.consumer_session_timeout_ms,
         heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms,
         migration_policy=cfg.consumer_migration_policy,
+        classic_max_size=server.config.group.max_group_size,
         assignors=consumer_assignors(cfg.consumer_assignors),
         departure_memory_ms=max(ConsumerGroupConfig().departure_memory_ms, hold_ms),
     )

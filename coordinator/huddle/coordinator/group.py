@@ -141,6 +141,10 @@ class Group:
         self.pending: dict[str, int] = {}  # member id handed out (KIP-394) -> its conn id
         self.static: dict[str, str] = {}  # group instance id -> member id
         self.pending_sync: set[str] = set()
+        # a rebalance began again in the sync phase since the group was last Stable: its
+        # members' assignments were cleared, so what each still holds is not known here
+        # (a mixed group's upgrade waits for the group to be Stable again)
+        self.assignments_cleared = False
         self.support: Counter[str] = Counter()  # protocol name -> members supporting it
         self.awaiting_join = 0  # members holding a JoinGroup
         # (topic, partition) -> (offset, metadata, when committed: wall clock ms, 0 unknown)

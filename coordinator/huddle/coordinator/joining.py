@@ -67,7 +67,8 @@ class Joins:
             return Refusal(
                 E.GROUP_ID_NOT_FOUND,
                 f"group {req.group_id!r} is a consumer-protocol group with members: a classic "
-                "member cannot join it (mixed groups are not served)",
+                "member on huddle's wire cannot join it (mixed groups are served on the Kafka "
+                "listener only; huddle's Member joins it with group_protocol='consumer')",
             )
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return Refusal(

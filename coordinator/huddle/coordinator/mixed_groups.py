@@ -1,14 +1,31 @@
-"""Mixed groups on the server: a classic group upgraded to a consumer-protocol group, and its
-classic members served by the consumer group (``huddle.coordinator.consumer.classic``).
+"""Mixed groups on the server: a classic group upgraded to a consumer-protocol group, its
+classic members served by the consumer group (``huddle.coordinator.consumer.classic``), and
+the group downgraded back (``huddle.coordinator.consumer.downgrade``).
 
 - ``classic_snapshot`` reads a classic group for the upgrade, without changing it: it must
-  be Stable (each member has its assignment; one that is rebalancing is answered
-  COORDINATOR_LOAD_IN_PROGRESS, which a consumer retries), use the ``consumer`` protocol
-  type, and have every member on the Kafka listener (huddle's own classic members speak
-  huddle's wire, where a classic JoinGroup to a consumer group stays refused).
+  use the ``consumer`` protocol type and have every member on the Kafka listener (huddle's
+  own classic members speak huddle's wire, where a classic JoinGroup to a consumer group
+  stays refused: docs/consumer-protocol.md says why); a member not heard from since a
+  restart loaded it, or since its connection closed, makes it wait
+  (COORDINATOR_LOAD_IN_PROGRESS: which listener it is on is not known yet). A rebalancing
+  group is upgraded as Kafka 4.0 upgrades it, each member owning its last assignment (what
+  it holds: a rebalance keeps it until the next one is stored), except while that is not
+  known: a rebalance that began again in the sync phase cleared the assignments, or a
+  Stable group's members have not all collected theirs (COORDINATOR_LOAD_IN_PROGRESS then,
+  which a consumer retries).
 - ``drop_classic`` then takes the members out of the classic coordinator: their sessions
-  end there, the classic group's record is deleted (a restart brings back the consumer
-  group, not the classic one), and its committed offsets stay, now the consumer group's.
+  end there, the JoinGroups and SyncGroups it holds are answered REBALANCE_IN_PROGRESS (as
+  Kafka's ``convertToConsumerGroup``), the classic group's record is deleted (a restart
+  brings back the consumer group, not the classic one), and its committed offsets stay,
+  now the consumer group's.
+- ``to_classic`` is the downgrade's classic side: a consumer group whose last
+  consumer-protocol member went, its other members classic (``consumer.downgrade``),
+  becomes a classic group of those members again, Stable at the consumer group's epoch,
+  and rebalances at once (Kafka's ``convertToClassicGroup``): each member is told to
+  rejoin at its next Heartbeat, and its leader assigns. Its committed offsets stay (the
+  classic group that held them takes the members); its record is kept saying members
+  were removed since its assignment, so a restart before the rebalance ends rebalances it
+  again.
 - ``MixedGroups`` serves the Kafka listener's JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup for a consumer group with members (the request path's ``beside`` handlers;
   any other group's go to the classic coordinator as before). Their records are kept
@@ -17,22 +34,23 @@ classic members served by the consumer group (``huddle.coordinator.consumer.clas
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import structlog
+from msgspec.structs import replace
 
+from huddle.coordinator.answers import refuse_held
 from huddle.coordinator.connection import Connection
 from huddle.coordinator.consumer import classic
-from huddle.coordinator.consumer.classic import (
-    ClassicAnswer,
-    ClassicGroupSnapshot,
-    ClassicJoin,
-    ClassicSnapshot,
-)
+from huddle.coordinator.consumer.classic import ClassicAnswer, ClassicJoin
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot, ClassicSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
+from huddle.coordinator.effects import Effects
+from huddle.coordinator.group import Group, Member
 from huddle.coordinator.kafka.consumer_groups import new_member_id
 from huddle.coordinator.state import GroupState
+from huddle.coordinator.storage.kept_groups import NO_CONNECTION, group_record
 from huddle.coordinator.storage.records import group_deleted
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
@@ -45,6 +63,7 @@ from huddle.protocol.messages import (
     LeaveGroupMemberResult,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    Protocol,
     Reply,
     Response,
     SyncGroupRequest,
@@ -60,6 +79,7 @@ log = structlog.get_logger("huddle.coordinator.mixed_groups")
 Handler = Callable[[Connection, Call], "list[Outgoing] | None"]
 
 KAFKA_LISTENER = "kafka"
+_UPGRADED = "the group was upgraded to a consumer group: join it again"
 
 
 def classic_snapshot(
@@ -73,21 +93,20 @@ def classic_snapshot(
             f"Group {group_id} is a classic group of protocol type {group.protocol_type!r}: "
             "only one of the consumer protocol type is upgraded",
         )
-    if not group.is_(GroupState.STABLE) or group.pending:
-        return (
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            f"Group {group_id} is a classic group in a rebalance: it is upgraded once stable",
-        )
     conns = server.requests.conns
     name = group.protocol_name or ""
     members = []
+    unheard = False
     for member in group.members.values():
         conn = conns.get(member.conn_id)
-        if conn is None or conn.wire.listener != KAFKA_LISTENER:
+        if conn is None:  # loaded by a restart, or its connection closed: not heard from yet
+            unheard = True
+        elif conn.wire.listener != KAFKA_LISTENER:
             return (
                 ErrorCode.GROUP_ID_NOT_FOUND,
-                f"Group {group_id} is a classic group with a member not on the Kafka "
-                "listener: it is not upgraded",
+                f"Group {group_id} is a classic group with a member on huddle's own wire "
+                f"({member.member_id}): it is not upgraded, as mixed groups are served on the "
+                "Kafka listener only",
             )
         chosen = [(p.name, p.metadata) for p in member.protocols if p.name == name]
         others = [(p.name, p.metadata) for p in member.protocols if p.name != name]
@@ -101,20 +120,53 @@ def classic_snapshot(
                 member.assignment,
             )
         )
+    if unheard:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group with members not heard from since they "
+            "were loaded or their connection closed: it is upgraded once they are",
+        )
+    if group.assignments_cleared:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group whose rebalance began again before its "
+            "members had their assignments: it is upgraded once stable",
+        )
+    if group.is_(GroupState.STABLE) and group.pending_sync:
+        return (
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"Group {group_id} is a classic group with members yet to collect their "
+            "assignments: it is upgraded once they have",
+        )
     return ClassicGroupSnapshot(group.generation, tuple(members))
 
 
 def drop_classic(server: CoordinatorServer, group_id: str) -> None:
-    """The classic group's members leave the classic coordinator (its offsets stay)."""
+    """The classic group's members leave the classic coordinator (its offsets stay). A
+    JoinGroup or SyncGroup it holds (the group was rebalancing) is answered
+    REBALANCE_IN_PROGRESS: the member joins again, now the consumer group's."""
     core = server.core
     sessions = core.sessions
     group = core.groups[group_id]
     clients = server.consumer.clients  # who each member is, as ConsumerGroupDescribe shows
+    fx = Effects(server.now_ms())
     for member_id in list(group.members):
-        member = group.remove(member_id)
+        member = group.members[member_id]
+        refuse_held(fx, group, member, ErrorCode.REBALANCE_IN_PROGRESS, _UPGRADED)
+        group.remove(member_id)
         sessions.forget(member)
         clients[group_id, member_id] = (member.client_id, member.host)
-    group.transition(GroupState.PREPARING_REBALANCE)
+    for member_id in list(group.pending):  # member ids handed out: the consumer group's now
+        sessions.forget_pending(group, member_id)
+    for key in (group.join_key, group.sync_key):
+        sessions.timers.cancel(key)
+    group.pending_sync.clear()
+    group.initial_delay_active = False
+    rebalancing = group.is_(GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE)
+    if rebalancing and sessions.observer is not None:  # the upgrade ended it (metrics)
+        sessions.observer.rebalance_completed(group_id, fx.now)
+    if not group.is_(GroupState.PREPARING_REBALANCE):
+        group.transition(GroupState.PREPARING_REBALANCE)
     group.transition(GroupState.EMPTY)
     # what is left holds the offsets only, as a consumer group's do (retention counts each
     # from its own commit: docs/coordinator.md section 8)
@@ -123,7 +175,55 @@ def drop_classic(server: CoordinatorServer, group_id: str) -> None:
         group.kept = None
         core.changes.append(group_deleted(group_id))
     sessions.collect(group)
+    server.requests.send_outside(fx.out)  # once the classic group's deletion is kept
     log.info("classic_group_upgraded", group_id=group_id, generation=group.generation)
+
+
+def to_classic(
+    server: CoordinatorServer,
+    group_id: str,
+    snapshot: ClassicGroupSnapshot,
+    clients: Mapping[str, tuple[str, str]],
+) -> None:
+    """The downgraded group's members join the classic coordinator, which rebalances it."""
+    core = server.core
+    sessions = core.sessions
+    now = server.now_ms()
+    group = core.groups.get(group_id)
+    if group is None or group.members:  # none, or (never) one with members: a fresh one
+        group = core.groups[group_id] = Group(group_id)
+    group.generation = snapshot.generation
+    for kept in snapshot.members:
+        client_id, host = clients.get(kept.member_id, ("", ""))
+        member = Member(
+            group_id,
+            kept.member_id,
+            kept.instance_id,
+            client_id=client_id,
+            principal=None,  # not known: its next request from its client id binds it
+            host=host,
+            conn_id=NO_CONNECTION,
+            protocol_type=classic.CONSUMER_PROTOCOL_TYPE,
+            protocols=[Protocol(name=name, metadata=data) for name, data in kept.protocols],
+            session_timeout_ms=kept.session_timeout_ms,
+            rebalance_timeout_ms=kept.rebalance_timeout_ms,
+        )
+        member.assignment = kept.assignment
+        member.is_new = False
+        group.add(member)
+    group.protocol_name = group.select_protocol()
+    group.subscribed_topics = group.read_subscribed_topics()
+    group.state = GroupState.STABLE  # not a transition: as a group loaded Stable
+    group.state_ms = sessions.wall_ms(now)
+    fx = Effects(now)
+    sessions.start_sessions(fx, group)
+    if sessions.keep_groups:
+        kept_record = replace(group_record(group, None), members_removed=True)
+        group.kept = kept_record
+        core.changes.append(kept_record)
+    core.rebalances.prepare_rebalance(fx, group, "downgraded from a consumer group")
+    server.timers.reschedule()
+    log.info("consumer_group_downgraded_to_classic", group_id=group_id, generation=group.generation)
 
 
 class MixedGroups:
@@ -148,6 +248,11 @@ class MixedGroups:
             return False
         group = self.core.groups.get(group_id)
         return group is not None and bool(group.members)
+
+    def _heard(self, conn: Connection, group_id: str, member_id: str) -> None:
+        """Who the member's client is (the client id and host its last request came from):
+        described, and who speaks for it should the group be downgraded."""
+        self.service.clients[group_id, member_id] = (conn.peer.client_id, conn.peer.host)
 
     def _refusal(self, group_id: str) -> tuple[ErrorCode, str] | None:
         return self.service.host.not_served(group_id)
@@ -177,8 +282,7 @@ class MixedGroups:
             before = self.service.epoch(req.group_id)
             answer = classic.join(self.core, request, new_member_id(), now, self.service.topics())
             if not answer.error:
-                key = (req.group_id, answer.member_id)
-                self.service.clients[key] = (conn.peer.client_id, conn.peer.host)
+                self._heard(conn, req.group_id, answer.member_id)
             self.service.changed(req.group_id, answer.member_id, before)
             response = _join_answer(answer)
         return _reply(conn, call, response)
@@ -200,6 +304,8 @@ class MixedGroups:
             req.protocol_name,
             self.server.now_ms(),
         )
+        if not answer.error:
+            self._heard(conn, req.group_id, req.member_id)
         response = SyncGroupResponse(
             error_code=answer.error,
             error_message=answer.message,
@@ -220,6 +326,10 @@ class MixedGroups:
             code = classic.heartbeat(
                 self.core, req.group_id, req.member_id, req.generation_id, self.server.now_ms()
             )
+            if code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
+                self._heard(conn, req.group_id, req.member_id)
+            if code == ErrorCode.REBALANCE_IN_PROGRESS:
+                self.service.deadlines_moved()  # its rejoin is due (``ClassicRejoinDue``)
         return _reply(conn, call, HeartbeatResponse(error_code=code))
 
     def leave(self, conn: Connection, call: Call) -> list[Outgoing] | None:

@@ -63,6 +63,7 @@ class Rebalances:
 
     def prepare_rebalance(self, fx: Effects, group: Group, reason: str) -> None:
         if group.is_(S.COMPLETING_REBALANCE):
+            group.assignments_cleared = True
             for member in group.members.values():
                 member.assignment = b""
                 if member.sync_waiter is not None:
@@ -195,6 +196,7 @@ class Rebalances:
                 member.sync_waiter = None
                 self.sessions.touch(fx, member)  # its session starts again with the answer
         group.transition(S.STABLE)
+        group.assignments_cleared = False
         group.state_ms = self.sessions.wall_ms(fx.now)
         self.sessions.keep(group)
         if self.sessions.observer is not None:

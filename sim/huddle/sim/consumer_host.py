@@ -10,7 +10,7 @@ still revoking with its rebalance timeout again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from huddle.coordinator.consumer import (
@@ -18,6 +18,7 @@ from huddle.coordinator.consumer import (
     ConsumerGroup,
     ConsumerGroupConfig,
 )
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.consumer_wire import CoreConsumerView, core_request, wire_answer
 from huddle.coordinator.core import Coordinator
@@ -64,6 +65,14 @@ class SimConsumerHost(CoreConsumerView):
 
     def drop_classic(self, group_id: str) -> None:
         """Never asked: ``classic_snapshot`` refuses every upgrade, so nothing is dropped."""
+
+    def to_classic(
+        self,
+        group_id: str,
+        group: ClassicGroupSnapshot,
+        clients: Mapping[str, tuple[str, str]],
+    ) -> None:
+        """Never asked: without an upgrade no group has classic members to downgrade to."""
 
 
 class SimConsumerService(ConsumerService):

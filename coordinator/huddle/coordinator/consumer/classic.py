@@ -21,7 +21,9 @@ heartbeat then moves the group epoch and works out a new target with the server 
   epoch, it has partitions to give up, or partitions it waits for were released. Its
   revocation is its rejoin: the owned partitions it reports there.
 - its LeaveGroup takes it out at once; its session (its own session timeout) and its
-  rebalance timeout fence it as any member's.
+  rebalance timeout fence it as any member's. Told to rejoin, it has its rebalance timeout
+  to send its JoinGroup, and once that is answered, its SyncGroup (Kafka's classic join and
+  sync timeouts, ``timeouts.ClassicRejoinDue``): its heartbeats alone do not keep it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import msgspec
 from msgspec.structs import replace
 
 from huddle.coordinator.consumer.checks import check_request
+from huddle.coordinator.consumer.downgrade import downgrade_replaced
 from huddle.coordinator.consumer.group import ConsumerGroup, DoubleOwnerError
 from huddle.coordinator.consumer.heartbeat import ConsumerCoordinator
 from huddle.coordinator.consumer.member import ClassicMeta, ConsumerMember, MemberState
@@ -39,11 +42,13 @@ from huddle.coordinator.consumer.messages import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
     Assignment,
+    ClassicSnapshot,
     HeartbeatRequest,
     RefusedError,
     TopicView,
 )
 from huddle.coordinator.consumer.target import refresh_subscriptions
+from huddle.coordinator.consumer.timeouts import ClassicRejoinDue
 from huddle.protocol.consumer_protocol import (
     EmbeddedSchemaError,
     KafkaAssignment,
@@ -56,24 +61,6 @@ from huddle.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _ASSIGNMENT_VERSION = 3  # the ConsumerProtocolAssignment version answered, as Kafka 4.0's
-
-
-class ClassicSnapshot(msgspec.Struct, frozen=True):
-    """One member of a stable classic group, as the classic coordinator has it."""
-
-    member_id: str
-    instance_id: str | None
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes  # its last SyncGroup's ConsumerProtocol assignment
-
-
-class ClassicGroupSnapshot(msgspec.Struct, frozen=True):
-    """A stable classic group as the upgrade takes it: its generation, its members."""
-
-    generation: int
-    members: tuple[ClassicSnapshot, ...]
 
 
 class ClassicJoin(msgspec.Struct, frozen=True):
@@ -178,6 +165,11 @@ def _join(
     except EmbeddedSchemaError as error:
         raise _inconsistent(f"the member's subscription is malformed: {error}") from None
     member_id = request.member_id
+    if not _shares_a_protocol(group, member_id, request.instance_id, request.protocols):
+        raise _inconsistent(
+            f"member {member_id!r}'s protocols are not supported: none is every other classic "
+            "member's"
+        )
     if not member_id and request.instance_id is None and request.require_known_member_id:
         return ClassicAnswer(ErrorCode.MEMBER_ID_REQUIRED, member_id=fresh_id)
     member = group.members.get(member_id) if member_id else None
@@ -185,10 +177,12 @@ def _join(
         raise RefusedError(
             ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} uses the consumer protocol"
         )
+    replaced_consumer = False  # a classic static member takes a consumer member's place
     if member is None and request.instance_id is not None:
         # A static member back under a new member id replaces its old self, keeping its
         # partitions (the classic protocol's static membership).
         old = group.static_member(request.instance_id)
+        replaced_consumer = old is not None and old.classic is None
         if old is not None and old.classic is not None:
             core.heartbeat(
                 HeartbeatRequest(
@@ -229,6 +223,12 @@ def _join(
     )
     group.put(joined)
     core.touch(group.group_id, joined, now)
+    # its SyncGroup is due within its rebalance timeout (Kafka's classic sync timeout)
+    core.timers.set(ClassicRejoinDue(group.group_id, member_id), now + _rebalance_ms(joined))
+    if replaced_consumer:  # the last consumer-protocol member, maybe: a classic group again
+        handed = downgrade_replaced(group, core.config)
+        if handed is not None:
+            core.hand_back(group.group_id, handed)
     return ClassicAnswer(
         member_id=member_id,
         generation=joined.member_epoch,
@@ -255,6 +255,7 @@ def sync(
     if protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or protocol_name not in (None, name):
         return ClassicAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "not the group's protocol")
     core.touch(group_id, member, now)
+    core.timers.cancel(ClassicRejoinDue(group_id, member_id))
     partitions: Partitions = [
         (topic, sorted(parts)) for topic, parts in sorted(member.assigned.items()) if parts
     ]
@@ -277,6 +278,10 @@ def heartbeat(
     core.touch(group_id, member, now)
     group = core.groups[group_id]
     if member.member_epoch != group.group_epoch or must_rejoin(group, member):
+        # its JoinGroup is due within its rebalance timeout (Kafka's classic join timeout)
+        due = ClassicRejoinDue(group_id, member_id)
+        if due not in core.timers:
+            core.timers.set(due, now + _rebalance_ms(member))
         return ErrorCode.REBALANCE_IN_PROGRESS
     return ErrorCode.NONE
 
@@ -306,6 +311,13 @@ def leave(core: ConsumerCoordinator, group_id: str, member_id: str, now: float) 
     return ErrorCode.NONE
 
 
+def _rebalance_ms(member: ConsumerMember) -> int:
+    """A classic member's rebalance timeout (JoinGroup v0 has none: its session timeout)."""
+    if member.rebalance_timeout_ms > 0 or member.classic is None:
+        return max(member.rebalance_timeout_ms, 0)
+    return member.classic.session_timeout_ms
+
+
 def _classic_member(
     core: ConsumerCoordinator, group_id: str, member_id: str, generation: int
 ) -> ConsumerMember:
@@ -322,6 +334,28 @@ def _classic_member(
             f"generation {generation} is not the member's epoch {member.member_epoch}",
         )
     return member
+
+
+def _shares_a_protocol(
+    group: ConsumerGroup,
+    member_id: str,
+    instance_id: str | None,
+    protocols: Sequence[tuple[str, bytes]],
+) -> bool:
+    """Whether one of ``protocols`` is supported by every other classic member of the group
+    (Kafka's ``supportsClassicProtocols``; the member's own earlier self, by member id or
+    instance id, is not another): a classic group must choose one, should the group be
+    downgraded."""
+    others = [
+        m.classic
+        for m in group.members.values()
+        if m.member_id != member_id and (instance_id is None or m.instance_id != instance_id)
+    ]
+    names = {name for name, _ in protocols}
+    for classic in others:
+        if classic is not None:
+            names &= {name for name, _ in classic.protocols}
+    return bool(names)
 
 
 def _assignment(partitions: Partitions) -> dict[str, frozenset[int]]:

@@ -26,12 +26,14 @@ from msgspec.structs import replace
 
 from huddle.coordinator.consumer.assignors import ASSIGNORS, AssignorError, ServerAssignor
 from huddle.coordinator.consumer.checks import check_epoch, check_request
+from huddle.coordinator.consumer.downgrade import downgrade
 from huddle.coordinator.consumer.group import ConsumerGroup
 from huddle.coordinator.consumer.member import ConsumerMember, MemberState
 from huddle.coordinator.consumer.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicGroupSnapshot,
     ConsumerGroupConfig,
     HeartbeatAnswer,
     HeartbeatRequest,
@@ -42,6 +44,7 @@ from huddle.coordinator.consumer.reconcile import reconcile
 from huddle.coordinator.consumer.target import compute_target, refresh_subscriptions
 from huddle.coordinator.consumer.timeouts import (
     AssignorRecheck,
+    ClassicRejoinDue,
     Deadline,
     Fenced,
     RevocationDue,
@@ -69,6 +72,8 @@ class ConsumerCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: TimerQueue[Deadline] = TimerQueue()
         self._revoking: dict[tuple[str, str], RevocationDue] = {}
+        # groups downgraded to classic groups, for the caller (``take_downgraded``)
+        self.downgraded: list[tuple[str, ClassicGroupSnapshot]] = []
 
     # -- the heartbeat
 
@@ -266,8 +271,24 @@ class ConsumerCoordinator:
         return self.config.session_timeout_ms if classic is None else classic.session_timeout_ms
 
     def _fence(self, group: ConsumerGroup, member_id: str, now: float) -> None:
+        classic = downgrade(group, member_id, self.config)
+        if classic is not None:  # the last consumer-protocol member: a classic group again
+            self.hand_back(group.group_id, classic)
+            return
         group.remove(member_id, now)
         self._forget_deadlines(group.group_id, member_id)
+
+    def hand_back(self, group_id: str, classic: ClassicGroupSnapshot) -> None:
+        """Stop serving ``group_id``: it is the classic group ``classic`` from now
+        (``take_downgraded``)."""
+        self.unload(group_id)
+        self.downgraded.append((group_id, classic))
+
+    def take_downgraded(self) -> list[tuple[str, ClassicGroupSnapshot]]:
+        """The groups downgraded since the last call (``consumer.downgrade``), each as the
+        classic group it becomes; the caller's classic coordinator serves them from now."""
+        taken, self.downgraded = self.downgraded, []
+        return taken
 
     def expire(self, now: float) -> list[Fenced]:
         """Fence every member whose session or rebalance timeout has passed by ``now``."""
@@ -288,6 +309,13 @@ class ConsumerCoordinator:
                     if member is not None and member.member_epoch == epoch:
                         self._fence(group, member_id, now)
                         fenced.append(Fenced(group_id, member_id, epoch, "revocation"))
+                case ClassicRejoinDue(group_id, member_id):
+                    member = group.members.get(member_id)
+                    if member is not None and member.classic is not None:
+                        self._fence(group, member_id, now)
+                        fenced.append(
+                            Fenced(group_id, member_id, member.member_epoch, "revocation")
+                        )
                 case AssignorRecheck():
                     group.recheck_at = None
                     group.group_epoch += 1
@@ -341,6 +369,7 @@ class ConsumerCoordinator:
 
     def _forget_deadlines(self, group_id: str, member_id: str) -> None:
         self.timers.cancel(SessionEnds(group_id, member_id))
+        self.timers.cancel(ClassicRejoinDue(group_id, member_id))
         self._cancel_revocation(group_id, member_id)
 
 

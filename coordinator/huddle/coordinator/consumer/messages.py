@@ -30,9 +30,23 @@ JOIN_EPOCH = 0  # a member (re)joins
 LEAVE_EPOCH = -1  # a member leaves for good
 STATIC_LEAVE_EPOCH = -2  # a static member leaves for now, and keeps its instance id's place
 
-DISABLED = "disabled"  # migration policies (Kafka's group.consumer.migration.policy) served
-UPGRADE = "upgrade"
-MIGRATION_POLICIES = (DISABLED, UPGRADE)
+# migration policies (Kafka's group.consumer.migration.policy): which conversions of a group
+# with members between the classic and the consumer protocol are made online
+BIDIRECTIONAL = "bidirectional"  # both (Kafka 4.0's default, and huddle's)
+UPGRADE = "upgrade"  # classic to consumer only
+DOWNGRADE = "downgrade"  # consumer to classic only
+DISABLED = "disabled"  # neither
+MIGRATION_POLICIES = (BIDIRECTIONAL, UPGRADE, DOWNGRADE, DISABLED)
+
+
+def upgrades(policy: str) -> bool:
+    """Whether ``policy`` upgrades a classic group a consumer-protocol member joins."""
+    return policy in (BIDIRECTIONAL, UPGRADE)
+
+
+def downgrades(policy: str) -> bool:
+    """Whether ``policy`` downgrades a consumer group left with classic members only."""
+    return policy in (BIDIRECTIONAL, DOWNGRADE)
 
 
 class TopicView(msgspec.Struct, frozen=True):
@@ -64,9 +78,13 @@ class ConsumerGroupConfig(msgspec.Struct, frozen=True):
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     # how long a group remembers a member that left, for assignors that hold its partitions
     departure_memory_ms: int = 300_000
-    # group.consumer.migration.policy: whether a consumer-protocol member joining a classic
-    # group upgrades it online (UPGRADE) or is refused (DISABLED); see ``consumer.classic``
-    migration_policy: str = "upgrade"
+    # group.consumer.migration.policy (``MIGRATION_POLICIES``): whether a consumer-protocol
+    # member joining a classic group upgrades it online (``consumer.classic``), and whether
+    # a consumer group whose last consumer-protocol member goes is downgraded back to a
+    # classic group (``consumer.downgrade``)
+    migration_policy: str = BIDIRECTIONAL
+    # the classic groups' maximum size (0: none): a larger group is not downgraded
+    classic_max_size: int = 0
 
 
 class HeartbeatRequest(msgspec.Struct, frozen=True):
@@ -114,3 +132,21 @@ class RefusedError(HuddleError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ClassicSnapshot(msgspec.Struct, frozen=True):
+    """One member of a stable classic group, as the classic coordinator has it."""
+
+    member_id: str
+    instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes  # its last SyncGroup's ConsumerProtocol assignment
+
+
+class ClassicGroupSnapshot(msgspec.Struct, frozen=True):
+    """A stable classic group as the upgrade takes it: its generation, its members."""
+
+    generation: int
+    members: tuple[ClassicSnapshot, ...]
