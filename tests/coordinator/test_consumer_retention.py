@@ -6,7 +6,7 @@ core and the consumer service are driven with explicit clocks."""
 from __future__ import annotations
 
 from huddle.coordinator.consumer import HeartbeatRequest
-from huddle.coordinator.consumer.classic import ClassicGroupSnapshot
+from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
 from huddle.coordinator.consumer_service import ConsumerService
 from huddle.coordinator.consumer_wire import CoreConsumerView
 from huddle.coordinator.core import Coordinator
@@ -43,6 +43,9 @@ class Host(CoreConsumerView):
 
     def drop_classic(self, group_id: str) -> None:
         raise AssertionError("no classic group to drop")
+
+    def to_classic(self, group_id: str, group: object, clients: object) -> None:
+        raise AssertionError("no classic member to downgrade to")
 
     def keep(self, records: list[Record], *, outside: bool) -> None:
         self.c.keep_consumer(records)
