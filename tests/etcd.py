@@ -42,14 +42,15 @@ def require_etcd() -> str:
     return binary
 
 
-def start_etcd(data_dir: Path) -> Etcd:
-    """One etcd node on free loopback ports; returns once it answers."""
-    return start_etcd_cluster(data_dir, 1)[0]
+def start_etcd(data_dir: Path, *flags: str) -> Etcd:
+    """One etcd node on free loopback ports (with ``flags`` too); returns once it answers."""
+    return start_etcd_cluster(data_dir, 1, *flags)[0]
 
 
-def start_etcd_cluster(data_dir: Path, size: int) -> list[Etcd]:
-    """``size`` etcd members forming one cluster on free loopback ports; returns once each
-    accepts connections (the cluster has a leader soon after)."""
+def start_etcd_cluster(data_dir: Path, size: int, *flags: str) -> list[Etcd]:
+    """``size`` etcd members forming one cluster on free loopback ports (each with
+    ``flags`` too); returns once each accepts connections (the cluster has a leader soon
+    after)."""
     binary = require_etcd()
     ports = [(free_port(), free_port()) for _ in range(size)]
     peers = ",".join(f"n{i}=http://127.0.0.1:{peer}" for i, (_, peer) in enumerate(ports))
@@ -77,6 +78,7 @@ def start_etcd_cluster(data_dir: Path, size: int) -> list[Etcd]:
                 peers,
                 "--initial-cluster-state",
                 "new",
+                *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -255,12 +255,38 @@ async def raw_member(
     return client, joined.member_id, joined.generation_id
 
 
+LOG_TAIL = 60  # the server's last log lines a failing test shows
+
+
+def log_line(line: bytes) -> dict[str, Any]:
+    """A line of a server's stderr as a log event: its JSON event, or anything else (a
+    traceback, a warning Python printed) as ``{"event": "stderr", "line": ...}``."""
+    text = line.decode(errors="replace").rstrip("\r\n")
+    try:
+        event = json.loads(text)
+    except ValueError:
+        event = None
+    if isinstance(event, dict) and "event" in event:
+        return event
+    return {"event": "stderr", "line": text}
+
+
+def log_tail(events: list[dict[str, Any]], ended: str) -> str:
+    """The last ``LOG_TAIL`` lines of a server's log, as it wrote them, and how it ended."""
+    shown = events[-LOG_TAIL:]
+    lines = [e["line"] if e["event"] == "stderr" else json.dumps(e) for e in shown]
+    head = f"the server {ended}; its last {len(shown)} of {len(events)} log lines:"
+    return "\n".join([head, *lines])
+
+
 @asynccontextmanager
 async def serve_process(
     *flags: str, preexec_fn: Callable[[], None] | None = None
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, list[dict[str, Any]]]]:
     """``huddle serve`` (uvloop, as users run it) on a free port, with fast group rules and
-    ``flags``: (process, port, its log events, read as they come)."""
+    ``flags``: (process, port, its log events, read as they come; a line that is not JSON
+    is an event ``stderr``). When the block fails, or the server ended by itself, the
+    server's last log lines are shown with the failure (and on stderr)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -287,21 +313,34 @@ async def serve_process(
     async def read_log() -> None:
         assert process.stderr is not None
         async for line in process.stderr:
-            event = json.loads(line)
+            event = log_line(line)
             events.append(event)
             if event["event"] == "server_listening" and not listening.done():
                 listening.set_result(int(event["port"]))
+        if not listening.done():
+            listening.set_exception(AssertionError("the server ended before it listened"))
 
     reader = asyncio.create_task(read_log())
+    failure: BaseException | None = None
     try:
         port = await asyncio.wait_for(asyncio.shield(listening), DEADLINE_S)
         yield process, port, events
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
-        if process.returncode is None:
+        ended_by_itself = process.returncode is not None
+        if not ended_by_itself:
             process.send_signal(signal.SIGCONT)
             process.terminate()
             await asyncio.wait_for(process.wait(), DEADLINE_S)
         await asyncio.wait_for(reader, DEADLINE_S)
+        if failure is not None or ended_by_itself:
+            how = "ended by itself" if ended_by_itself else "was stopped by the test"
+            tail = log_tail(events, f"{how} (exit code {process.returncode})")
+            print(tail, file=sys.stderr)
+            if failure is not None:
+                failure.add_note(tail)
 
 
 class Recorder(RebalanceListener):

@@ -44,6 +44,11 @@ class LateLink:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    @property
+    def connections(self) -> int:
+        """How many connections were made to the link so far."""
+        return len(self._conns)
+
     def delay(self) -> None:
         for conn in self._conns:
             conn.held_since = time.monotonic()

@@ -5,6 +5,7 @@ node connects again, and the held bytes reach etcd at the end."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -52,6 +53,10 @@ def _commit(offset: int) -> OffsetCommitRequest:
     return OffsetCommitRequest(
         group_id="g", topics=[OffsetCommitTopic(name="t", partitions=[partition])]
     )
+
+
+def _joined(events: list[dict[str, Any]]) -> bool:
+    return any(e["event"] == "cluster_node_started" for e in events)
 
 
 async def _serves(port: int) -> bool:
@@ -149,10 +154,11 @@ async def test_an_abandoned_topic_creation_never_brings_a_deleted_topic_back(
     flags += ["--lease-ttl-s", "10", "--cluster-prefix", "/latetopic"]
     create = CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=3)])
     try:
-        async with serve_process(*flags) as (_, port, _):
-            await eventually(lambda: _serves(port), wait_s=30, what="the node serves")
+        async with serve_process(*flags) as (_, port, events):
+            # the node listens before it joins: etcd held up during the join ends it
+            await wait_until(lambda: _joined(events), wait_s=30, what="the node joined")
             async with Admin(f"127.0.0.1:{port}", timeout=30) as admin:
-                await admin.create_topic("joined", 1)  # made again until the node joined
+                await admin.create_topic("joined", 1)
             link.delay()
             assert await _ask(port, create) != ErrorCode.NONE  # not acknowledged
             async with Admin(f"127.0.0.1:{port}", timeout=30) as admin:
@@ -165,6 +171,29 @@ async def test_an_abandoned_topic_creation_never_brings_a_deleted_topic_back(
                 assert await admin.list_topics() == {"joined": 1}
     finally:
         await direct.close()
+        await link.close()
+
+
+@pytest.mark.e2e
+async def test_etcd_held_up_while_a_node_joins_is_a_clear_error_at_start(etcd: Etcd) -> None:
+    """The node listens before it joins the cluster; an etcd that stops answering during
+    the join ends it as one that cannot be reached does: exit code 1, the reason last, no
+    traceback (the test above once delayed etcd that early, and lost its node)."""
+    link = await LateLink(etcd.endpoint).start()
+    flags = ["--cluster", f"etcd://127.0.0.1:{link.port}", "--cluster-prefix", "/joining"]
+    try:
+        async with serve_process(*flags) as (process, _, events):
+            await wait_until(lambda: link.connections > 0, what="the node reached etcd")
+            link.delay()
+            assert await asyncio.wait_for(process.wait(), 30) == 1
+        last = events[-1]  # etcd held up while connecting, or during the join after it
+        assert last["event"] == "stderr"
+        assert last["line"] in (
+            "huddle: etcd did not answer within 3 s",
+            f"huddle: no etcd endpoint answered: 127.0.0.1:{link.port}: CallTimeoutError",
+        )
+        assert not any("Traceback" in e.get("line", "") for e in events)
+    finally:
         await link.close()
 
 

@@ -343,9 +343,19 @@ def test_duplicates_below_the_commit_detected(spark: SparkSession, tmp_path: Pat
     assert summary.duplicates_below_commit == 50
 
 
-def test_report_files_written(clean: tuple[RunAnalysis, RunSummary]) -> None:
+@pytest.fixture(scope="module")
+def clean_report(clean: tuple[RunAnalysis, RunSummary]) -> tuple[RunAnalysis, RunSummary]:
+    """The clean run's report, written once (the slowest step: Parquet tables and plots),
+    and the summary ``write_report`` returned."""
+    analysis, _ = clean
+    return analysis, write_report(analysis)
+
+
+def test_report_files_written(
+    clean: tuple[RunAnalysis, RunSummary], clean_report: tuple[RunAnalysis, RunSummary]
+) -> None:
     analysis, summary = clean
-    written = write_report(analysis)
+    _, written = clean_report
     out = analysis.run_dir / "report"
     assert written == summary
     assert read_summary(out / "summary.json") == summary  # written and read through the Struct
@@ -360,10 +370,9 @@ def test_report_files_written(clean: tuple[RunAnalysis, RunSummary]) -> None:
 
 
 def test_parquet_tables_read_back(
-    spark: SparkSession, clean: tuple[RunAnalysis, RunSummary]
+    spark: SparkSession, clean_report: tuple[RunAnalysis, RunSummary]
 ) -> None:
-    analysis, _ = clean
-    write_report(analysis)
+    analysis, _ = clean_report
     table = spark.read.parquet(str(analysis.run_dir / "report" / "unavailability.parquet"))
     got = sorted((r["partition"], r["unavailable_seconds"]) for r in table.collect())
     assert got == [(0, 1.5), (1, 0.0)]

@@ -17,6 +17,7 @@ import pytest
 from huddle.client.connection import connect
 from huddle.client.member import Member
 from huddle.coordinator.cluster.keeper import Stamped
+from huddle.coordinator.cluster.oversized import PartlyKept
 from huddle.coordinator.cluster.running import ClusterRun
 from huddle.coordinator.cluster.serving import ClusterServing
 from huddle.coordinator.connection import Connection
@@ -161,7 +162,7 @@ async def test_a_cluster_node_answers_a_heartbeat_once_etcd_holds_its_records(
     began, release = asyncio.Event(), asyncio.Event()
     write = ClusterServing.write
 
-    async def held_write(serving: ClusterServing, records: list[Stamped]) -> bool:
+    async def held_write(serving: ClusterServing, records: list[Stamped]) -> bool | PartlyKept:
         if any(isinstance(record, ConsumerMemberRecord) for record, _ in records):
             began.set()
             await release.wait()

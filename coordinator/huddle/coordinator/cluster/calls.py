@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aetcd
+import aetcd.rpc
 import structlog
 
 from huddle.protocol.errors import HuddleError
@@ -43,6 +44,25 @@ class CallTimeoutError(HuddleError, TimeoutError):
 
 class CallCancelledError(StoreUnavailableError):
     """gRPC cancelled a call by itself (its connection was closed under it)."""
+
+
+class StoreRequestTooLargeError(HuddleError):
+    """etcd refused a request larger than it takes (its ``--max-request-bytes``): nothing of
+    it was applied, and the connection is sound."""
+
+
+def too_large(exc: BaseException) -> bool:
+    """Whether aetcd's error is etcd refusing a request for its size: etcd's own refusal
+    ("etcdserver: request is too large", over ``--max-request-bytes``) or gRPC's, before
+    etcd sees it ("received message larger than max", over that and 512 KiB more)."""
+    cause = exc.__cause__
+    if not isinstance(cause, aetcd.rpc.AioRpcError):
+        return False
+    details, code = str(cause.details() or ""), cause.code()
+    status = aetcd.rpc.StatusCode
+    return (code == status.INVALID_ARGUMENT and "request is too large" in details) or (
+        code == status.RESOURCE_EXHAUSTED and "received message larger than max" in details
+    )
 
 
 async def bounded(call: Callable[[], Awaitable[T]], deadline_s: float) -> T:

@@ -15,7 +15,9 @@ written again without them (at most ``COMPARE_RETRIES`` times; then the shards l
 served either, and are taken up again from etcd). A transaction whose outcome is unknown (no
 answer within its deadline, its connection lost) may still land later: every shard in it
 has its epoch renewed (that write is refused wherever it lands) and the changes are made
-again once under the new epochs; a shard that cannot be renewed is no longer served. Only
+again once under the new epochs; a shard that cannot be renewed is no longer served. A
+transaction etcd refuses for its size wrote nothing: it is made again a key at a time, and
+a key refused alone is left out (``refused``; its shard still served). Only
 the epoch a change was made under is renewed, never a later serving's (the shard lost and
 taken up again while the write was under way: that serving loaded etcd without this change,
 so it is not written under it; the pass is not kept, and that serving goes on).
@@ -32,7 +34,7 @@ from collections.abc import Callable, Mapping
 import structlog
 
 from huddle.coordinator.cluster.node import ClusterNode
-from huddle.coordinator.cluster.store import EtcdStore
+from huddle.coordinator.cluster.store import EtcdStore, StoreRequestTooLargeError
 
 log = structlog.get_logger("huddle.cluster")
 
@@ -104,6 +106,9 @@ class FencedWriter:
         self.node = node
         self._lost = lost  # a shard not served any more, and why (before anything is written)
         self.transactions = 0  # made so far, for tests and status
+        # keys of the last ``write`` that etcd refused for their size (not written; their
+        # shards still served): the caller takes back what it holds of them
+        self.refused: set[bytes] = set()
 
     def _owner_key(self, shard: int) -> bytes:
         return f"{self.node.prefix}/shards/{shard}".encode()
@@ -111,6 +116,7 @@ class FencedWriter:
     async def write(self, by_shard: Mapping[int, Changes]) -> bool:
         """Every shard's changes; False if one shard's could not all be kept (that shard
         is no longer served)."""
+        self.refused = set()
         sizes = {shard: len(changes) for shard, changes in by_shard.items()}
         weights = {shard: size(changes) for shard, changes in by_shard.items()}
         calls = [
@@ -166,7 +172,38 @@ class FencedWriter:
         return kept
 
     async def _txn(self, epochs: Mapping[int, int], changes: Mapping[int, Changes]) -> list[int]:
-        """One transaction of these shards' changes: the shards whose epoch moved on."""
+        """These shards' changes, in one transaction: the shards whose epoch moved on. One
+        that etcd refuses for its size (nothing of it written) is made again a key at a
+        time; a key etcd refuses alone is not written, and named in ``refused``."""
+        try:
+            return await self._txn_once(epochs, changes)
+        except StoreRequestTooLargeError as exc:
+            singles = [(s, key, value) for s in epochs for key, value in changes[s].items()]
+            if len(singles) > 1:
+                return await self._one_by_one(epochs, singles)
+            shard, key, value = singles[0]
+            self.refused.add(key)
+            log.warning(
+                "write_too_large",
+                shard=shard,
+                key=key.decode(errors="replace"),
+                bytes=len(key) + len(value or b""),
+                error=str(exc),
+            )
+            return []
+
+    async def _one_by_one(
+        self, epochs: Mapping[int, int], singles: list[tuple[int, bytes, bytes | None]]
+    ) -> list[int]:
+        moved: list[int] = []
+        for shard, key, value in singles:
+            if shard not in moved:
+                moved += await self._txn({shard: epochs[shard]}, {shard: {key: value}})
+        return moved
+
+    async def _txn_once(
+        self, epochs: Mapping[int, int], changes: Mapping[int, Changes]
+    ) -> list[int]:
         owners = {self._owner_key(shard): shard for shard in epochs}
         puts: dict[bytes, bytes] = {}
         deletes: list[bytes] = []

@@ -12,6 +12,9 @@ every answer it held becomes NOT_COORDINATOR to whoever it was for, so clients f
 coordinator again and retry; ``write`` has already stopped the node serving the shards it
 could not write (their state in memory is ahead of etcd, and is dropped).
 
+A batch etcd kept but for commits it refused for their size (``PartlyKept``) is
+released, those commits answered OFFSET_METADATA_TOO_LARGE (``cluster.oversized``).
+
 A write never holds the keeper up for good: one still under way after ``deadline_s`` (every
 etcd call has its own deadline: this one is the last resort) is cancelled, its batch
 refused and handed to ``give_up`` (which stops serving its shards); one that dies in any
@@ -26,6 +29,7 @@ from typing import Protocol
 
 import structlog
 
+from huddle.coordinator.cluster.oversized import PartlyKept, answer_too_large
 from huddle.coordinator.effects import Outgoing
 from huddle.coordinator.storage.batching import EndOfPass
 from huddle.coordinator.storage.records import Record
@@ -61,7 +65,8 @@ class Keeper(Protocol):
 # serving of its shard (``ClusterNode.serving``; None: none served), a serving that ended
 # since must not have it written; for a topic's, the topic as the node had seen it.
 Stamped = tuple[Record, int | None]
-Write = Callable[[list[Stamped]], Awaitable[bool]]  # True: every record kept
+# True: every record kept; PartlyKept: all but commits etcd refused for their size
+Write = Callable[[list[Stamped]], Awaitable[bool | PartlyKept]]
 Stamp = Callable[[Record], Stamped]
 
 
@@ -117,7 +122,7 @@ class EtcdKeeper(EndOfPass):
         self._writing = self._loop.create_task(self._run(records))
 
     async def _run(self, records: list[Stamped]) -> None:
-        kept = False
+        kept: bool | PartlyKept = False
         try:
             async with asyncio.timeout(self._deadline_s):
                 kept = await self._write(records)
@@ -139,7 +144,10 @@ class EtcdKeeper(EndOfPass):
         finally:
             held, self._waiting, self._writing = self._waiting, [], None
             self.batches += 1
-        if kept:
+        if isinstance(kept, PartlyKept):
+            answer_too_large(held, kept.too_large)
+            self._release(held)
+        elif kept:
             self._release(held)
         else:
             self._refuse(held)

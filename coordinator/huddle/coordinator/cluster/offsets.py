@@ -134,6 +134,16 @@ class KeptOffsets:
         """What etcd holds of a block, as this node knows it (for tests and status)."""
         return self._shards.get(shard, {}).get(key)
 
+    def put_back(self, shard: int, key: bytes, block: Block | None) -> None:
+        """A block as etcd holds it again (a write of it refused, nothing written)."""
+        blocks = self._shards.get(shard)
+        if blocks is None:
+            return  # the shard is no longer served: nothing held of it
+        if block:
+            blocks[key] = block
+        else:
+            blocks.pop(key, None)
+
     def changes(self, shard: int, records: Iterable[OffsetRecord]) -> Changes:
         """The writes that keep ``records`` (commits resolved to their incarnation, and
         deletions) of a served shard: each block they touch, merged with what etcd holds of

@@ -42,6 +42,13 @@ from huddle.coordinator.cluster.fenced import MAX_TXN_BYTES, MAX_TXN_OPS, Fenced
 from huddle.coordinator.cluster.keeper import Stamped
 from huddle.coordinator.cluster.node import ClusterNode
 from huddle.coordinator.cluster.offsets import Changes, KeptOffsets
+from huddle.coordinator.cluster.oversized import (
+    Blocks,
+    Partition,
+    PartlyKept,
+    held_blocks,
+    take_back,
+)
 from huddle.coordinator.cluster.shards import shard_of
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.cluster.topics import ClusterTopics
@@ -360,7 +367,7 @@ class ClusterServing:
             return record, self.node.serving(self.shard(record.group_id))
         return record, None
 
-    async def write(self, records: list[Stamped]) -> bool:
+    async def write(self, records: list[Stamped]) -> bool | PartlyKept:
         """Keep ``records`` in etcd: topics first (each a compare-and-set), then groups and
         offsets fenced on their shard's epoch. False if anything could not be kept. A
         record made while its shard was served before (the node gave it up, or was
@@ -414,8 +421,36 @@ class ClusterServing:
             log.warning("commits_to_gone_partitions", node=self.node.node_id, shards=sorted(gone))
         for shard in sorted(undone):
             self.node.depose(shard, "a topic change it depends on was not kept in etcd")
+        before: dict[int, Blocks] = {}  # for blocks etcd refuses for their size
         for shard, changed in offsets.items():
             if shard not in undone:  # each block merged with what etcd holds of it
+                before[shard] = held_blocks(self.offsets, shard, changed)
                 by_shard[shard].update(self.offsets.changes(shard, changed))
         kept = await self.writer.write(by_shard) if by_shard else True
-        return kept and not (stale or gone or undone or failed)
+        kept = kept and not (stale or gone or undone or failed)
+        if not by_shard or not self.writer.refused:
+            return kept
+        return self._too_large(self.writer.refused, by_shard, before, offsets, kept)
+
+    def _too_large(
+        self,
+        refused: set[bytes],
+        by_shard: dict[int, dict[bytes, bytes | None]],
+        before: dict[int, Blocks],
+        offsets: dict[int, list[OffsetRecord]],
+        kept: bool,
+    ) -> bool | PartlyKept:
+        """Keys etcd refused for their size: a block's commits are refused (memory put
+        back, the shard still served); anything else (a group's record) was changed in
+        memory and not kept, so its shard is no longer served."""
+        too_large: set[Partition] = set()
+        blocks: set[bytes] = set()
+        for shard, held in before.items():
+            blocks |= held.keys()
+            too_large |= take_back(self.core, self.offsets, shard, refused, held, offsets[shard])
+        others = refused - blocks
+        for shard in sorted(s for s, changes in by_shard.items() if others & changes.keys()):
+            self.node.depose(shard, "etcd refused a change of it as too large")
+        if others or not kept:
+            return False
+        return PartlyKept(frozenset(too_large))

@@ -38,23 +38,26 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+import aetcd
 import structlog
 
 from huddle.coordinator.cluster.calls import (
     UNREACHABLE,
     CallCancelledError,
+    StoreRequestTooLargeError,
     StoreTimeoutError,
     StoreUnavailableError,
     bounded,
     close_client,
     first_answering,
     retrieved,
+    too_large,
 )
 from huddle.coordinator.supervisor import progress
 from huddle.protocol.addresses import parse_endpoints
 
 __all__ = ["CallCancelledError", "Change", "Entry", "EtcdStore", "Lease", "StoreTimeoutError"]
-__all__ += ["StoreUnavailableError", "bounded", "parse_endpoints"]
+__all__ += ["StoreRequestTooLargeError", "StoreUnavailableError", "bounded", "parse_endpoints"]
 
 log = structlog.get_logger("huddle.cluster")
 T = TypeVar("T")
@@ -148,6 +151,10 @@ class EtcdStore:
             raise StoreTimeoutError(f"etcd did not answer within {deadline:g} s") from None
         except (*UNREACHABLE, CallCancelledError):
             self._suspect = client  # unreachable, or its connection closed under the call
+            raise
+        except aetcd.exceptions.ClientError as exc:
+            if too_large(exc):  # refused whole, and said so: not a failure of the link
+                raise StoreRequestTooLargeError(str(exc)) from exc
             raise
 
     @property
