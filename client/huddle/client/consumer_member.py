@@ -14,7 +14,8 @@ runs out). One task runs the heartbeats and the listener (callbacks never overla
 reads the connection's notices. While callbacks run, a third heartbeats at the interval (as
 a Kafka consumer's background thread), reporting the partitions being revoked as owned
 still, so a callback slower than the session timeout costs nothing: the coordinator's
-rebalance timeout bounds a revocation instead.
+rebalance timeout bounds a revocation instead. A connection lost meanwhile is found again
+by that third task, on a connection that lasts as long as the callbacks.
 """
 
 from __future__ import annotations
@@ -326,11 +327,17 @@ class ConsumerProtocolMember(Member):
         shard), asking the bootstrap addresses from the next one after each failure; a
         refusal of the member (authentication, authorization) is raised as it came."""
         self._wake = anyio.Event()
+        async with self._connect() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _connect(self, *, notices: bool = True) -> AsyncIterator[Connection]:
         async with connect_coordinator(
             self._bootstrap,
             self._consumer.group_id,
             client_id=self._client_id,
             timeout=_REQUEST_TIMEOUT_S,
+            notices=notices,
             start=self._connects,
             security=self._security,
             incarnation=self._incarnation,
@@ -443,24 +450,49 @@ class ConsumerProtocolMember(Member):
             core.assigned(step.assign)
 
     async def _keep_alive(self, conn: Connection, done: anyio.Event) -> None:
-        """Heartbeat at the interval until ``done``; a lost connection or another
-        coordinator stops it, a refusal is raised once the callbacks returned."""
+        """Heartbeat at the interval until ``done``; a refusal is raised once the callbacks
+        returned. A lost connection (or another coordinator) is found again meanwhile, as a
+        Kafka consumer's background thread does, on a connection of the callbacks' own
+        (commits go there): it ends with them, and the main loop then finds the
+        coordinator again itself, at the epoch these heartbeats kept alive."""
+        try:
+            lost = await self._keep_alive_on(conn, done)
+            while lost and self._consumer.keeps_alive():
+                with anyio.move_on_after(self._backoff()):
+                    await done.wait()
+                if done.is_set():
+                    return
+                try:
+                    async with self._connect(notices=False) as again:
+                        self._conn = again
+                        lost = await self._keep_alive_on(again, done)
+                except _RECONNECT as exc:
+                    self._lost_connection(exc)
+        finally:
+            if self._conn is not conn:
+                self._conn = None  # the main loop connects again once the callbacks returned
+
+    async def _keep_alive_on(self, conn: Connection, done: anyio.Event) -> bool:
+        """Heartbeats on ``conn`` until ``done`` (False), the member is out of the group or
+        refused (False), or the connection is lost or does not serve the group (True)."""
         core = self._consumer
         while True:
             with anyio.move_on_after(core.heartbeat_interval_ms / 1000):
                 await done.wait()
             if done.is_set() or not core.keeps_alive():
-                return
+                return False
             sent = loop_ms()
             try:
                 step = core.answered(await self._beat(conn), sent)
-            except _RECONNECT:
-                return
+            except _RECONNECT as exc:
+                self._lost_connection(exc)
+                return True
             except Exception as exc:  # a refusal, raised when the callbacks returned
                 self._beat_error = exc
-                return
+                return False
             if step.find:
-                return
+                self._lost_connection(_NotCoordinatorError("another node coordinates the group"))
+                return True
             self._failures = 0
 
     async def _leave(self, conn: Connection) -> None:
