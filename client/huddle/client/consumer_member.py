@@ -38,6 +38,7 @@ from huddle.client.consumer_core import ConsumerCore, Reconcile
 from huddle.client.discovery import bootstrap_addresses, connect_coordinator
 from huddle.client.events import (
     CommitFailedError,
+    ListenerFailedError,
     MemberFailedError,
     NotConnectedError,
     StableTimeoutError,
@@ -82,6 +83,20 @@ class _NotCoordinatorError(ClientError, ConnectionError):
 
 # a connection lost, or no coordinator found yet: the member connects again after a backoff
 _RECONNECT = (ConnectionClosedError, CoordinatorNotAvailableError, OSError, TimeoutError)
+
+
+def _failure(exc: Exception) -> MemberFailedError:
+    """What the member stops with when ``exc`` ended it: a refusal, with its code; the
+    listener's callback, named, with what it raised as the cause (as the classic member's)."""
+    cause: BaseException = exc
+    if isinstance(exc, ListenerFailedError) and exc.__cause__ is not None:
+        cause = exc.__cause__
+        failure = MemberFailedError(None, f"{exc} raised {type(cause).__name__}: {cause}")
+    else:
+        code = exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
+        failure = MemberFailedError(code, str(exc))
+    failure.__cause__ = cause
+    return failure
 
 
 def _topic_names(topics: Sequence[str]) -> list[str]:
@@ -309,13 +324,11 @@ class ConsumerProtocolMember(Member):
                 await self._wait_offline(self._backoff())
             await self._closed_while_disconnected()
         except Exception as exc:  # a refusal, the listener raising
-            if not self._closing:
-                code = (
-                    exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
-                )
-                self._failed = MemberFailedError(code, str(exc))
-                self._failed.__cause__ = exc
-                self._log.warning("member_failed", error=str(exc))
+            while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                exc = exc.exceptions[0]  # a task group's: what a callback or a heartbeat raised
+            if not self._closing or isinstance(exc, ListenerFailedError):
+                self._failed = _failure(exc)
+                self._log.warning("member_failed", error=str(self._failed))
         finally:
             self._conn = None
             self._closed = True
@@ -369,7 +382,7 @@ class ConsumerProtocolMember(Member):
             await self._wake.wait()
         if not self._consumer.may_own(loop_ms()):
             self._log.info("session_expired_offline", partitions=len(self._consumer.owned))
-            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+            await self._call("on_partitions_lost", self._consumer.owned)
             self._consumer.lost()
             self._settled = False
             self._notify()
@@ -385,7 +398,7 @@ class ConsumerProtocolMember(Member):
         """Closed with no coordinator to leave through: what it owns may be given to others
         once its session ends, so it is lost (as the classic member's)."""
         if self._consumer.owned:
-            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+            await self._call("on_partitions_lost", self._consumer.owned)
         self._consumer.left()
 
     async def _heartbeats(self, conn: Connection) -> None:
@@ -439,14 +452,14 @@ class ConsumerProtocolMember(Member):
         core = self._consumer
         if step.lost:
             self._log.info("partitions_lost", partitions=len(step.lost))
-            await self._callbacks.call("on_partitions_lost", step.lost)
+            await self._call("on_partitions_lost", step.lost)
             core.lost()
         if step.revoke:
-            await self._callbacks.call("on_partitions_revoked", step.revoke)
+            await self._call("on_partitions_revoked", step.revoke)
             core.revoked(step.revoke)
         # as the cooperative order: assigned follows, maybe empty; not once fenced meanwhile
         if (step.revoke or step.assign) and not core.abandoned:
-            await self._callbacks.call("on_partitions_assigned", step.assign)
+            await self._call("on_partitions_assigned", step.assign)
             core.assigned(step.assign)
 
     async def _keep_alive(self, conn: Connection, done: anyio.Event) -> None:
@@ -499,13 +512,24 @@ class ConsumerProtocolMember(Member):
         core = self._consumer
         if core.epoch <= 0:
             return
-        if core.owned:
-            await self._callbacks.call("on_partitions_revoked", core.owned)
         try:
-            await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
-        except _RECONNECT as exc:  # its session ends at the coordinator instead
-            self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
-        core.left()
+            if core.owned:
+                await self._call("on_partitions_revoked", core.owned)
+        finally:  # the member leaves even if the listener raised (its failure is raised then)
+            try:
+                await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
+            except _RECONNECT as exc:  # its session ends at the coordinator instead
+                self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
+            core.left()
+
+    async def _call(self, name: str, partitions: frozenset[TopicPartition]) -> None:
+        """The listener's callback ``name``: what it raises stops the member, as a
+        ``ListenerFailedError`` naming it (what it raised as its cause)."""
+        try:
+            await self._callbacks.call(name, partitions)
+        except Exception as exc:
+            self._log.exception("listener_failed", callback=name)
+            raise ListenerFailedError(name) from exc
 
     async def _read_notices(self, conn: Connection) -> None:
         async for notice in conn.notices:
@@ -542,7 +566,13 @@ class ConsumerProtocolMember(Member):
             while not self._closed:
                 await self._changed.wait()
         self._tg.cancel_scope.cancel()
-        absorbed = await self._tg.__aexit__(exc_type, exc, tb)
-        if self._failed is not None and exc is None:
+        # what the body raised comes out as it was (the task group would wrap it in a
+        # group); only a cancellation goes through the task group, which may absorb it
+        absorbed = False
+        if isinstance(exc, anyio.get_cancelled_exc_class()):
+            absorbed = bool(await self._tg.__aexit__(exc_type, exc, tb))
+        else:
+            await self._tg.__aexit__(None, None, None)
+        if self._failed is not None and (exc is None or absorbed):
             raise self._failed
         return absorbed or None
