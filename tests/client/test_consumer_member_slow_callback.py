@@ -42,17 +42,26 @@ class SlowRevoker(Recorder):
 
 @contextlib.asynccontextmanager
 async def _revoking(
-    slow: SlowRevoker, other: Recorder
+    slow: SlowRevoker, other: Recorder, rebalance_timeout_ms: int = 30_000
 ) -> AsyncIterator[tuple[CoordinatorServer, Member, Member]]:
-    """Member a (``slow``) owned t's two partitions; b (``other``) joined, and a's
-    revocation of one of them has begun (it runs until ``slow.release``)."""
+    """Member a (``slow``, with ``rebalance_timeout_ms``) owned t's two partitions; b
+    (``other``) joined, and a's revocation of one of them has begun (it runs until
+    ``slow.release``)."""
     config = fast_server_config(
         consumer_session_timeout_ms=SESSION_MS, consumer_heartbeat_interval_ms=200
     )
     async with running_server(config) as server:
         bootstrap = f"127.0.0.1:{server.port}"
         await _topic(bootstrap, 2)
-        async with _member(bootstrap, slow) as a:
+        a_member = Member(
+            bootstrap,
+            group_id="g",
+            topics=["t"],
+            listener=slow,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            group_protocol="consumer",
+        )
+        async with a_member as a:
             slow.member = a
             await a.wait_stable(10)
             assert a.assignment == _all(2)
@@ -121,3 +130,21 @@ async def test_a_connection_lost_during_a_slow_revocation_is_found_again_meanwhi
         assert (slow.lost, a.failure) == ([], None)
         assert (a.member_id, slow.epochs) == (member_id, [slow.epoch])
         assert await b.committed(b.assignment) == dict.fromkeys(b.assignment, 7)
+
+
+async def test_a_member_fenced_during_a_slow_revocation_owns_nothing_from_then_on() -> None:
+    """The revocation outlasts the member's rebalance timeout: the coordinator fences it
+    and gives both partitions to b. The member hears of it from a heartbeat sent while
+    its callback still runs: from then on it owns nothing (b owns them), then loses what
+    it held once the callback returned, and joins again."""
+    slow, other = SlowRevoker(), Recorder()
+    async with _revoking(slow, other, rebalance_timeout_ms=300) as (_, a, b):
+        await wait_until(lambda: b.assignment == _all(2), what="b to be given both")
+        await wait_until(lambda: a.generation == 0, what="a to hear of its fence")
+        assert a.assignment == frozenset()  # never one partition owned by two members
+        slow.release.set()
+        await wait_until(
+            lambda: len(a.assignment) == len(b.assignment) == 1, what="a to join again"
+        )
+        assert len(slow.lost) == 1
+        assert len(slow.lost[0]) == 1  # what it still held as the revocation returned

@@ -244,8 +244,12 @@ class ConsumerCore:
         return self.proved_ms + self.session_timeout_ms
 
     def may_own(self, now_ms: float) -> bool:
-        """Whether the member's partitions may still be its own at ``now_ms``: not once its
-        session may have run out (a member cut off from every coordinator)."""
+        """Whether the member's partitions may still be its own at ``now_ms``: not once it
+        was fenced (while a callback runs still: the coordinator may have given them to
+        others already), nor once its session may have run out (a member cut off from
+        every coordinator)."""
+        if self.abandoned:
+            return False
         deadline = self.session_deadline()
         return deadline is None or now_ms < deadline
 

@@ -174,8 +174,9 @@ class ConsumerProtocolMember(Member):
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions the member owns: none once its session may have run out while it
-        could reach no coordinator, even before ``on_partitions_lost`` has run."""
+        """The partitions the member owns: none once it heard it was fenced (while a
+        callback runs still) or its session may have run out while it could reach no
+        coordinator, even before ``on_partitions_lost`` has run."""
         if not self._consumer.may_own(loop_ms()):
             return frozenset()
         return self._consumer.owned
