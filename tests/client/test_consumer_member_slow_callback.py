@@ -5,7 +5,9 @@ still, so the coordinator gives them to another member only once the callback re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -42,11 +44,11 @@ class SlowRevoker(Recorder):
 
 @contextlib.asynccontextmanager
 async def _revoking(
-    slow: SlowRevoker, other: Recorder, rebalance_timeout_ms: int = 30_000
+    slow: SlowRevoker, other: Recorder, rebalance_timeout_ms: int = 30_000, also: str = ""
 ) -> AsyncIterator[tuple[CoordinatorServer, Member, Member]]:
-    """Member a (``slow``, with ``rebalance_timeout_ms``) owned t's two partitions; b
-    (``other``) joined, and a's revocation of one of them has begun (it runs until
-    ``slow.release``)."""
+    """Member a (``slow``, with ``rebalance_timeout_ms``; ``also``: more bootstrap addresses
+    after the server's) owned t's two partitions; b (``other``) joined, and a's revocation
+    of one of them has begun (it runs until ``slow.release``)."""
     config = fast_server_config(
         consumer_session_timeout_ms=SESSION_MS, consumer_heartbeat_interval_ms=200
     )
@@ -54,7 +56,7 @@ async def _revoking(
         bootstrap = f"127.0.0.1:{server.port}"
         await _topic(bootstrap, 2)
         a_member = Member(
-            bootstrap,
+            bootstrap + also,
             group_id="g",
             topics=["t"],
             listener=slow,
@@ -148,3 +150,36 @@ async def test_a_member_fenced_during_a_slow_revocation_owns_nothing_from_then_o
         )
         assert len(slow.lost) == 1
         assert len(slow.lost[0]) == 1  # what it still held as the revocation returned
+
+
+async def test_a_callback_returning_while_a_coordinator_is_sought_goes_on_at_once() -> None:
+    """The connection drops during the revocation, and the next bootstrap address is a node
+    that accepts connections and never answers: the callback returns while the member's
+    heartbeats wait on it. The member gives that wait up and goes on at once (the main
+    loop finds the coordinator), not after the connection's timeout (10 s)."""
+    silent: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent.append(writer)  # held open, never answered
+
+    frozen = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = frozen.sockets[0].getsockname()[1]
+    slow, other = SlowRevoker(), Recorder()
+    try:
+        async with _revoking(slow, other, also=f",127.0.0.1:{port}") as (server, a, b):
+            for conn in server.connections():
+                conn.close("dropped by the test")
+            await wait_until(lambda: bool(silent), what="a to try the silent node")
+            slow.release.set()
+            released = time.monotonic()
+            await wait_until(
+                lambda: len(a.assignment) == len(b.assignment) == 1,
+                wait_s=20,
+                what="the two to share the partitions",
+            )
+            assert time.monotonic() - released < 5
+            assert slow.lost == []
+    finally:
+        for writer in silent:
+            writer.close()
+        frozen.close()

@@ -169,6 +169,7 @@ class ConsumerProtocolMember(Member):
         self._settled = False  # the last answer asked nothing more of the member
         self._failed: MemberFailedError | None = None
         self._beat_error: Exception | None = None  # a heartbeat's, while callbacks ran
+        self._finding: anyio.CancelScope | None = None  # a connection made while they run
 
     # --- what the application sees -----------------------------------------------------
 
@@ -445,6 +446,8 @@ class ConsumerProtocolMember(Member):
                     await self._callbacks_of(step)
                 finally:
                     done.set()  # the heartbeat out is answered first: one at a time
+                    if self._finding is not None:  # not a coordinator still being found
+                        self._finding.cancel()
             step = core.callbacks_done()
             if self._beat_error is not None:
                 raise self._beat_error
@@ -477,12 +480,15 @@ class ConsumerProtocolMember(Member):
                 if done.is_set():
                     return
                 try:
-                    async with self._connect(notices=False) as again:
-                        self._conn = again
-                        lost = await self._keep_alive_on(again, done)
+                    with anyio.CancelScope() as self._finding:  # given up when the callbacks end
+                        async with self._connect(notices=False) as again:
+                            self._finding = None
+                            self._conn = again
+                            lost = await self._keep_alive_on(again, done)
                 except _RECONNECT as exc:
                     self._lost_connection(exc)
         finally:
+            self._finding = None
             if self._conn is not conn:
                 self._conn = None  # the main loop connects again once the callbacks returned
 
