@@ -10,6 +10,7 @@ import pytest
 from huddle.client.events import MemberFailedError
 from huddle.coordinator.config import ServerConfig
 from huddle.protocol.embedded import TopicPartition
+from huddle.protocol.errors import ErrorCode
 from tests.client.test_consumer_member import Recorder, _all, _member, _topic
 from tests.helpers import fast_server_config, running_server, wait_until
 
@@ -79,3 +80,32 @@ async def test_what_the_application_raises_in_the_body_comes_out_as_it_was() -> 
 
         with pytest.raises(KeyError, match="the application's"):  # not in an ExceptionGroup
             await crash()
+
+
+async def test_a_member_stopped_by_a_refusal_loses_what_it_owned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group's ACL is taken from the member while it owns partitions: its next
+    heartbeat is refused (GROUP_AUTHORIZATION_FAILED), which stops it. It owns nothing from
+    then on and is told so (``on_partitions_lost``), as a Kafka consumer entering its fatal
+    state: the coordinator gives them to others once its session ran out."""
+    recorder = Recorder()
+    async with running_server(_config()) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        await _topic(bootstrap, 2)
+
+        async def refused() -> None:
+            async with _member(bootstrap, recorder) as a:
+                await wait_until(lambda: a.assignment == _all(2), what="a to own both")
+                monkeypatch.setattr(
+                    server.consumer,
+                    "screen",
+                    lambda *_: (ErrorCode.GROUP_AUTHORIZATION_FAILED, "taken away"),
+                )
+                await wait_until(lambda: a.failure is not None, what="a to be refused")
+                assert a.assignment == frozenset()
+                await wait_until(lambda: recorder.lost == [_all(2)], what="a to be told")
+
+        with pytest.raises(MemberFailedError) as raised:
+            await refused()
+        assert raised.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED

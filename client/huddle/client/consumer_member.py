@@ -20,6 +20,7 @@ by that third task, on a connection that lasts as long as the callbacks.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -175,10 +176,10 @@ class ConsumerProtocolMember(Member):
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions the member owns: none once it heard it was fenced (while a
-        callback runs still) or its session may have run out while it could reach no
-        coordinator, even before ``on_partitions_lost`` has run."""
-        if not self._consumer.may_own(loop_ms()):
+        """The partitions the member owns: none once it failed, once it heard it was fenced
+        (while a callback runs still), or once its session may have run out while it could
+        reach no coordinator, even before ``on_partitions_lost`` has run."""
+        if self._failed is not None or not self._consumer.may_own(loop_ms()):
             return frozenset()
         return self._consumer.owned
 
@@ -331,6 +332,8 @@ class ConsumerProtocolMember(Member):
             if not self._closing or isinstance(exc, ListenerFailedError):
                 self._failed = _failure(exc)
                 self._log.warning("member_failed", error=str(self._failed))
+            if not isinstance(exc, ListenerFailedError):
+                await self._lose_all()
         finally:
             self._conn = None
             self._closed = True
@@ -528,6 +531,14 @@ class ConsumerProtocolMember(Member):
             except _RECONNECT as exc:  # its session ends at the coordinator instead
                 self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
             core.left()
+
+    async def _lose_all(self) -> None:
+        """The member stopped on a refusal: what it owned is lost (as a Kafka consumer's
+        entering its fatal state), the coordinator gives it to others."""
+        owned, self._consumer.owned = self._consumer.owned, frozenset()
+        if owned:
+            with contextlib.suppress(ListenerFailedError):  # logged; failed already
+                await self._call("on_partitions_lost", owned)
 
     async def _call(self, name: str, partitions: frozenset[TopicPartition]) -> None:
         """The listener's callback ``name``: what it raises stops the member, as a
