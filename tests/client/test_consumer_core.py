@@ -128,3 +128,17 @@ def test_a_commit_carries_the_member_epoch() -> None:
     request = core.commit_request({"t": [(0, 42)]}, "m")
     assert (request.generation_id, request.member_id) == (1, core.member_id)
     assert request.topics[0].partitions[0].offset == 42
+
+
+def test_a_subscription_changed_while_a_heartbeat_is_out_is_sent_with_the_next() -> None:
+    """``subscribe()`` while a heartbeat is answered: that answer is to the old subscription,
+    so the next heartbeat is a full one carrying the new (else the coordinator never hears
+    of it, and the member keeps the old topics)."""
+    core = _joined(0)
+    out = core.request()
+    assert out.subscribed_topic_names is None
+    core.subscribe(["u"])
+    core.answered(ConsumerHeartbeatResponse(member_epoch=1))  # the answer to ``out``
+    assert core.request().subscribed_topic_names == ["u"]
+    core.answered(ConsumerHeartbeatResponse(member_epoch=2))
+    assert core.request().subscribed_topic_names is None  # told: short ones again

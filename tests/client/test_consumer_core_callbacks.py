@@ -43,6 +43,7 @@ def test_a_member_fenced_while_revoking_skips_the_rest_and_loses_what_it_holds()
     fenced = ConsumerHeartbeatResponse(error_code=ErrorCode.FENCED_MEMBER_EPOCH)
     assert core.answered(fenced) == Reconcile()  # the running callback is not cut off
     assert (core.abandoned, core.keeps_alive(), core.epoch) == (True, False, 0)
+    assert not core.may_own(0)  # the coordinator may have given them to others already
     core.revoked(step.revoke)  # it returned; on_partitions_assigned is skipped
     assert core.callbacks_done() == Reconcile(lost=_tps(0), again=True)
     assert core.request().member_epoch == 0  # then it joins again

@@ -192,8 +192,26 @@ def test_the_previous_epoch_is_accepted_only_with_owned_partitions_it_still_has(
         is E.FENCED_MEMBER_EPOCH
     )
     assert c.heartbeat(beat("m1", 1, None), 6, TOPICS).error is E.FENCED_MEMBER_EPOCH
-    # a rejoin under the same id while the coordinator still has the member: fenced too
-    assert c.heartbeat(join("m1"), 7, TOPICS).error is E.FENCED_MEMBER_EPOCH
+
+
+def test_a_fenced_member_rejoining_under_its_id_is_taken_back_at_once() -> None:
+    """Fenced (FENCED_MEMBER_EPOCH) while the coordinator still has it, the member gives up
+    everything and rejoins with epoch 0 under the same member id: it is taken back with
+    what it is assigned (as KIP-848 says and Kafka does since KAFKA-19233), not fenced
+    again at every rejoin until its session runs out (Kafka 4.0's loop)."""
+    c = coordinator()
+    m1, m2 = Client("m1"), Client("m2")
+    m1.heartbeat(c, 0)
+    m2.heartbeat(c, 1)
+    m1.heartbeat(c, 2)  # revoke a:5, b:*
+    m1.heartbeat(c, 3)  # revoked: epoch 2
+    m2.heartbeat(c, 4)
+    assert m1.epoch == 2
+    assert c.heartbeat(beat("m1", 9, {}), 5, TOPICS).error is E.FENCED_MEMBER_EPOCH
+    assert "m1" in c.groups[GROUP].members  # fenced, not taken out
+    back = c.heartbeat(join("m1"), 6, TOPICS)
+    assert (back.error, back.member_epoch) == (E.NONE, 2)
+    assert flat(back.assignment) == {("a", p) for p in range(5)}
 
 
 def test_a_static_member_fenced_by_its_replacement_and_an_unreleased_instance_id() -> None:

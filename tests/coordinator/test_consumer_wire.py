@@ -10,6 +10,7 @@ import uuid
 import msgspec
 
 from huddle.client.connection import connect
+from huddle.coordinator.consumer_wire import HuddleConsumer
 from huddle.coordinator.kafka.apis import Api
 from huddle.coordinator.kafka.listener import listen_kafka
 from huddle.coordinator.server import CoordinatorServer
@@ -27,7 +28,7 @@ from huddle.protocol.messages import (
     Protocol,
     TopicSpec,
 )
-from tests.helpers import join_request, wait_until, within
+from tests.helpers import fast_server_config, join_request, running_server, wait_until, within
 from tests.kafka.raw import RawKafka
 
 
@@ -170,3 +171,44 @@ async def test_a_classic_group_on_huddle_s_wire_is_not_upgraded(
         assert "huddle's own wire" in refused.error_message
         assert "g" not in server.consumer.core.groups
         assert set(server.core.groups["g"].members) == {joined.member_id}
+
+
+async def test_a_stray_heartbeat_with_a_member_s_id_does_not_stop_that_member_s_notices(
+    server: CoordinatorServer, bootstrap: str
+) -> None:
+    """Another connection heartbeats with a's member id at a wrong epoch (a stale process,
+    a hostile client): it is refused, and a, which it did not move, is still told of the
+    next change at once."""
+    async with connect(bootstrap) as a_conn, connect(bootstrap) as stray:
+        await a_conn.call(
+            CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]), CreateTopicsResponse
+        )
+        await a_conn.call(_join("a", "t"), ConsumerHeartbeatResponse)
+        refused = await stray.request(_beat("a", 99, set()), timeout=5)
+        assert isinstance(refused, ConsumerHeartbeatResponse)
+        assert refused.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        assert "a" in server.consumer.core.groups["g"].members
+        async with connect(bootstrap) as b_conn:
+            await b_conn.call(_join("b", "t"), ConsumerHeartbeatResponse)
+            told = await within(a_conn.notices.receive(), 5)
+            assert told == ConsumerAssignmentChanged(group_id="g", member_id="a", target_epoch=2)
+
+
+async def test_nothing_is_kept_of_a_member_whose_session_ran_out() -> None:
+    """Members that died (their connection gone, their session run out) leave nothing behind
+    in the server's tables of who heartbeats where: a server outlives any number of them."""
+    config = fast_server_config(consumer_session_timeout_ms=300, consumer_heartbeat_interval_ms=100)
+    async with running_server(config) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with connect(bootstrap) as conn:
+            await conn.call(
+                CreateTopicsRequest(topics=[TopicSpec(name="t", partitions=2)]),
+                CreateTopicsResponse,
+            )
+            for n in range(20):
+                await conn.call(_join(f"m{n}", "t"), ConsumerHeartbeatResponse)
+        group = server.consumer.core.groups["g"]
+        await wait_until(lambda: not group.members, what="every session to run out")
+        wire = getattr(server.requests.beside[ConsumerHeartbeatRequest], "__self__", None)
+        assert isinstance(wire, HuddleConsumer)
+        assert (wire.members, server.consumer.clients) == ({}, {})

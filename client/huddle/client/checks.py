@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -87,3 +88,25 @@ def checked_partitions(partitions: object) -> list[TopicPartition]:
                 f"partitions must be TopicPartition(topic, partition) values, not {tp!r}"
             )
     return list(dict.fromkeys(wanted))
+
+
+def checked_topic_names(topics: Sequence[str]) -> list[str]:
+    """A list of topic names (non-empty strings; one string is not a list of them)."""
+    if isinstance(topics, str) or not all(isinstance(t, str) and t for t in topics):
+        raise InvalidArgumentError("topics is a list of topic names (non-empty strings)")
+    return list(topics)
+
+
+def checked_pattern(
+    topics: Sequence[str] | None, pattern: str | re.Pattern[str] | None
+) -> str | None:
+    """The pattern of a subscription that is topics or a pattern (one of them), as the
+    regular expression a consumer-protocol coordinator matches (RE2: a whole-name match,
+    Kafka's ``SubscriptionPattern``); None: topics."""
+    if (topics is None) == (pattern is None) or topics == []:
+        raise InvalidArgumentError("give topics or a pattern (one of them)")
+    if isinstance(pattern, re.Pattern):
+        return pattern.pattern
+    if pattern is not None and (not isinstance(pattern, str) or not pattern):
+        raise InvalidArgumentError("pattern is a non-empty str or a compiled re.Pattern")
+    return pattern

@@ -101,9 +101,14 @@ class ConsumerCore:
     busy: bool = False  # a reconciliation's callbacks run: heartbeats only keep it alive
     abandoned: bool = False  # fenced while they ran: the callbacks left are skipped
     later: frozenset[TopicPartition] | None = None  # a target answered while they ran
+    # ``subscribe`` calls so far, and as the last request was made: a heartbeat answered
+    # after a change it did not carry leaves the next one full
+    resubscribed: int = 0
+    resubscribed_sent: int = 0
 
     def request(self) -> ConsumerHeartbeatRequest:
         owned = _by_topic(self.owned)
+        self.resubscribed_sent = self.resubscribed
         if not self.full:
             return ConsumerHeartbeatRequest(
                 group_id=self.group_id,
@@ -130,6 +135,7 @@ class ConsumerCore:
         self.topics = list(topics)
         self.pattern = pattern
         self.full = True
+        self.resubscribed += 1
 
     def leave_request(self) -> ConsumerHeartbeatRequest:
         epoch = LEAVE_EPOCH if self.instance_id is None else STATIC_LEAVE_EPOCH
@@ -170,7 +176,7 @@ class ConsumerCore:
             return Reconcile(retry=True)
         if code != ErrorCode.NONE:
             raise_for(code, answer.error_message)
-        self.full = False
+        self.full = self.resubscribed != self.resubscribed_sent  # subscribed since it was sent
         self.epoch = answer.member_epoch
         self.proved_ms = sent_ms  # the coordinator renewed the session on receipt, later
         if answer.session_timeout_ms > 0:
@@ -238,8 +244,12 @@ class ConsumerCore:
         return self.proved_ms + self.session_timeout_ms
 
     def may_own(self, now_ms: float) -> bool:
-        """Whether the member's partitions may still be its own at ``now_ms``: not once its
-        session may have run out (a member cut off from every coordinator)."""
+        """Whether the member's partitions may still be its own at ``now_ms``: not once it
+        was fenced (while a callback runs still: the coordinator may have given them to
+        others already), nor once its session may have run out (a member cut off from
+        every coordinator)."""
+        if self.abandoned:
+            return False
         deadline = self.session_deadline()
         return deadline is None or now_ms < deadline
 

@@ -11,18 +11,19 @@ it loses everything (``on_partitions_lost``) and joins again with epoch 0. A pus
 trip rather than at its next heartbeat interval. Leaving the ``async with`` revokes what it
 owns and leaves with epoch -1 (a static member: -2, keeping its place until its session
 runs out). One task runs the heartbeats and the listener (callbacks never overlap); a second
-reads the connection's notices. While callbacks run, a third heartbeats at the interval (as
-a Kafka consumer's background thread), reporting the partitions being revoked as owned
-still, so a callback slower than the session timeout costs nothing: the coordinator's
-rebalance timeout bounds a revocation instead.
+reads the connection's notices; while callbacks run, a third heartbeats at the interval
+(``huddle.client.consumer_callbacks``), so a callback slower than the session timeout, or a
+connection lost meanwhile, costs nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -30,13 +31,20 @@ import anyio
 import anyio.lowlevel
 
 from huddle.client.anyio_runtime import loop_ms
-from huddle.client.checks import checked_offsets, checked_partitions, require_type
+from huddle.client.checks import (
+    checked_offsets,
+    checked_partitions,
+    checked_pattern,
+    checked_topic_names,
+    require_type,
+)
 from huddle.client.connection import Connection
-from huddle.client.connection_errors import ConnectionClosedError
-from huddle.client.consumer_core import ConsumerCore, Reconcile
+from huddle.client.consumer_callbacks import RECONNECT, FindAgainError, Reconciliation
+from huddle.client.consumer_core import ConsumerCore
 from huddle.client.discovery import bootstrap_addresses, connect_coordinator
 from huddle.client.events import (
     CommitFailedError,
+    ListenerFailedError,
     MemberFailedError,
     NotConnectedError,
     StableTimeoutError,
@@ -48,10 +56,7 @@ from huddle.client.steps import MemberState
 from huddle.logs import library_logger
 from huddle.protocol.embedded import TopicPartition
 from huddle.protocol.errors import (
-    ClientError,
-    CoordinatorNotAvailableError,
     ErrorCode,
-    InvalidArgumentError,
     UsageError,
     error_name,
     raise_for,
@@ -75,30 +80,18 @@ _COMMIT_FENCED = frozenset(
 )
 
 
-class _NotCoordinatorError(ClientError, ConnectionError):
-    """The node answered that it does not coordinate the group (now): find it again."""
-
-
-# a connection lost, or no coordinator found yet: the member connects again after a backoff
-_RECONNECT = (ConnectionClosedError, CoordinatorNotAvailableError, OSError, TimeoutError)
-
-
-def _topic_names(topics: Sequence[str]) -> list[str]:
-    if isinstance(topics, str) or not all(isinstance(t, str) and t for t in topics):
-        raise InvalidArgumentError("topics is a list of topic names (non-empty strings)")
-    return list(topics)
-
-
-def _regex(topics: Sequence[str] | None, pattern: str | re.Pattern[str] | None) -> str | None:
-    """The pattern as the regular expression the coordinator matches (RE2: a whole-name
-    match, Kafka's ``SubscriptionPattern``); a subscription is topics or a pattern."""
-    if (topics is None) == (pattern is None) or topics == []:
-        raise InvalidArgumentError("give topics or a pattern (one of them)")
-    if isinstance(pattern, re.Pattern):
-        return pattern.pattern
-    if pattern is not None and (not isinstance(pattern, str) or not pattern):
-        raise InvalidArgumentError("pattern is a non-empty str or a compiled re.Pattern")
-    return pattern
+def _failure(exc: Exception) -> MemberFailedError:
+    """What the member stops with when ``exc`` ended it: a refusal, with its code; the
+    listener's callback, named, with what it raised as the cause (as the classic member's)."""
+    cause: BaseException = exc
+    if isinstance(exc, ListenerFailedError) and exc.__cause__ is not None:
+        cause = exc.__cause__
+        failure = MemberFailedError(None, f"{exc} raised {type(cause).__name__}: {cause}")
+    else:
+        code = exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
+        failure = MemberFailedError(code, str(exc))
+    failure.__cause__ = cause
+    return failure
 
 
 class ConsumerProtocolMember(Member):
@@ -124,7 +117,7 @@ class ConsumerProtocolMember(Member):
         group_protocol: str = "consumer",
         **classic_only: Any,
     ) -> None:
-        regex = _regex(topics, pattern)
+        regex = checked_pattern(topics, pattern)
         bootstrap_addresses(bootstrap)  # a malformed list: InvalidArgumentError, now
         self._bootstrap = bootstrap
         self._client_id = client_id
@@ -137,7 +130,7 @@ class ConsumerProtocolMember(Member):
         self._callbacks = Callbacks(listener if listener is not None else RebalanceListener())
         self._consumer = ConsumerCore(
             group_id=group_id,
-            topics=_topic_names(topics or ()),
+            topics=checked_topic_names(topics or ()),
             pattern=regex,
             instance_id=instance_id,
             rebalance_timeout_ms=rebalance_timeout_ms,
@@ -152,15 +145,24 @@ class ConsumerProtocolMember(Member):
         self._closed = False
         self._settled = False  # the last answer asked nothing more of the member
         self._failed: MemberFailedError | None = None
-        self._beat_error: Exception | None = None  # a heartbeat's, while callbacks ran
+        self._reconciliation = Reconciliation(  # its callbacks, heartbeating meanwhile
+            self._consumer,
+            self._log,
+            call=self._call,
+            beat=self._beat,
+            connect=partial(self._connect, notices=False),
+            lost=self._lost_connection,
+            backoff=self._backoff,
+        )
 
     # --- what the application sees -----------------------------------------------------
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions the member owns: none once its session may have run out while it
-        could reach no coordinator, even before ``on_partitions_lost`` has run."""
-        if not self._consumer.may_own(loop_ms()):
+        """The partitions the member owns: none once it failed, once it heard it was fenced
+        (while a callback runs still), or once its session may have run out while it could
+        reach no coordinator, even before ``on_partitions_lost`` has run."""
+        if self._failed is not None or not self._consumer.may_own(loop_ms()):
             return frozenset()
         return self._consumer.owned
 
@@ -222,7 +224,7 @@ class ConsumerProtocolMember(Member):
         """Subscribe to ``topics`` instead (a pattern given before is dropped): the next
         heartbeat, sent at once, tells the coordinator, and the member revokes what the new
         target takes away (partitions of topics it dropped) and takes what it gives."""
-        self._consumer.subscribe(_topic_names(topics))
+        self._consumer.subscribe(checked_topic_names(topics))
         self._wake.set()
         await anyio.lowlevel.checkpoint()
 
@@ -262,6 +264,8 @@ class ConsumerProtocolMember(Member):
         return await fetch_committed(fetch, self._consumer.group_id, checked_partitions(partitions))
 
     def _serving(self) -> Connection:
+        if self._reconciliation.conn is not None:  # its callbacks' own, while they run
+            return self._reconciliation.conn
         if self._conn is None:
             raise NotConnectedError("the member is not connected to the coordinator")
         return self._conn
@@ -299,7 +303,7 @@ class ConsumerProtocolMember(Member):
                         self._tg.start_soon(self._read_notices, conn)
                         await self._heartbeats(conn)
                     return  # closed, and left
-                except _RECONNECT as exc:  # lost: found again after a backoff, at its epoch
+                except RECONNECT as exc:  # lost: found again after a backoff, at its epoch
                     self._lost_connection(exc)
                 finally:
                     self._conn = None
@@ -308,13 +312,13 @@ class ConsumerProtocolMember(Member):
                 await self._wait_offline(self._backoff())
             await self._closed_while_disconnected()
         except Exception as exc:  # a refusal, the listener raising
-            if not self._closing:
-                code = (
-                    exc.code if isinstance(exc, MemberFailedError) else getattr(exc, "code", None)
-                )
-                self._failed = MemberFailedError(code, str(exc))
-                self._failed.__cause__ = exc
-                self._log.warning("member_failed", error=str(exc))
+            while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                exc = exc.exceptions[0]  # a task group's: what a callback or a heartbeat raised
+            if not self._closing or isinstance(exc, ListenerFailedError):
+                self._failed = _failure(exc)
+                self._log.warning("member_failed", error=str(self._failed))
+            if not isinstance(exc, ListenerFailedError):
+                await self._lose_all()
         finally:
             self._conn = None
             self._closed = True
@@ -326,11 +330,17 @@ class ConsumerProtocolMember(Member):
         shard), asking the bootstrap addresses from the next one after each failure; a
         refusal of the member (authentication, authorization) is raised as it came."""
         self._wake = anyio.Event()
+        async with self._connect() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _connect(self, *, notices: bool = True) -> AsyncIterator[Connection]:
         async with connect_coordinator(
             self._bootstrap,
             self._consumer.group_id,
             client_id=self._client_id,
             timeout=_REQUEST_TIMEOUT_S,
+            notices=notices,
             start=self._connects,
             security=self._security,
             incarnation=self._incarnation,
@@ -362,7 +372,7 @@ class ConsumerProtocolMember(Member):
             await self._wake.wait()
         if not self._consumer.may_own(loop_ms()):
             self._log.info("session_expired_offline", partitions=len(self._consumer.owned))
-            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+            await self._call("on_partitions_lost", self._consumer.owned)
             self._consumer.lost()
             self._settled = False
             self._notify()
@@ -378,7 +388,7 @@ class ConsumerProtocolMember(Member):
         """Closed with no coordinator to leave through: what it owns may be given to others
         once its session ends, so it is lost (as the classic member's)."""
         if self._consumer.owned:
-            await self._callbacks.call("on_partitions_lost", self._consumer.owned)
+            await self._call("on_partitions_lost", self._consumer.owned)
         self._consumer.left()
 
     async def _heartbeats(self, conn: Connection) -> None:
@@ -390,9 +400,9 @@ class ConsumerProtocolMember(Member):
             step = core.answered(answer, sent)
             if step.find:
                 said = error_name(answer.error_code)
-                raise _NotCoordinatorError(f"the coordinator answered {said}")
+                raise FindAgainError(f"the coordinator answered {said}")
             self._failures = 0  # answered: the next loss backs off from the start
-            await self._reconcile(conn, step)
+            await self._reconciliation.run(conn, step)
             self._settled = not (step.again or step.retry)
             self._notify()
             if step.again:
@@ -410,70 +420,36 @@ class ConsumerProtocolMember(Member):
             raise MemberFailedError(code, f"the coordinator answered {message}")
         return answer
 
-    async def _reconcile(self, conn: Connection, step: Reconcile) -> None:
-        """The callbacks ``step`` asks, heartbeating meanwhile; then those of what was
-        answered while they ran (a target, a fence), until nothing more is asked."""
-        core = self._consumer
-        while step.lost or step.revoke or step.assign:
-            core.callbacks_begin()
-            self._beat_error = None
-            done = anyio.Event()
-            async with anyio.create_task_group() as beats:
-                beats.start_soon(self._keep_alive, conn, done)
-                try:
-                    await self._callbacks_of(step)
-                finally:
-                    done.set()  # the heartbeat out is answered first: one at a time
-            step = core.callbacks_done()
-            if self._beat_error is not None:
-                raise self._beat_error
-
-    async def _callbacks_of(self, step: Reconcile) -> None:
-        core = self._consumer
-        if step.lost:
-            self._log.info("partitions_lost", partitions=len(step.lost))
-            await self._callbacks.call("on_partitions_lost", step.lost)
-            core.lost()
-        if step.revoke:
-            await self._callbacks.call("on_partitions_revoked", step.revoke)
-            core.revoked(step.revoke)
-        # as the cooperative order: assigned follows, maybe empty; not once fenced meanwhile
-        if (step.revoke or step.assign) and not core.abandoned:
-            await self._callbacks.call("on_partitions_assigned", step.assign)
-            core.assigned(step.assign)
-
-    async def _keep_alive(self, conn: Connection, done: anyio.Event) -> None:
-        """Heartbeat at the interval until ``done``; a lost connection or another
-        coordinator stops it, a refusal is raised once the callbacks returned."""
-        core = self._consumer
-        while True:
-            with anyio.move_on_after(core.heartbeat_interval_ms / 1000):
-                await done.wait()
-            if done.is_set() or not core.keeps_alive():
-                return
-            sent = loop_ms()
-            try:
-                step = core.answered(await self._beat(conn), sent)
-            except _RECONNECT:
-                return
-            except Exception as exc:  # a refusal, raised when the callbacks returned
-                self._beat_error = exc
-                return
-            if step.find:
-                return
-            self._failures = 0
-
     async def _leave(self, conn: Connection) -> None:
         core = self._consumer
         if core.epoch <= 0:
             return
-        if core.owned:
-            await self._callbacks.call("on_partitions_revoked", core.owned)
         try:
-            await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
-        except _RECONNECT as exc:  # its session ends at the coordinator instead
-            self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
-        core.left()
+            if core.owned:
+                await self._call("on_partitions_revoked", core.owned)
+        finally:  # the member leaves even if the listener raised (its failure is raised then)
+            try:
+                await conn.request(core.leave_request(), timeout=_REQUEST_TIMEOUT_S)
+            except RECONNECT as exc:  # its session ends at the coordinator instead
+                self._log.warning("leave_failed", error=str(exc) or type(exc).__name__)
+            core.left()
+
+    async def _lose_all(self) -> None:
+        """The member stopped on a refusal: what it owned is lost (as a Kafka consumer's
+        entering its fatal state), the coordinator gives it to others."""
+        owned, self._consumer.owned = self._consumer.owned, frozenset()
+        if owned:
+            with contextlib.suppress(ListenerFailedError):  # logged; failed already
+                await self._call("on_partitions_lost", owned)
+
+    async def _call(self, name: str, partitions: frozenset[TopicPartition]) -> None:
+        """The listener's callback ``name``: what it raises stops the member, as a
+        ``ListenerFailedError`` naming it (what it raised as its cause)."""
+        try:
+            await self._callbacks.call(name, partitions)
+        except Exception as exc:
+            self._log.exception("listener_failed", callback=name)
+            raise ListenerFailedError(name) from exc
 
     async def _read_notices(self, conn: Connection) -> None:
         async for notice in conn.notices:
@@ -510,7 +486,13 @@ class ConsumerProtocolMember(Member):
             while not self._closed:
                 await self._changed.wait()
         self._tg.cancel_scope.cancel()
-        absorbed = await self._tg.__aexit__(exc_type, exc, tb)
-        if self._failed is not None and exc is None:
+        # what the body raised comes out as it was (the task group would wrap it in a
+        # group); only a cancellation goes through the task group, which may absorb it
+        absorbed = False
+        if isinstance(exc, anyio.get_cancelled_exc_class()):
+            absorbed = bool(await self._tg.__aexit__(exc_type, exc, tb))
+        else:
+            await self._tg.__aexit__(None, None, None)
+        if self._failed is not None and (exc is None or absorbed):
             raise self._failed
         return absorbed or None

@@ -154,6 +154,9 @@ class ConsumerService:
         # (group id, member id) -> the client id and host it last heartbeated from
         self.clients: dict[tuple[str, str], tuple[str, str]] = {}
         self.watchers: list[Watcher] = []
+        # told (group id, member id) of each member gone from the service (it left, its
+        # session or revocation ran out, its group was unloaded): a wire forgets its link
+        self.departures: list[Callable[[str, str], None]] = []
         # (group id, member id) -> the group's mark when the member was last answered or told
         self._told: dict[tuple[str, str], _Mark] = {}
         self.counts = ConsumerCounts()  # epoch bumps and fenced members (the metrics')
@@ -178,9 +181,16 @@ class ConsumerService:
         """Stop serving the groups ``doomed`` names (their cluster shard left this node)."""
         for group_id in [g for g in self.core.groups if doomed(g)]:
             self.core.unload(group_id)
-        for table in (self.clients, self._told):
-            for key in [k for k in table if doomed(k[0])]:
-                del table[key]
+        for key in [k for k in self.clients.keys() | self._told.keys() if doomed(k[0])]:
+            self._forget(key)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        """A member gone from the service: who it was and what it was told go, and the
+        ``departures`` are told."""
+        self.clients.pop(key, None)
+        self._told.pop(key, None)
+        for departed in self.departures:
+            departed(*key)
 
     def delete(self, group_id: str) -> None:
         """The empty group ``group_id`` goes (DeleteGroups, or offset retention): its
@@ -303,14 +313,14 @@ class ConsumerService:
         if answer.error == ErrorCode.FENCED_MEMBER_EPOCH:
             self.counts.fenced[FENCED_BY_EPOCH] += 1
         key = (group_id, answer.member_id or request.member_id)
-        if answer.error or request.member_epoch < 0:
-            self.clients.pop(key, None)
-            self._told.pop(key, None)
-        else:
+        group = self.core.groups.get(group_id)
+        if request.member_epoch < 0 or group is None or key[1] not in group.members:
+            self._forget(key)
+        elif not answer.error:
             self.clients[key] = (peer.client_id, peer.host)
-            group = self.core.groups.get(group_id)
-            if group is not None:
-                self._told[key] = _mark(group)
+            self._told[key] = _mark(group)
+        # a refused heartbeat of a member still in the group (a stale or stray one: the
+        # member did not move) leaves what is known of it, and its notices, as they were
         self._tell(group_id)
         return answer
 
@@ -430,8 +440,7 @@ class ConsumerService:
             for fenced in self.core.expire(self.host.now_ms()):
                 self.counts.fenced[fenced.reason] += 1
                 touched.add(fenced.group_id)
-                self.clients.pop((fenced.group_id, fenced.member_id), None)
-                self._told.pop((fenced.group_id, fenced.member_id), None)
+                self._forget((fenced.group_id, fenced.member_id))
                 log.info(
                     "consumer_member_fenced",
                     group_id=fenced.group_id,

@@ -187,6 +187,7 @@ class HuddleConsumer:
         self.conns = conns
         self.members: dict[tuple[str, str], int] = {}  # (group, member) -> its connection
         service.watchers.append(self.tell)
+        service.departures.append(self.forget)
 
     def serve(self, conn: Connection, call: Call) -> list[Outgoing]:
         """The request path's handler of a ``ConsumerHeartbeatRequest``, whatever wire it
@@ -202,13 +203,18 @@ class HuddleConsumer:
             )
         else:
             answer = self.service.heartbeat(core_request(req), conn.peer)
-            key = (req.group_id, req.member_id)
-            if answer.error or req.member_epoch < 0:
-                self.members.pop(key, None)
-            elif conn.wire.listener == HuddleWire.listener:  # a Kafka client gets no notice
-                self.members[key] = conn.conn_id
+            # a member gone is forgotten (``forget``); a refused heartbeat moves nothing
+            if not answer.error and req.member_epoch >= 0:
+                key = (req.group_id, req.member_id)
+                if conn.wire.listener == HuddleWire.listener:
+                    self.members[key] = conn.conn_id
+                else:  # a Kafka client gets no notice
+                    self.members.pop(key, None)
             response = wire_answer(answer, self.service.core.config.session_timeout_ms)
         return [(conn.conn_id, Reply(correlation_id=call.correlation_id, response=response))]
+
+    def forget(self, group_id: str, member_id: str) -> None:
+        self.members.pop((group_id, member_id), None)
 
     def tell(self, group_id: str, member_id: str, target_epoch: int) -> None:
         conn_id = self.members.get((group_id, member_id))

@@ -62,8 +62,12 @@ def check_request(request: HeartbeatRequest, config: ConsumerGroupConfig) -> Non
 
 def check_epoch(member: ConsumerMember, request: HeartbeatRequest) -> None:
     """FENCED_MEMBER_EPOCH unless the request's epoch is the member's, or its previous one
-    with owned partitions it still has (the answer that moved it on was lost)."""
+    with owned partitions it still has (the answer that moved it on was lost), or 0: a
+    member fenced while the coordinator still has it rejoins so, owning nothing (KIP-848;
+    Kafka 4.0 fenced it again at every rejoin until its session ran out, KAFKA-19233)."""
     received = request.member_epoch
+    if received == JOIN_EPOCH:
+        return
     if received > member.member_epoch:
         raise RefusedError(
             ErrorCode.FENCED_MEMBER_EPOCH,
