@@ -12,19 +12,21 @@ or SIGINT shut it down cleanly (revoke -> commit -> leave); SIGKILL ends it mid-
 Under a consumer protocol (``consumer``, ``consumer-deferred``, ``consumer-paced``: KIP-848)
 the member is ``Member(group_protocol="consumer")``: the coordinator assigns, its session
 timeout is the coordinator's, a ``joined`` line tells each new member epoch (it moves
-without a callback too: the worker looks at every tick), and its offsets go by a
-connection of the worker's (``huddle.chaos.worker_offsets``).
+without a callback too: the worker looks at every tick). Under every protocol the worker
+commits and reads its offsets through its member (``Member.commit``/``committed``): in its
+generation (classic) or at its member epoch (consumer), which the coordinator checks (a
+commit refused so, FENCED/STALE_MEMBER_EPOCH, is written as refused, and the next one goes
+at the epoch the member has by then).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -35,9 +37,7 @@ from huddle.chaos import events as ev
 from huddle.chaos.events import EventLog, events_dir, partitions_field
 from huddle.chaos.kafka_workers.options import is_consumer
 from huddle.chaos.protocols import ProtocolOptions, build_assignor
-from huddle.chaos.worker_offsets import ConsumerOffsets, MemberOffsets, Offsets
 from huddle.chaos.workload import Workload
-from huddle.client.connection import connect
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.client.security import NO_SECURITY, Security, security_from_env
@@ -115,7 +115,6 @@ class Worker(RebalanceListener):
             state_records=args.state_records,
         )
         self.member: Member | None = None
-        self.offsets: Offsets | None = None
         self.consumer = is_consumer(args.protocol)  # KIP-848: the coordinator assigns
         self._last_tick = time.monotonic()
         self._generation = -1
@@ -144,14 +143,13 @@ class Worker(RebalanceListener):
             lags=self.workload.lags if a.stateful else None,
             security=self._security(),
         )
-        self.offsets = MemberOffsets(self.member)
         return self.member
 
     def _make_consumer_member(self) -> Member:
         """A consumer-protocol (KIP-848) member: the coordinator assigns, with its own
         session timeout (``huddle serve --consumer-session-timeout-ms``); the server
         assignor is the coordinator's default (the harness puts the one the protocol's name
-        asks for first). Its offsets go by a connection of their own (``open_offsets``)."""
+        asks for first)."""
         a = self.args
         self.member = Member(
             a.bootstrap,
@@ -170,27 +168,9 @@ class Worker(RebalanceListener):
     def _security(self) -> Security:
         return security_from_env(os.environ) if self.args.secure_from_env else NO_SECURITY
 
-    @contextlib.asynccontextmanager
-    async def open_offsets(self) -> AsyncIterator[None]:
-        """Where this member's offsets go while it runs: its own member (classic), or a
-        connection of the worker's (consumer protocol, ``worker_offsets``)."""
-        if self.offsets is not None:
-            yield
-            return
-        a = self.args
-        async with connect(
-            a.bootstrap, client_id=f"{a.name}-offsets", notices=False, security=self._security()
-        ) as conn:
-            self.offsets = ConsumerOffsets(conn, a.group, self._m())
-            yield
-
     def _m(self) -> Member:
         assert self.member is not None
         return self.member
-
-    def _o(self) -> Offsets:
-        assert self.offsets is not None
-        return self.offsets
 
     def _note_generation(self) -> None:
         m = self._m()
@@ -300,7 +280,7 @@ class Worker(RebalanceListener):
             return {}
         for attempt in range(5):
             try:
-                return await self._o().committed(tps)
+                return await self._m().committed(tps)
             except Exception as exc:  # not connected, timed out: try again shortly
                 log.warning("committed_fetch_failed", error=repr(exc), attempt=attempt)
                 await anyio.sleep(0.1 * (attempt + 1))
@@ -316,7 +296,7 @@ class Worker(RebalanceListener):
         member_id, generation = self._m().member_id, self._m().generation
         error: str | None = None
         try:
-            await self._o().commit(positions)
+            await self._m().commit(positions)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         for tp, offset in sorted(positions.items()):
@@ -348,7 +328,7 @@ class Worker(RebalanceListener):
         if not replicas:
             return
         try:
-            offsets = await self._o().committed(replicas)
+            offsets = await self._m().committed(replicas)
         except Exception as exc:
             log.info("replica_offsets_unavailable", error=repr(exc))
             return
@@ -444,7 +424,7 @@ async def run(args: WorkerSettings) -> str:
                     stop.set()
 
         member = worker.make_member()
-        async with worker.open_offsets(), anyio.create_task_group() as outer:
+        async with anyio.create_task_group() as outer:
             outer.start_soon(watch_signals)
             async with anyio.create_task_group() as ticking:
                 async with member, anyio.create_task_group() as committing:
