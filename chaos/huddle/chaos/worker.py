@@ -37,6 +37,7 @@ from huddle.chaos import events as ev
 from huddle.chaos.events import EventLog, events_dir, partitions_field
 from huddle.chaos.kafka_workers.options import is_consumer
 from huddle.chaos.protocols import ProtocolOptions, build_assignor
+from huddle.chaos.resumes import PendingResumes
 from huddle.chaos.workload import Workload
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
@@ -47,6 +48,7 @@ from huddle.protocol.errors import InvalidArgumentError
 
 log = structlog.get_logger("huddle.chaos.worker")
 TICK_S = 0.02
+RESUME_ATTEMPTS = 3  # in the assignment callback; then the partitions wait (``resumes``)
 
 
 class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -115,6 +117,7 @@ class Worker(RebalanceListener):
             state_records=args.state_records,
         )
         self.member: Member | None = None
+        self.resumes = PendingResumes()  # given, committed offsets not read yet
         self.consumer = is_consumer(args.protocol)  # KIP-848: the coordinator assigns
         self._last_tick = time.monotonic()
         self._generation = -1
@@ -185,14 +188,6 @@ class Worker(RebalanceListener):
     async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
         self._note_generation()
         resume = await self._resume_offsets(assigned)
-        now = time.monotonic()
-        restores = []
-        for tp in sorted(assigned):
-            offset = resume.get(tp) or 0
-            from_offset = self.workload.state_from(tp, offset) if self.args.stateful else 0
-            records = self.workload.restore_records(tp, offset)
-            seconds = self.workload.assign(tp, offset, now)
-            restores.append((tp, offset, from_offset, records, seconds))
         m = self._m()
         self.events.write(
             ev.Assigned(
@@ -201,8 +196,23 @@ class Worker(RebalanceListener):
                 partitions=partitions_field(assigned),
             )
         )
-        if self.args.stateful:  # after the assignment that gave the tasks
-            for tp, offset, from_offset, records, seconds in restores:
+        if resume is None:  # started once their committed offsets are read (``resumes``)
+            self.resumes.defer(assigned)
+        else:
+            self.resumes.drop(assigned)
+            self.take(resume)
+
+    def take(self, resume: Mapping[TopicPartition, int | None]) -> None:
+        """Start processing each partition of ``resume`` from its committed offset (0 when
+        none is), restoring its state first (stateful)."""
+        now = time.monotonic()
+        m = self._m()
+        for tp in sorted(resume):
+            offset = resume[tp] or 0
+            from_offset = self.workload.state_from(tp, offset) if self.args.stateful else 0
+            records = self.workload.restore_records(tp, offset)
+            seconds = self.workload.assign(tp, offset, now)
+            if self.args.stateful:  # after the assignment that gave the task
                 self.events.write(
                     ev.RestoreStarted(
                         member_id=m.member_id,
@@ -215,7 +225,7 @@ class Worker(RebalanceListener):
                         seconds=seconds,
                     )
                 )
-        if assigned:
+        if resume:
             self.tick()  # records are waiting: process them now, not at the next tick
 
     async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
@@ -248,6 +258,7 @@ class Worker(RebalanceListener):
         offset each was rebuilding up to, the records it replayed). A restore that finished
         and was not told yet is told first (``restored``)."""
         now = time.monotonic()
+        self.resumes.drop(tps)
         self._report_restored(now)
         replayed = self.workload.cut_restores(tps, now)
         cut = {tp: (self.workload.tasks[tp].position, n) for tp, n in replayed.items()}
@@ -275,17 +286,19 @@ class Worker(RebalanceListener):
 
     async def _resume_offsets(
         self, tps: frozenset[TopicPartition]
-    ) -> Mapping[TopicPartition, int | None]:
+    ) -> Mapping[TopicPartition, int | None] | None:
+        """The committed offsets of ``tps``; None if they cannot be read now (then the
+        partitions wait for them: ``resumes``)."""
         if not tps:
             return {}
-        for attempt in range(5):
+        for attempt in range(RESUME_ATTEMPTS):
             try:
                 return await self._m().committed(tps)
             except Exception as exc:  # not connected, timed out: try again shortly
                 log.warning("committed_fetch_failed", error=repr(exc), attempt=attempt)
                 await anyio.sleep(0.1 * (attempt + 1))
-        log.error("committed_fetch_gave_up", partitions=len(tps))
-        return {}
+        log.warning("committed_fetch_deferred", partitions=len(tps))
+        return None
 
     # --- commits ---------------------------------------------------------------------
 
@@ -322,6 +335,12 @@ class Worker(RebalanceListener):
             if self.args.stateful:
                 await self._refresh_replicas()
                 save_state(self._state_file, self.workload.checkpoint())
+
+    async def resume_loop(self) -> None:
+        """Start the partitions whose committed offsets could not be read when they were
+        given, once they can be (``resumes``)."""
+        m = self._m()
+        await self.resumes.run(m.committed, lambda: m.assignment, self.take)
 
     async def _refresh_replicas(self) -> None:
         replicas = self.workload.replicas - set(self.workload.tasks)
@@ -430,6 +449,7 @@ async def run(args: WorkerSettings) -> str:
                 async with member, anyio.create_task_group() as committing:
                     ticking.start_soon(worker.tick_loop)
                     committing.start_soon(worker.commit_loop)
+                    committing.start_soon(worker.resume_loop)
                     with anyio.move_on_after(args.max_seconds):
                         await stop.wait()
                     committing.cancel_scope.cancel()
