@@ -200,7 +200,7 @@ class Worker(RebalanceListener):
             self.resumes.defer(assigned)
         else:
             self.resumes.drop(assigned)
-            self.take(resume)
+            self.take({tp: resume.get(tp) for tp in assigned})
 
     def take(self, resume: Mapping[TopicPartition, int | None]) -> None:
         """Start processing each partition of ``resume`` from its committed offset (0 when
