@@ -403,7 +403,8 @@ class ConsumerProtocolMember(Member):
         await self._leave(conn)
 
     async def _beat(self, conn: Connection) -> ConsumerHeartbeatResponse | ErrorResponse:
-        answer = await conn.request(self._consumer.request(), timeout=_REQUEST_TIMEOUT_S)
+        wait_ms = self._consumer.answer_timeout_ms(_REQUEST_TIMEOUT_S * 1000)
+        answer = await conn.request(self._consumer.request(), timeout=wait_ms / 1000)
         if not isinstance(answer, ConsumerHeartbeatResponse | ErrorResponse):
             code = getattr(answer, "error_code", None)
             message = getattr(answer, "error_message", "") or type(answer).__name__
