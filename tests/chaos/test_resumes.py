@@ -85,7 +85,7 @@ async def test_partitions_wait_for_their_committed_offsets_and_start_from_them(
     assert {tp: t.committed for tp, t in worker.workload.tasks.items()} == {TP0: 480, TP1: 0}
     rows = read_events(tmp_path / "m.jsonl")
     assert [r["event"] for r in rows if r["event"] == ev.tag_of(ev.Assigned)] == ["assigned"]
-    first = {}
+    first: dict[object, object] = {}
     for r in rows:
         if r["event"] == ev.PROCESSED:
             first.setdefault(r["partition"], r["offset"])
