@@ -79,7 +79,7 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
     from huddle.pipeline.spark import build_session
     from huddle.pipeline.summary import summarise
 
-    spark = build_session(args.master, app_name="bench-consumer-chaos")
+    spark = build_session(args.master, app_name="bench-consumer-chaos", driver_memory="4g")
     try:
         summaries = [summarise(analyse(spark, d, DEFAULT_GAP_MS)) for _, _, d, _ in runs]
     finally:
