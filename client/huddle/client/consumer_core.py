@@ -238,11 +238,12 @@ class ConsumerCore:
         return self.proved_ms + self.session_timeout_ms
 
     def answer_timeout_ms(self, request_timeout_ms: float) -> float:
-        """How long a heartbeat waits for its answer: a third of the coordinator's session
-        once its answers said it (as the classic member's), else ``request_timeout_ms``. A
-        coordinator silent that long is taken as gone (frozen, its answers held, the link
-        cut without a reset): the member connects again and heartbeats there while its
-        session still has two thirds to run, instead of waiting past it."""
+        """How long a heartbeat waits for its answer, and a node asked for the coordinator
+        for its: a third of the coordinator's session once its answers said it (as the
+        classic member's), else ``request_timeout_ms``. A node silent that long is taken as
+        gone (frozen, its answers held, the link cut without a reset): the member asks the
+        next one and heartbeats there while its session still has time to run, instead of
+        waiting past it."""
         if self.session_timeout_ms <= 0:
             return request_timeout_ms
         return min(request_timeout_ms, self.session_timeout_ms / 3)
