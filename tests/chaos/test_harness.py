@@ -188,17 +188,21 @@ def test_network_faults_need_the_proxy(tmp_path: Path) -> None:
     assert not (tmp_path / "events").exists(), "refused before anything started"
 
 
-def test_coordinator_failover_moves_the_group_without_a_rebalance(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["cooperative-sticky", "consumer"])
+def test_coordinator_failover_moves_the_group_without_a_rebalance(
+    tmp_path: Path, protocol: str
+) -> None:
     """etcd and three coordinator nodes: the node owning the group is killed, then the new
-    owner frozen past its lease and thawed. The members go on in their generation: no
-    member loses or gives up a partition after the group settled."""
+    owner frozen past its lease and thawed. The members go on in their generation (a
+    consumer-protocol member: at its epoch, reconnecting to the new owner): no member
+    loses or gives up a partition after the group settled."""
     require_etcd()
     settings = RunSettings(
         run_dir=tmp_path,
         members=3,
         partitions=6,
         duration=16.0,
-        protocol="cooperative-sticky",
+        protocol=protocol,
         session_timeout_ms=10_000,
     )
     lines: list[str] = []
@@ -217,7 +221,8 @@ def test_coordinator_failover_moves_the_group_without_a_rebalance(tmp_path: Path
     steady = next(r["ts"] for r in chaos if r["event"] == ev.STEADY)
     nodes = sorted(p.name for p in events.glob("coordinator-node-*.jsonl"))
     assert len(nodes) == 3
-    loaded = [r for n in nodes for r in read_events(events / n) if r["event"] == "group_loaded"]
+    loaded_event = "consumer_group_loaded" if protocol == "consumer" else "group_loaded"
+    loaded = [r for n in nodes for r in read_events(events / n) if r["event"] == loaded_event]
     assert loaded, "another node loaded the group"
     for name in ("member-1", "member-2", "member-3"):
         records = read_events(events / f"{name}.jsonl")

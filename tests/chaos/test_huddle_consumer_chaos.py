@@ -22,11 +22,12 @@ from huddle.chaos.kafka_workers.confluent_driver import config
 from huddle.chaos.protocols import ProtocolOptions, protocol_names
 from huddle.chaos.scenarios import ScenarioError, Shape, built_in
 from huddle.chaos.worker import Worker, WorkerSettings
-from huddle.chaos.worker_offsets import ConsumerOffsets
 from huddle.cli import parse_args
+from huddle.client.admin import Admin
+from huddle.client.events import CommitFailedError
 from huddle.protocol.embedded import TopicPartition
-from huddle.protocol.errors import FencedMemberEpochError
-from huddle.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
+from huddle.protocol.errors import ErrorCode
+from tests.helpers import fast_server_config, running_server
 
 SHAPE = Shape(duration=10.0, members=3)
 
@@ -96,25 +97,40 @@ def test_the_worker_runs_a_consumer_protocol_member(tmp_path: Path) -> None:
         assert Worker(classic, events).make_member().rebalance_protocol == "cooperative"
 
 
-@pytest.mark.parametrize(
-    ("scenario", "change", "why"),
-    [
-        ("coordinator-restart", {}, "does not reconnect to a restarted or failed-over"),
-        ("coordinator-failover", {}, "does not reconnect to a restarted or failed-over"),
-        ("network-faults", {}, "does not reconnect after a cut connection"),
-        ("rolling-bounce", {"stateful": True}, "no standby tasks"),
-        (
-            "rolling-bounce",
-            {"protocol": "consumer-deferred", "bootstrap": "127.0.0.1:9"},
-            "makes deferred its default",
-        ),
-    ],
-)
-def test_what_huddles_consumer_member_cannot_do_yet_is_refused(
-    tmp_path: Path, scenario: str, change: dict[str, object], why: str
+LIFTED = ("coordinator-restart", "coordinator-failover", "etcd-faults", "network-faults")
+
+
+@pytest.mark.parametrize("protocol", ["consumer", "consumer-deferred", "consumer-paced"])
+def test_huddles_consumer_member_runs_the_coordinator_cluster_and_network_scenarios(
+    tmp_path: Path, protocol: str
 ) -> None:
-    with pytest.raises(ScenarioError, match=f"{why}.*--client confluent-kafka"):
-        clients.check(_settings(tmp_path, **change), built_in(scenario, SHAPE))
+    """It reconnects after a lost connection, a coordinator restart and a failover, at its
+    epoch: the scenarios that kill, fail over or cut the coordinator are no longer refused,
+    nor ``--stateful``; a cluster's nodes get the consumer protocol's timers as the single
+    coordinator does (a classic run's get none)."""
+    settings = _settings(tmp_path, protocol=protocol)
+    for scenario in LIFTED:
+        clients.check(settings, built_in(scenario, SHAPE))
+    clients.check(_settings(tmp_path, protocol=protocol, stateful=True), built_in("zombie", SHAPE))
+    assert clients.node_flags(settings) == clients.consumer_flags(settings)
+    assert "--consumer-session-timeout-ms" in clients.node_flags(settings)
+    assert clients.node_flags(_settings(tmp_path, protocol="cooperative-sticky")) == []
+
+
+def test_a_running_coordinator_is_refused_when_the_protocol_asks_a_server_assignor(
+    tmp_path: Path,
+) -> None:
+    """A running coordinator's default server assignor is its own, and huddle's member asks
+    for none: ``consumer-deferred`` is refused with ``--bootstrap`` (``consumer`` is not)."""
+    running = {"bootstrap": "127.0.0.1:9"}
+    clients.check(_settings(tmp_path, **running), built_in("rolling-bounce", SHAPE))
+    with pytest.raises(
+        ScenarioError, match=r"makes deferred its default.*--client confluent-kafka"
+    ):
+        clients.check(
+            _settings(tmp_path, protocol="consumer-deferred", **running),
+            built_in("rolling-bounce", SHAPE),
+        )
 
 
 def _well_formed(run_dir: Path, names: tuple[str, ...]) -> list[dict[str, object]]:
@@ -181,31 +197,80 @@ def test_the_deferred_server_assignor_holds_a_bounced_members_partitions(
     assert handovers.twice_seconds(t) == 0.0
 
 
-class _Owner:
+class _Member:
+    """A consumer member whose commits the coordinator answers ``refusal`` (or takes)."""
+
+    member_id = "m-1"
+    generation = 4  # its member epoch
     assignment = frozenset({TopicPartition("t", 0)})
 
+    def __init__(self, refusal: Exception | None = None) -> None:
+        self.refusal = refusal
+        self.commits: list[dict[TopicPartition, int]] = []
 
-class _Conn:
-    def __init__(self) -> None:
-        self.sent: list[object] = []
-
-    async def call(self, request: object, expect: type[object], **_: object) -> object:
-        self.sent.append(request)
-        return OffsetCommitResponse()
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+        if self.refusal is not None:
+            raise self.refusal
 
 
-async def test_a_consumer_member_commits_only_what_it_owns() -> None:
-    """Its commits are not fenced by the coordinator (no member epoch on huddle's wire's
-    OffsetCommit): the worker sends none that names a partition the member does not own."""
-    conn = _Conn()
-    offsets = ConsumerOffsets(conn, "g", _Owner())  # type: ignore[arg-type]
-    with pytest.raises(FencedMemberEpochError, match="no longer owns"):
-        await offsets.commit({TopicPartition("t", 0): 5, TopicPartition("t", 1): 7})
-    assert conn.sent == []
-    await offsets.commit({TopicPartition("t", 0): 5})
-    [request] = conn.sent
-    assert isinstance(request, OffsetCommitRequest)
-    assert (request.generation_id, request.member_id) == (-1, "")
-    assert [(t.name, [(p.partition, p.offset) for p in t.partitions]) for t in request.topics] == [
-        ("t", [(0, 5)])
-    ]
+def _worker(tmp_path: Path, events: EventLog, member: _Member) -> Worker:
+    args = WorkerSettings(
+        bootstrap="127.0.0.1:9", name="m", run_dir=str(tmp_path), protocol="consumer"
+    )
+    worker = Worker(args, events)
+    worker.member = member  # type: ignore[assignment]
+    return worker
+
+
+@pytest.mark.parametrize(
+    ("refusal", "accepted"),
+    [(None, True), (CommitFailedError(ErrorCode.STALE_MEMBER_EPOCH, "epoch 5 now"), False)],
+)
+async def test_a_consumer_workers_commit_goes_through_its_member_at_its_epoch(
+    tmp_path: Path, refusal: Exception | None, accepted: bool
+) -> None:
+    """The worker commits through ``Member.commit`` (the coordinator checks the member
+    epoch), not on a connection of its own: a commit refused for a stale epoch is written
+    as refused and does not count as the task's committed offset."""
+    member = _Member(refusal)
+    tp = TopicPartition("t", 0)
+    with EventLog(tmp_path / "m.jsonl", "m") as events:
+        worker = _worker(tmp_path, events, member)
+        await worker.commit({tp: 5})
+    assert member.commits == [{tp: 5}]
+    [line] = [r for r in read_events(tmp_path / "m.jsonl") if r["event"] == ev.COMMITTED]
+    assert (line["accepted"], line["generation"], line["offset"]) == (accepted, 4, 5)
+    if refusal is not None:
+        assert "STALE_MEMBER_EPOCH" in str(line["error"])
+    assert worker.workload.latest.get(tp) == (5 if accepted else None)
+
+
+async def test_a_consumer_worker_resumes_from_what_its_member_committed(
+    tmp_path: Path,
+) -> None:
+    """Against a real coordinator: the worker's commits are taken at the member's epoch and
+    its next assignment resumes from them (``Member.committed``)."""
+    async with running_server(fast_server_config()) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic("chaos", 2)
+        args = WorkerSettings(
+            bootstrap=bootstrap, name="m", run_dir=str(tmp_path), protocol="consumer"
+        )
+        tps = frozenset(TopicPartition("chaos", p) for p in range(2))
+        with EventLog(tmp_path / "m.jsonl", "m") as events:
+            worker = Worker(args, events)
+            async with worker.make_member() as member:
+                await member.wait_stable(10.0)
+                assert member.assignment == tps
+                await worker.commit({TopicPartition("chaos", 0): 11, TopicPartition("chaos", 1): 7})
+                resume = await worker._resume_offsets(tps)
+                epoch = member.generation
+        assert resume == {TopicPartition("chaos", 0): 11, TopicPartition("chaos", 1): 7}
+        commits = [r for r in read_events(tmp_path / "m.jsonl") if r["event"] == ev.COMMITTED]
+        # then the leave's revocation commits the tasks' own positions
+        assert [(r["offset"], r["accepted"], r["generation"]) for r in commits[:2]] == [
+            (11, True, epoch),
+            (7, True, epoch),
+        ]

@@ -3,6 +3,7 @@ its leave."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from huddle.client.consumer_core import ConsumerCore
@@ -142,3 +143,15 @@ def test_a_subscription_changed_while_a_heartbeat_is_out_is_sent_with_the_next()
     assert core.request().subscribed_topic_names == ["u"]
     core.answered(ConsumerHeartbeatResponse(member_epoch=2))
     assert core.request().subscribed_topic_names is None  # told: short ones again
+
+
+def test_a_heartbeat_waits_a_third_of_the_coordinators_session_for_its_answer() -> None:
+    """Until an answer said the session, the request timeout; then a third of the session
+    (never longer than the request timeout), so a lost answer is given up in time for a
+    heartbeat on a new connection to keep the session."""
+    core = ConsumerCore(group_id="g", topics=["t"])
+    assert core.answer_timeout_ms(10_000) == 10_000
+    core.answered(msgspec.structs.replace(_answer(1, 0), session_timeout_ms=3_000))
+    assert core.answer_timeout_ms(10_000) == 1_000
+    core.answered(msgspec.structs.replace(_answer(1, 0), session_timeout_ms=45_000))
+    assert core.answer_timeout_ms(10_000) == 10_000

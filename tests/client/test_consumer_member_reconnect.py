@@ -7,18 +7,23 @@ listener and join again with epoch 0."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from huddle.chaos.proxy import fault_proxy
 from huddle.client.member import Member
 from huddle.coordinator.config import ServerConfig
+from huddle.coordinator.consumer.timeouts import SessionEnds
 from huddle.coordinator.server import CoordinatorServer
 from huddle.protocol.errors import InvalidArgumentError
 from tests.client.test_consumer_member import LONG_INTERVAL_MS, Recorder, _all, _member, _topic
 from tests.helpers import fast_server_config, running_server, wait_until
+
+SESSION_MS = 3_000
 
 
 def _config(data_dir: Path | None) -> ServerConfig:
@@ -135,3 +140,73 @@ async def test_a_member_cut_off_past_the_coordinator_s_session_timeout_loses_its
             await wait_until(lambda: not a.assignment, wait_s=5, what="a to own nothing")
             await wait_until(lambda: recorder.lost == [_all(2)], wait_s=5, what="a told")
             assert (a.failure, a.connected) == (None, False)
+
+
+async def test_a_heartbeat_whose_answer_never_comes_is_given_up_within_the_session() -> None:
+    """The connection freezes for good with a heartbeat out (its answer held, the link
+    blackholed without a reset): the member gives that heartbeat up after a third of the
+    coordinator's session, connects again and heartbeats there at its epoch, so the
+    coordinator never fences it and it loses nothing (waiting out its 10 s request
+    timeout, it was fenced after 3 s)."""
+    config = fast_server_config(
+        consumer_session_timeout_ms=SESSION_MS, consumer_heartbeat_interval_ms=200
+    )
+    recorder = Recorder()
+    async with running_server(config) as server, fault_proxy("127.0.0.1", server.port) as proxy:
+        await _topic(f"127.0.0.1:{server.port}", 2)
+        async with _member(f"127.0.0.1:{proxy.port}", recorder) as a:
+            await a.wait_stable(10)
+            assert a.assignment == _all(2)
+            epoch, member_id = a.generation, a.member_id
+            core = server.consumer.core
+            session = SessionEnds("g", member_id)
+            frozen_at = core.timers.deadline(session)
+            assert frozen_at is not None
+            assert proxy.abandon() > 0
+            # the coordinator heard it for two more sessions: over a new connection
+            await wait_until(
+                lambda: (core.timers.deadline(session) or 0) > frozen_at + 2 * SESSION_MS,
+                wait_s=15,
+                what="heartbeats on a new connection for two sessions",
+            )
+            assert recorder.lost == []
+            assert (a.member_id, a.generation, a.assignment) == (member_id, epoch, _all(2))
+            assert a.failure is None
+
+
+async def test_a_frozen_node_asked_for_the_coordinator_costs_no_more_than_a_heartbeat() -> None:
+    """Its connection frozen, the member asks the next bootstrap address for the
+    coordinator: a node that accepts connections and never answers (frozen, SIGSTOPped).
+    It gives that one up as it gives a heartbeat up, after a third of the session, and finds
+    the coordinator at the next address in time: the coordinator never fences it (waiting
+    its 10 s request timeout on the frozen node, it was fenced)."""
+    session_ms = 6_000
+    config = fast_server_config(
+        consumer_session_timeout_ms=session_ms, consumer_heartbeat_interval_ms=200
+    )
+    recorder = Recorder()
+    with socket.socket() as frozen:  # the kernel accepts connections; nobody answers
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen(16)
+        frozen_address = f"127.0.0.1:{frozen.getsockname()[1]}"
+        async with (
+            running_server(config) as server,
+            fault_proxy("127.0.0.1", server.port) as proxy,
+        ):
+            await _topic(f"127.0.0.1:{server.port}", 2)
+            bootstrap = f"127.0.0.1:{proxy.port},{frozen_address}"
+            async with _member(bootstrap, recorder) as a:
+                await a.wait_stable(10)
+                epoch, member_id = a.generation, a.member_id
+                core = server.consumer.core
+                session = SessionEnds("g", member_id)
+                frozen_at = core.timers.deadline(session)
+                assert frozen_at is not None
+                assert proxy.abandon() > 0  # the member asks the frozen node next
+                await wait_until(
+                    lambda: (core.timers.deadline(session) or 0) > frozen_at + session_ms,
+                    wait_s=20,
+                    what="heartbeats on a new connection past the old session",
+                )
+                assert recorder.lost == []
+                assert (a.member_id, a.generation, a.assignment) == (member_id, epoch, _all(2))

@@ -1,6 +1,7 @@
 """The fault campaign, bounded for ``make test`` (about 80 s of real processes, so not in
 the fast tier): three ``huddle serve --cluster`` nodes on one etcd (lease TTL 2 s, 6 shards),
-three cooperative members committing every 200 ms, and faults one at a time, each healed:
+three cooperative members (and, shorter, three consumer-protocol members) committing every
+200 ms, and faults one at a time, each healed:
 etcd frozen, killed and started again, the group's owner frozen past its lease, its links to
 etcd and to its clients blackholed or reset (calls in flight), its connections to etcd
 dropping what it sends, a member frozen. After every heal, every shard is served again
@@ -18,7 +19,7 @@ from huddle.chaos.cluster import HEALS, SERVED_SLACK_S
 from huddle.chaos.eventfiles import read_events
 from huddle.chaos.harness import RunSettings, run
 from huddle.chaos.procs import pid_alive
-from huddle.chaos.scenarios import CLUSTER_LEASE_S, Scenario, etcd_fault_steps
+from huddle.chaos.scenarios import CLUSTER_LEASE_S, ETCD_FAULTS, Scenario, etcd_fault_steps
 from tests.etcd import require_etcd
 
 FAULTS = 24  # each kind three times
@@ -26,12 +27,20 @@ GAP_S = 1.5  # from a heal to the next fault
 
 
 @pytest.mark.e2e
-def test_every_shard_is_served_again_after_every_fault(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "faults"),
+    # huddle's consumer-protocol members (KIP-848): each kind of fault once
+    [("cooperative-sticky", FAULTS), ("consumer", len(ETCD_FAULTS))],
+)
+def test_every_shard_is_served_again_after_every_fault(
+    tmp_path: Path, protocol: str, faults: int
+) -> None:
     require_etcd()
-    steps = etcd_fault_steps(7, 3, GAP_S, count=FAULTS)
+    steps = etcd_fault_steps(7, 3, GAP_S, count=faults)
     scenario = Scenario("etcd-faults", "the bounded campaign", steps, extra={"shards": 6})
     settings = RunSettings(
         run_dir=tmp_path,
+        protocol=protocol,
         members=3,
         partitions=6,
         duration=max(s.at for s in steps) + 1.0,

@@ -586,18 +586,21 @@ def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    "scenario",
+    ("scenario", "protocol"),
     [
-        "scale-up",
-        "scale-down",
-        "static-bounce",
-        "coordinator-restart",
-        "random-kills",
-        "network-faults",
+        ("scale-up", "cooperative-sticky"),
+        ("scale-down", "cooperative-sticky"),
+        ("static-bounce", "cooperative-sticky"),
+        ("coordinator-restart", "cooperative-sticky"),
+        ("random-kills", "cooperative-sticky"),
+        ("network-faults", "cooperative-sticky"),
+        # huddle's members on the consumer protocol (KIP-848): reconnected at their epoch
+        ("coordinator-restart", "consumer"),
+        ("network-faults", "consumer"),
     ],
 )
 def test_every_other_built_in_scenario_is_safe_end_to_end(
-    spark: SparkSession, tmp_path: Path, scenario: str
+    spark: SparkSession, tmp_path: Path, scenario: str, protocol: str
 ) -> None:
     """Each built-in scenario, short, with real processes: it completes, faults happen, every
     partition is processed again after the last fault (the group recovers, also from a
@@ -608,7 +611,13 @@ def test_every_other_built_in_scenario_is_safe_end_to_end(
     from huddle.chaos.scenarios import BUILT_IN, Shape
 
     duration = 10.0
-    settings = RunSettings(run_dir=tmp_path / scenario, members=3, partitions=6, duration=duration)
+    settings = RunSettings(
+        run_dir=tmp_path / scenario,
+        protocol=protocol,
+        members=3,
+        partitions=6,
+        duration=duration,
+    )
     result = run_chaos(settings, BUILT_IN[scenario](Shape(duration=duration, members=3)))
     assert result.outcome == "completed"
     assert result.faults > 0
@@ -617,6 +626,35 @@ def test_every_other_built_in_scenario_is_safe_end_to_end(
     assert summary.violations == NO_VIOLATIONS, summary.violations
     assert summary.lost == 0
     assert summary.records_processed > 0
+
+
+@pytest.mark.e2e
+def test_stateful_consumer_protocol_rolling_bounce_restores_from_the_epochs_commits(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``--stateful`` with huddle's consumer-protocol members: each task given to a member
+    restores up to the offset committed at the epochs before it (``Member.commit`` /
+    ``committed``), and nothing is processed twice below a commit or skipped."""
+    from huddle.chaos.harness import RunSettings
+    from huddle.chaos.harness import run as run_chaos
+    from huddle.chaos.scenarios import BUILT_IN, Shape
+
+    duration = 10.0
+    settings = RunSettings(
+        run_dir=tmp_path / "stateful-consumer",
+        protocol="consumer",
+        stateful=True,
+        members=3,
+        partitions=6,
+        duration=duration,
+    )
+    result = run_chaos(settings, BUILT_IN["rolling-bounce"](Shape(duration=duration, members=3)))
+    assert result.outcome == "completed"
+    assert _processed_after_recovery(settings.run_dir) == set(range(6))
+    summary = summarise(analyse(spark, settings.run_dir, gap_ms=100.0))
+    assert summary.violations == NO_VIOLATIONS, summary.violations
+    assert summary.lost == 0
+    assert summary.restores > 0
 
 
 def _processed_after_recovery(run_dir: Path, recovery_s: float = 1.0) -> set[int]:

@@ -23,10 +23,13 @@ one the protocol's name asks for first: huddle's member asks for none, so it get
 default. It has no group-wide generation: a member tells its member epoch where a classic
 member tells its generation (``generation_word``).
 
-huddle's consumer member does not reconnect after a lost connection yet: a scenario that
-kills or fails over the coordinator or cuts connections (network faults) is refused for
-it, and so is a running coordinator (``--bootstrap``: its default server assignor is its
-own, and that member cannot ask for another).
+huddle's consumer member reconnects after a lost connection, a coordinator restart and a
+cluster failover, and continues at its epoch, so it runs every scenario (a cluster's nodes
+get ``consumer_flags`` too) and ``--stateful`` (tasks restored from the offset committed at
+its epoch; it has no standby replicas: the coordinator assigns no standby tasks). Refused
+for it: a running coordinator (``--bootstrap``) with ``consumer-deferred`` or
+``consumer-paced``: its default server assignor is its own, and that member cannot ask for
+another.
 """
 
 from __future__ import annotations
@@ -99,27 +102,15 @@ def check(settings: RunSettings, scenario: Scenario) -> None:
 
 
 def _check_huddle_consumer(settings: RunSettings, scenario: Scenario) -> None:
-    """huddle's consumer member: what it cannot do yet (see the module)."""
+    """huddle's consumer member: what it cannot do (see the module)."""
     protocol = settings.protocol
-    refusals = [
-        (
-            scenario.coordinator_faults or scenario.cluster,
-            "it does not reconnect to a restarted or failed-over coordinator yet",
-        ),
-        (scenario.network_faults, "it does not reconnect after a cut connection yet"),
-        (
-            settings.bootstrap is not None and CONSUMER_PROTOCOLS[protocol] is not None,
-            "it asks for no server assignor: the harness's own coordinator makes "
-            f"{CONSUMER_PROTOCOLS[protocol]} its default (no --bootstrap)",
-        ),
-        (settings.stateful, "--stateful: it has no standby tasks"),
-    ]
-    for refused, why in refusals:
-        if refused:
-            raise ScenarioError(
-                f"protocol {protocol} with huddle's members ({scenario.name}): {why}; "
-                f"Kafka consumers can (--client {', '.join(consumer_clients())})"
-            )
+    asked = CONSUMER_PROTOCOLS[protocol]
+    if settings.bootstrap is not None and asked is not None:
+        raise ScenarioError(
+            f"protocol {protocol} with huddle's members ({scenario.name}): it asks for no "
+            f"server assignor: the harness's own coordinator makes {asked} its default (no "
+            f"--bootstrap); Kafka consumers can (--client {', '.join(consumer_clients())})"
+        )
 
 
 def consumer_clients() -> list[str]:
@@ -147,6 +138,15 @@ def consumer_flags(settings: RunSettings) -> list[str]:
     if hold_ms is not None and CONSUMER_PROTOCOLS.get(settings.protocol) == "deferred":
         flags += ["--consumer-deferred-hold-ms", str(hold_ms)]
     return flags
+
+
+def node_flags(settings: RunSettings) -> list[str]:
+    """A cluster node's ``huddle serve`` flags for the run's members: the consumer
+    protocol's (``consumer_flags``) when they may speak it (Kafka clients, huddle's consumer
+    members), none for huddle's classic members."""
+    return (
+        consumer_flags(settings) if is_kafka(settings.client) or huddle_consumer(settings) else []
+    )
 
 
 def listener_flags(

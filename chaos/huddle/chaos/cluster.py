@@ -100,11 +100,11 @@ class ChaosCluster:
         events: EventLog | None = None,
         progress: Callable[[str], None] | None = None,
         kafka: bool = False,
-        kafka_flags: Sequence[str] = (),
+        serve_flags: Sequence[str] = (),
     ) -> None:
         self.run_dir = run_dir
         self.kafka = kafka  # every node opens a Kafka listener too (not through a proxy)
-        self.kafka_flags = list(kafka_flags)  # more serve flags for it (the consumer timers)
+        self.serve_flags = list(serve_flags)  # more serve flags for every node (consumer timers)
         self.events_dir = events_dir
         self.huddle_argv = huddle_argv
         self.shards = shards
@@ -145,11 +145,10 @@ class ChaosCluster:
                 port = free_port()
                 client = await stack.enter_async_context(fault_proxy(HOST, port))
                 kafka_port = free_port() if self.kafka else 0
-                kafka = (
-                    ["--kafka-host", HOST, "--kafka-port", str(kafka_port), *self.kafka_flags]
-                    if self.kafka
-                    else []
+                flags = (
+                    ["--kafka-host", HOST, "--kafka-port", str(kafka_port)] if self.kafka else []
                 )
+                flags += self.serve_flags
                 proc = self._spawn(
                     [
                         *self.huddle_argv, "serve", "--host", HOST, "--port", str(port),
@@ -158,7 +157,7 @@ class ChaosCluster:
                         "--cluster", f"etcd://{HOST}:{store.port}", "--cluster-prefix", "/chaos",
                         "--shards", str(self.shards), "--lease-ttl-s", str(int(self.lease_s)),
                         "--initial-rebalance-delay-ms", "0", "--min-session-timeout-ms", "500",
-                        "--disconnect-grace-ms", str(disconnect_grace_ms), *kafka,
+                        "--disconnect-grace-ms", str(disconnect_grace_ms), *flags,
                     ],
                     f"coordinator-node-{i}",
                 )  # fmt: skip

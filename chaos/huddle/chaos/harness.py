@@ -202,7 +202,7 @@ class Harness:
         cluster = ChaosCluster(
             self.run_dir, events_dir(self.run_dir), _huddle_argv(), self.started,
             shards=shards, events=self.events, progress=self.progress, kafka=self.kafka,
-            kafka_flags=clients.consumer_flags(self.s),
+            serve_flags=clients.node_flags(self.s),
         )  # fmt: skip
         self.cluster = cluster
         async with cluster.running(self.s.group, self.s.disconnect_grace_ms):

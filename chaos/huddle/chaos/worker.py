@@ -12,19 +12,21 @@ or SIGINT shut it down cleanly (revoke -> commit -> leave); SIGKILL ends it mid-
 Under a consumer protocol (``consumer``, ``consumer-deferred``, ``consumer-paced``: KIP-848)
 the member is ``Member(group_protocol="consumer")``: the coordinator assigns, its session
 timeout is the coordinator's, a ``joined`` line tells each new member epoch (it moves
-without a callback too: the worker looks at every tick), and its offsets go by a
-connection of the worker's (``huddle.chaos.worker_offsets``).
+without a callback too: the worker looks at every tick). Under every protocol the worker
+commits and reads its offsets through its member (``Member.commit``/``committed``): in its
+generation (classic) or at its member epoch (consumer), which the coordinator checks (a
+commit refused so, FENCED/STALE_MEMBER_EPOCH, is written as refused, and the next one goes
+at the epoch the member has by then).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -35,9 +37,8 @@ from huddle.chaos import events as ev
 from huddle.chaos.events import EventLog, events_dir, partitions_field
 from huddle.chaos.kafka_workers.options import is_consumer
 from huddle.chaos.protocols import ProtocolOptions, build_assignor
-from huddle.chaos.worker_offsets import ConsumerOffsets, MemberOffsets, Offsets
+from huddle.chaos.resumes import PendingResumes
 from huddle.chaos.workload import Workload
-from huddle.client.connection import connect
 from huddle.client.listener import RebalanceListener
 from huddle.client.member import Member
 from huddle.client.security import NO_SECURITY, Security, security_from_env
@@ -47,6 +48,7 @@ from huddle.protocol.errors import InvalidArgumentError
 
 log = structlog.get_logger("huddle.chaos.worker")
 TICK_S = 0.02
+RESUME_ATTEMPTS = 3  # in the assignment callback; then the partitions wait (``resumes``)
 
 
 class WorkerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -115,7 +117,7 @@ class Worker(RebalanceListener):
             state_records=args.state_records,
         )
         self.member: Member | None = None
-        self.offsets: Offsets | None = None
+        self.resumes = PendingResumes()  # given, committed offsets not read yet
         self.consumer = is_consumer(args.protocol)  # KIP-848: the coordinator assigns
         self._last_tick = time.monotonic()
         self._generation = -1
@@ -144,14 +146,13 @@ class Worker(RebalanceListener):
             lags=self.workload.lags if a.stateful else None,
             security=self._security(),
         )
-        self.offsets = MemberOffsets(self.member)
         return self.member
 
     def _make_consumer_member(self) -> Member:
         """A consumer-protocol (KIP-848) member: the coordinator assigns, with its own
         session timeout (``huddle serve --consumer-session-timeout-ms``); the server
         assignor is the coordinator's default (the harness puts the one the protocol's name
-        asks for first). Its offsets go by a connection of their own (``open_offsets``)."""
+        asks for first)."""
         a = self.args
         self.member = Member(
             a.bootstrap,
@@ -170,27 +171,9 @@ class Worker(RebalanceListener):
     def _security(self) -> Security:
         return security_from_env(os.environ) if self.args.secure_from_env else NO_SECURITY
 
-    @contextlib.asynccontextmanager
-    async def open_offsets(self) -> AsyncIterator[None]:
-        """Where this member's offsets go while it runs: its own member (classic), or a
-        connection of the worker's (consumer protocol, ``worker_offsets``)."""
-        if self.offsets is not None:
-            yield
-            return
-        a = self.args
-        async with connect(
-            a.bootstrap, client_id=f"{a.name}-offsets", notices=False, security=self._security()
-        ) as conn:
-            self.offsets = ConsumerOffsets(conn, a.group, self._m())
-            yield
-
     def _m(self) -> Member:
         assert self.member is not None
         return self.member
-
-    def _o(self) -> Offsets:
-        assert self.offsets is not None
-        return self.offsets
 
     def _note_generation(self) -> None:
         m = self._m()
@@ -205,14 +188,6 @@ class Worker(RebalanceListener):
     async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
         self._note_generation()
         resume = await self._resume_offsets(assigned)
-        now = time.monotonic()
-        restores = []
-        for tp in sorted(assigned):
-            offset = resume.get(tp) or 0
-            from_offset = self.workload.state_from(tp, offset) if self.args.stateful else 0
-            records = self.workload.restore_records(tp, offset)
-            seconds = self.workload.assign(tp, offset, now)
-            restores.append((tp, offset, from_offset, records, seconds))
         m = self._m()
         self.events.write(
             ev.Assigned(
@@ -221,8 +196,23 @@ class Worker(RebalanceListener):
                 partitions=partitions_field(assigned),
             )
         )
-        if self.args.stateful:  # after the assignment that gave the tasks
-            for tp, offset, from_offset, records, seconds in restores:
+        if resume is None:  # started once their committed offsets are read (``resumes``)
+            self.resumes.defer(assigned)
+        else:
+            self.resumes.drop(assigned)
+            self.take({tp: resume.get(tp) for tp in assigned})
+
+    def take(self, resume: Mapping[TopicPartition, int | None]) -> None:
+        """Start processing each partition of ``resume`` from its committed offset (0 when
+        none is), restoring its state first (stateful)."""
+        now = time.monotonic()
+        m = self._m()
+        for tp in sorted(resume):
+            offset = resume[tp] or 0
+            from_offset = self.workload.state_from(tp, offset) if self.args.stateful else 0
+            records = self.workload.restore_records(tp, offset)
+            seconds = self.workload.assign(tp, offset, now)
+            if self.args.stateful:  # after the assignment that gave the task
                 self.events.write(
                     ev.RestoreStarted(
                         member_id=m.member_id,
@@ -235,7 +225,7 @@ class Worker(RebalanceListener):
                         seconds=seconds,
                     )
                 )
-        if assigned:
+        if resume:
             self.tick()  # records are waiting: process them now, not at the next tick
 
     async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
@@ -268,6 +258,7 @@ class Worker(RebalanceListener):
         offset each was rebuilding up to, the records it replayed). A restore that finished
         and was not told yet is told first (``restored``)."""
         now = time.monotonic()
+        self.resumes.drop(tps)
         self._report_restored(now)
         replayed = self.workload.cut_restores(tps, now)
         cut = {tp: (self.workload.tasks[tp].position, n) for tp, n in replayed.items()}
@@ -295,17 +286,19 @@ class Worker(RebalanceListener):
 
     async def _resume_offsets(
         self, tps: frozenset[TopicPartition]
-    ) -> Mapping[TopicPartition, int | None]:
+    ) -> Mapping[TopicPartition, int | None] | None:
+        """The committed offsets of ``tps``; None if they cannot be read now (then the
+        partitions wait for them: ``resumes``)."""
         if not tps:
             return {}
-        for attempt in range(5):
+        for attempt in range(RESUME_ATTEMPTS):
             try:
-                return await self._o().committed(tps)
+                return await self._m().committed(tps)
             except Exception as exc:  # not connected, timed out: try again shortly
                 log.warning("committed_fetch_failed", error=repr(exc), attempt=attempt)
                 await anyio.sleep(0.1 * (attempt + 1))
-        log.error("committed_fetch_gave_up", partitions=len(tps))
-        return {}
+        log.warning("committed_fetch_deferred", partitions=len(tps))
+        return None
 
     # --- commits ---------------------------------------------------------------------
 
@@ -316,7 +309,7 @@ class Worker(RebalanceListener):
         member_id, generation = self._m().member_id, self._m().generation
         error: str | None = None
         try:
-            await self._o().commit(positions)
+            await self._m().commit(positions)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         for tp, offset in sorted(positions.items()):
@@ -343,12 +336,18 @@ class Worker(RebalanceListener):
                 await self._refresh_replicas()
                 save_state(self._state_file, self.workload.checkpoint())
 
+    async def resume_loop(self) -> None:
+        """Start the partitions whose committed offsets could not be read when they were
+        given, once they can be (``resumes``)."""
+        m = self._m()
+        await self.resumes.run(m.committed, lambda: m.assignment, self.take)
+
     async def _refresh_replicas(self) -> None:
         replicas = self.workload.replicas - set(self.workload.tasks)
         if not replicas:
             return
         try:
-            offsets = await self._o().committed(replicas)
+            offsets = await self._m().committed(replicas)
         except Exception as exc:
             log.info("replica_offsets_unavailable", error=repr(exc))
             return
@@ -444,12 +443,13 @@ async def run(args: WorkerSettings) -> str:
                     stop.set()
 
         member = worker.make_member()
-        async with worker.open_offsets(), anyio.create_task_group() as outer:
+        async with anyio.create_task_group() as outer:
             outer.start_soon(watch_signals)
             async with anyio.create_task_group() as ticking:
                 async with member, anyio.create_task_group() as committing:
                     ticking.start_soon(worker.tick_loop)
                     committing.start_soon(worker.commit_loop)
+                    committing.start_soon(worker.resume_loop)
                     with anyio.move_on_after(args.max_seconds):
                         await stop.wait()
                     committing.cancel_scope.cancel()

@@ -243,6 +243,17 @@ class ConsumerCore:
             return None
         return self.proved_ms + self.session_timeout_ms
 
+    def answer_timeout_ms(self, request_timeout_ms: float) -> float:
+        """How long a heartbeat waits for its answer, and a node asked for the coordinator
+        for its: a third of the coordinator's session once its answers said it (as the
+        classic member's), else ``request_timeout_ms``. A node silent that long is taken as
+        gone (frozen, its answers held, the link cut without a reset): the member asks the
+        next one and heartbeats there while its session still has time to run, instead of
+        waiting past it."""
+        if self.session_timeout_ms <= 0:
+            return request_timeout_ms
+        return min(request_timeout_ms, self.session_timeout_ms / 3)
+
     def may_own(self, now_ms: float) -> bool:
         """Whether the member's partitions may still be its own at ``now_ms``: not once it
         was fenced (while a callback runs still: the coordinator may have given them to

@@ -327,8 +327,9 @@ class ConsumerProtocolMember(Member):
     @asynccontextmanager
     async def _coordinator(self) -> AsyncIterator[Connection]:
         """A connection to the node that coordinates the group now (a cluster's owner of its
-        shard), asking the bootstrap addresses from the next one after each failure; a
-        refusal of the member (authentication, authorization) is raised as it came."""
+        shard), asking the bootstrap addresses from the next one after each failure, each
+        for as long as a heartbeat waits (a frozen node costs no more); a refusal of the
+        member (authentication, authorization) is raised as it came."""
         self._wake = anyio.Event()
         async with self._connect() as conn:
             yield conn
@@ -339,7 +340,7 @@ class ConsumerProtocolMember(Member):
             self._bootstrap,
             self._consumer.group_id,
             client_id=self._client_id,
-            timeout=_REQUEST_TIMEOUT_S,
+            timeout=self._answer_timeout_s(),
             notices=notices,
             start=self._connects,
             security=self._security,
@@ -412,8 +413,11 @@ class ConsumerProtocolMember(Member):
                 await self._wake.wait()
         await self._leave(conn)
 
+    def _answer_timeout_s(self) -> float:
+        return self._consumer.answer_timeout_ms(_REQUEST_TIMEOUT_S * 1000) / 1000
+
     async def _beat(self, conn: Connection) -> ConsumerHeartbeatResponse | ErrorResponse:
-        answer = await conn.request(self._consumer.request(), timeout=_REQUEST_TIMEOUT_S)
+        answer = await conn.request(self._consumer.request(), timeout=self._answer_timeout_s())
         if not isinstance(answer, ConsumerHeartbeatResponse | ErrorResponse):
             code = getattr(answer, "error_code", None)
             message = getattr(answer, "error_message", "") or type(answer).__name__
