@@ -273,6 +273,39 @@ def test_a_classic_static_member_taking_the_last_consumer_member_s_place_downgra
     assert GROUP not in core.groups
 
 
+def test_a_classic_static_member_replaces_a_consumer_member_that_never_left() -> None:
+    """Kafka 4.0 lets a classic static member take the place of a consumer-protocol member
+    under its instance id whether or not that one left with -2 (``UNRELEASED_INSTANCE_ID``
+    is only between two consumer-protocol members): a process killed and rolled back to the
+    classic protocol gets its old self's partitions at once, and the group is classic
+    again. A JoinGroup answered UNRELEASED_INSTANCE_ID, a consumer-protocol error, ends
+    the Java classic consumer's poll with an unexpected error."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, classics = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    static = Client("s", topics=("t",), instance_id="i1")
+    for now in range(1, 6):
+        static.heartbeat(core, now, TOPICS)
+        for client in classics:
+            client.heartbeat(core, now)
+    held = flat(static.owned)
+    assert held
+    request = ClassicJoin(
+        GROUP, "", "i1", SESSION_MS, 30_000, "consumer", (("range", _subscription({})),)
+    )
+    joined = mixed.join(core, request, "c-new", 10, TOPICS)  # "s" was killed: no leave
+    assert (joined.error, joined.member_id) == (E.NONE, "c-new")
+    classic = _downgraded(core)
+    given = {
+        m.member_id: {
+            (t, p) for t, ps in read_assignment(m.assignment).assigned_partitions for p in ps
+        }
+        for m in classic.members
+    }
+    assert set(given) == {"classic-0", "classic-1", "c-new"}
+    assert given["c-new"] == held
+
+
 def _leaves(core: ConsumerCoordinator, client: Client, now: float) -> None:
     left = core.heartbeat(HeartbeatRequest(GROUP, client.member_id, -1), now, TOPICS)
     assert left.error is E.NONE
