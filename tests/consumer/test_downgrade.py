@@ -17,7 +17,7 @@ from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
 from huddle.coordinator.consumer.timeouts import Fenced
 from huddle.protocol.consumer_protocol import read_assignment
 from huddle.protocol.errors import ErrorCode
-from tests.consumer.helpers import GROUP, Client, flat
+from tests.consumer.helpers import GROUP, Client, flat, join
 from tests.consumer.test_classic_members import (
     GENERATION,
     SESSION_MS,
@@ -371,3 +371,19 @@ def test_a_static_classic_member_restarting_gets_its_partitions_back_and_nobody_
     assert group.group_epoch == GENERATION  # nothing to rebalance
     assert mixed.heartbeat(core, GROUP, other.member_id, other.generation, 3) is E.NONE
     assert mixed.heartbeat(core, GROUP, joined.member_id, joined.generation, 3) is E.NONE
+
+
+def test_a_consumer_join_under_a_classic_static_member_s_own_id_is_not_taken_as_it() -> None:
+    """A static member rejoining under its own member id is taken back as itself, but only
+    a consumer-protocol one: a consumer-protocol join with a classic member's id and
+    instance id is another member, refused while the classic one holds the instance id."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, _ = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    request = ClassicJoin(
+        GROUP, "", "i1", SESSION_MS, 30_000, "consumer", (("range", _subscription({})),)
+    )
+    assert mixed.join(core, request, "c-static", 1, TOPICS).error is E.NONE
+    answer = core.heartbeat(join("c-static", ("t",), instance_id="i1"), 2, TOPICS)
+    assert answer.error is E.UNRELEASED_INSTANCE_ID
+    assert core.groups[GROUP].members["c-static"].classic is not None
