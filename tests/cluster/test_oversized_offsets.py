@@ -15,12 +15,12 @@ import pytest
 
 from huddle.client import Admin
 from huddle.client.connection import connect
-from huddle.coordinator.cluster.offsets import kept_offsets
-from huddle.coordinator.cluster.oversized import PartlyKept
+from huddle.coordinator.cluster.offsets import KeptOffsets, kept, kept_offsets
+from huddle.coordinator.cluster.oversized import PartlyKept, held_blocks, take_back
 from huddle.coordinator.cluster.running import ClusterRun
 from huddle.coordinator.cluster.store import EtcdStore
 from huddle.coordinator.core import Coordinator
-from huddle.coordinator.storage.records import OffsetRecord
+from huddle.coordinator.storage.records import DELETED, OffsetRecord
 from huddle.protocol.errors import ErrorCode
 from huddle.protocol.messages import (
     OffsetCommitPartition,
@@ -144,3 +144,29 @@ async def test_a_commit_etcd_refuses_for_its_size_is_answered_metadata_too_large
             assert sorted(kept) == [("g", "t", 0), ("g", "u", 0)]
         finally:
             await run.stop()
+
+
+def test_an_offset_deleted_in_a_block_etcd_refused_is_held_again_as_etcd_holds_it() -> None:
+    """Retention deleted one partition's offset and, in the same batch, a commit to another
+    partition of its block made the block too large: etcd refused the block whole, so it
+    still holds the deleted offset. Memory is set back to what etcd holds, the deletion
+    included (it was dropped from memory alone: an OffsetFetch said no offset while etcd
+    kept one, and a failover brought it back); retention deletes it again later."""
+    core = Coordinator()
+    shard = 0
+    offsets = KeptOffsets(BLOCKS)
+    old, small = OffsetRecord("g", "t", 0, 5, "", 1_000), OffsetRecord("g", "t", 1, 7, "", 1_000)
+    for record in (old, small):
+        core.offsets.restore(record)
+    key = offsets.key(shard, old)
+    offsets.hold(shard, {key: {0: kept(old), 1: kept(small)}})
+    deleted = OffsetRecord("g", "t", 0, DELETED, "", 0)
+    huge = OffsetRecord("g", "t", 1, 8, METADATA * 5, 2_000)
+    core.offsets.restore(deleted)  # as retention and the commit left memory
+    core.offsets.restore(huge)
+    records = [deleted, huge]
+    before = held_blocks(offsets, shard, records)
+    offsets.changes(shard, records)  # merged into the node's copy for the write
+    take_back(core, offsets, shard, {key}, before, records)
+    assert offsets.block(shard, key) == {0: kept(old), 1: kept(small)}
+    assert _offsets(core) == {("t", 0): 5, ("t", 1): 7}  # as etcd holds them

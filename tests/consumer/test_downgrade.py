@@ -17,7 +17,7 @@ from huddle.coordinator.consumer.messages import ClassicGroupSnapshot
 from huddle.coordinator.consumer.timeouts import Fenced
 from huddle.protocol.consumer_protocol import read_assignment
 from huddle.protocol.errors import ErrorCode
-from tests.consumer.helpers import GROUP, Client, flat
+from tests.consumer.helpers import GROUP, Client, flat, join
 from tests.consumer.test_classic_members import (
     GENERATION,
     SESSION_MS,
@@ -273,6 +273,39 @@ def test_a_classic_static_member_taking_the_last_consumer_member_s_place_downgra
     assert GROUP not in core.groups
 
 
+def test_a_classic_static_member_replaces_a_consumer_member_that_never_left() -> None:
+    """Kafka 4.0 lets a classic static member take the place of a consumer-protocol member
+    under its instance id whether or not that one left with -2 (``UNRELEASED_INSTANCE_ID``
+    is only between two consumer-protocol members): a process killed and rolled back to the
+    classic protocol gets its old self's partitions at once, and the group is classic
+    again. A JoinGroup answered UNRELEASED_INSTANCE_ID, a consumer-protocol error, ends
+    the Java classic consumer's poll with an unexpected error."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, classics = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    static = Client("s", topics=("t",), instance_id="i1")
+    for now in range(1, 6):
+        static.heartbeat(core, now, TOPICS)
+        for client in classics:
+            client.heartbeat(core, now)
+    held = flat(static.owned)
+    assert held
+    request = ClassicJoin(
+        GROUP, "", "i1", SESSION_MS, 30_000, "consumer", (("range", _subscription({})),)
+    )
+    joined = mixed.join(core, request, "c-new", 10, TOPICS)  # "s" was killed: no leave
+    assert (joined.error, joined.member_id) == (E.NONE, "c-new")
+    classic = _downgraded(core)
+    given = {
+        m.member_id: {
+            (t, p) for t, ps in read_assignment(m.assignment).assigned_partitions for p in ps
+        }
+        for m in classic.members
+    }
+    assert set(given) == {"classic-0", "classic-1", "c-new"}
+    assert given["c-new"] == held
+
+
 def _leaves(core: ConsumerCoordinator, client: Client, now: float) -> None:
     left = core.heartbeat(HeartbeatRequest(GROUP, client.member_id, -1), now, TOPICS)
     assert left.error is E.NONE
@@ -338,3 +371,19 @@ def test_a_static_classic_member_restarting_gets_its_partitions_back_and_nobody_
     assert group.group_epoch == GENERATION  # nothing to rebalance
     assert mixed.heartbeat(core, GROUP, other.member_id, other.generation, 3) is E.NONE
     assert mixed.heartbeat(core, GROUP, joined.member_id, joined.generation, 3) is E.NONE
+
+
+def test_a_consumer_join_under_a_classic_static_member_s_own_id_is_not_taken_as_it() -> None:
+    """A static member rejoining under its own member id is taken back as itself, but only
+    a consumer-protocol one: a consumer-protocol join with a classic member's id and
+    instance id is another member, refused while the classic one holds the instance id."""
+    core = ConsumerCoordinator(ConsumerGroupConfig(session_timeout_ms=CONSUMER_SESSION_MS))
+    snapshots, _ = _classic_group()
+    mixed.convert(core, GROUP, GENERATION, snapshots, 0, TOPICS)
+    request = ClassicJoin(
+        GROUP, "", "i1", SESSION_MS, 30_000, "consumer", (("range", _subscription({})),)
+    )
+    assert mixed.join(core, request, "c-static", 1, TOPICS).error is E.NONE
+    answer = core.heartbeat(join("c-static", ("t",), instance_id="i1"), 2, TOPICS)
+    assert answer.error is E.UNRELEASED_INSTANCE_ID
+    assert core.groups[GROUP].members["c-static"].classic is not None

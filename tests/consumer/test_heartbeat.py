@@ -214,6 +214,35 @@ def test_a_fenced_member_rejoining_under_its_id_is_taken_back_at_once() -> None:
     assert flat(back.assignment) == {("a", p) for p in range(5)}
 
 
+def test_a_static_member_rejoining_under_its_own_member_id_is_taken_back() -> None:
+    """A static member whose join answer was lost, or that was fenced (FENCED_MEMBER_EPOCH)
+    while the coordinator still has it, rejoins with epoch 0 under its own member id and
+    instance id: it gets its state back as a dynamic member does. Kafka 4.0 answers
+    UNRELEASED_INSTANCE_ID (the instance id is owned by... itself), fatal for librdkafka and
+    the Java consumer, until the session ends."""
+    c = coordinator()
+    s1, m2 = Client("s1", instance_id="i1"), Client("m2")
+    first = c.heartbeat(join("s1", instance_id="i1"), 0, TOPICS)
+    # the answer was lost: the same join again
+    again = c.heartbeat(join("s1", instance_id="i1"), 1, TOPICS)
+    assert (again.error, again.member_epoch) == (E.NONE, first.member_epoch)
+    assert flat(again.assignment) == flat(first.assignment)
+    s1.apply(again)
+    m2.heartbeat(c, 2)
+    s1.heartbeat(c, 3)  # revokes
+    s1.heartbeat(c, 4)
+    m2.heartbeat(c, 5)
+    epoch = s1.epoch
+    assert c.heartbeat(beat("s1", 99, {}, instance_id="i1"), 6, TOPICS).error is (
+        E.FENCED_MEMBER_EPOCH
+    )
+    back = c.heartbeat(join("s1", instance_id="i1"), 7, TOPICS)
+    assert (back.error, back.member_epoch) == (E.NONE, epoch)
+    assert flat(back.assignment) == flat(s1.owned)
+    assert flat(back.assignment).isdisjoint(flat(m2.owned))
+    assert c.groups[GROUP].static == {"i1": "s1"}
+
+
 def test_a_static_member_fenced_by_its_replacement_and_an_unreleased_instance_id() -> None:
     c = coordinator()
     s1 = Client("s1", instance_id="i1")

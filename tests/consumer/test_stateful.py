@@ -4,7 +4,9 @@ Five client slots (three dynamic, two static) heartbeat, lose answers, leave (-1
 a static member), crash and restart, change subscriptions (names or a regex) and the server
 assignor they ask for (``uniform`` or ``range``), while topics grow, appear, are deleted and
 are created again under their name (a new topic id) and the clock moves (sessions end,
-revocations time out). Each client acts
+revocations time out); a client is fenced by an epoch the coordinator never gave and rejoins
+under its member id (and instance id), and the coordinator restarts, replaying the group's
+records. Each client acts
 only on the answers that reach it, as Kafka's consumer does: it revokes what an answer takes
 away and owns what it gives; after a lost answer it sends a full request; fenced, it gives up
 everything and rejoins with epoch 0.
@@ -41,6 +43,8 @@ from huddle.coordinator.consumer import (
     TopicView,
 )
 from huddle.coordinator.consumer.member import count
+from huddle.coordinator.storage.kept_consumer_groups import ConsumerKept, ConsumerRecord
+from huddle.coordinator.storage.records import decode_frames, encode_frames
 from huddle.protocol.errors import ErrorCode
 from tests.consumer.helpers import GROUP, flat
 from tests.consumer.test_assignors import required_moves
@@ -223,6 +227,39 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         if not slot.alive:
             slot.alive = True
             slot.new_incarnation()
+
+    @rule(name=st.sampled_from(SLOTS))
+    def fenced_by_epoch(self, name: str) -> None:
+        """A heartbeat at an epoch the coordinator never gave (a bug, a reordered answer):
+        FENCED_MEMBER_EPOCH while the coordinator still has the member; it gives up
+        everything and rejoins with epoch 0 under the same member id (and instance id)."""
+        slot = self.slots[name]
+        if not (slot.alive and slot.joined):
+            return
+        request = HeartbeatRequest(
+            GROUP, slot.member_id, slot.epoch + 7, instance_id=slot.instance_id, owned={}
+        )
+        answer = self.core.heartbeat(request, self.now, self.topics)
+        # (UNKNOWN_MEMBER_ID: the coordinator fenced it already, and it hears of it now)
+        assert answer.error in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID)
+        slot.apply(answer)
+        self.zombies.discard(slot.member_id)
+
+    @rule()
+    def coordinator_restarts(self) -> None:
+        """The coordinator restarts and replays the group's records (``ConsumerKept``, as the
+        data dir journal or etcd hands them back): every member at its kept epoch, with a
+        fresh session; the clients go on as they were."""
+        kept = ConsumerKept()
+        kept.enabled = True
+        frames = encode_frames([r for g in self.core.groups.values() for r in kept.changes(g)])
+        replayed = ConsumerKept()
+        for record in decode_frames(frames).records:
+            assert isinstance(record, ConsumerRecord)
+            replayed.apply(record)
+        self.core = ConsumerCoordinator(self.core.config)
+        for group in replayed.loaded_groups():
+            self.core.load(group, self.now)
 
     @rule(name=st.sampled_from(SLOTS))
     def stop_revoking(self, name: str) -> None:

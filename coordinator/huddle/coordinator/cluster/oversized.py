@@ -6,9 +6,11 @@ be larger than etcd takes in one request (``--max-request-bytes``). etcd refuses
 write whole, and says so: nothing of it was written, so it is no unknown outcome and no
 reason to stop serving the shard. The block's key is left unwritten (``FencedWriter``
 names it), memory is set back to what etcd holds of it (the node's copy of the block, and
-the core's committed offsets a later commit did not change since), and the commits to its
-partitions are answered OFFSET_METADATA_TOO_LARGE, as Kafka answers a commit whose metadata
-is over its limit. The rest of the batch is kept and acknowledged.
+the core's committed offsets a later commit did not change since; an offset deleted in the
+same batch, by retention or DeleteGroups, is held again: etcd still holds it, and retention
+deletes it again), and the commits to its partitions are answered
+OFFSET_METADATA_TOO_LARGE, as Kafka answers a commit whose metadata is over its limit. The
+rest of the batch is kept and acknowledged.
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ def take_back(
         out.add(at)
         group = core.groups.get(record.group_id)
         now = group.offsets.get((record.topic, record.partition)) if group else None
-        if now != (record.offset, record.metadata, record.committed_ms):
+        if record.offset == DELETED:  # a deletion (retention, DeleteGroups): etcd holds it
+            if now is not None:
+                continue  # committed again since
+        elif now != (record.offset, record.metadata, record.committed_ms):
             continue  # changed since: not this commit's any more
         was = (before[key] or {}).get(record.partition)
         if was is None:

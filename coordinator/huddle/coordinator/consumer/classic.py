@@ -180,10 +180,12 @@ def _join(
     replaced_consumer = False  # a classic static member takes a consumer member's place
     if member is None and request.instance_id is not None:
         # A static member back under a new member id replaces its old self, keeping its
-        # partitions (the classic protocol's static membership).
+        # partitions (the classic protocol's static membership), a classic one or a
+        # consumer-protocol one that did not leave with -2 (killed, and rolled back): as
+        # Kafka, only two consumer-protocol members are refused UNRELEASED_INSTANCE_ID.
         old = group.static_member(request.instance_id)
         replaced_consumer = old is not None and old.classic is None
-        if old is not None and old.classic is not None:
+        if old is not None and not (replaced_consumer and old.has_left_for_now()):
             core.heartbeat(
                 HeartbeatRequest(
                     group.group_id,

@@ -187,6 +187,13 @@ class ConsumerCoordinator:
                     check_epoch(found, request)
                     return found
                 return ConsumerMember(member_id, instance_id=instance_id)
+            if (
+                existing.member_id == member_id
+                and existing.classic is None
+                and not existing.has_left_for_now()
+            ):
+                # itself, back (its join's answer lost, or fenced): as a dynamic member
+                return existing
             if not existing.has_left_for_now():
                 raise RefusedError(
                     ErrorCode.UNRELEASED_INSTANCE_ID,
