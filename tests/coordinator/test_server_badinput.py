@@ -40,6 +40,7 @@ from huddle.protocol.messages import (
     Reply,
     Request,
     ServerFrame,
+    TopicMetadataChanged,
     TopicSpec,
 )
 from tests.helpers import (
@@ -536,6 +537,21 @@ async def test_idle_connections_holding_no_member_are_closed(logs: list[EventDic
     idled = [e for e in logs if e["event"] == "connection_idle"]
     assert len(idled) == 2
     assert all(e["idle_ms"] >= 300 for e in idled)
+
+
+async def test_a_connection_the_server_just_wrote_to_is_not_idle() -> None:
+    """Activity is what the socket reads or writes, as Kafka counts it: an answer written
+    after a long request (here its read long ago) starts the idle timeout again, else the
+    next sweep closed the connection before the client could send its next request."""
+    async with running_server(fast_server_config(idle_timeout_ms=300)) as server:
+        raw = await RawClient.open(server.port)
+        await raw.handshake(client_id="busy")
+        conn = next(c for c in server.connections() if c.client_id == "busy")
+        conn.last_active = server.loop.time() - 10  # its last request read long ago
+        conn.send(TopicMetadataChanged(topics=[]))
+        conn.flush()
+        assert server.loop.time() - conn.last_active < 0.3
+        await raw.close()
 
 
 async def test_unfinished_frames_are_bounded_over_all_connections(

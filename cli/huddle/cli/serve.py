@@ -349,7 +349,7 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
         "int",
         _S,
         "idle_timeout_ms",
-        "close a connection that holds no member and has sent nothing for this long",
+        "close a connection that holds no member and has sent and been sent nothing for this long",
     ),
     ServeFlag(
         "max-partial-frame-bytes",

@@ -466,6 +466,8 @@ class Connection(asyncio.Protocol):
         transport.write(pending)
         if self.write_paused:
             self._check_buffer()
+        else:  # the socket took it: a connection written to is not idle (as Kafka's)
+            self.last_active = self.server.loop.time()
 
     def fail(
         self, code: ErrorCode, message: str, *, event: str, drain: bool = True, **details: object

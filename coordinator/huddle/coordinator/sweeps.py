@@ -6,8 +6,8 @@
   heartbeat sent during a stall is not taken for a missed one.
 - ``_sweep``: connections that never logged in within the handshake timeout (their wire
   says why: ``Wire.overdue``), or began a frame and never finished it, are closed.
-- ``_sweep_idle``: connections that hold no member and sent nothing for the idle timeout
-  are closed (Kafka's connections.max.idle.ms).
+- ``_sweep_idle``: connections that hold no member and neither sent nor were sent anything
+  for the idle timeout are closed (Kafka's connections.max.idle.ms).
 - ``_retain``: offset retention, a few milliseconds at a time, group by group.
 """
 
@@ -209,8 +209,9 @@ class Timers:
         self._retention_check = self.loop.call_later(wait, self._retain)
 
     def _sweep_idle(self) -> None:
-        """Close connections that hold no member and have sent nothing for the idle timeout
-        (as Kafka's connections.max.idle.ms): idle connections cannot hold every slot."""
+        """Close connections that hold no member and have neither sent nor been sent anything
+        for the idle timeout (as Kafka's connections.max.idle.ms): idle connections cannot
+        hold every slot."""
         cfg = self.config
         now = self.loop.time()
         idle_s = cfg.idle_timeout_ms / 1000
