@@ -78,6 +78,9 @@ async def test_huddle_s_wire_checks_a_consumer_group_s_commits_against_member_ep
             assert await _commit(conn, "a", epoch_a - 1, 6) == ErrorCode.STALE_MEMBER_EPOCH
             assert await _commit(conn, "nobody", epoch_a, 6) == ErrorCode.UNKNOWN_MEMBER_ID
             assert await _commit(conn, "b", epoch_b, 7) == ErrorCode.NONE
+            # from outside the group (an admin's, generation -1 and no member id): refused
+            # while it has members, as Kafka's ConsumerGroup.validateOffsetCommit
+            assert await _commit(conn, "", -1, 8) == ErrorCode.UNKNOWN_MEMBER_ID
         # only the accepted commits were kept: the last is b's
         assert server.core.groups["g"].offsets[("t", 0)][0] == 7
 

@@ -158,7 +158,7 @@ class Offsets:
             return None, Refusal(E.INVALID_GROUP_ID, "group id must not be empty")
         groups = self.sessions.groups
         simple = req.generation_id < 0 and not req.member_id
-        if self.consumer_commit is not None and not simple:
+        if self.consumer_commit is not None:  # a simple commit too: only an empty group's
             checked = self.consumer_commit(req.group_id, req.member_id, req.generation_id)
             if checked is not None:
                 return self._by_member_epoch(req, checked)
@@ -201,6 +201,9 @@ class Offsets:
         """A consumer-protocol member's commit at its epoch, ``checked``: refused with that
         code, or kept with the group's offsets (a classic group that only stores them, as a
         commit from outside the group is: the Kafka listener's are made so)."""
+        if checked != E.NONE and req.generation_id < 0 and not req.member_id:
+            why = "commits without a member id are allowed only while the group is empty"
+            return None, Refusal(checked, f"{why}: consumer group {req.group_id!r} has members")
         if checked != E.NONE:
             why = f"member {req.member_id!r} of consumer group {req.group_id!r}"
             return None, Refusal(checked, f"{why} is not at epoch {req.generation_id}")
