@@ -71,9 +71,9 @@ def offset_commit(req: Any, version: int, ctx: Context) -> Plan:
     names = _named(req.topics, version, ctx)
     generation = get(req, "generation_id_or_member_epoch", NO_GENERATION)
     member_id, instance_id = get(req, "member_id", ""), get(req, "group_instance_id")
+    # a consumer-protocol group: its member epoch is checked here (the version's rules) and
+    # again by the core as it commits (an epoch moved meanwhile is stale there)
     consumer = ctx.consumer_offsets(req.group_id, member_id, generation, version, commit=True)
-    if consumer is not None:  # a consumer-protocol group: its member epoch is checked here
-        generation, member_id, instance_id = NO_GENERATION, "", None
     call = OffsetCommitRequest(
         group_id=req.group_id,
         generation_id=generation,
