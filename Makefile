@@ -39,7 +39,7 @@ test: $(STAMP) $(KAFKAJS)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q $(WORKERS) $(ON_WORKERS)
 	$(BIN)/pytest -q $(CLIENT_WORKERS) -m "clients"
-	$(BIN)/pytest -q -m "(timing or e2e or spark) and not clients"
+	$(BIN)/pytest -q -m "(timing or e2e or spark) and not clients" --durations=20
 
 # The fast tier: everything but real processes and PySpark (`make test` runs those too).
 check: $(STAMP) $(KAFKAJS)

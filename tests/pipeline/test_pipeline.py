@@ -37,7 +37,11 @@ TICK = 0.0625
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = build_session("local[2]", shuffle_partitions=2, app_name="huddle-tests")
+    # one session for every test, each analysis's tables cached in it: 2 GB, not Spark's 1 GB
+    # default, or a late test's aggregation runs out of memory (AGGREGATE_OUT_OF_MEMORY)
+    session = build_session(
+        "local[2]", shuffle_partitions=2, app_name="huddle-tests", driver_memory="2g"
+    )
     session.conf.set("spark.sql.adaptive.enabled", "false")  # tiny data: planning dominates
     session.conf.set("spark.sql.codegen.wholeStage", "false")
     yield session
@@ -594,8 +598,8 @@ def test_real_zombie_run_is_safe(spark: SparkSession, tmp_path: Path) -> None:
         ("coordinator-restart", "cooperative-sticky"),
         ("random-kills", "cooperative-sticky"),
         ("network-faults", "cooperative-sticky"),
-        # huddle's members on the consumer protocol (KIP-848): reconnected at their epoch
-        ("coordinator-restart", "consumer"),
+        # huddle's members on the consumer protocol (KIP-848): reconnected at their epoch (a
+        # coordinator restart: tests/client/test_consumer_member_reconnect.py, BENCHMARKS 25)
         ("network-faults", "consumer"),
     ],
 )
