@@ -78,6 +78,20 @@ def test_leaders_move_only_from_a_broker_that_died() -> None:
     assert leaders.table("t", 5, (7,)) == (7,) * 5
 
 
+async def test_metadata_names_the_controller_before_its_own_registration_is_read(
+    kafka: Listening,
+) -> None:
+    """A node that has read the other nodes but not yet itself still names itself among the
+    brokers, since it names itself the controller: a client (kafka-python's admin) asked
+    for a controller it was not told of fails with UnknownBrokerIdError."""
+    _create_topic(kafka.server, PARTITIONS)
+    node = _clustered(kafka, {"b": 19092})
+    del node.kafka_addresses["a"]  # its own registration not read yet
+    answer = await _metadata(kafka.port)
+    assert answer.controller_id == broker_id("a")
+    assert broker_id("a") in {b.node_id for b in answer.brokers}
+
+
 async def test_metadata_names_every_live_broker_and_one_leader_per_partition(
     kafka: Listening,
 ) -> None:

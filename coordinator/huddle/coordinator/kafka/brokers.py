@@ -130,8 +130,14 @@ def metadata(req: Any, version: int, ctx: Context) -> Plan:
                 found = [(n, ErrorCode.MESSAGE_TOO_LARGE, 0) for n in names or ()]
         else:
             found = [(n, r.error_code, 0) for n in names or ()]
+        listed = list(ctx.brokers())
+        if all(b[0] != node for b in listed):
+            # this node answers, so it is alive, though its view of the cluster has not read
+            # its own registration yet: named, since it is named the controller (a client
+            # asked for an unknown controller id fails: kafka-python's UnknownBrokerIdError)
+            listed = sorted([*listed, ctx.broker])
         values = {
-            "brokers": [{"node_id": n, "host": h, "port": p} for n, h, p in ctx.brokers()],
+            "brokers": [{"node_id": n, "host": h, "port": p} for n, h, p in listed],
             "cluster_id": CLUSTER_ID,
             "controller_id": node,
             "topics": [
